@@ -1,0 +1,164 @@
+// Backend: the op table. backend/cpu (the reference) and backend/cuda implement
+// the same table, one source file per op family with the same names on both
+// sides. Models call only these ops; tests/ops checks every CUDA op against the
+// CPU reference. Tensors passed to an op live on that backend's device.
+//
+// Conventions
+//  - Activations are F32 on the CPU backend and BF16 (or F32) on CUDA; every op
+//    accumulates in fp32.
+//  - A linear weight is [out, in] (HF layout): y = x · W^T.
+//  - Determinism: every reduction has a batch-invariant order selected by
+//    BackendOptions::batch_invariant (DEEPINFER_BATCH_INVARIANT=1); it must not
+//    depend on how many tokens share a step, on chunking, or on split choice.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+class ThreadPool;
+
+// A linear weight, possibly block-quantized (FP8 e4m3 with 128x128 scales).
+struct Weight {
+  Tensor w;          // [N, K]: F32, BF16 or F8_E4M3
+  Tensor scale_inv;  // F32 [ceil(N/block_n), ceil(K/block_k)] when w is F8; else undefined
+  int block_n = 128;
+  int block_k = 128;
+  int64_t out_features() const { return w.size(0); }
+  int64_t in_features() const { return w.size(1); }
+};
+
+// One routed (or shared) SwiGLU expert: down(silu(gate(x)) * up(x)).
+struct ExpertWeights {
+  Weight gate;  // [I, H]
+  Weight up;    // [I, H]
+  Weight down;  // [H, I]
+};
+
+// Routing rule of a MoE layer (MODELS.md; V3: sigmoid + bias + groups, V2: softmax).
+struct MoeRouting {
+  enum class Scoring { Sigmoid, Softmax } scoring = Scoring::Sigmoid;
+  int num_experts = 0;
+  int top_k = 0;
+  int num_groups = 1;        // n_group
+  int top_k_groups = 1;      // topk_group
+  bool use_bias = false;     // e_score_correction_bias chooses experts (noaux_tc)
+  bool group_limited = false;  // restrict to top_k_groups groups
+  bool normalize = true;     // norm_topk_prob
+  float scaling = 1.0f;      // routed_scaling_factor
+};
+
+// Paged latent KV cache of one layer plus the step's addressing. A token's slot is
+// block_id * block_size + offset. Query token i of sequence s sits at position
+// seq_lens[s] - q_len(s) + i and attends cache positions <= its own (causal).
+struct PagedKV {
+  Tensor cache;         // [num_blocks, block_size, row_dim] row_dim = kv_lora_rank + qk_rope_dim
+  Tensor block_tables;  // I32 [num_seqs, max_blocks_per_seq]
+  Tensor seq_lens;      // I32 [num_seqs] context length including this step's tokens
+  Tensor query_start;   // I32 [num_seqs + 1] offsets of each sequence's tokens in the step
+  Tensor slot_mapping;  // I32 [num_tokens]; -1 means do not store
+  int num_seqs = 0;
+  int max_query_len = 0;
+  int max_seq_len = 0;
+};
+
+// Owning device allocation; the view is valid while the buffer lives.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Tensor view, std::shared_ptr<void> owner) : view_(view), owner_(std::move(owner)) {}
+  Tensor& tensor() { return view_; }
+  const Tensor& tensor() const { return view_; }
+
+ private:
+  Tensor view_;
+  std::shared_ptr<void> owner_;
+};
+
+struct BackendOptions {
+  bool batch_invariant = false;  // DEEPINFER_BATCH_INVARIANT
+  int num_threads = 0;           // CPU: 0 = all cores
+  int device_index = 0;          // CUDA
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  // Activation dtype this backend computes in (CPU: F32, CUDA: BF16).
+  virtual DType activation_dtype() const = 0;
+
+  // --- memory -------------------------------------------------------------
+  virtual DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) = 0;
+  // Copies between any two tensors of equal dtype and numel (host<->device too).
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  // --- embedding.{cpp,cu} ---------------------------------------------------
+  // out[T, H] = table[ids[t], :]; table F32/BF16; ids I32 [T].
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+
+  // --- norm ---------------------------------------------------------------
+  // out[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight. x may be a strided row view.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // Fused: residual += x; out = rms_norm(residual).
+  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                            Tensor& out) = 0;
+
+  // --- gemm ---------------------------------------------------------------
+  // out[M, N] = x[M, K] · W[N, K]^T (fp32 accumulation; FP8 weights use block scales).
+  virtual void gemm(const Tensor& x, const Weight& w, Tensor& out) = 0;
+
+  // --- rope ---------------------------------------------------------------
+  // Rotates x[t, h, rope_offset : rope_offset + rope_dim] in place at positions[t].
+  // cos_sin: F32 [max_positions, rope_dim] = [cos(f_0..f_{d/2-1}) | sin(...)] (YaRN folded in).
+  // interleave: pairs (2i, 2i+1) rotate together (DeepSeek rope_interleave); else halves.
+  virtual void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
+                    int rope_dim, bool interleave) = 0;
+
+  // --- activation ---------------------------------------------------------
+  // out[T, I] = silu(gate_up[T, :I]) * gate_up[T, I:]
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // x += y (same shape).
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+
+  // --- kv_copy ------------------------------------------------------------
+  // kv.cache[slot_mapping[t]] = rows[t] for rows [T, row_dim].
+  virtual void kv_store(const Tensor& rows, PagedKV& kv) = 0;
+
+  // --- mla_attention --------------------------------------------------------
+  // Absorbed MLA over the paged latent cache (decode; also any step with cached context):
+  // q [T, heads, row_dim] (q_nope·W_UK | q_rope), K = cache rows (row_dim), V = first
+  // v_dim (= kv_lora_rank) of each row. out [T, heads, v_dim].
+  virtual void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
+                                   int v_dim, Tensor& out) = 0;
+  // Direct MLA for prefill with no cached context: per sequence (query_start), causal.
+  // q [T, heads, qk_dim], k [T, heads, qk_dim], v [T, heads, v_dim] -> out [T, heads, v_dim].
+  virtual void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& query_start, int num_seqs, float softmax_scale,
+                                     Tensor& out) = 0;
+
+  // --- moe_routing ----------------------------------------------------------
+  // logits [T, E] F32, bias [E] F32 (may be undefined) -> topk_ids I32 [T, k], topk_weights F32 [T, k].
+  virtual void moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                           Tensor& topk_ids, Tensor& topk_weights) = 0;
+  // --- moe (permute, grouped_gemm, combine) ---------------------------------
+  // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]). out is overwritten.
+  virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const std::vector<ExpertWeights>& experts, Tensor& out) = 0;
+
+  // --- sampling -------------------------------------------------------------
+  // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).
+  virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
+// Returns nullptr when deepinfer was built without CUDA; throws when no device is usable.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options = {});
+
+}  // namespace deepinfer

@@ -1,0 +1,31 @@
+# Shared compile settings for every deepinfer target.
+add_library(deepinfer_flags INTERFACE)
+target_compile_options(deepinfer_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release,RelWithDebInfo>>:-O3 -march=x86-64-v3>)
+if(DEEPINFER_WERROR)
+  target_compile_options(deepinfer_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+if(DEEPINFER_SANITIZE)
+  target_compile_options(deepinfer_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  target_link_options(deepinfer_flags INTERFACE -fsanitize=address,undefined)
+endif()
+target_include_directories(deepinfer_flags INTERFACE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/include)
+
+# deepinfer_module(NAME SOURCES ... DEPS ...): one static library per module.
+function(deepinfer_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(deepinfer_${name} STATIC ${M_SOURCES})
+  target_link_libraries(deepinfer_${name} PUBLIC deepinfer_flags ${M_DEPS})
+endfunction()
+
+# deepinfer_test(NAME SOURCES ... DEPS ...): one GoogleTest binary, registered with CTest.
+function(deepinfer_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE deepinfer_flags ${T_DEPS} GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    DEEPINFER_SOURCE_DIR="${CMAKE_SOURCE_DIR}" DEEPINFER_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared")
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${T_LABELS}")
+endfunction()

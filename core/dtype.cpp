@@ -1,0 +1,107 @@
+#include "core/dtype.h"
+
+#include <array>
+#include <cmath>
+
+namespace deepinfer {
+
+namespace {
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  size_t size;
+};
+constexpr std::array<DTypeInfo, 10> kInfo{{
+    {DType::F32, "F32", 4},
+    {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2},
+    {DType::F8_E4M3, "F8_E4M3", 1},
+    {DType::I64, "I64", 8},
+    {DType::I32, "I32", 4},
+    {DType::I16, "I16", 2},
+    {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},
+    {DType::BOOL, "BOOL", 1},
+}};
+}  // namespace
+
+size_t dtype_size(DType dtype) { return kInfo[static_cast<size_t>(dtype)].size; }
+std::string_view dtype_name(DType dtype) { return kInfo[static_cast<size_t>(dtype)].name; }
+
+bool parse_dtype(std::string_view name, DType* out) {
+  for (const auto& info : kInfo) {
+    if (info.name == name) {
+      *out = info.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
+float f16_to_float(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float value;
+  if (exp == 0) {
+    value = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    value = mant ? NAN : INFINITY;
+  } else {
+    value = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  }
+  return sign ? -value : value;
+}
+
+uint16_t float_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  float a = std::fabs(f);
+  if (std::isnan(f)) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (a >= 65520.0f) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (a < std::ldexp(1.0f, -14)) {  // subnormal: multiples of 2^-24
+    uint32_t m = static_cast<uint32_t>(std::nearbyint(a * 16777216.0f));
+    return static_cast<uint16_t>(sign | m);
+  }
+  int e;
+  float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  uint32_t mant = static_cast<uint32_t>(std::nearbyint((m * 2.0f - 1.0f) * 1024.0f));
+  int exp = e - 1 + 15;
+  if (mant == 1024) {
+    mant = 0;
+    ++exp;
+  }
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exp) << 10) | mant);
+}
+
+float fp8_e4m3_to_float(uint8_t b) {
+  uint32_t sign = b >> 7, exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+  float value;
+  if (exp == 0xf && mant == 0x7) return NAN;
+  if (exp == 0) {
+    value = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant/8 * 2^-6
+  } else {
+    value = std::ldexp(static_cast<float>(mant | 0x8u), static_cast<int>(exp) - 10);
+  }
+  return sign ? -value : value;
+}
+
+uint8_t float_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  float a = std::fmin(std::fabs(f), 448.0f);
+  // Brute-force nearest-even over the 127 non-negative finite codes: simple and
+  // exact; used only when quantizing on the CPU (tests, random weights).
+  uint8_t best = 0;
+  float best_err = INFINITY;
+  for (uint8_t code = 0; code < 0x7f; ++code) {
+    float err = std::fabs(fp8_e4m3_to_float(code) - a);
+    if (err < best_err || (err == best_err && (code & 1) == 0)) {
+      best_err = err;
+      best = code;
+    }
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
+}  // namespace deepinfer

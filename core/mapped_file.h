@@ -1,0 +1,33 @@
+// MappedFile: read-only memory map of a whole file (checkpoints, tokenizer files).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace deepinfer {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  // Throws Error naming the path when it cannot be opened or mapped.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Reads a whole (small) file into a string; throws Error naming the path.
+std::string read_text_file(const std::string& path);
+
+}  // namespace deepinfer

@@ -1,0 +1,42 @@
+// ThreadPool: a fixed set of workers for the CPU backend's data-parallel loops.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deepinfer {
+
+class ThreadPool {
+ public:
+  // num_threads 0 means std::thread::hardware_concurrency() (or DEEPINFER_NUM_THREADS).
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n); the chunking
+  // depends only on n and grain, never on timing, so results are reproducible.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_chunk_ = 0, job_num_chunks_ = 0;
+  int64_t next_chunk_ = 0, chunks_done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// Process-wide pool for the CPU backend (created on first use).
+ThreadPool& default_thread_pool();
+
+}  // namespace deepinfer

@@ -1,0 +1,1 @@
+// Module engine: placeholder translation unit until the module's first source lands.

@@ -1,0 +1,31 @@
+// StepBatch: everything one forward step needs, built by runner/ from the
+// scheduler's {request -> num_tokens} decision. Prefill, chunked prefill, decode
+// and speculative verification are all the same shape: each sequence contributes
+// a run of new tokens appended after its cached context.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+struct StepBatch {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int max_query_len = 0;
+  int max_seq_len = 0;
+  // Device tensors (on the model's backend).
+  Tensor token_ids;       // I32 [num_tokens]
+  Tensor positions;       // I32 [num_tokens]
+  Tensor query_start;     // I32 [num_seqs + 1]
+  Tensor seq_lens;        // I32 [num_seqs] context length after this step
+  Tensor block_tables;    // I32 [num_seqs, max_blocks_per_seq]
+  Tensor slot_mapping;    // I32 [num_tokens]
+  Tensor logits_indices;  // I32 [num_logits] rows of the step whose logits are returned
+  // Host mirrors for decisions the model makes on the CPU (e.g. direct vs absorbed MLA).
+  std::vector<int32_t> host_query_start;  // [num_seqs + 1]
+  std::vector<int32_t> host_seq_lens;     // [num_seqs]
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,1 @@
+// Module runner: placeholder translation unit until the module's first source lands.

@@ -1,0 +1,1 @@
+// Module spec: placeholder translation unit until the module's first source lands.

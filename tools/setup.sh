@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what deepinfer needs to build and test on Debian 12, by package name.
+# Safe to run repeatedly: only missing packages are installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
