@@ -1,0 +1,52 @@
+// Model: a DeepSeek-family network on one backend. Built from a checkpoint
+// directory (or random weights for benchmarks); runs one StepBatch at a time
+// over a paged latent KV cache that the runner owns.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/step_batch.h"
+
+namespace deepinfer {
+
+struct ModelConfig;  // model/config.h
+
+struct LoadOptions {
+  // Progress callback for large checkpoints: (bytes done, bytes total).
+  void (*progress)(uint64_t done, uint64_t total, void* user) = nullptr;
+  void* progress_user = nullptr;
+  bool load_mtp = true;          // load layer num_hidden_layers (MTP) when present
+  bool random_weights = false;   // ignore files; make weights from `seed` (bench)
+  uint64_t seed = 0;
+  DType random_weight_dtype = DType::BF16;  // BF16 or F8_E4M3 (block-scaled)
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Layers that hold a KV cache (main layers; MTP layers are extra, see spec/).
+  virtual int num_kv_layers() const = 0;
+  // Values per cached token per layer (kv_lora_rank + qk_rope_head_dim for MLA).
+  virtual int kv_row_dim() const = 0;
+  virtual int vocab_size() const = 0;
+  // One forward step. kv_cache[l] is layer l's cache [num_blocks, block_size, kv_row_dim]
+  // in the backend's activation dtype. logits: F32 [batch.logits_indices.numel(), vocab].
+  // hidden_out (optional): final hidden states before the last norm at the same rows,
+  // [num_logits, hidden] (for MTP drafting).
+  virtual void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
+                       Tensor* hidden_out = nullptr) = 0;
+};
+
+// Loads `dir` (config.json + safetensors) onto `backend`. Throws Error naming the
+// file, tensor or field on bad input.
+std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend,
+                                  const LoadOptions& options = {});
+// Builds the model from a config.json alone with random weights (LoadOptions::seed).
+std::unique_ptr<Model> random_model(const std::string& config_path, Backend& backend,
+                                    const LoadOptions& options);
+
+}  // namespace deepinfer
