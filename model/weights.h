@@ -1,0 +1,175 @@
+// ModelWeights: a DeepSeek-V2/V3 checkpoint arranged for the forward pass, as
+// views (host mmapped, host random, or device after upload). Names follow the
+// HF checkpoint (MODELS.md); every tensor's shape and dtype is checked against
+// the config when weights are assembled.
+//
+// Layouts accepted for routed experts:
+//  - per-expert (official): mlp.experts.{e}.{gate_proj,up_proj,down_proj}.weight
+//    [I, H], [I, H], [H, I] (+ .weight_scale_inv for FP8);
+//  - fused (transformers 5 saves): mlp.experts.gate_up_proj [E, 2I, H] whose
+//    rows [0, I) are gate and [I, 2I) are up (DeepseekV3Experts: linear(x,
+//    gate_up_proj[e]).chunk(2, dim=-1) -> gate, up), and mlp.experts.down_proj
+//    [E, H, I]. Loaded as per-expert zero-copy views.
+// FP8 (quantization_config.quant_method "fp8"): a linear weight is F8_E4M3
+// [N, K] plus `<name>_scale_inv` (i.e. `...weight_scale_inv`) F32
+// [ceil(N/block_n), ceil(K/block_k)]; BF16/F32 linears have no scale.
+#pragma once
+#include <cstdint>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+class CheckpointReader;
+
+struct AttentionWeights {
+  Weight q_a_proj;         // [q_lora_rank, H]              (q_lora_rank > 0)
+  Tensor q_a_layernorm;    // [q_lora_rank]
+  Weight q_b_proj;         // [heads * qk_head_dim, q_lora_rank]
+  Weight q_proj;           // [heads * qk_head_dim, H]      (q_lora_rank == 0)
+  Weight kv_a_proj_with_mqa;  // [kv_lora_rank + qk_rope_head_dim, H]
+  Tensor kv_a_layernorm;   // [kv_lora_rank]
+  Weight kv_b_proj;        // [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]
+  Weight o_proj;           // [H, heads * v_head_dim]
+};
+
+struct MoeWeights {
+  Weight gate;                          // router [E, H] (never FP8)
+  Tensor e_score_correction_bias;       // F32 [E]; undefined for V2
+  std::vector<ExpertWeights> experts;   // E routed experts, I = moe_intermediate_size
+  ExpertWeights shared;                 // I = n_shared * moe_intermediate; undefined if none
+  bool has_shared() const { return shared.gate.w.defined(); }
+};
+
+struct LayerWeights {
+  Tensor input_layernorm;           // [H]
+  Tensor post_attention_layernorm;  // [H]
+  AttentionWeights attn;
+  bool is_moe = false;
+  ExpertWeights mlp;  // dense SwiGLU, I = intermediate_size (when !is_moe)
+  MoeWeights moe;     // when is_moe
+};
+
+// One MTP module (layer id num_hidden_layers + k): h' = block(eh_proj([hnorm(h);
+// enorm(embed(t))])), logits = head(shared_head_norm(h')).
+struct MtpWeights {
+  Tensor enorm;             // [H]
+  Tensor hnorm;             // [H]
+  Weight eh_proj;           // [H, 2H]
+  LayerWeights block;       // always MoE in V3 (id >= first_k_dense_replace)
+  Tensor shared_head_norm;  // [H]
+  Tensor embed_tokens;      // [V, H] own copy when the checkpoint has one; else undefined
+  Weight shared_head;       // [V, H] own copy when present; else undefined (use lm_head)
+};
+
+struct ModelWeights {
+  Tensor embed_tokens;  // [V, H]
+  std::vector<LayerWeights> layers;
+  Tensor norm;          // [H]
+  Weight lm_head;       // [V, H] (a view of embed_tokens when tie_word_embeddings)
+  std::vector<MtpWeights> mtp;  // empty unless present in the checkpoint and requested
+  // Keeps the memory behind every view alive (mmapped checkpoint, host or device buffers).
+  std::vector<std::shared_ptr<const void>> owners;
+
+  // Calls fn(name, tensor) for every distinct tensor slot (weights and scales),
+  // in a fixed order; tied/shared views are visited at each slot.
+  void for_each_tensor(const std::function<void(const std::string& name, Tensor& t)>& fn);
+};
+
+// Where assemble_weights gets tensors from: returns the tensor named `name`,
+// or nullopt when absent; `describe(name)` names its source in errors
+// (e.g. the shard path).
+struct TensorSource {
+  std::function<std::optional<Tensor>(const std::string& name)> find;
+  std::function<std::string(const std::string& name)> describe;
+};
+
+// Builds ModelWeights from named tensors, checking every name, shape and dtype
+// against `config` (Error names the tensor, its source, its shape and the
+// expected shape). Does not touch tensor data, so the source may hold device
+// tensors. Loads MTP layers when `load_mtp` and the source has them.
+ModelWeights assemble_weights(const ModelConfig& config, const TensorSource& source,
+                              bool load_mtp);
+
+// Opens `dir` (CheckpointReader) and assembles its weights (zero copy). With
+// options.progress set, first touches every page and reports bytes.
+ModelWeights load_weights(const std::string& dir, const ModelConfig& config,
+                          const LoadOptions& options = {});
+ModelWeights load_weights(std::shared_ptr<const CheckpointReader> reader,
+                          const ModelConfig& config, const LoadOptions& options = {});
+
+// Copies every tensor to `backend` once (identical views, e.g. tied embeddings,
+// share one allocation); the result's owners hold the device buffers.
+ModelWeights upload_weights(const ModelWeights& host, Backend& backend);
+
+// ---------------------------------------------------------------------------
+// Random weights, deterministic from a seed and reproducible on any device.
+//
+// checkpoint_layout() lists every tensor of a checkpoint for `config`, in a
+// canonical order (per-expert names, official layout), with how to fill it.
+// Element i of tensor number k (its index in that list) is
+//   t     = int32(random_bits(seed, k, i) >> 40) - 2^23      (uniform in [-2^23, 2^23))
+//   value = fmaf(float(t), fill.mul, fill.add)                (then rounded to dtype:
+//           BF16 / F32 round-to-nearest-even, F8_E4M3 RNE with saturation to +-448)
+// Linear weights: add 0, mul = sqrt(3/fan_in) * 2^-23 (std 1/sqrt(fan_in)).
+// FP8 linears: the F8 tensor has mul = 448 * 2^-23 (uniform over the e4m3 range)
+// and its scale_inv (F32) has add = base * 1.5, mul = base * 0.5 * 2^-23 with
+// base = sqrt(3/fan_in) / 448, so block scales vary in [base, 2 base).
+// Norms: add 1, mul 0.1 * 2^-23. e_score_correction_bias: add 0, mul 0.01 * 2^-23.
+// Only integer ops and one fmaf per element: bitwise identical on CPU and GPU.
+struct RandomFill {
+  float mul = 0.0f;
+  float add = 0.0f;
+};
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::BF16;
+  std::vector<int64_t> shape;
+  RandomFill fill;
+};
+// weight_dtype: BF16 or F8_E4M3 (block-scaled linears, as in the official V3
+// checkpoint: embeddings, norms, router and lm_head stay BF16, bias F32).
+std::vector<TensorSpec> checkpoint_layout(const ModelConfig& config, DType weight_dtype,
+                                          bool include_mtp);
+
+#if defined(__CUDACC__)
+#define DEEPINFER_HD __host__ __device__
+#else
+#define DEEPINFER_HD
+#endif
+DEEPINFER_HD inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+DEEPINFER_HD inline uint64_t random_bits(uint64_t seed, uint64_t tensor_index,
+                                         uint64_t element_index) {
+  return splitmix64(splitmix64(seed ^ splitmix64(tensor_index)) ^ element_index);
+}
+// The pre-rounding value of element `element_index` of tensor `tensor_index`.
+DEEPINFER_HD inline float random_value(uint64_t seed, uint64_t tensor_index,
+                                       uint64_t element_index, RandomFill fill) {
+  int32_t t = static_cast<int32_t>(random_bits(seed, tensor_index, element_index) >> 40) -
+              (1 << 23);
+  return fmaf(static_cast<float>(t), fill.mul, fill.add);
+}
+#undef DEEPINFER_HD
+
+// Host buffers for every tensor of checkpoint_layout(config, weight_dtype, include_mtp),
+// filled as above, assembled into ModelWeights (owners hold the buffers).
+ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                                 bool include_mtp = false);
+// Writes the same tensors to `dir`/model.safetensors (tests, tools).
+void write_random_checkpoint(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                             bool include_mtp, const std::string& dir);
+
+}  // namespace deepinfer
