@@ -1,1 +1,0 @@
-// Module kv: placeholder translation unit until the module's first source lands.
