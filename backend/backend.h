@@ -47,7 +47,9 @@ struct MoeRouting {
   int num_groups = 1;        // n_group
   int top_k_groups = 1;      // topk_group
   bool use_bias = false;     // e_score_correction_bias chooses experts (noaux_tc)
-  bool group_limited = false;  // restrict to top_k_groups groups
+  // Restrict to top_k_groups groups. Group score = sum of the top-2 biased scores of the
+  // group when use_bias (V3 noaux_tc), else the group's max score (V2 group_limited_greedy).
+  bool group_limited = false;
   bool normalize = true;     // norm_topk_prob
   float scaling = 1.0f;      // routed_scaling_factor
 };
@@ -92,6 +94,9 @@ class Backend {
   virtual std::string name() const = 0;
   // Activation dtype this backend computes in (CPU: F32, CUDA: BF16).
   virtual DType activation_dtype() const = 0;
+  // True when BackendOptions::batch_invariant was set. Models read it to keep one
+  // code path for every batch shape (e.g. always the absorbed MLA form).
+  virtual bool batch_invariant() const { return false; }
 
   // --- memory -------------------------------------------------------------
   virtual DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) = 0;
@@ -145,6 +150,9 @@ class Backend {
 
   // --- moe_routing ----------------------------------------------------------
   // logits [T, E] F32, bias [E] F32 (may be undefined) -> topk_ids I32 [T, k], topk_weights F32 [T, k].
+  // Choice scores = scores (+ bias); experts are chosen by choice score (ties: lowest index),
+  // slots ordered by descending choice score; weights = unbiased scores, divided by
+  // (their sum + 1e-20) when normalize, times scaling.
   virtual void moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
                            Tensor& topk_ids, Tensor& topk_weights) = 0;
   // --- moe (permute, grouped_gemm, combine) ---------------------------------
@@ -155,6 +163,23 @@ class Backend {
   // --- sampling -------------------------------------------------------------
   // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).
   virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
+
+  // --- random (backend/random.h; CPU default in cpu/random.cpp, CUDA in cuda/) --------
+  // Fills t (contiguous F32, BF16 or F8_E4M3) with element i = scale * random_uniform(seed, i),
+  // u in [-1, 1), rounded to t's dtype (RNE, FP8 saturating). Every backend produces the
+  // same bits, so random weights made on the device equal the host's. The default
+  // implementation generates on the host in chunks and copies.
+  virtual void fill_random(Tensor& t, uint64_t seed, float scale);
+
+  // --- graphs (optional; CUDA) ------------------------------------------------
+  // Ops issued between graph_capture_begin and graph_capture_end are recorded, not run;
+  // graph_replay(id) runs them again on the same buffers. Run one step uncaptured first
+  // (workspaces grow only outside a capture); no host<->device copy inside a capture.
+  virtual bool supports_graphs() const { return false; }
+  virtual void graph_capture_begin() { fail(name(), " backend: graphs are not supported"); }
+  virtual int graph_capture_end() { fail(name(), " backend: graphs are not supported"); }
+  virtual void graph_replay(int graph_id) { fail(name(), " backend: graphs are not supported"); }
+  virtual void graph_release(int graph_id) {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});

@@ -1,0 +1,102 @@
+// CpuBackend: the reference implementation of the op table (backend/backend.h).
+// Each op family lives in its own file (embedding.cpp, norm.cpp, gemm.cpp, ...);
+// this header is private to backend/cpu and the CPU op unit tests.
+//
+// Conventions of the CPU side: activations are F32; weights F32, BF16 or F8_E4M3
+// (block-scaled); every reduction runs in fp32 in an order fixed by the problem
+// shape of one row/token, never by how many rows share the call, so every op is
+// batch-invariant by construction (batch_invariant() only reports the option).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options);
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::F32; }
+  bool batch_invariant() const override { return options_.batch_invariant; }
+
+  DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void synchronize() override {}
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                    Tensor& out) override;
+  void gemm(const Tensor& x, const Weight& w, Tensor& out) override;
+  void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
+            int rope_dim, bool interleave) override;
+  void silu_mul(const Tensor& gate_up, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void kv_store(const Tensor& rows, PagedKV& kv) override;
+  void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale, int v_dim,
+                           Tensor& out) override;
+  void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& query_start, int num_seqs, float softmax_scale,
+                             Tensor& out) override;
+  void moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                   Tensor& topk_ids, Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const std::vector<ExpertWeights>& experts, Tensor& out) override;
+  void argmax(const Tensor& logits, Tensor& ids) override;
+
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  BackendOptions options_;
+  std::unique_ptr<ThreadPool> owned_pool_;  // when options.num_threads > 0
+  ThreadPool* pool_ = nullptr;
+};
+
+// --- helpers shared by the op files -------------------------------------------
+
+// A 2-D row view [rows, cols] with unit column stride and any row stride (elements).
+struct Rows {
+  char* base = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0, row_stride = 0;
+  float* f32(int64_t r) const { return reinterpret_cast<float*>(base) + r * row_stride; }
+  const char* bytes(int64_t r) const {
+    return base + r * row_stride * static_cast<int64_t>(dtype_size(dtype));
+  }
+};
+// Views `t` as rows of its last dimension: t must be 2-D with unit column stride, or
+// have contiguous trailing dimensions after the first. `what` names the op argument.
+Rows as_rows(const Tensor& t, const char* what);
+
+// Throws unless t is on the CPU with the given dtype; `what` names the op argument.
+void check_cpu(const Tensor& t, DType dtype, const char* what);
+void check_cpu(const Tensor& t, const char* what);
+
+// Converts n elements of a row of dtype F32/BF16/F8_E4M3 (unscaled) to float.
+void row_to_float(const void* src, DType dtype, int64_t n, float* dst);
+float fp8_lut(uint8_t bits);
+
+// Dot product of a and b with eight fp32 lanes (lane i takes elements i, i+8, ...)
+// summed in a fixed order: the result depends only on the two vectors.
+float dot8(const float* a, const float* b, int64_t n);
+// y[0..n) += alpha * x[0..n)  (elementwise, no reassociation).
+void axpy(float alpha, const float* x, float* y, int64_t n);
+
+// Single-threaded blocked GEMM over output columns [n_begin, n_end):
+// out[m, n] = sum_k x[m, k] * W[n, k]. Used by gemm() and by the MoE experts.
+void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                  int64_t n_end);
+// Checks a Weight's dtype, scales and shape; `what` names it in the message.
+void check_weight(const Weight& w, int64_t in_features, const char* what);
+// Threaded GEMM on `pool`: splits the output columns into fixed tiles.
+void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows& out);
+
+// Per-thread scratch vector of at least n floats (reused across calls).
+float* scratch_floats(int slot, size_t n);
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,165 @@
+// gemm: out[M, N] = x[M, K] · W[N, K]^T with W in F32, BF16 or F8_E4M3 (128x128 block
+// scales, partial edge blocks allowed), x and out F32, fp32 accumulation.
+//
+// Kernel: the output columns are cut into tiles of kTileN weight rows; per tile the
+// K axis is walked in blocks of kBlockK: the weight block is converted to fp32 (FP8
+// times its block scale) into a small padded buffer, then every x row is dotted with
+// every weight row of the block (8 fp32 lanes, fixed horizontal sum).
+//
+// Batch invariance by construction: out[m, n] = (((0 + d_0) + d_1) + ...) where d_b is
+// the 8-lane dot of block b of x row m and weight row n. Neither the block sizes nor the
+// lane order depend on M, on the row's place in the batch, or on how columns are split
+// among threads, so a row's result is bit-identical whatever else shares the call.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace deepinfer::cpu {
+namespace {
+
+typedef float v8f __attribute__((vector_size(32)));
+
+constexpr int64_t kTileN = 32;    // weight rows per tile (a threading unit)
+constexpr int64_t kBlockK = 256;  // reduction block; a multiple of 8
+
+inline v8f load8(const float* p) {
+  v8f v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float hsum(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+
+// Four dot products of x with w0..w3 (n a multiple of 8); each equals dot8(x, wi, n).
+inline void dot8x4(const float* x, const float* w0, const float* w1, const float* w2,
+                   const float* w3, int64_t n, float* out4) {
+  v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  for (int64_t k = 0; k < n; k += 8) {
+    const v8f xv = load8(x + k);
+    a0 += xv * load8(w0 + k);
+    a1 += xv * load8(w1 + k);
+    a2 += xv * load8(w2 + k);
+    a3 += xv * load8(w3 + k);
+  }
+  out4[0] = hsum(a0);
+  out4[1] = hsum(a1);
+  out4[2] = hsum(a2);
+  out4[3] = hsum(a3);
+}
+
+// Converts W[n, k0 : k0 + kb] to fp32 (with its FP8 block scale) into dst[0, kb_pad).
+void weight_row_block(const Weight& w, int64_t n, int64_t k0, int64_t kb, int64_t kb_pad,
+                      float* dst) {
+  const int64_t row_stride = w.w.stride[0];
+  const char* row = static_cast<const char*>(w.w.data) +
+                    (n * row_stride + k0) * static_cast<int64_t>(dtype_size(w.w.dtype));
+  row_to_float(row, w.w.dtype, kb, dst);
+  if (w.w.dtype == DType::F8_E4M3) {
+    // scale_inv [ceil(N / block_n), ceil(K / block_k)]; one scale per 128x128 block.
+    const float* scales = w.scale_inv.ptr<float>() + (n / w.block_n) * w.scale_inv.stride[0];
+    int64_t k = 0;
+    while (k < kb) {
+      const int64_t kk = k0 + k;
+      const int64_t seg_end = std::min<int64_t>(kb, (kk / w.block_k + 1) * w.block_k - k0);
+      const float s = scales[kk / w.block_k];
+      for (int64_t i = k; i < seg_end; ++i) dst[i] *= s;
+      k = seg_end;
+    }
+  }
+  for (int64_t i = kb; i < kb_pad; ++i) dst[i] = 0.0f;
+}
+
+}  // namespace
+
+float dot8(const float* a, const float* b, int64_t n) {
+  v8f acc = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) acc += load8(a + k) * load8(b + k);
+  for (int64_t i = 0; k + i < n; ++i) acc[i] += a[k + i] * b[k + i];  // tail into lanes 0..
+  return hsum(acc);
+}
+
+void axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+void check_weight(const Weight& w, int64_t in_features, const char* what) {
+  check_cpu(w.w, what);
+  DI_CHECK(w.w.ndim == 2, what, ": weight must be 2-D [out, in], got ", w.w.describe());
+  DI_CHECK(w.w.stride[1] == 1, what, ": weight rows must be contiguous, got ", w.w.describe());
+  DI_CHECK(w.w.dtype == DType::F32 || w.w.dtype == DType::BF16 || w.w.dtype == DType::F8_E4M3,
+           what, ": weight dtype must be F32, BF16 or F8_E4M3, got ", w.w.describe());
+  DI_CHECK(in_features < 0 || w.w.shape[1] == in_features, what, ": weight ", w.w.describe(),
+           " expects ", w.w.shape[1], " input features, got ", in_features);
+  if (w.w.dtype == DType::F8_E4M3) {
+    DI_CHECK(w.block_n > 0 && w.block_k > 0, what, ": FP8 block sizes must be positive");
+    check_cpu(w.scale_inv, DType::F32, what);
+    const int64_t nb = (w.w.shape[0] + w.block_n - 1) / w.block_n;
+    const int64_t kb = (w.w.shape[1] + w.block_k - 1) / w.block_k;
+    DI_CHECK(w.scale_inv.ndim == 2 && w.scale_inv.shape[0] == nb && w.scale_inv.shape[1] == kb &&
+                 w.scale_inv.stride[1] == 1,
+             what, ": FP8 scale_inv must be F32 [", nb, ", ", kb, "] for weight ", w.w.describe(),
+             ", got ", w.scale_inv.describe());
+  }
+}
+
+void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                  int64_t n_end) {
+  const int64_t M = x.rows, K = x.cols;
+  float* xbuf = scratch_floats(2, kBlockK);
+  for (int64_t t0 = n_begin; t0 < n_end; t0 += kTileN) {
+    const int64_t nt = std::min(kTileN, n_end - t0);
+    const int64_t nt4 = (nt + 3) / 4 * 4;  // padded to 4 rows for dot8x4
+    float* acc = scratch_floats(0, static_cast<size_t>(M * nt4));  // [M, nt4]
+    std::fill(acc, acc + M * nt4, 0.0f);
+    float* wt = scratch_floats(1, static_cast<size_t>(nt4 * kBlockK));  // [nt4, kb_pad]
+    for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const int64_t kb = std::min(kBlockK, K - k0);
+      const int64_t kb_pad = (kb + 7) / 8 * 8;
+      for (int64_t j = 0; j < nt; ++j) weight_row_block(w, t0 + j, k0, kb, kb_pad, wt + j * kb_pad);
+      for (int64_t j = nt; j < nt4; ++j) std::fill(wt + j * kb_pad, wt + (j + 1) * kb_pad, 0.0f);
+      for (int64_t m = 0; m < M; ++m) {
+        const float* xr = x.f32(m) + k0;
+        if (kb_pad != kb) {  // last partial block: zero-pad x so lanes stay aligned
+          std::memcpy(xbuf, xr, static_cast<size_t>(kb) * 4);
+          std::fill(xbuf + kb, xbuf + kb_pad, 0.0f);
+          xr = xbuf;
+        }
+        float* a = acc + m * nt4;
+        for (int64_t j = 0; j < nt4; j += 4) {
+          float d[4];
+          const float* wj = wt + j * kb_pad;
+          dot8x4(xr, wj, wj + kb_pad, wj + 2 * kb_pad, wj + 3 * kb_pad, kb_pad, d);
+          a[j] += d[0];
+          a[j + 1] += d[1];
+          a[j + 2] += d[2];
+          a[j + 3] += d[3];
+        }
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) std::memcpy(out.f32(m) + t0, acc + m * nt4, nt * 4);
+  }
+}
+
+void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows& out) {
+  const int64_t N = w.w.shape[0];
+  const int64_t num_tiles = (N + kTileN - 1) / kTileN;
+  pool.parallel_for(num_tiles, 1, [&](int64_t b, int64_t e) {
+    gemm_columns(x, w, out, b * kTileN, std::min(N, e * kTileN));
+  });
+}
+
+void CpuBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
+  const Rows xr = as_rows(x, "gemm x");
+  const Rows orows = as_rows(out, "gemm out");
+  DI_CHECK(xr.dtype == DType::F32 && orows.dtype == DType::F32, "gemm: x and out must be F32, got ",
+           x.describe(), " and ", out.describe());
+  check_weight(w, xr.cols, "gemm weight");
+  DI_CHECK(orows.rows == xr.rows && orows.cols == w.w.shape[0], "gemm: out ", out.describe(),
+           " must be [", xr.rows, ", ", w.w.shape[0], "] for x ", x.describe(), " and weight ",
+           w.w.describe());
+  gemm_threaded(*pool_, xr, w, orows);
+}
+
+}  // namespace deepinfer::cpu
