@@ -1,0 +1,117 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
+    : config_(config), blocks_(blocks) {
+  DI_CHECK(config.max_num_seqs >= 1, "scheduler: max_num_seqs must be >= 1, got ",
+           config.max_num_seqs);
+  DI_CHECK(config.max_num_batched_tokens >= 1, "scheduler: max_num_batched_tokens must be >= 1, got ",
+           config.max_num_batched_tokens);
+}
+
+void Scheduler::add(Sequence* seq) {
+  DI_CHECK(seq->num_tokens() >= 1, "sequence ", seq->seq_id, ": empty prompt");
+  int64_t max_tokens = std::max(seq->max_total_tokens, seq->num_tokens());
+  DI_CHECK(blocks_.blocks_for(max_tokens) <= blocks_.num_blocks(), "sequence ", seq->seq_id,
+           ": ", max_tokens, " tokens need ", blocks_.blocks_for(max_tokens),
+           " KV blocks, the cache has ", blocks_.num_blocks());
+  seq->status = SeqStatus::Waiting;
+  waiting_.push_back(seq);
+}
+
+bool Scheduler::admissible(const Sequence* seq) const {
+  const Sequence* p = seq->wait_for_prompt_of;
+  return p == nullptr || p->status == SeqStatus::Finished ||
+         p->num_computed_tokens >= p->num_prompt_tokens;
+}
+
+void Scheduler::preempt(Sequence* seq) {
+  blocks_.release(seq->kv);
+  seq->num_computed_tokens = 0;
+  seq->num_preemptions++;
+  seq->status = SeqStatus::Waiting;
+  waiting_.push_front(seq);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+
+  // Running sequences first, oldest first; the youngest make room when KV runs out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    int n = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
+    if (n <= 0) {  // nothing to compute (waiting for the engine to append)
+      ++i;
+      continue;
+    }
+    bool fits = true;
+    while (!blocks_.can_grow(seq->kv, seq->num_computed_tokens + n)) {
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      preempt(victim);
+      out.preempted.push_back(victim);
+      if (victim == seq) {
+        fits = false;
+        break;
+      }
+    }
+    if (!fits) break;
+    blocks_.grow(seq->kv, seq->num_computed_tokens + n);
+    out.seqs.push_back({seq, n, seq->num_computed_tokens + n == seq->num_tokens()});
+    budget -= n;
+    ++i;
+  }
+
+  // Then waiting ones, in order, while nothing had to be preempted this step.
+  if (out.preempted.empty()) {
+    for (size_t i = 0; i < waiting_.size() && budget > 0 &&
+                       static_cast<int>(running_.size()) < config_.max_num_seqs;) {
+      Sequence* seq = waiting_[i];
+      if (!admissible(seq)) {
+        ++i;
+        continue;
+      }
+      int cached = blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
+      int n = std::min(seq->num_tokens() - cached, budget);
+      if (!blocks_.can_grow(seq->kv, cached + n)) {
+        blocks_.release(seq->kv);
+        break;
+      }
+      blocks_.grow(seq->kv, cached + n);
+      seq->num_computed_tokens = cached;
+      if (!seq->admitted_once) seq->num_cached_prompt_tokens = std::min(cached, seq->num_prompt_tokens);
+      seq->admitted_once = true;
+      seq->status = SeqStatus::Running;
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      running_.push_back(seq);
+      out.seqs.push_back({seq, n, cached + n == seq->num_tokens()});
+      budget -= n;
+    }
+  }
+  out.num_batched_tokens = config_.max_num_batched_tokens - budget;
+  return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+  for (const ScheduledSeq& s : out.seqs) {
+    s.seq->num_computed_tokens += s.num_new_tokens;
+    blocks_.commit(s.seq->token_ids, s.seq->num_computed_tokens, s.seq->kv);
+  }
+}
+
+void Scheduler::finish(Sequence* seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
+    running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
+    waiting_.erase(it);
+  blocks_.release(seq->kv);
+  seq->status = SeqStatus::Finished;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,36 @@
+// Sequence: what the scheduler tracks for one generated sequence (a request
+// with n > 1 samples has n of them). The engine owns sequences and appends
+// sampled tokens; the scheduler decides how many tokens each computes per step.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_manager.h"
+
+namespace deepinfer {
+
+enum class SeqStatus : uint8_t { Waiting, Running, Finished };
+
+struct Sequence {
+  int64_t seq_id = 0;
+  std::vector<int32_t> token_ids;  // prompt followed by generated tokens
+  int num_prompt_tokens = 0;
+  // Tokens whose KV rows are in the cache (computed or reused); the rest of
+  // token_ids are computed in coming steps. The last token of a running
+  // decode is never computed until the step after it is sampled.
+  int num_computed_tokens = 0;
+  int num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
+  int max_total_tokens = 0;          // prompt + max new tokens: the KV a sequence may need
+  int num_preemptions = 0;
+  bool admitted_once = false;
+  SeqStatus status = SeqStatus::Waiting;
+  // n > 1: samples 1..n-1 wait until sample 0 has computed its prompt, then
+  // share its prompt blocks through the prefix cache instead of recomputing.
+  const Sequence* wait_for_prompt_of = nullptr;
+  KVBlocks kv;
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+};
+
+}  // namespace deepinfer
