@@ -14,9 +14,11 @@
 //  - softmax scale = qk_head_dim^-0.5, times m^2 with m = 0.1 * mscale_all_dim *
 //    ln(factor) + 1 when the rope type is not "default", mscale_all_dim != 0
 //    and factor > 1 (yarn_apply_mscale; `mscale` itself does not enter here).
-//  - YaRN cos/sin are multiplied by attention_factor = get_mscale(factor, mscale) /
-//    get_mscale(factor, mscale_all_dim) (1.0 for V3 where both are 1); see
-//    yarn_attention_factor().
+//  - YaRN cos/sin are multiplied by attention_factor: the explicit value if
+//    given, else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+//    when both are non-zero (1.0 for V3 where both are 1), else
+//    get_mscale(factor) = 0.1 ln(factor) + 1; see yarn_attention_factor(). A
+//    yarn factor that is null means max_position_embeddings / original.
 //  - A layer is MoE when n_routed_experts > 0, layer >= first_k_dense_replace and
 //    layer % moe_layer_freq == 0 (transformers has no moe_layer_freq; official
 //    configs set 1, so both rules agree).
@@ -49,6 +51,8 @@ struct RopeScaling {
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
+  double attention_factor = -1.0;  // explicit cos/sin factor; < 0 = derived (yarn_attention_factor)
+  bool truncate = true;             // floor/ceil the correction range (transformers default)
   bool is_yarn() const { return type == "yarn"; }
 };
 
