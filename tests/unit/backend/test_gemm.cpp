@@ -1,0 +1,124 @@
+// gemm vs a double-precision reference: F32, BF16 and FP8 (block scales with partial
+// edge blocks) weights; batch invariance and thread-count invariance bit-exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "op_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+struct TestWeight {
+  HostBuffer w, scale;
+  Weight weight;
+  std::vector<double> dequant;  // [N, K] real values
+};
+
+TestWeight make_weight(DType dtype, int64_t N, int64_t K, uint64_t seed, int block = 128) {
+  TestWeight t;
+  HostBuffer src = test::random_f32({N, K}, seed, 0.5f);
+  t.w = HostBuffer(dtype, {N, K});
+  t.dequant.resize(N * K);
+  const float* s = src.ptr<float>();
+  if (dtype == DType::F32) {
+    std::memcpy(t.w.tensor().data, s, N * K * 4);
+    for (int64_t i = 0; i < N * K; ++i) t.dequant[i] = s[i];
+  } else if (dtype == DType::BF16) {
+    for (int64_t i = 0; i < N * K; ++i) {
+      t.w.ptr<uint16_t>()[i] = float_to_bf16(s[i]);
+      t.dequant[i] = bf16_to_float(t.w.ptr<uint16_t>()[i]);
+    }
+  } else {
+    const int64_t nb = (N + block - 1) / block, kb = (K + block - 1) / block;
+    t.scale = HostBuffer(DType::F32, {nb, kb});
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    for (int64_t i = 0; i < nb * kb; ++i) t.scale.ptr<float>()[i] = 0.001f + 0.01f * (rng() % 7);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        const float sc = t.scale.ptr<float>()[(n / block) * kb + k / block];
+        const uint8_t q = float_to_fp8_e4m3(s[n * K + k] / sc);
+        t.w.ptr<uint8_t>()[n * K + k] = q;
+        t.dequant[n * K + k] = static_cast<double>(fp8_e4m3_to_float(q)) * sc;
+      }
+    }
+    t.weight.scale_inv = t.scale.tensor();
+    t.weight.block_n = t.weight.block_k = block;
+  }
+  t.weight.w = t.w.tensor();
+  return t;
+}
+
+void check_gemm(DType dtype, int64_t M, int64_t N, int64_t K, int block = 128) {
+  auto backend = make_cpu_backend();
+  TestWeight tw = make_weight(dtype, N, K, 7 + N, block);
+  HostBuffer x = test::random_f32({M, K}, 11 + M);
+  HostBuffer out = test::f32_buffer({M, N}, NAN);
+  backend->gemm(x.tensor(), tw.weight, out.tensor());
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        ref += static_cast<double>(x.ptr<float>()[m * K + k]) * tw.dequant[n * K + k];
+        mag += std::fabs(static_cast<double>(x.ptr<float>()[m * K + k]) * tw.dequant[n * K + k]);
+      }
+      // fp32 accumulation over K terms: error bounded by ~K * 2^-24 * sum|terms|.
+      ASSERT_NEAR(out.ptr<float>()[m * N + n], ref, 2e-6 * mag + 1e-7)
+          << dtype_name(dtype) << " m=" << m << " n=" << n;
+    }
+  }
+}
+
+TEST(CpuGemm, F32OddSizes) { check_gemm(DType::F32, 5, 37, 301); }
+TEST(CpuGemm, Bf16OddSizes) { check_gemm(DType::BF16, 3, 70, 259); }
+TEST(CpuGemm, Fp8PartialBlocks) { check_gemm(DType::F8_E4M3, 4, 200, 300); }
+TEST(CpuGemm, Fp8SmallBlocks) { check_gemm(DType::F8_E4M3, 2, 45, 70, 16); }
+TEST(CpuGemm, SingleRowAndColumn) { check_gemm(DType::F32, 1, 1, 1); }
+
+// A row's result is bit-identical whatever M is and however many threads run.
+TEST(CpuGemm, BatchAndThreadInvariant) {
+  const int64_t N = 97, K = 515, M = 9;
+  TestWeight tw = make_weight(DType::F8_E4M3, N, K, 3);
+  HostBuffer x = test::random_f32({M, K}, 5);
+  BackendOptions one;
+  one.num_threads = 1;
+  BackendOptions three;
+  three.num_threads = 3;
+  auto b1 = make_cpu_backend(one), b3 = make_cpu_backend(three);
+  HostBuffer full = test::f32_buffer({M, N});
+  b3->gemm(x.tensor(), tw.weight, full.tensor());
+  for (int64_t m = 0; m < M; ++m) {
+    HostBuffer single = test::f32_buffer({1, N});
+    b1->gemm(x.tensor().slice_rows(m, m + 1), tw.weight, single.tensor());
+    ASSERT_EQ(std::memcmp(single.ptr<float>(), full.ptr<float>() + m * N, N * 4), 0) << m;
+  }
+}
+
+TEST(CpuGemm, StridedRowsAndBadShapes) {
+  auto backend = make_cpu_backend();
+  TestWeight tw = make_weight(DType::F32, 8, 16, 1);
+  HostBuffer wide = test::random_f32({3, 40}, 2);
+  // x = columns [4, 20) of a wider buffer: a strided row view.
+  Tensor x = wide.tensor();
+  x.data = wide.ptr<float>() + 4;
+  x.shape[1] = 16;
+  HostBuffer out = test::f32_buffer({3, 8});
+  backend->gemm(x, tw.weight, out.tensor());
+  for (int64_t m = 0; m < 3; ++m) {
+    for (int64_t n = 0; n < 8; ++n) {
+      double ref = 0;
+      for (int64_t k = 0; k < 16; ++k) ref += wide.ptr<float>()[m * 40 + 4 + k] * tw.dequant[n * 16 + k];
+      EXPECT_NEAR(out.ptr<float>()[m * 8 + n], ref, 1e-5);
+    }
+  }
+  HostBuffer bad_out = test::f32_buffer({3, 7});
+  EXPECT_THROW(backend->gemm(x, tw.weight, bad_out.tensor()), Error);
+  HostBuffer bad_x = test::f32_buffer({3, 15});
+  EXPECT_THROW(backend->gemm(bad_x.tensor(), tw.weight, out.tensor()), Error);
+  TestWeight f8 = make_weight(DType::F8_E4M3, 8, 16, 1);
+  f8.weight.scale_inv = Tensor();  // missing scales
+  EXPECT_THROW(backend->gemm(x, f8.weight, out.tensor()), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer
