@@ -1,0 +1,45 @@
+// SamplingParams: how one request is sampled and when it stops. Names follow
+// vLLM / DeepInfer. validate() throws deepinfer::Error naming the field.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deepinfer {
+
+// Structured output constraint (so_args). Empty kind means none.
+struct StructuredOutputArgs {
+  std::string kind;    // "" | "regex" | "json_schema" | "ebnf" | "json_object"
+  std::string source;  // the pattern, schema text or grammar text
+};
+
+struct SamplingParams {
+  int n = 1;                        // samples per prompt; they share the prompt's KV blocks
+  float temperature = 1.0f;         // 0 = greedy
+  float top_p = 1.0f;               // (0, 1]
+  int top_k = 0;                    // 0 or -1 = all
+  float min_p = 0.0f;               // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; prompt and output tokens
+  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens
+  float presence_penalty = 0.0f;    // [-2, 2]; output tokens
+  int max_tokens = 16;              // >= 1 new tokens
+  int min_tokens = 0;               // EOS and stop tokens are masked until this many
+  std::vector<std::string> stop;    // stop strings (not included in the text)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  // Random stream: each sampled token draws from a counter-based generator keyed
+  // by (seed, seq_seed + sample index, position), so it never depends on the batch.
+  std::optional<uint64_t> seed;     // unset: the engine picks one per request
+  uint64_t seq_seed = 0;
+  int logprobs = -1;                // -1 none; k >= 0: sampled token + top k (of raw logits)
+  bool skip_special_tokens = true;
+  StructuredOutputArgs so_args;
+
+  bool greedy() const { return temperature == 0.0f; }
+  // Throws Error("<field>: ...") for values outside their ranges.
+  void validate() const;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,57 @@
+// Sampler: turns one row of logits into a token, applying the request's
+// processors in vLLM v1's order:
+//   0. logprobs, if asked, from the raw logits (before any processing)
+//   1. structured-output mask (grammar bitmask): disallowed tokens -> -inf
+//   2. min_tokens: EOS and stop token ids -> -inf until enough tokens exist
+//   3. penalties: repetition (prompt + output tokens; divide positive logits,
+//      multiply negative ones), then frequency (x count) and presence (once),
+//      over output tokens
+//   4. greedy (temperature 0): argmax, lowest id on ties; done
+//   5. temperature: logits / T
+//   6. min_p: drop tokens whose probability < min_p * max probability
+//   7. top_k, then top_p (smallest set of most likely tokens with mass >= top_p)
+//   8. draw u = philox_uniform(seed, stream, position); the token is the first
+//      candidate (by id, or most likely first once top-k/top-p sorted them)
+//      whose cumulative probability exceeds u * total.
+// Each row is independent of the others, so results never depend on the batch.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+struct SampleRow {
+  const SamplingParams* params = nullptr;
+  uint64_t seed = 0;      // resolved request seed
+  uint64_t stream = 0;    // params.seq_seed + sample index
+  int64_t position = 0;   // index in its sequence of the token being sampled
+  std::span<const int32_t> prompt_tokens;
+  std::span<const int32_t> output_tokens;
+  std::span<const int32_t> banned_tokens;   // e.g. EOS before min_tokens
+  const uint32_t* allowed_bitmask = nullptr;  // [ceil(vocab/32)], bit set = allowed; null = all
+};
+
+struct SampleResult {
+  int32_t token_id = -1;
+  float logprob = 0.0f;  // of the sampled token under the raw distribution (when logprobs >= 0)
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // [params.logprobs], most likely first
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int vocab_size) : vocab_size_(vocab_size) {}
+  // logits: F32 [vocab_size], read only.
+  SampleResult sample(const float* logits, const SampleRow& row);
+
+ private:
+  int vocab_size_;
+  std::vector<float> work_;                      // [vocab] processed logits
+  std::vector<std::pair<float, int32_t>> cand_;  // candidates (logit, id)
+  std::vector<int32_t> counts_;                  // [vocab] output token counts
+};
+
+}  // namespace deepinfer
