@@ -135,7 +135,8 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   RandomFill fill;
 };
-// weight_dtype: BF16 or F8_E4M3 (block-scaled linears, as in the official V3
+// weight_dtype: BF16, F32 (everything in that dtype, bias F32) or F8_E4M3
+// (block-scaled linears, as in the official V3
 // checkpoint: embeddings, norms, router and lm_head stay BF16, bias F32).
 std::vector<TensorSpec> checkpoint_layout(const ModelConfig& config, DType weight_dtype,
                                           bool include_mtp);

@@ -1,0 +1,179 @@
+// Random checkpoints: the canonical tensor list of a config and its
+// counter-based fill (weights.h), on the host.
+#include <cmath>
+#include <map>
+#include <sys/stat.h>
+
+#include "core/error.h"
+#include "io/safetensors_writer.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+namespace {
+
+constexpr float kInv2p23 = 1.0f / 8388608.0f;  // 2^-23: t in [-2^23, 2^23) -> [-1, 1)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class LayoutBuilder {
+ public:
+  LayoutBuilder(const ModelConfig& c, DType weight_dtype) : c_(c), fp8_(weight_dtype == DType::F8_E4M3) {
+    DI_CHECK(weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3 ||
+                 weight_dtype == DType::F32,
+             "random weights: dtype ", dtype_name(weight_dtype), " is not supported (BF16, F32 or F8_E4M3)");
+    dense_dtype_ = fp8_ ? DType::BF16 : weight_dtype;
+    if (c.quantization.is_fp8()) {
+      block_n_ = c.quantization.block_n;
+      block_k_ = c.quantization.block_k;
+    }
+  }
+
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape, RandomFill fill) {
+    specs_.push_back({name, dtype, std::move(shape), fill});
+  }
+  void norm(const std::string& name, int64_t dim) {
+    add(name, dense_dtype_, {dim}, {0.1f * kInv2p23, 1.0f});
+  }
+  // Uniform with std 1/sqrt(fan_in). `quantizable`: FP8 in an FP8 checkpoint.
+  void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true) {
+    const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
+    if (fp8_ && quantizable) {
+      add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f * kInv2p23, 0.0f});
+      const float base = bound / 448.0f;
+      add(prefix + ".weight_scale_inv", DType::F32, {ceil_div(n, block_n_), ceil_div(k, block_k_)},
+          {base * 0.5f * kInv2p23, base * 1.5f});
+    } else {
+      add(prefix + ".weight", dense_dtype_, {n, k}, {bound * kInv2p23, 0.0f});
+    }
+  }
+  void mlp(const std::string& p, int64_t intermediate) {
+    linear(p + "gate_proj", intermediate, c_.hidden_size);
+    linear(p + "up_proj", intermediate, c_.hidden_size);
+    linear(p + "down_proj", c_.hidden_size, intermediate);
+  }
+  void layer(int id) {
+    const std::string p = "model.layers." + std::to_string(id) + ".";
+    const int64_t H = c_.hidden_size, heads = c_.num_attention_heads;
+    norm(p + "input_layernorm.weight", H);
+    const std::string s = p + "self_attn.";
+    if (c_.has_q_lora()) {
+      linear(s + "q_a_proj", c_.q_lora_rank, H);
+      norm(s + "q_a_layernorm.weight", c_.q_lora_rank);
+      linear(s + "q_b_proj", heads * c_.qk_head_dim(), c_.q_lora_rank);
+    } else {
+      linear(s + "q_proj", heads * c_.qk_head_dim(), H);
+    }
+    linear(s + "kv_a_proj_with_mqa", c_.kv_row_dim(), H);
+    norm(s + "kv_a_layernorm.weight", c_.kv_lora_rank);
+    linear(s + "kv_b_proj", heads * (c_.qk_nope_head_dim + c_.v_head_dim), c_.kv_lora_rank);
+    linear(s + "o_proj", H, heads * c_.v_head_dim);
+    norm(p + "post_attention_layernorm.weight", H);
+    if (!c_.is_moe_layer(id)) {
+      mlp(p + "mlp.", c_.intermediate_size);
+      return;
+    }
+    linear(p + "mlp.gate", c_.n_routed_experts, H, /*quantizable=*/false);
+    if (c_.scoring_func == "sigmoid") {
+      add(p + "mlp.gate.e_score_correction_bias", DType::F32, {c_.n_routed_experts},
+          {0.01f * kInv2p23, 0.0f});
+    }
+    for (int e = 0; e < c_.n_routed_experts; ++e) {
+      mlp(p + "mlp.experts." + std::to_string(e) + ".", c_.moe_intermediate_size);
+    }
+    if (c_.n_shared_experts > 0) mlp(p + "mlp.shared_experts.", c_.shared_intermediate_size());
+  }
+
+  std::vector<TensorSpec> build(bool include_mtp) {
+    const int64_t H = c_.hidden_size;
+    add("model.embed_tokens.weight", dense_dtype_, {c_.vocab_size, H},
+        {std::sqrt(3.0f) * kInv2p23, 0.0f});
+    for (int l = 0; l < c_.num_hidden_layers; ++l) layer(l);
+    norm("model.norm.weight", H);
+    if (!c_.tie_word_embeddings) linear("lm_head", c_.vocab_size, H, /*quantizable=*/false);
+    for (int k = 0; include_mtp && k < c_.num_nextn_predict_layers; ++k) {
+      const int id = c_.num_hidden_layers + k;
+      const std::string p = "model.layers." + std::to_string(id) + ".";
+      norm(p + "enorm.weight", H);
+      norm(p + "hnorm.weight", H);
+      linear(p + "eh_proj", H, 2 * H);
+      layer(id);
+      norm(p + "shared_head.norm.weight", H);
+    }
+    return std::move(specs_);
+  }
+
+ private:
+  const ModelConfig& c_;
+  bool fp8_;
+  DType dense_dtype_ = DType::BF16;
+  int block_n_ = 128;
+  int block_k_ = 128;
+  std::vector<TensorSpec> specs_;
+};
+
+// Fills `out` (numel elements of spec.dtype) with tensor `index` of the layout.
+void fill(const TensorSpec& spec, uint64_t seed, uint64_t index, void* out, int64_t numel) {
+  for (int64_t i = 0; i < numel; ++i) {
+    const float v = random_value(seed, index, static_cast<uint64_t>(i), spec.fill);
+    switch (spec.dtype) {
+      case DType::F32:
+        static_cast<float*>(out)[i] = v;
+        break;
+      case DType::BF16:
+        static_cast<uint16_t*>(out)[i] = float_to_bf16(v);
+        break;
+      case DType::F8_E4M3:
+        static_cast<uint8_t*>(out)[i] = float_to_fp8_e4m3(v);
+        break;
+      default:
+        fail("random weights: tensor '", spec.name, "' has unsupported dtype ", dtype_name(spec.dtype));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TensorSpec> checkpoint_layout(const ModelConfig& config, DType weight_dtype,
+                                          bool include_mtp) {
+  return LayoutBuilder(config, weight_dtype).build(include_mtp);
+}
+
+ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                                 bool include_mtp) {
+  const std::vector<TensorSpec> specs = checkpoint_layout(config, weight_dtype, include_mtp);
+  std::vector<std::shared_ptr<const void>> owners;
+  std::map<std::string, Tensor> tensors;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    auto buffer = std::make_shared<HostBuffer>(specs[k].dtype, specs[k].shape);
+    fill(specs[k], seed, k, buffer->tensor().data, buffer->tensor().numel());
+    tensors.emplace(specs[k].name, buffer->tensor());
+    owners.push_back(std::move(buffer));
+  }
+  TensorSource source;
+  source.find = [&tensors](const std::string& name) -> std::optional<Tensor> {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return std::nullopt;
+    return it->second;
+  };
+  source.describe = [](const std::string&) { return std::string("random weights"); };
+  ModelWeights w = assemble_weights(config, source, include_mtp);
+  w.owners = std::move(owners);
+  return w;
+}
+
+void write_random_checkpoint(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                             bool include_mtp, const std::string& dir) {
+  const std::vector<TensorSpec> specs = checkpoint_layout(config, weight_dtype, include_mtp);
+  SafetensorsWriter writer;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    HostBuffer buffer(specs[k].dtype, specs[k].shape);
+    fill(specs[k], seed, k, buffer.tensor().data, buffer.tensor().numel());
+    writer.add(specs[k].name, buffer.tensor());
+  }
+  writer.set_metadata("format", "pt");
+  ::mkdir(dir.c_str(), 0755);
+  writer.write(dir + "/model.safetensors");
+}
+
+}  // namespace deepinfer
