@@ -1,0 +1,225 @@
+// CudaBackend: construction, memory (with out-of-memory errors that give the sizes),
+// copies, scratch workspaces, CUDA graphs, and make_cuda_backend.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/gemm_problem.h"
+
+namespace deepinfer {
+namespace cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const std::string& where) {
+  fail("CUDA error in ", where, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+       ") from ", call);
+}
+
+void check_device(const Tensor& t, const char* what) {
+  DI_CHECK(t.defined(), what, ": tensor is undefined");
+  DI_CHECK(t.device == Device::CUDA, what, ": expected a CUDA tensor, got ", t.describe());
+}
+void check_dtype(const Tensor& t, DType dtype, const char* what) {
+  check_device(t, what);
+  DI_CHECK(t.dtype == dtype, what, ": expected ", dtype_name(dtype), ", got ", t.describe());
+}
+void check_float(const Tensor& t, const char* what) {
+  check_device(t, what);
+  DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, what, ": expected F32 or BF16, got ",
+           t.describe());
+}
+
+RowView rows_of(const Tensor& t, const char* what) {
+  check_device(t, what);
+  DI_CHECK(t.ndim >= 1, what, ": scalar tensor ", t.describe());
+  RowView v;
+  v.data = t.data;
+  v.dtype = t.dtype;
+  v.cols = t.shape[t.ndim - 1];
+  DI_CHECK(t.stride[t.ndim - 1] == 1 || v.cols == 1, what, ": last dimension must be contiguous, got ",
+           t.describe());
+  if (t.ndim == 1) {
+    v.rows = 1;
+    v.row_stride = v.cols;
+    return v;
+  }
+  v.row_stride = t.stride[t.ndim - 2];
+  v.rows = 1;
+  for (int d = 0; d < t.ndim - 1; ++d) v.rows *= t.shape[d];
+  // Outer dims must step uniformly so row r sits at r * row_stride.
+  for (int d = t.ndim - 3; d >= 0; --d) {
+    DI_CHECK(t.shape[d] == 1 || t.stride[d] == t.stride[d + 1] * t.shape[d + 1], what,
+             ": rows must be uniformly strided, got ", t.describe());
+  }
+  if (v.rows <= 1) v.row_stride = v.cols;
+  return v;
+}
+
+CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  DI_CHECK(err == cudaSuccess && count > 0, "cuda backend: no usable CUDA device (",
+           err == cudaSuccess ? "0 devices" : cudaGetErrorString(err), ")");
+  DI_CHECK(options.device_index >= 0 && options.device_index < count, "cuda backend: device ",
+           options.device_index, " requested, ", count, " present");
+  device_ = options.device_index;
+  DI_CUDA(cudaSetDevice(device_), "cuda backend init (device ", device_, ")");
+  cudaDeviceProp prop{};
+  DI_CUDA(cudaGetDeviceProperties(&prop, device_), "cuda backend init");
+  DI_CHECK(prop.major >= 9, "cuda backend: built for sm_90a, device ", prop.name,
+           " has compute capability ", prop.major, ".", prop.minor);
+  num_sms_ = prop.multiProcessorCount;
+  const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
+  sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0 && sync[0] != '\0';
+  const char* gemm_mode = std::getenv("DEEPINFER_CUDA_GEMM");
+  own_gemm_only_ = gemm_mode != nullptr && std::strcmp(gemm_mode, "own") == 0;
+  DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
+  DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
+  lt_workspace_bytes_ = size_t{32} << 20;
+  DI_CUDA(cudaMalloc(&lt_workspace_, lt_workspace_bytes_), "cuda backend init (cuBLASLt workspace ",
+          lt_workspace_bytes_, " bytes)");
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (cudaGraphExec_t g : graphs_) {
+    if (g) cudaGraphExecDestroy(g);
+  }
+  for (Scratch& s : scratch_) cudaFree(s.ptr);
+  expert_tables_.clear();
+  for (auto& [key, plan] : lt_plans_) {
+    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  }
+  cudaFree(lt_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+DeviceBuffer CudaBackend::alloc(DType dtype, const std::vector<int64_t>& dims) {
+  Tensor t(nullptr, dtype, dims, Device::CUDA);
+  const size_t num_bytes = (t.num_bytes() + 255) / 256 * 256;
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, num_bytes ? num_bytes : 256);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free allocation error
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("out of GPU memory allocating ", t.describe(), " (", num_bytes, " bytes = ",
+         num_bytes / double(1 << 30), " GiB): device ", device_, " has ", free_bytes, " bytes free of ",
+         total_bytes, " (", cudaGetErrorString(err), ")");
+  }
+  t.data = p;
+  return DeviceBuffer(t, std::shared_ptr<void>(p, [](void* q) { cudaFree(q); }));
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+  DI_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: ", src.describe(), " -> ",
+           dst.describe(), " must have equal dtype and numel");
+  DI_CHECK(src.is_contiguous() && dst.is_contiguous(), "copy: both tensors must be contiguous, got ",
+           src.describe(), " -> ", dst.describe());
+  if (src.numel() == 0) return;
+  const bool host = src.device == Device::CPU || dst.device == Device::CPU;
+  DI_CUDA(cudaMemcpyAsync(dst.data, src.data, src.num_bytes(), cudaMemcpyDefault, stream_), "copy ",
+          src.describe(), " -> ", dst.describe());
+  // Host memory may be pageable and freed after return: wait for the transfer.
+  if (host) DI_CUDA(cudaStreamSynchronize(stream_), "copy ", src.describe(), " -> ", dst.describe());
+}
+
+void CudaBackend::synchronize() { DI_CUDA(cudaStreamSynchronize(stream_), "synchronize"); }
+
+void CudaBackend::check_launch(const char* op, const std::string& shapes) {
+  DI_CUDA(cudaGetLastError(), op, " ", shapes);
+  if (sync_each_op_ && !capturing()) DI_CUDA(cudaStreamSynchronize(stream_), op, " ", shapes);
+}
+
+bool CudaBackend::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream_, &status);
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void* CudaBackend::scratch(Slot slot, size_t num_bytes, const char* op) {
+  Scratch& s = scratch_[slot];
+  if (num_bytes <= s.num_bytes) return s.ptr;
+  DI_CHECK(!capturing(), op, ": workspace must grow to ", num_bytes,
+           " bytes during a graph capture; run the step once uncaptured first");
+  DI_CUDA(cudaStreamSynchronize(stream_), op, " (workspace growth)");
+  cudaFree(s.ptr);
+  s.ptr = nullptr;
+  s.num_bytes = 0;
+  const size_t want = (num_bytes + (1 << 20) - 1) / (1 << 20) * (1 << 20);
+  cudaError_t err = cudaMalloc(&s.ptr, want);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("out of GPU memory in ", op, ": workspace of ", want, " bytes; device has ", free_bytes,
+         " bytes free of ", total_bytes);
+  }
+  s.num_bytes = want;
+  return s.ptr;
+}
+
+const CudaBackend::ExpertTable& CudaBackend::expert_table(const std::vector<ExpertWeights>& experts) {
+  DI_CHECK(!experts.empty(), "moe_experts: no experts");
+  const auto key = std::make_pair(experts.front().gate.w.data, experts.size());
+  auto it = expert_tables_.find(key);
+  if (it != expert_tables_.end()) return it->second;
+  DI_CHECK(!capturing(), "moe_experts: first call with these experts during a graph capture; run "
+                         "the step once uncaptured first");
+  const size_t E = experts.size();
+  std::vector<const void*> host(6 * E, nullptr);
+  for (size_t e = 0; e < E; ++e) {
+    const Weight* ws[3] = {&experts[e].gate, &experts[e].up, &experts[e].down};
+    for (int j = 0; j < 3; ++j) {
+      host[j * E + e] = ws[j]->w.data;
+      host[(3 + j) * E + e] = ws[j]->scale_inv.data;
+    }
+  }
+  ExpertTable table;
+  table.num_experts = static_cast<int>(E);
+  table.ptrs = alloc(DType::I64, {static_cast<int64_t>(6 * E)});
+  DI_CUDA(cudaMemcpy(table.ptrs.tensor().data, host.data(), host.size() * sizeof(void*),
+                     cudaMemcpyHostToDevice),
+          "moe_experts expert table (", E, " experts)");
+  return expert_tables_.emplace(key, std::move(table)).first->second;
+}
+
+void CudaBackend::graph_capture_begin() {
+  DI_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph_capture_begin");
+}
+
+int CudaBackend::graph_capture_end() {
+  cudaGraph_t graph = nullptr;
+  DI_CUDA(cudaStreamEndCapture(stream_, &graph), "graph_capture_end");
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  DI_CUDA(err, "graph_capture_end (instantiate)");
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void CudaBackend::graph_replay(int graph_id) {
+  DI_CHECK(graph_id >= 0 && graph_id < static_cast<int>(graphs_.size()) && graphs_[graph_id],
+           "graph_replay: unknown graph id ", graph_id);
+  DI_CUDA(cudaGraphLaunch(graphs_[graph_id], stream_), "graph_replay ", graph_id);
+  check_launch("graph_replay", std::to_string(graph_id));
+}
+
+void CudaBackend::graph_release(int graph_id) {
+  if (graph_id < 0 || graph_id >= static_cast<int>(graphs_.size()) || !graphs_[graph_id]) return;
+  cudaGraphExecDestroy(graphs_[graph_id]);
+  graphs_[graph_id] = nullptr;
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(options);
+}
+
+}  // namespace deepinfer

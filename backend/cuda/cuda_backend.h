@@ -1,0 +1,127 @@
+// CudaBackend: the op table on one NVIDIA GPU (Hopper first, sm_90a). Activations BF16
+// (F32 accepted where noted), fp32 accumulation everywhere. One op family per .cu file,
+// named as on the CPU side: elementwise.cu (embedding, norm, rope, activation, kv_copy,
+// sampling), gemm.cu, mla_attention.cu, moe.cu; this file's .cu has memory, copies,
+// workspaces, random fill and graphs.
+//
+// Every kernel launch is checked; errors name the op and tensor shapes. Set
+// DEEPINFER_CUDA_SYNC=1 to synchronize after each op so an asynchronous fault is
+// reported by the op that caused it.
+//
+// Batch invariance (BackendOptions::batch_invariant): GEMMs (dense and grouped) always
+// run the tensor-core tile kernel whose per-element K order is fixed (no cuBLASLt, no
+// split-K); attention splits the KV length in fixed 64-token chunks combined in chunk
+// order in every mode; norms and argmax use fixed-order block reductions in every mode.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace deepinfer::cuda {
+
+struct GemmProblem;  // gemm_kernels.h
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options);
+  ~CudaBackend() override;
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::BF16; }
+  bool batch_invariant() const override { return options_.batch_invariant; }
+
+  DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void synchronize() override;
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                    Tensor& out) override;
+  void gemm(const Tensor& x, const Weight& w, Tensor& out) override;
+  void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
+            int rope_dim, bool interleave) override;
+  void silu_mul(const Tensor& gate_up, Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void kv_store(const Tensor& rows, PagedKV& kv) override;
+  void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale, int v_dim,
+                           Tensor& out) override;
+  void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& query_start, int num_seqs, float softmax_scale,
+                             Tensor& out) override;
+  void moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                   Tensor& topk_ids, Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                   const std::vector<ExpertWeights>& experts, Tensor& out) override;
+  void argmax(const Tensor& logits, Tensor& ids) override;
+  void fill_random(Tensor& t, uint64_t seed, float scale) override;
+
+  bool supports_graphs() const override { return true; }
+  void graph_capture_begin() override;
+  int graph_capture_end() override;
+  void graph_replay(int graph_id) override;
+  void graph_release(int graph_id) override;
+
+  // --- for the op files -------------------------------------------------------
+  cudaStream_t stream() const { return stream_; }
+  int num_sms() const { return num_sms_; }
+  // Checks the launch just issued (and, with DEEPINFER_CUDA_SYNC=1, its completion).
+  void check_launch(const char* op, const std::string& shapes);
+  // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
+  // contents are not kept across growth). Slots let one op hold several buffers.
+  enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
+              kSlotMoeAct, kSlotMoeOut, kSlotCount };
+  void* scratch(Slot slot, size_t num_bytes, const char* op);
+  // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
+  void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
+  // Device table of expert weight pointers (built once per experts vector, cached).
+  struct ExpertTable {
+    DeviceBuffer ptrs;  // 6 * E pointers: gate w, up w, down w, gate s, up s, down s
+    int num_experts = 0;
+  };
+  const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts);
+
+ private:
+  // out rows (ldo) = x rows (ldx, BF16) · W^T (BF16) through cuBLASLt; false when no
+  // algorithm fits (alignment), so the caller falls back to the own kernels.
+  bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
+                     int64_t ldo, DType out_dtype);
+  bool capturing() const;
+
+  BackendOptions options_;
+  int device_ = 0;
+  int num_sms_ = 0;
+  bool sync_each_op_ = false;
+  // DEEPINFER_CUDA_GEMM=own: dense BF16 GEMMs on the own kernels instead of cuBLASLt
+  // (for measuring both; batch-invariant mode always uses the own kernels).
+  bool own_gemm_only_ = false;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  size_t lt_workspace_bytes_ = 0;
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t num_bytes = 0;
+  };
+  Scratch scratch_[kSlotCount];
+  // cuBLASLt algorithm per (M, N, K, ldx, ldo, out dtype); nullopt-like flag when none fits.
+  struct LtPlan {
+    bool ok = false;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, LtPlan> lt_plans_;
+  std::map<std::pair<const void*, size_t>, ExpertTable> expert_tables_;
+  std::vector<cudaGraphExec_t> graphs_;
+};
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,342 @@
+// Memory-bound ops: embedding, rms_norm (+ fused residual add), rope, silu_mul, add,
+// kv_store, argmax and fill_random. Activations may be F32 or BF16; the dtype is a
+// uniform run-time flag (one instantiation per kernel keeps the build small; the branch
+// costs nothing next to the memory traffic). Reductions use fixed-order block trees.
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/random.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+// kind: 0 = F32, 1 = BF16.
+__device__ __forceinline__ float ld(const void* p, int64_t i, int kind) {
+  return kind ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void st(void* p, int64_t i, int kind, float v) {
+  if (kind)
+    static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+// Value as stored in `kind` (what a later read of the element gives).
+__device__ __forceinline__ float round_to(float v, int kind) {
+  return kind ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+__global__ void embedding_kernel(const int32_t* ids, const void* table, int table_kind, int64_t H,
+                                 int64_t vocab, void* out, int out_kind, int64_t ldo) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const bool ok = id >= 0 && id < vocab;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float v = ok ? ld(table, id * H + c, table_kind) : __int_as_float(0x7fc00000);
+    st(out, t * ldo + c, out_kind, v);
+  }
+}
+
+// One block per row. out = rms_norm(res + x) with res updated (ADD) or rms_norm(x).
+__global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
+                                int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
+                                void* out, int out_kind, int64_t ldo, bool add) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    float v = ld(x, r * ldx + c, x_kind);
+    if (add) {
+      v = round_to(ld(res, r * ldr + c, res_kind) + v, res_kind);
+      st(res, r * ldr + c, res_kind, v);
+    }
+    ss += v * v;
+  }
+  const float total = block_sum(ss, scratch);
+  const float inv = rsqrtf(total / static_cast<float>(H) + eps);
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float v = add ? ld(res, r * ldr + c, res_kind) : ld(x, r * ldx + c, x_kind);
+    st(out, r * ldo + c, out_kind, v * inv * ld(w, c, w_kind));
+  }
+}
+
+__global__ void rope_kernel(void* x, int kind, int64_t T, int64_t H, int64_t s0, int64_t s1,
+                            const int32_t* positions, const float* cos_sin, int offset,
+                            int rope_dim, bool interleave) {
+  const int half = rope_dim / 2;
+  const int64_t n = T * H * half;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int p = static_cast<int>(i % half);
+    const int64_t h = (i / half) % H;
+    const int64_t t = i / (half * H);
+    const float* cs = cos_sin + static_cast<int64_t>(positions[t]) * rope_dim;
+    const float c = cs[p], s = cs[half + p];
+    const int64_t base = t * s0 + h * s1 + offset;
+    const int64_t ia = base + (interleave ? 2 * p : p);
+    const int64_t ib = base + (interleave ? 2 * p + 1 : p + half);
+    const float x0 = ld(x, ia, kind), x1 = ld(x, ib, kind);
+    st(x, ia, kind, x0 * c - x1 * s);
+    st(x, ib, kind, x1 * c + x0 * s);
+  }
+}
+
+__global__ void silu_mul_kernel(const void* g, int g_kind, int64_t ldg, int64_t rows, int64_t I,
+                                void* out, int out_kind, int64_t ldo) {
+  const int64_t n = rows * I;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / I, c = i % I;
+    const float a = ld(g, r * ldg + c, g_kind), b = ld(g, r * ldg + I + c, g_kind);
+    st(out, r * ldo + c, out_kind, a / (1.0f + __expf(-a)) * b);
+  }
+}
+
+__global__ void add_kernel(void* x, int x_kind, int64_t ldx, const void* y, int y_kind,
+                           int64_t ldy, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    st(x, r * ldx + c, x_kind, ld(x, r * ldx + c, x_kind) + ld(y, r * ldy + c, y_kind));
+  }
+}
+
+__global__ void kv_store_kernel(const void* rows, int rows_kind, int64_t ldr, int64_t T,
+                                int64_t D, const int32_t* slots, int64_t num_slots, void* cache,
+                                int cache_kind) {
+  const int64_t n = T * D;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / D, c = i % D;
+    const int32_t slot = slots[t];
+    if (slot < 0 || slot >= num_slots) continue;  // -1: do not store
+    st(cache, static_cast<int64_t>(slot) * D + c, cache_kind, ld(rows, t * ldr + c, rows_kind));
+  }
+}
+
+// One block per row; lowest index wins ties; NaN never wins.
+__global__ void argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
+                              int32_t* ids) {
+  __shared__ float best_v[32];
+  __shared__ int64_t best_i[32];
+  const int64_t r = blockIdx.x;
+  float bv = -INFINITY;
+  int64_t bi = V;  // sentinel larger than any index
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+    const float v = ld(logits, r * ld_row + c, kind);
+    if (v > bv || (v == bv && c < bi)) {
+      bv = v;
+      bi = c;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_v[warp] = bv;
+    best_i[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float v = best_v[0];
+    int64_t i = best_i[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+      if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) {
+        v = best_v[w];
+        i = best_i[w];
+      }
+    }
+    ids[r] = static_cast<int32_t>(i < V ? i : 0);
+  }
+}
+
+// kind: 0 = F32, 1 = BF16, 2 = F8_E4M3.
+__global__ void fill_random_kernel(void* data, int kind, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = scale * random_uniform(seed, static_cast<uint64_t>(i));
+    if (kind == 0)
+      static_cast<float*>(data)[i] = v;
+    else if (kind == 1)
+      static_cast<bf16*>(data)[i] = __float2bfloat16_rn(v);
+    else
+      static_cast<uint8_t*>(data)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
+unsigned grid_for(int64_t n, int threads, int num_sms) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  const int64_t cap = int64_t{num_sms} * 16;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
+}
+
+}  // namespace
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  check_dtype(ids, DType::I32, "embedding ids");
+  check_float(table, "embedding table");
+  DI_CHECK(table.ndim == 2 && table.is_contiguous(), "embedding: table must be contiguous [V, H], got ",
+           table.describe());
+  const RowView o = rows_of(out, "embedding out");
+  check_float(out, "embedding out");
+  const int64_t T = ids.numel();
+  DI_CHECK(o.rows == T && o.cols == table.shape[1], "embedding: out ", out.describe(), " must be [",
+           T, ", ", table.shape[1], "]");
+  if (T == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+      ids.ptr<int32_t>(), table.data, float_kind(table.dtype), table.shape[1], table.shape[0], o.data,
+      float_kind(o.dtype), o.row_stride);
+  check_launch("embedding", ids.describe() + " " + table.describe());
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  const RowView xv = rows_of(x, "rms_norm x");
+  const RowView ov = rows_of(out, "rms_norm out");
+  check_float(x, "rms_norm x");
+  check_float(out, "rms_norm out");
+  check_float(weight, "rms_norm weight");
+  DI_CHECK(weight.numel() == xv.cols && weight.is_contiguous() && ov.rows == xv.rows &&
+               ov.cols == xv.cols,
+           "rms_norm: x ", x.describe(), ", weight ", weight.describe(), ", out ", out.describe(),
+           " do not match");
+  if (xv.rows == 0) return;
+  const int threads = xv.cols >= 1024 ? 256 : 128;
+  rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
+      xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
+      float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
+  check_launch("rms_norm", x.describe() + " -> " + out.describe());
+}
+
+void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                               Tensor& out) {
+  const RowView rv = rows_of(residual, "add_rms_norm residual");
+  const RowView xv = rows_of(x, "add_rms_norm x");
+  const RowView ov = rows_of(out, "add_rms_norm out");
+  check_float(residual, "add_rms_norm residual");
+  check_float(x, "add_rms_norm x");
+  check_float(out, "add_rms_norm out");
+  check_float(weight, "add_rms_norm weight");
+  DI_CHECK(rv.rows == xv.rows && rv.cols == xv.cols && ov.rows == xv.rows && ov.cols == xv.cols &&
+               weight.numel() == xv.cols && weight.is_contiguous(),
+           "add_rms_norm: residual ", residual.describe(), ", x ", x.describe(), ", weight ",
+           weight.describe(), ", out ", out.describe(), " do not match");
+  if (xv.rows == 0) return;
+  const int threads = xv.cols >= 1024 ? 256 : 128;
+  rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
+      xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
+      weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
+      ov.row_stride, true);
+  check_launch("add_rms_norm", x.describe() + " -> " + out.describe());
+}
+
+void CudaBackend::rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
+                       int rope_dim, bool interleave) {
+  check_float(x, "rope x");
+  check_dtype(positions, DType::I32, "rope positions");
+  check_dtype(cos_sin, DType::F32, "rope cos_sin");
+  DI_CHECK(x.ndim == 2 || x.ndim == 3, "rope: x must be [T, dim] or [T, heads, dim], got ",
+           x.describe());
+  DI_CHECK(x.stride[x.ndim - 1] == 1, "rope: last dimension must be contiguous, got ", x.describe());
+  const int64_t T = x.shape[0];
+  const int64_t H = x.ndim == 3 ? x.shape[1] : 1;
+  const int64_t dim = x.shape[x.ndim - 1];
+  DI_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_offset >= 0 && rope_offset + rope_dim <= dim,
+           "rope: rope_offset ", rope_offset, " + rope_dim ", rope_dim, " outside ", x.describe());
+  DI_CHECK(positions.numel() == T && cos_sin.ndim == 2 && cos_sin.shape[1] == rope_dim &&
+               cos_sin.is_contiguous(),
+           "rope: positions ", positions.describe(), " / cos_sin ", cos_sin.describe(),
+           " do not match x ", x.describe());
+  const int64_t n = T * H * (rope_dim / 2);
+  if (n == 0) return;
+  rope_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+      x.data, float_kind(x.dtype), T, H, x.stride[0], x.ndim == 3 ? x.stride[1] : 0,
+      positions.ptr<int32_t>(), cos_sin.ptr<float>(), rope_offset, rope_dim, interleave);
+  check_launch("rope", x.describe());
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
+  const RowView g = rows_of(gate_up, "silu_mul gate_up");
+  const RowView o = rows_of(out, "silu_mul out");
+  check_float(gate_up, "silu_mul gate_up");
+  check_float(out, "silu_mul out");
+  DI_CHECK(g.rows == o.rows && g.cols == 2 * o.cols, "silu_mul: gate_up ", gate_up.describe(),
+           " must be [T, 2 * I] for out ", out.describe());
+  const int64_t n = o.rows * o.cols;
+  if (n == 0) return;
+  silu_mul_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+      g.data, float_kind(g.dtype), g.row_stride, o.rows, o.cols, o.data, float_kind(o.dtype),
+      o.row_stride);
+  check_launch("silu_mul", gate_up.describe());
+}
+
+void CudaBackend::add(Tensor& x, const Tensor& y) {
+  const RowView xv = rows_of(x, "add x");
+  const RowView yv = rows_of(y, "add y");
+  check_float(x, "add x");
+  check_float(y, "add y");
+  DI_CHECK(xv.rows == yv.rows && xv.cols == yv.cols, "add: ", x.describe(), " and ", y.describe(),
+           " differ in shape");
+  const int64_t n = xv.rows * xv.cols;
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+      xv.data, float_kind(xv.dtype), xv.row_stride, yv.data, float_kind(yv.dtype), yv.row_stride,
+      xv.rows, xv.cols);
+  check_launch("add", x.describe());
+}
+
+void CudaBackend::kv_store(const Tensor& rows, PagedKV& kv) {
+  const RowView r = rows_of(rows, "kv_store rows");
+  check_float(rows, "kv_store rows");
+  check_float(kv.cache, "kv_store cache");
+  check_dtype(kv.slot_mapping, DType::I32, "kv_store slot_mapping");
+  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() && kv.cache.shape[2] == r.cols,
+           "kv_store: cache ", kv.cache.describe(), " must be contiguous [blocks, block_size, ", r.cols,
+           "]");
+  DI_CHECK(kv.slot_mapping.numel() == r.rows, "kv_store: slot_mapping ", kv.slot_mapping.describe(),
+           " must have one slot per row of ", rows.describe());
+  const int64_t n = r.rows * r.cols;
+  if (n == 0) return;
+  kv_store_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+      r.data, float_kind(r.dtype), r.row_stride, r.rows, r.cols, kv.slot_mapping.ptr<int32_t>(),
+      kv.cache.shape[0] * kv.cache.shape[1], kv.cache.data, float_kind(kv.cache.dtype));
+  check_launch("kv_store", rows.describe() + " -> " + kv.cache.describe());
+}
+
+void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
+  const RowView l = rows_of(logits, "argmax logits");
+  check_float(logits, "argmax logits");
+  check_dtype(ids, DType::I32, "argmax ids");
+  DI_CHECK(ids.numel() == l.rows, "argmax: ids ", ids.describe(), " must have one entry per row of ",
+           logits.describe());
+  if (l.rows == 0) return;
+  argmax_kernel<<<static_cast<unsigned>(l.rows), 512, 0, stream_>>>(
+      l.data, float_kind(l.dtype), l.row_stride, l.cols, ids.ptr<int32_t>());
+  check_launch("argmax", logits.describe());
+}
+
+void CudaBackend::fill_random(Tensor& t, uint64_t seed, float scale) {
+  check_device(t, "fill_random");
+  DI_CHECK(t.is_contiguous(), "fill_random: tensor must be contiguous, got ", t.describe());
+  int kind = 0;
+  if (t.dtype == DType::BF16)
+    kind = 1;
+  else if (t.dtype == DType::F8_E4M3)
+    kind = 2;
+  else
+    DI_CHECK(t.dtype == DType::F32, "fill_random: dtype must be F32, BF16 or F8_E4M3, got ",
+             t.describe());
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(t.data, kind, n, seed, scale);
+  check_launch("fill_random", t.describe());
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,465 @@
+// gemm: out[M, N] = x[M, K] · W[N, K]^T, fp32 accumulation, and the grouped form that
+// moe.cu uses for the experts. Three engines:
+//  - cuBLASLt for dense BF16 weights (fast mode);
+//  - gemv_kernel for few rows (decode): memory-bound, one warp per output column reads
+//    the weight row once with 16-byte loads and dots it with up to 8 rows at a time;
+//  - tc_gemm_kernel: a tensor-core (WMMA bf16 m16n16k16) tile kernel for the rest.
+// FP8 weights (e4m3, 128x128 block scales): e4m3 values are exact in bf16, so tiles are
+// converted without scaling and each 128-wide K block's partial product is scaled in
+// fp32 before it joins the accumulator (DeepGEMM's promotion). Activations stay BF16
+// (W8A16); the 1x128 FP8 activation path is a later step.
+//
+// Batch invariance: tc_gemm_kernel accumulates every output element over K in the same
+// order (16-wide MMA steps, 128-wide FP8 promotion blocks) whatever the tile shape or M,
+// so in batch-invariant mode every GEMM uses it, never cuBLASLt, gemv or split-K.
+#include <mma.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_problem.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace nvcuda;
+
+__device__ __forceinline__ void bf16x8_to_f(const uint4& v, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void fp8x16_to_f(const uint4& v, float* f) {
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(&v);
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+        static_cast<__nv_fp8x2_storage_t>(b[i] | (b[i + 1] << 8)), __NV_E4M3);
+    const float2 t = __half22float2(__half2(h));
+    f[i] = t.x;
+    f[i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ void store_out(const GemmProblem& p, int64_t row, int n, float v) {
+  if (p.c_bf16)
+    static_cast<bf16*>(p.c)[row * p.ldc + n] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p.c)[row * p.ldc + n] = v;
+}
+
+// ---------------------------------------------------------------------------------------
+// gemv: grid (ceil(N / 8), groups); 8 warps, warp w owns column n = blockIdx.x * 8 + w.
+template <int WK>
+__global__ void __launch_bounds__(256) gemv_kernel(GemmProblem p, bool vec) {
+  constexpr int EPL = WK == kWeightFP8 ? 16 : 8;  // weight elements per 16-byte load
+  constexpr int MT = 8;                           // rows per pass
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
+  const int g = blockIdx.y;
+  int r0 = 0, r1 = p.M;
+  if (p.group_offsets) {
+    r0 = p.group_offsets[g];
+    r1 = p.group_offsets[g + 1];
+  }
+  if (n >= p.N || r0 >= r1) return;
+  const void* wbase = p.w_ptrs ? p.w_ptrs[g] : p.w;
+  const float* sbase = p.s_ptrs ? p.s_ptrs[g] : p.s;
+  const int K = p.K;
+  const bf16* a = static_cast<const bf16*>(p.a);
+  for (int rb = r0; rb < r1; rb += MT) {
+    const int nr = min(MT, r1 - rb);
+    const bf16* xr[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const int row = rb + (m < nr ? m : 0);
+      xr[m] = a + static_cast<int64_t>(p.a_rows ? p.a_rows[row] : row) * p.lda;
+    }
+    float acc[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+    for (int k0 = lane * EPL; k0 < K; k0 += 32 * EPL) {
+      float wf[EPL];
+      if (vec && k0 + EPL <= K) {
+        if constexpr (WK == kWeightFP8) {
+          const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(wbase) +
+                                                            static_cast<int64_t>(n) * K + k0);
+          fp8x16_to_f(raw, wf);
+        } else {
+          const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(wbase) +
+                                                            static_cast<int64_t>(n) * K + k0);
+          bf16x8_to_f(raw, wf);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) {
+          const int k = k0 + e;
+          float v = 0.0f;
+          if (k < K) {
+            if constexpr (WK == kWeightFP8)
+              v = fp8_to_f(static_cast<const uint8_t*>(wbase)[static_cast<int64_t>(n) * K + k]);
+            else
+              v = __bfloat162float(static_cast<const bf16*>(wbase)[static_cast<int64_t>(n) * K + k]);
+          }
+          wf[e] = v;
+        }
+      }
+      float scale = 1.0f;
+      if constexpr (WK == kWeightFP8) scale = sbase[(n / 128) * p.scale_cols + k0 / 128];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < nr) {
+          float xf[EPL];
+          if (vec && k0 + EPL <= K) {
+#pragma unroll
+            for (int j = 0; j < EPL; j += 8)
+              bf16x8_to_f(*reinterpret_cast<const uint4*>(xr[m] + k0 + j), xf + j);
+          } else {
+#pragma unroll
+            for (int e = 0; e < EPL; ++e)
+              xf[e] = k0 + e < K ? __bfloat162float(xr[m][k0 + e]) : 0.0f;
+          }
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < EPL; ++e) d += wf[e] * xf[e];
+          acc[m] += WK == kWeightFP8 ? d * scale : d;
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m < nr) {
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) store_out(p, rb + m, n, v);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensor-core tile kernel: block tile BM x BN, K step 32, warps WM x WN.
+template <int WK, int BM, int BN, int WM, int WN>
+__global__ void __launch_bounds__(WM* WN * 32) tc_gemm_kernel(GemmProblem p, bool vec) {
+  constexpr int BK = 32, LDS = BK + 8;  // padded rows; fragment origins stay 32-byte aligned
+  constexpr int NT = WM * WN * 32;
+  constexpr int FM = BM / WM / 16, FN = BN / WN / 16;
+  __shared__ __align__(128) bf16 As[BM * LDS];
+  __shared__ __align__(128) bf16 Bs[BN * LDS];
+  __shared__ __align__(128) float Cs[WM * WN][256];
+  __shared__ int64_t arow[BM];
+
+  int g = 0, row0, row_end;
+  if (p.tiles) {
+    if (static_cast<int>(blockIdx.x) >= *p.num_tiles) return;
+    const int2 t = p.tiles[blockIdx.x];
+    g = t.x;
+    row0 = t.y;
+    row_end = p.group_offsets[g + 1];
+  } else {
+    row0 = blockIdx.x * BM;
+    row_end = p.M;
+  }
+  const int n0 = blockIdx.y * BN;
+  const void* wbase = p.w_ptrs ? p.w_ptrs[g] : p.w;
+  const float* sbase = p.s_ptrs ? p.s_ptrs[g] : p.s;
+  const int K = p.K, N = p.N;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wm = warp / WN, wn = warp % WN;
+  const bf16* a = static_cast<const bf16*>(p.a);
+  for (int i = tid; i < BM; i += NT) {
+    const int r = row0 + i;
+    arow[i] = r < row_end ? static_cast<int64_t>(p.a_rows ? p.a_rows[r] : r) * p.lda : -1;
+  }
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> part[FM][FN];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+      wmma::fill_fragment(acc[i][j], 0.0f);
+      wmma::fill_fragment(part[i][j], 0.0f);
+    }
+  __syncthreads();
+
+  for (int kt = 0; kt < K; kt += BK) {
+    // A tile: BM rows x 32 columns = 4 chunks of 8 per row.
+    for (int c = tid; c < BM * 4; c += NT) {
+      const int r = c >> 2, kc = (c & 3) * 8, k = kt + kc;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      const int64_t off = arow[r];
+      if (off >= 0) {
+        if (vec && k + 8 <= K) {
+          v = *reinterpret_cast<const uint4*>(a + off + k);
+        } else {
+          bf16 tmp[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) tmp[e] = k + e < K ? a[off + k + e] : __float2bfloat16_rn(0.0f);
+          v = *reinterpret_cast<const uint4*>(tmp);
+        }
+      }
+      *reinterpret_cast<uint4*>(As + r * LDS + kc) = v;
+    }
+    // B tile: BN weight rows x 32 columns, stored as bf16 (FP8 values exactly).
+    if constexpr (WK == kWeightFP8) {
+      const uint8_t* w8 = static_cast<const uint8_t*>(wbase);
+      for (int c = tid; c < BN * 2; c += NT) {
+        const int r = c >> 1, kc = (c & 1) * 16, k = kt + kc, n = n0 + r;
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (n < N) {
+          if (vec && k + 16 <= K) {
+            raw = *reinterpret_cast<const uint4*>(w8 + static_cast<int64_t>(n) * K + k);
+          } else {
+            uint8_t tmp[16];
+#pragma unroll
+            for (int e = 0; e < 16; ++e) tmp[e] = k + e < K ? w8[static_cast<int64_t>(n) * K + k + e] : 0;
+            raw = *reinterpret_cast<const uint4*>(tmp);
+          }
+        }
+        float f[16];
+        fp8x16_to_f(raw, f);
+        __align__(16) bf16 h[16];
+#pragma unroll
+        for (int e = 0; e < 16; ++e) h[e] = __float2bfloat16_rn(f[e]);
+        *reinterpret_cast<uint4*>(Bs + r * LDS + kc) = *reinterpret_cast<const uint4*>(h);
+        *reinterpret_cast<uint4*>(Bs + r * LDS + kc + 8) = *reinterpret_cast<const uint4*>(h + 8);
+      }
+    } else {
+      const bf16* wb = static_cast<const bf16*>(wbase);
+      for (int c = tid; c < BN * 4; c += NT) {
+        const int r = c >> 2, kc = (c & 3) * 8, k = kt + kc, n = n0 + r;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (n < N) {
+          if (vec && k + 8 <= K) {
+            v = *reinterpret_cast<const uint4*>(wb + static_cast<int64_t>(n) * K + k);
+          } else {
+            bf16 tmp[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              tmp[e] = k + e < K ? wb[static_cast<int64_t>(n) * K + k + e] : __float2bfloat16_rn(0.0f);
+            v = *reinterpret_cast<const uint4*>(tmp);
+          }
+        }
+        *reinterpret_cast<uint4*>(Bs + r * LDS + kc) = v;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[FN];
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+        wmma::load_matrix_sync(fa[i], As + (wm * FM * 16 + i * 16) * LDS + kk, LDS);
+#pragma unroll
+      for (int j = 0; j < FN; ++j)
+        wmma::load_matrix_sync(fb[j], Bs + (wn * FN * 16 + j * 16) * LDS + kk, LDS);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          if constexpr (WK == kWeightFP8)
+            wmma::mma_sync(part[i][j], fa[i], fb[j], part[i][j]);
+          else
+            wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+    }
+    __syncthreads();
+    if constexpr (WK == kWeightFP8) {
+      // End of a 128-wide K block (or of K): promote the block's partial sums with its scale.
+      if ((kt + BK) % 128 == 0 || kt + BK >= K) {
+        const float s = sbase[(n0 / 128) * p.scale_cols + kt / 128];
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+          for (int j = 0; j < FN; ++j) {
+#pragma unroll
+            for (int e = 0; e < acc[i][j].num_elements; ++e) acc[i][j].x[e] += s * part[i][j].x[e];
+            wmma::fill_fragment(part[i][j], 0.0f);
+          }
+      }
+    }
+  }
+  // Epilogue: each warp stages one 16x16 fragment at a time and writes the valid part.
+  float* cs = Cs[warp];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+      wmma::store_matrix_sync(cs, acc[i][j], 16, wmma::mem_row_major);
+      __syncwarp();
+      for (int e = lane; e < 256; e += 32) {
+        const int r = row0 + wm * FM * 16 + i * 16 + (e >> 4);
+        const int n = n0 + wn * FN * 16 + j * 16 + (e & 15);
+        if (r < row_end && n < N) store_out(p, r, n, cs[e]);
+      }
+      __syncwarp();
+    }
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, int64_t ldx, int64_t rows, int64_t cols, bf16* y) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
+  }
+}
+
+template <int WK>
+void launch_tc(const GemmProblem& p, bool vec, cudaStream_t stream, bool large) {
+  const unsigned grid_x = p.tiles ? static_cast<unsigned>(p.max_tiles)
+                                  : ceil_div(p.M, large ? 128 : 32);
+  if (grid_x == 0) return;
+  if (large) {
+    dim3 grid(grid_x, ceil_div(p.N, 128));
+    tc_gemm_kernel<WK, 128, 128, 2, 4><<<grid, 256, 0, stream>>>(p, vec);
+  } else {
+    dim3 grid(grid_x, ceil_div(p.N, 64));
+    tc_gemm_kernel<WK, 32, 64, 1, 4><<<grid, 128, 0, stream>>>(p, vec);
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+}  // namespace
+
+void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv) {
+  // 16-byte vector loads need aligned bases and row strides (weights: K elements per row).
+  const int wk_elems = p.w_kind == kWeightFP8 ? 16 : 8;
+  bool vec = p.lda % 8 == 0 && p.K % wk_elems == 0 && aligned16(p.a) &&
+             (p.w_ptrs != nullptr || aligned16(p.w));
+  const auto shapes = [&] {
+    return detail::concat("rows ", p.M, "/", p.max_rows, " N ", p.N, " K ", p.K, " groups ",
+                          p.num_groups, p.w_kind == kWeightFP8 ? " fp8" : " bf16");
+  };
+  if (prefer_gemv && !options_.batch_invariant) {
+    dim3 grid(ceil_div(p.N, 8), p.group_offsets ? p.num_groups : 1);
+    if (p.w_kind == kWeightFP8)
+      gemv_kernel<kWeightFP8><<<grid, 256, 0, stream_>>>(p, vec);
+    else
+      gemv_kernel<kWeightBF16><<<grid, 256, 0, stream_>>>(p, vec);
+    check_launch(op, "gemv " + shapes());
+    return;
+  }
+  const bool large = p.tiles ? p.tile_rows == 128 : p.M > 48;
+  if (p.w_kind == kWeightFP8)
+    launch_tc<kWeightFP8>(p, vec, stream_, large);
+  else
+    launch_tc<kWeightBF16>(p, vec, stream_, large);
+  check_launch(op, "tc " + shapes());
+}
+
+bool CudaBackend::cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
+                                int64_t ldo, DType out_dtype) {
+  const int64_t N = w.w.shape[0], K = w.w.shape[1];
+  if (!aligned16(x) || !aligned16(out) || !aligned16(w.w.data) || ldx % 8 || K % 8 ||
+      ldo % (out_dtype == DType::F32 ? 4 : 8))
+    return false;
+  const auto key = std::make_tuple(M, N, K, ldx, ldo, static_cast<int>(out_dtype));
+  auto it = lt_plans_.find(key);
+  if (it == lt_plans_.end()) {
+    LtPlan plan;
+    const cudaDataType_t ctype = out_dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+    bool ok = cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+              CUBLAS_STATUS_SUCCESS;
+    const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+    // Column-major view: out^T [N, M] = W [K, N]^T · x^T [K, M].
+    ok = ok && cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT,
+                                              sizeof(opT)) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN,
+                                              sizeof(opN)) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, K, N, K) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, K, M, ldx) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatrixLayoutCreate(&plan.c, ctype, N, M, ldo) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &lt_workspace_bytes_,
+                                                    sizeof(lt_workspace_bytes_)) ==
+                   CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    ok = ok && cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref,
+                                              1, &result, &found) == CUBLAS_STATUS_SUCCESS &&
+         found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    plan.ok = ok;
+    if (ok) plan.algo = result.algo;
+    it = lt_plans_.emplace(key, plan).first;
+  }
+  const LtPlan& plan = it->second;
+  if (!plan.ok) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st =
+      cublasLtMatmul(lt_, plan.desc, &alpha, w.w.data, plan.a, x, plan.b, &beta, out, plan.c, out,
+                     plan.c, &plan.algo, lt_workspace_, lt_workspace_bytes_, stream_);
+  DI_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm (cuBLASLt) failed with status ", static_cast<int>(st),
+           ": x [", M, ", ", K, "] ld ", ldx, ", W ", w.w.describe(), ", out ld ", ldo);
+  check_launch("gemm (cuBLASLt)", w.w.describe());
+  return true;
+}
+
+void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
+  const RowView xv = rows_of(x, "gemm x");
+  const RowView ov = rows_of(out, "gemm out");
+  check_float(x, "gemm x");
+  check_float(out, "gemm out");
+  check_device(w.w, "gemm weight");
+  DI_CHECK(w.w.ndim == 2 && w.w.is_contiguous(), "gemm: weight must be contiguous [N, K], got ",
+           w.w.describe());
+  DI_CHECK(w.w.dtype == DType::BF16 || w.w.dtype == DType::F8_E4M3,
+           "gemm: CUDA weights must be BF16 or F8_E4M3 (upload F32 weights as BF16), got ",
+           w.w.describe());
+  const int64_t M = xv.rows, K = xv.cols, N = w.w.shape[0];
+  DI_CHECK(w.w.shape[1] == K && ov.rows == M && ov.cols == N, "gemm: x ", x.describe(), " · W ",
+           w.w.describe(), "^T does not fit out ", out.describe());
+  const bool fp8 = w.w.dtype == DType::F8_E4M3;
+  if (fp8) {
+    check_dtype(w.scale_inv, DType::F32, "gemm weight scale_inv");
+    DI_CHECK(w.block_n == 128 && w.block_k == 128 && w.scale_inv.ndim == 2 &&
+                 w.scale_inv.is_contiguous() && w.scale_inv.shape[0] == (N + 127) / 128 &&
+                 w.scale_inv.shape[1] == (K + 127) / 128,
+             "gemm: FP8 weight ", w.w.describe(), " needs 128x128 blocks and scale_inv F32 [",
+             (N + 127) / 128, ", ", (K + 127) / 128, "], got ", w.scale_inv.describe(), " blocks ",
+             w.block_n, "x", w.block_k);
+  }
+  if (M == 0 || N == 0) return;
+  const void* a = xv.data;
+  int64_t lda = xv.row_stride;
+  if (xv.dtype == DType::F32) {
+    bf16* tmp = static_cast<bf16*>(scratch(kSlotGemmA, static_cast<size_t>(M * K) * 2, "gemm"));
+    const int64_t n = M * K;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, num_sms_ * 16));
+    f32_to_bf16_kernel<<<std::max(1u, blocks), 256, 0, stream_>>>(static_cast<const float*>(a), lda,
+                                                                  M, K, tmp);
+    check_launch("gemm (x to bf16)", x.describe());
+    a = tmp;
+    lda = K;
+  }
+  if (!fp8 && !options_.batch_invariant && !own_gemm_only_ &&
+      cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
+    return;
+  GemmProblem p;
+  p.a = a;
+  p.lda = lda;
+  p.M = static_cast<int>(M);
+  p.max_rows = static_cast<int>(M);
+  p.w = w.w.data;
+  p.s = fp8 ? w.scale_inv.ptr<float>() : nullptr;
+  p.w_kind = fp8 ? kWeightFP8 : kWeightBF16;
+  p.N = static_cast<int>(N);
+  p.K = static_cast<int>(K);
+  p.scale_cols = static_cast<int>((K + 127) / 128);
+  p.c = ov.data;
+  p.ldc = ov.row_stride;
+  p.c_bf16 = ov.dtype == DType::BF16;
+  launch_gemm(p, "gemm", M <= 8);
+}
+
+}  // namespace deepinfer::cuda

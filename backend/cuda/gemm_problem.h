@@ -1,0 +1,45 @@
+// GemmProblem: one launch of out = A · W^T, dense or grouped (MoE experts), read by the
+// kernels in gemm.cu. Plain data so it can be passed to a kernel by value.
+//
+// Rows live in a "problem row space" p in [0, M) (dense) or [0, group_offsets[G]) (grouped:
+// group g owns rows [group_offsets[g], group_offsets[g+1]) ). Row p reads A row a_rows[p]
+// (or p when a_rows is null) and writes C row p.
+#pragma once
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+enum WeightKind : int { kWeightBF16 = 0, kWeightFP8 = 1 };
+
+struct GemmProblem {
+  const void* a = nullptr;  // BF16 rows, K contiguous, row stride lda (elements)
+  int64_t lda = 0;
+  const int* a_rows = nullptr;  // optional gather [rows]
+  int M = 0;                    // dense row count
+  // Grouped: device arrays; group_offsets [G + 1], w_ptrs / s_ptrs [G].
+  const int* group_offsets = nullptr;
+  int num_groups = 1;
+  int max_rows = 0;  // upper bound of the total rows (host-known: T * top_k)
+  const void* const* w_ptrs = nullptr;
+  const float* const* s_ptrs = nullptr;
+  // Dense weight (when w_ptrs is null).
+  const void* w = nullptr;  // [N, K] row-major (BF16 or FP8 e4m3)
+  const float* s = nullptr;  // FP8 scale_inv [ceil(N/128), ceil(K/128)]
+  int w_kind = kWeightBF16;
+  int N = 0, K = 0;
+  int scale_cols = 0;  // ceil(K / 128)
+  void* c = nullptr;   // out rows, row stride ldc; F32 or BF16
+  int64_t ldc = 0;
+  int c_bf16 = 1;
+  // Grouped tile schedule for the tensor-core kernel (device): tiles[i] = (group, row0),
+  // num_tiles[0] = count. Built by moe.cu for the chosen rows-per-tile.
+  const int2* tiles = nullptr;
+  const int* num_tiles = nullptr;
+  int tile_rows = 0;  // rows per tile that `tiles` was built for
+  int max_tiles = 0;  // grid size bound for `tiles`
+};
+
+// Rows per tile of the tensor-core kernel for a problem with about rows_per_group rows.
+inline int tc_tile_rows(int64_t rows_per_group) { return rows_per_group > 48 ? 128 : 32; }
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,512 @@
+// mla_attention: absorbed MLA over the paged latent cache (decode and any step with cached
+// context) and direct causal MLA for prefill, on tensor cores (WMMA bf16, fp32 accumulate).
+//
+// Paged (absorbed): all heads share one cached row per token (K = the row, V = its first
+// v_dim values), so a block takes one query token, 16 heads and one fixed 64-position
+// chunk of its context: the chunk's rows are read once into shared memory, S = Q·K^T,
+// P = exp(S - max) and O = P·V are written as a partial with (max, sum); a combine kernel
+// merges the chunks of each (token, head) in chunk order. The chunk size is fixed (it never
+// depends on the batch or on the split count), so this is batch-invariant as it stands.
+//
+// Prefill (direct, per head): a block takes 64 queries of one sequence and one head and
+// walks the causal key tiles of 64 with an online softmax (flash-attention style).
+#include <mma.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kChunk = 64;      // context positions per split (fixed: batch-invariant)
+constexpr int kHeadsPerBlock = 16;
+constexpr float kNegInf = -INFINITY;
+
+__device__ __forceinline__ int round16(int x) { return (x + 15) / 16 * 16; }
+
+// Loads n elements (n % 8 == 0, 16-byte aligned source) of a bf16/f32 row as bf16 into dst.
+__device__ __forceinline__ void load_row_bf16(bf16* dst, const void* src, int kind, int n, int lane,
+                                              int lanes) {
+  if (kind == 1) {
+    for (int c = lane * 8; c < n; c += lanes * 8)
+      *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(src) + c);
+  } else {
+    for (int c = lane; c < n; c += lanes) dst[c] = __float2bfloat16_rn(static_cast<const float*>(src)[c]);
+  }
+}
+
+struct PagedArgs {
+  const void* q;
+  int q_kind;
+  int64_t q_s0, q_s1;
+  const void* cache;
+  int cache_kind;
+  const int32_t* block_tables;
+  int max_blocks;
+  int block_size;
+  const int32_t* seq_lens;
+  const int32_t* query_start;
+  int num_seqs;
+  int T, H, D, V;  // tokens, heads, row dim, value dim
+  int token0;      // first token of this launch
+  int max_splits;
+  int h_pad, v_pad;
+  float scale;
+  float* part_o;  // [tokens_in_launch, max_splits, h_pad, v_pad]
+  float* part_ml;  // [tokens_in_launch, max_splits, h_pad, 2]
+};
+
+// Sequence of token t and its absolute position.
+__device__ __forceinline__ void locate(const int32_t* query_start, const int32_t* seq_lens, int S,
+                                       int t, int* seq, int* pos) {
+  int lo = 0, hi = S - 1;
+  while (lo < hi) {  // last s with query_start[s] <= t
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  *seq = lo;
+  const int q_len = query_start[lo + 1] - query_start[lo];
+  *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
+}
+
+// grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads.
+__global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Dk = round16(a.D), Dp = Dk + 8;  // padded row (elements)
+  bf16* Qs = reinterpret_cast<bf16*>(smem);              // [16][Dp]
+  bf16* Ks = Qs + kHeadsPerBlock * Dp;                    // [64][Dp]
+  float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [2][16][64]
+  bf16* P = reinterpret_cast<bf16*>(S + 2 * 16 * kChunk);  // [16][64 + 8]
+  constexpr int LDP = kChunk + 8;
+
+  const int split = blockIdx.x, lt = blockIdx.y, t = a.token0 + lt, hg = blockIdx.z;
+  int seq, pos;
+  locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
+  const int c0 = split * kChunk;
+  if (c0 > pos) return;  // this token has fewer chunks
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // Q rows (16 heads), zero for heads >= H and columns >= D.
+  for (int r = warp; r < kHeadsPerBlock; r += 8) {
+    const int h = hg * kHeadsPerBlock + r;
+    bf16* dst = Qs + r * Dp;
+    if (h < a.H) {
+      const int64_t off = int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1;
+      load_row_bf16(dst, a.q_kind ? static_cast<const void*>(static_cast<const bf16*>(a.q) + off)
+                                  : static_cast<const void*>(static_cast<const float*>(a.q) + off),
+                    a.q_kind, a.D, lane, 32);
+      for (int c = a.D + lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
+    } else {
+      for (int c = lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
+    }
+  }
+  // K rows of this chunk; rows past the token's position are zero (and masked below).
+  for (int j = warp; j < kChunk; j += 8) {
+    const int p = c0 + j;
+    bf16* dst = Ks + j * Dp;
+    if (p <= pos) {
+      const int block = a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size];
+      const int64_t row = (int64_t{block} * a.block_size + p % a.block_size) * a.D;
+      load_row_bf16(dst, a.cache_kind ? static_cast<const void*>(static_cast<const bf16*>(a.cache) + row)
+                                      : static_cast<const void*>(static_cast<const float*>(a.cache) + row),
+                    a.cache_kind, a.D, lane, 32);
+      for (int c = a.D + lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
+    } else {
+      for (int c = lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
+    }
+  }
+  __syncthreads();
+
+  // S[16][64] = Q · K^T: warp w takes column tile (w & 3) over half (w >> 2) of K's dims.
+  {
+    const int nf = warp & 3, half = warp >> 2, steps = Dk / 16;
+    const int s_begin = half ? steps / 2 : 0, s_end = half ? steps : steps / 2;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int s = s_begin; s < s_end; ++s) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, Qs + s * 16, Dp);
+      wmma::load_matrix_sync(fb, Ks + nf * 16 * Dp + s * 16, Dp);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(S + half * 16 * kChunk + nf * 16, acc, kChunk, wmma::mem_row_major);
+  }
+  __syncthreads();
+
+  // Softmax over the chunk: warp w takes head rows 2w and 2w + 1.
+  for (int r = warp * 2; r < warp * 2 + 2; ++r) {
+    float s[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int j = lane + 32 * i;
+      const float v = (S[r * kChunk + j] + S[16 * kChunk + r * kChunk + j]) * a.scale;
+      s[i] = c0 + j <= pos ? v : kNegInf;
+    }
+    const float m = warp_max(fmaxf(s[0], s[1]));  // finite: position c0 is always valid
+    float l = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bf16 p = __float2bfloat16_rn(s[i] == kNegInf ? 0.0f : __expf(s[i] - m));
+      P[r * LDP + lane + 32 * i] = p;
+      l += __bfloat162float(p);
+    }
+    l = warp_sum(l);
+    const int h = hg * kHeadsPerBlock + r;
+    if (lane == 0 && h < a.H) {
+      float* ml = a.part_ml + ((int64_t{lt} * a.max_splits + split) * a.h_pad + h) * 2;
+      ml[0] = m;
+      ml[1] = l;
+    }
+  }
+  __syncthreads();
+
+  // O[16][v_pad] = P[16][64] · V[64][v_pad]; warp w takes column tiles w, w + 8, ...
+  float* out = a.part_o + ((int64_t{lt} * a.max_splits + split) * a.h_pad + hg * kHeadsPerBlock) * a.v_pad;
+  for (int nf = warp; nf < a.v_pad / 16; nf += 8) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int s = 0; s < kChunk / 16; ++s) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, P + s * 16, LDP);
+      wmma::load_matrix_sync(fb, Ks + s * 16 * Dp + nf * 16, Dp);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + nf * 16, acc, a.v_pad, wmma::mem_row_major);
+  }
+}
+
+// grid (tokens_in_launch, H), 128 threads: merges a token's chunks in chunk order.
+__global__ void mla_combine_kernel(PagedArgs a, void* out, int out_kind, int64_t o_s0, int64_t o_s1) {
+  const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y;
+  int seq, pos;
+  locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
+  const int splits = pos / kChunk + 1;
+  const float* ml = a.part_ml + (int64_t{lt} * a.max_splits * a.h_pad + h) * 2;
+  float m = kNegInf;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[int64_t{s} * a.h_pad * 2]);
+  float denom = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    denom += __expf(ml[int64_t{s} * a.h_pad * 2] - m) * ml[int64_t{s} * a.h_pad * 2 + 1];
+  const float inv = 1.0f / denom;
+  for (int d = threadIdx.x; d < a.V; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float w = __expf(ml[int64_t{s} * a.h_pad * 2] - m);
+      acc += w * a.part_o[((int64_t{lt} * a.max_splits + s) * a.h_pad + h) * a.v_pad + d];
+    }
+    const int64_t o = int64_t{t} * o_s0 + int64_t{h} * o_s1 + d;
+    if (out_kind)
+      static_cast<bf16*>(out)[o] = __float2bfloat16_rn(acc * inv);
+    else
+      static_cast<float*>(out)[o] = acc * inv;
+  }
+}
+
+// ------------------------------------------------------------------------------------
+struct PrefillArgs {
+  const bf16* q;
+  const bf16* k;
+  const bf16* v;
+  int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1;
+  const int32_t* query_start;
+  int num_seqs;
+  int H, Dq, Dv;
+  float scale;
+  void* out;
+  int out_kind;
+  int64_t o_s0, o_s1;
+};
+
+constexpr int kTile = 64;
+
+// grid (ceil(T / 64) + num_seqs, H), 256 threads. Block b takes the b-th (sequence, query
+// tile) pair; surplus blocks exit.
+__global__ void __launch_bounds__(256) mla_prefill_kernel(PrefillArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int Dqk = round16(a.Dq), Dqp = Dqk + 8, Dvk = round16(a.Dv), Dvp = Dvk + 8;
+  constexpr int LDS_S = kTile + 4, LDP = kTile + 8;
+  const int LDO = Dvk + 4;
+  bf16* Qs = reinterpret_cast<bf16*>(smem);     // [64][Dqp]
+  bf16* Ks = Qs + kTile * Dqp;                   // [64][Dqp]
+  bf16* Vs = Ks + kTile * Dqp;                   // [64][Dvp]
+  bf16* P = Vs + kTile * Dvp;                    // [64][LDP]
+  float* S = reinterpret_cast<float*>(P + kTile * LDP);  // [64][LDS_S]
+  float* O = S + kTile * LDS_S;                  // [64][LDO]
+  float* row_m = O + kTile * LDO;                // [64]
+  float* row_l = row_m + kTile;                  // [64]
+  float* row_a = row_l + kTile;                  // [64]
+
+  // Find (sequence, tile) for this block.
+  int b = blockIdx.x, seq = -1, tile = 0;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int len = a.query_start[s + 1] - a.query_start[s];
+    const int tiles = (len + kTile - 1) / kTile;
+    if (b < tiles) {
+      seq = s;
+      tile = b;
+      break;
+    }
+    b -= tiles;
+  }
+  if (seq < 0) return;
+  const int h = blockIdx.y;
+  const int s0 = a.query_start[seq], len = a.query_start[seq + 1] - s0;
+  const int q0 = tile * kTile;  // query index within the sequence
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  auto load_tile = [&](bf16* dst, int ld, const bf16* base, int64_t st0, int64_t st1, int dim,
+                       int dim_k, int first) {
+    for (int r = warp; r < kTile; r += 8) {
+      const int i = first + r;
+      bf16* d = dst + r * ld;
+      if (i < len) {
+        const bf16* src = base + int64_t{s0 + i} * st0 + int64_t{h} * st1;
+        for (int c = lane * 8; c < dim; c += 256) *reinterpret_cast<uint4*>(d + c) = *reinterpret_cast<const uint4*>(src + c);
+        for (int c = dim + lane; c < dim_k; c += 32) d[c] = __float2bfloat16_rn(0.0f);
+      } else {
+        for (int c = lane; c < dim_k; c += 32) d[c] = __float2bfloat16_rn(0.0f);
+      }
+    }
+  };
+  load_tile(Qs, Dqp, a.q, a.q_s0, a.q_s1, a.Dq, Dqk, q0);
+  for (int i = tid; i < kTile * LDO; i += 256) O[i] = 0.0f;
+  for (int i = tid; i < kTile; i += 256) {
+    row_m[i] = kNegInf;
+    row_l[i] = 0.0f;
+  }
+  for (int kt = 0; kt <= tile; ++kt) {
+    const int k0 = kt * kTile;
+    __syncthreads();  // previous iteration done with Ks/Vs/P
+    load_tile(Ks, Dqp, a.k, a.k_s0, a.k_s1, a.Dq, Dqk, k0);
+    load_tile(Vs, Dvp, a.v, a.v_s0, a.v_s1, a.Dv, Dvk, k0);
+    __syncthreads();
+    // S = Q · K^T: 16 fragments, two per warp.
+    for (int f = warp; f < 16; f += 8) {
+      const int fm = f >> 2, fn = f & 3;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int s = 0; s < Dqk / 16; ++s) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, Qs + fm * 16 * Dqp + s * 16, Dqp);
+        wmma::load_matrix_sync(fb, Ks + fn * 16 * Dqp + s * 16, Dqp);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(S + fm * 16 * LDS_S + fn * 16, acc, LDS_S, wmma::mem_row_major);
+    }
+    __syncthreads();
+    // Online softmax: warp w takes rows 8w .. 8w + 7.
+    for (int r = warp * 8; r < warp * 8 + 8; ++r) {
+      const int qi = q0 + r;
+      float s[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int kj = k0 + lane + 32 * i;
+        s[i] = (kj <= qi && kj < len && qi < len) ? S[r * LDS_S + lane + 32 * i] * a.scale : kNegInf;
+      }
+      const float m_old = row_m[r];
+      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      float l = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const bf16 p = __float2bfloat16_rn(s[i] == kNegInf ? 0.0f : __expf(s[i] - base));
+        P[r * LDP + lane + 32 * i] = p;
+        l += __bfloat162float(p);
+      }
+      l = warp_sum(l);
+      if (lane == 0) {
+        const float alpha = m_old == kNegInf ? 0.0f : __expf(m_old - base);
+        row_a[r] = alpha;
+        row_l[r] = row_l[r] * alpha + l;
+        row_m[r] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < kTile * Dvk; i += 256) {
+      const int r = i / Dvk, c = i % Dvk;
+      O[r * LDO + c] *= row_a[r];
+    }
+    __syncthreads();
+    // O += P · V: fragments (4 row tiles x Dvk/16 column tiles) spread over the warps.
+    const int nfv = Dvk / 16;
+    for (int f = warp; f < 4 * nfv; f += 8) {
+      const int fm = f / nfv, fn = f % nfv;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, O + fm * 16 * LDO + fn * 16, LDO, wmma::mem_row_major);
+#pragma unroll
+      for (int s = 0; s < kTile / 16; ++s) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, P + fm * 16 * LDP + s * 16, LDP);
+        wmma::load_matrix_sync(fb, Vs + s * 16 * Dvp + fn * 16, Dvp);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(O + fm * 16 * LDO + fn * 16, acc, LDO, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < kTile * a.Dv; i += 256) {
+    const int r = i / a.Dv, c = i % a.Dv, qi = q0 + r;
+    if (qi >= len) continue;
+    const float v = O[r * LDO + c] / row_l[r];
+    const int64_t o = int64_t{s0 + qi} * a.o_s0 + int64_t{h} * a.o_s1 + c;
+    if (a.out_kind)
+      static_cast<bf16*>(a.out)[o] = __float2bfloat16_rn(v);
+    else
+      static_cast<float*>(a.out)[o] = v;
+  }
+}
+
+size_t paged_smem_bytes(int D) {
+  const int Dp = (D + 15) / 16 * 16 + 8;
+  return size_t{2} * (kHeadsPerBlock + kChunk) * Dp + 4 * 2 * 16 * kChunk + 2 * 16 * (kChunk + 8);
+}
+
+size_t prefill_smem_bytes(int Dq, int Dv) {
+  const int Dqp = (Dq + 15) / 16 * 16 + 8, Dvk = (Dv + 15) / 16 * 16, Dvp = Dvk + 8;
+  return size_t{2} * kTile * (2 * Dqp + Dvp + kTile + 8) + 4 * size_t{kTile} * (kTile + 4 + Dvk + 4 + 3);
+}
+
+void check_heads_view(const Tensor& t, const char* what) {
+  check_float(t, what);
+  DI_CHECK(t.ndim == 3 && t.stride[2] == 1, what, ": expected [T, heads, dim] with contiguous dim, got ",
+           t.describe());
+}
+
+}  // namespace
+
+void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
+                                      int v_dim, Tensor& out) {
+  check_heads_view(q, "mla_attention_paged q");
+  check_heads_view(out, "mla_attention_paged out");
+  check_float(kv.cache, "mla_attention_paged cache");
+  check_dtype(kv.block_tables, DType::I32, "mla_attention_paged block_tables");
+  check_dtype(kv.seq_lens, DType::I32, "mla_attention_paged seq_lens");
+  check_dtype(kv.query_start, DType::I32, "mla_attention_paged query_start");
+  const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
+  const int D = static_cast<int>(q.shape[2]);
+  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() && kv.cache.shape[2] == D,
+           "mla_attention_paged: cache ", kv.cache.describe(), " must be [blocks, block_size, ", D, "]");
+  DI_CHECK(out.shape[0] == T && out.shape[1] == H && out.shape[2] == v_dim && v_dim <= D,
+           "mla_attention_paged: out ", out.describe(), " must be [", T, ", ", H, ", ", v_dim, "]");
+  DI_CHECK(D % 8 == 0 && v_dim % 8 == 0 && D <= 1024 && v_dim <= 512,
+           "mla_attention_paged: CUDA needs row_dim and v_dim multiples of 8 (<= 1024 / 512), got ", D,
+           " / ", v_dim);
+  DI_CHECK(q.dtype == DType::F32 || (q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0),
+           "mla_attention_paged: BF16 q rows must be 16-byte aligned, got ", q.describe());
+  DI_CHECK(kv.num_seqs >= 1 && kv.query_start.numel() == kv.num_seqs + 1 &&
+               kv.seq_lens.numel() == kv.num_seqs && kv.block_tables.ndim == 2 &&
+               kv.block_tables.shape[0] >= kv.num_seqs && kv.max_seq_len > 0,
+           "mla_attention_paged: addressing (num_seqs ", kv.num_seqs, ", query_start ",
+           kv.query_start.describe(), ", seq_lens ", kv.seq_lens.describe(), ", block_tables ",
+           kv.block_tables.describe(), ", max_seq_len ", kv.max_seq_len, ") is inconsistent");
+  if (T == 0) return;
+  PagedArgs a{};
+  a.q = q.data;
+  a.q_kind = float_kind(q.dtype);
+  a.q_s0 = q.stride[0];
+  a.q_s1 = q.stride[1];
+  a.cache = kv.cache.data;
+  a.cache_kind = float_kind(kv.cache.dtype);
+  a.block_tables = kv.block_tables.ptr<int32_t>();
+  a.max_blocks = static_cast<int>(kv.block_tables.shape[1]);
+  a.block_size = static_cast<int>(kv.cache.shape[1]);
+  a.seq_lens = kv.seq_lens.ptr<int32_t>();
+  a.query_start = kv.query_start.ptr<int32_t>();
+  a.num_seqs = kv.num_seqs;
+  a.T = T;
+  a.H = H;
+  a.D = D;
+  a.V = v_dim;
+  a.max_splits = (kv.max_seq_len + kChunk - 1) / kChunk;
+  a.h_pad = (H + 15) / 16 * 16;
+  a.v_pad = (v_dim + 15) / 16 * 16;
+  a.scale = softmax_scale;
+  // Partials for a slice of tokens at a time so the workspace stays bounded (<= 512 MiB).
+  const size_t per_token = size_t{4} * a.max_splits * a.h_pad * (a.v_pad + 2);
+  const int tokens_per_launch = static_cast<int>(std::max<size_t>(1, std::min<size_t>(T, (size_t{512} << 20) / per_token)));
+  a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, "mla_attention_paged"));
+  a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
+  const size_t smem = paged_smem_bytes(D);
+  DI_CUDA(cudaFuncSetAttribute(mla_paged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "mla_attention_paged (shared memory ", smem, " bytes)");
+  const std::string shapes = q.describe() + " cache " + kv.cache.describe();
+  for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
+    const int nt = std::min(tokens_per_launch, T - t0);
+    a.token0 = t0;
+    dim3 grid(a.max_splits, nt, (H + 15) / 16);
+    mla_paged_kernel<<<grid, 256, smem, stream_>>>(a);
+    check_launch("mla_attention_paged", shapes);
+    mla_combine_kernel<<<dim3(nt, H), 128, 0, stream_>>>(a, out.data, float_kind(out.dtype),
+                                                          out.stride[0], out.stride[1]);
+    check_launch("mla_attention_paged (combine)", shapes);
+  }
+}
+
+void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& query_start, int num_seqs, float softmax_scale,
+                                        Tensor& out) {
+  check_heads_view(q, "mla_attention_prefill q");
+  check_heads_view(k, "mla_attention_prefill k");
+  check_heads_view(v, "mla_attention_prefill v");
+  check_heads_view(out, "mla_attention_prefill out");
+  check_dtype(query_start, DType::I32, "mla_attention_prefill query_start");
+  DI_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16,
+           "mla_attention_prefill: CUDA needs BF16 q, k, v, got ", q.describe(), ", ", k.describe(),
+           ", ", v.describe());
+  const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
+  const int Dq = static_cast<int>(q.shape[2]), Dv = static_cast<int>(v.shape[2]);
+  DI_CHECK(k.shape[0] == T && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == T &&
+               v.shape[1] == H && out.shape[0] == T && out.shape[1] == H && out.shape[2] == Dv,
+           "mla_attention_prefill: q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(),
+           ", out ", out.describe(), " do not match");
+  DI_CHECK(Dq % 8 == 0 && Dv % 8 == 0 && Dq <= 256 && Dv <= 256 && q.stride[0] % 8 == 0 &&
+               q.stride[1] % 8 == 0 && k.stride[0] % 8 == 0 && k.stride[1] % 8 == 0 &&
+               v.stride[0] % 8 == 0 && v.stride[1] % 8 == 0,
+           "mla_attention_prefill: CUDA needs head dims multiples of 8 (<= 256) and 16-byte aligned "
+           "rows, got q ", q.describe(), ", v ", v.describe());
+  DI_CHECK(num_seqs >= 1 && query_start.numel() == num_seqs + 1,
+           "mla_attention_prefill: query_start ", query_start.describe(), " for ", num_seqs, " sequences");
+  if (T == 0) return;
+  PrefillArgs a{};
+  a.q = static_cast<const bf16*>(q.data);
+  a.k = static_cast<const bf16*>(k.data);
+  a.v = static_cast<const bf16*>(v.data);
+  a.q_s0 = q.stride[0];
+  a.q_s1 = q.stride[1];
+  a.k_s0 = k.stride[0];
+  a.k_s1 = k.stride[1];
+  a.v_s0 = v.stride[0];
+  a.v_s1 = v.stride[1];
+  a.query_start = query_start.ptr<int32_t>();
+  a.num_seqs = num_seqs;
+  a.H = H;
+  a.Dq = Dq;
+  a.Dv = Dv;
+  a.scale = softmax_scale;
+  a.out = out.data;
+  a.out_kind = float_kind(out.dtype);
+  a.o_s0 = out.stride[0];
+  a.o_s1 = out.stride[1];
+  const size_t smem = prefill_smem_bytes(Dq, Dv);
+  DI_CUDA(cudaFuncSetAttribute(mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "mla_attention_prefill (shared memory ", smem, " bytes)");
+  dim3 grid((T + kTile - 1) / kTile + num_seqs, H);
+  mla_prefill_kernel<<<grid, 256, smem, stream_>>>(a);
+  check_launch("mla_attention_prefill", q.describe() + " " + v.describe());
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,377 @@
+// moe_routing (sigmoid/softmax scores, correction bias, group limit, top-k, fused in one
+// kernel: one warp per token) and moe_experts (stable permutation of (token, slot) pairs
+// by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine).
+//
+// Determinism: the permutation is stable (rank = order of the pair in the batch), every
+// expert row is computed on its own with a fixed K order (gemm.cu), and the combine sums
+// a token's k slots in slot order in fp32, so a token's output never depends on which
+// other tokens share the step.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_problem.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+struct RoutingArgs {
+  const float* logits;
+  int64_t ld;
+  const float* bias;
+  int T, E, K, G, KG;
+  bool sigmoid, use_bias, normalize;
+  float scaling;
+  int32_t* ids;
+  float* weights;
+};
+
+// One warp per token; shared memory: per warp 2 * E floats (scores, choice scores).
+__global__ void moe_routing_kernel(RoutingArgs a) {
+  extern __shared__ float sm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (t >= a.T) return;
+  float* scores = sm + warp * 2 * a.E;
+  float* choice = scores + a.E;
+  const float* x = a.logits + int64_t{t} * a.ld;
+  if (a.sigmoid) {
+    for (int e = lane; e < a.E; e += 32) scores[e] = 1.0f / (1.0f + expf(-x[e]));
+  } else {
+    float m = -INFINITY;
+    for (int e = lane; e < a.E; e += 32) m = fmaxf(m, x[e]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int e = lane; e < a.E; e += 32) s += (scores[e] = expf(x[e] - m));
+    s = warp_sum(s);
+    for (int e = lane; e < a.E; e += 32) scores[e] /= s;
+  }
+  for (int e = lane; e < a.E; e += 32) choice[e] = a.use_bias ? scores[e] + a.bias[e] : scores[e];
+  __syncwarp();
+  // Group limit: lane g scores group g; lane 0 keeps the best KG groups (ties: lowest index).
+  unsigned allowed = 0xffffffffu;
+  const int per_group = a.E / a.G;
+  if (a.G > 1) {
+    float gs = -INFINITY;
+    if (lane < a.G) {
+      const float* c = choice + lane * per_group;
+      float a1 = -INFINITY, a2 = -INFINITY;
+      for (int i = 0; i < per_group; ++i) {
+        if (c[i] > a1) {
+          a2 = a1;
+          a1 = c[i];
+        } else if (c[i] > a2) {
+          a2 = c[i];
+        }
+      }
+      gs = a.use_bias ? (per_group >= 2 ? a1 + a2 : a1) : a1;
+    }
+    unsigned mask = 0;
+    for (int r = 0; r < a.KG; ++r) {
+      float bv = -INFINITY;
+      int bi = -1;
+      for (int g = 0; g < a.G; ++g) {
+        const float v = __shfl_sync(0xffffffffu, gs, g);
+        if (!(mask >> g & 1u) && (bi < 0 || v > bv)) {
+          bv = v;
+          bi = g;
+        }
+      }
+      mask |= 1u << bi;
+    }
+    allowed = mask;
+  }
+  float wsum = 0.0f;
+  int chosen_lane_id = a.E;  // lane j keeps slot j's expert (K <= 32)
+  uint64_t taken = 0;        // bit i: this lane's expert lane + 32 i is chosen (E <= 2048)
+  for (int j = 0; j < a.K; ++j) {
+    float bv = -INFINITY;
+    int bi = a.E;
+    for (int e = lane, i = 0; e < a.E; e += 32, ++i) {
+      if (!(allowed >> (e / per_group) & 1u) || (taken >> i & 1u)) continue;
+      const float v = choice[e];
+      if (bi == a.E || v > bv) {  // e ascends per lane: ties keep the lower index
+        bv = v;
+        bi = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi != a.E && (bi == a.E || ov > bv || (ov == bv && oi < bi))) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == j) chosen_lane_id = bi;
+    if (bi < a.E) {
+      wsum += scores[bi];
+      if (bi % 32 == lane) taken |= uint64_t{1} << (bi / 32);
+    }
+  }
+  if (lane < a.K) {
+    const int e = chosen_lane_id < a.E ? chosen_lane_id : 0;
+    const float denom = a.normalize ? wsum + 1e-20f : 1.0f;
+    a.ids[int64_t{t} * a.K + lane] = e;
+    a.weights[int64_t{t} * a.K + lane] = scores[e] / denom * a.scaling;
+  }
+}
+
+// Block e ranks the pairs routed to expert e in pair order (stable) and counts them.
+__global__ void moe_rank_kernel(const int32_t* ids, int P, int32_t* rank, int32_t* counts) {
+  __shared__ int warp_totals[32];
+  const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  int base = 0;
+  for (int c0 = 0; c0 < P; c0 += blockDim.x) {
+    const int i = c0 + threadIdx.x;
+    const bool match = i < P && ids[i] == e;
+    const unsigned ballot = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) warp_totals[warp] = __popc(ballot);
+    __syncthreads();
+    int before = base;
+    for (int w = 0; w < warp; ++w) before += warp_totals[w];
+    if (match) rank[i] = before + __popc(ballot & ((1u << lane) - 1u));
+    int total = 0;
+    for (int w = 0; w < num_warps; ++w) total += warp_totals[w];
+    base += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) counts[e] = base;
+}
+
+// One thread: offsets (exclusive scan) and the tile list (expert, first row) for tile_rows.
+__global__ void moe_offsets_kernel(const int32_t* counts, int E, int tile_rows, int32_t* offsets,
+                                   int2* tiles, int32_t* num_tiles) {
+  if (threadIdx.x != 0) return;
+  int off = 0, nt = 0;
+  for (int e = 0; e < E; ++e) {
+    offsets[e] = off;
+    for (int r = 0; r < counts[e]; r += tile_rows) tiles[nt++] = make_int2(e, off + r);
+    off += counts[e];
+  }
+  offsets[E] = off;
+  *num_tiles = nt;
+}
+
+__global__ void moe_scatter_kernel(const int32_t* ids, int P, int K, int E, const int32_t* rank,
+                                   const int32_t* offsets, int32_t* row_token, int32_t* entry_pos) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= P) return;
+  const int e = ids[i];
+  if (e < 0 || e >= E) {
+    entry_pos[i] = -1;
+    return;
+  }
+  const int pos = offsets[e] + rank[i];
+  row_token[pos] = i / K;
+  entry_pos[i] = pos;
+}
+
+// out[t, c] = sum_j w[t, j] * y[pos(t, j), c], slots in order, fp32.
+__global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* entry_pos,
+                                   const float* w, int K, void* out, int out_kind, int64_t ldo) {
+  const int t = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) {
+      const int pos = entry_pos[t * K + j];
+      if (pos >= 0) acc += w[t * K + j] * y[pos * H + c];
+    }
+    if (out_kind)
+      static_cast<bf16*>(out)[t * ldo + c] = __float2bfloat16_rn(acc);
+    else
+      static_cast<float*>(out)[t * ldo + c] = acc;
+  }
+}
+
+__global__ void to_bf16_rows_kernel(const float* x, int64_t ldx, int64_t rows, int64_t cols, bf16* y) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[(i / cols) * ldx + i % cols]);
+}
+
+void check_expert_weight(const Weight& w, const Weight& ref, int64_t n, int64_t k, const char* what,
+                         size_t e) {
+  DI_CHECK(w.w.device == Device::CUDA && w.w.dtype == ref.w.dtype && w.w.ndim == 2 &&
+               w.w.shape[0] == n && w.w.shape[1] == k && w.w.is_contiguous(),
+           "moe_experts: expert ", e, " ", what, " ", w.w.describe(), " must be contiguous ",
+           dtype_name(ref.w.dtype), " [", n, ", ", k, "] on cuda like expert 0");
+  DI_CHECK(w.w.dtype == DType::BF16 || w.w.dtype == DType::F8_E4M3,
+           "moe_experts: CUDA expert weights must be BF16 or F8_E4M3, got ", w.w.describe());
+  if (w.w.dtype == DType::F8_E4M3) {
+    DI_CHECK(w.block_n == 128 && w.block_k == 128 && w.scale_inv.device == Device::CUDA &&
+                 w.scale_inv.dtype == DType::F32 && w.scale_inv.is_contiguous() &&
+                 w.scale_inv.numel() == ((n + 127) / 128) * ((k + 127) / 128),
+             "moe_experts: expert ", e, " ", what, " FP8 scale_inv ", w.scale_inv.describe(),
+             " must be F32 [", (n + 127) / 128, ", ", (k + 127) / 128, "] with 128x128 blocks");
+  }
+}
+
+}  // namespace
+
+void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                              Tensor& topk_ids, Tensor& topk_weights) {
+  const RowView l = rows_of(logits, "moe_routing logits");
+  const int E = routing.num_experts, K = routing.top_k;
+  DI_CHECK(l.dtype == DType::F32 && l.cols == E, "moe_routing: logits must be F32 [T, ", E, "], got ",
+           logits.describe());
+  const int G = routing.group_limited ? routing.num_groups : 1;
+  const int KG = routing.group_limited ? routing.top_k_groups : 1;
+  DI_CHECK(G >= 1 && G <= 32 && E % G == 0 && KG >= 1 && KG <= G && K >= 1 && K <= 32 &&
+               K <= (E / G) * KG && E <= 2048,
+           "moe_routing: ", E, " experts in ", G, " groups keeping ", KG, " with top_k ", K,
+           " is not supported (CUDA: groups <= 32, top_k <= 32, experts <= 2048)");
+  if (routing.use_bias) {
+    check_dtype(bias, DType::F32, "moe_routing bias");
+    DI_CHECK(bias.numel() == E && bias.is_contiguous(), "moe_routing: bias must be F32 [", E, "], got ",
+             bias.describe());
+  }
+  check_dtype(topk_ids, DType::I32, "moe_routing topk_ids");
+  check_dtype(topk_weights, DType::F32, "moe_routing topk_weights");
+  DI_CHECK(topk_ids.numel() == l.rows * K && topk_weights.numel() == l.rows * K &&
+               topk_ids.is_contiguous() && topk_weights.is_contiguous(),
+           "moe_routing: topk_ids ", topk_ids.describe(), " and topk_weights ", topk_weights.describe(),
+           " must be [", l.rows, ", ", K, "]");
+  if (l.rows == 0) return;
+  RoutingArgs a{};
+  a.logits = static_cast<const float*>(l.data);
+  a.ld = l.row_stride;
+  a.bias = routing.use_bias ? bias.ptr<float>() : nullptr;
+  a.T = static_cast<int>(l.rows);
+  a.E = E;
+  a.K = K;
+  a.G = G;
+  a.KG = KG;
+  a.sigmoid = routing.scoring == MoeRouting::Scoring::Sigmoid;
+  a.use_bias = routing.use_bias;
+  a.normalize = routing.normalize;
+  a.scaling = routing.scaling;
+  a.ids = topk_ids.ptr<int32_t>();
+  a.weights = topk_weights.ptr<float>();
+  const int warps = 4;
+  const size_t smem = size_t{warps} * 2 * E * sizeof(float);
+  DI_CUDA(cudaFuncSetAttribute(moe_routing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "moe_routing");
+  moe_routing_kernel<<<ceil_div(l.rows, warps), warps * 32, smem, stream_>>>(a);
+  check_launch("moe_routing", logits.describe());
+}
+
+void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                              const std::vector<ExpertWeights>& experts, Tensor& out) {
+  const RowView xv = rows_of(x, "moe_experts x");
+  const RowView ov = rows_of(out, "moe_experts out");
+  check_float(x, "moe_experts x");
+  check_float(out, "moe_experts out");
+  check_dtype(topk_ids, DType::I32, "moe_experts topk_ids");
+  check_dtype(topk_weights, DType::F32, "moe_experts topk_weights");
+  DI_CHECK(!experts.empty(), "moe_experts: no experts");
+  const int64_t T = xv.rows, H = xv.cols;
+  const int64_t I = experts[0].gate.w.shape[0];
+  DI_CHECK(topk_ids.ndim == 2 && topk_ids.shape[0] == T && topk_ids.is_contiguous() &&
+               topk_weights.ndim == 2 && topk_weights.shape[0] == T &&
+               topk_weights.shape[1] == topk_ids.shape[1] && topk_weights.is_contiguous() &&
+               ov.rows == T && ov.cols == H,
+           "moe_experts: x ", x.describe(), ", topk_ids ", topk_ids.describe(), ", topk_weights ",
+           topk_weights.describe(), ", out ", out.describe(), " do not match");
+  const int E = static_cast<int>(experts.size());
+  const int K = static_cast<int>(topk_ids.shape[1]);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    check_expert_weight(experts[e].gate, experts[0].gate, I, H, "gate", e);
+    check_expert_weight(experts[e].up, experts[0].gate, I, H, "up", e);
+    check_expert_weight(experts[e].down, experts[0].gate, H, I, "down", e);
+  }
+  if (T == 0) return;
+  const bool fp8 = experts[0].gate.w.dtype == DType::F8_E4M3;
+  const int P = static_cast<int>(T * K);
+  const ExpertTable& table = expert_table(experts);
+  const void* const* ptrs = static_cast<const void* const*>(table.ptrs.tensor().data);
+
+  // Routing bookkeeping: rank, counts, offsets, row_token, entry_pos, tiles.
+  const bool few_rows = P <= 4 * E;  // decode: few rows per expert, weight-read bound
+  const int tile_rows = tc_tile_rows(P / E);
+  const int max_tiles = (P + tile_rows - 1) / tile_rows + E;
+  const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles);
+  int32_t* ib = static_cast<int32_t*>(scratch(kSlotMoeIndex, index_ints * 4, "moe_experts"));
+  int32_t* rank = ib;
+  int32_t* row_token = rank + P;
+  int32_t* entry_pos = row_token + P;
+  int32_t* counts = entry_pos + P;
+  int32_t* offsets = counts + E;        // [E + 1]
+  int32_t* num_tiles = offsets + E + 1;  // [1]
+  int2* tiles = reinterpret_cast<int2*>(ib + ((num_tiles + 1 - ib + 1) / 2 * 2));
+  const std::string shapes = x.describe() + " top_k " + std::to_string(K) + " experts " +
+                             std::to_string(E) + " " + experts[0].gate.w.describe();
+  moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
+  check_launch("moe_experts (rank)", shapes);
+  moe_offsets_kernel<<<1, 32, 0, stream_>>>(counts, E, tile_rows, offsets, tiles, num_tiles);
+  check_launch("moe_experts (offsets)", shapes);
+  moe_scatter_kernel<<<ceil_div(P, 256), 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, rank,
+                                                            offsets, row_token, entry_pos);
+  check_launch("moe_experts (scatter)", shapes);
+
+  // Activations as BF16 rows.
+  const void* a = xv.data;
+  int64_t lda = xv.row_stride;
+  if (xv.dtype == DType::F32) {
+    bf16* tmp = static_cast<bf16*>(scratch(kSlotGemmA, static_cast<size_t>(T * H) * 2, "moe_experts"));
+    to_bf16_rows_kernel<<<std::min(ceil_div(T * H, 256), 65535u), 256, 0, stream_>>>(
+        static_cast<const float*>(a), lda, T, H, tmp);
+    check_launch("moe_experts (x to bf16)", shapes);
+    a = tmp;
+    lda = H;
+  }
+  bf16* hidden = static_cast<bf16*>(scratch(kSlotMoeHidden, size_t{2} * P * 2 * I, "moe_experts"));
+  bf16* act = static_cast<bf16*>(scratch(kSlotMoeAct, size_t{2} * P * I, "moe_experts"));
+  float* y = static_cast<float*>(scratch(kSlotMoeOut, size_t{4} * P * H, "moe_experts"));
+
+  GemmProblem p;
+  p.group_offsets = offsets;
+  p.num_groups = E;
+  p.max_rows = P;
+  p.M = P;
+  p.w_kind = fp8 ? kWeightFP8 : kWeightBF16;
+  p.tiles = tiles;
+  p.num_tiles = num_tiles;
+  p.tile_rows = tile_rows;
+  p.max_tiles = max_tiles;
+  p.c_bf16 = 1;
+  // gate -> hidden[:, :I], up -> hidden[:, I:]   (rows gathered from x by row_token)
+  p.a = a;
+  p.lda = lda;
+  p.a_rows = row_token;
+  p.N = static_cast<int>(I);
+  p.K = static_cast<int>(H);
+  p.scale_cols = static_cast<int>((H + 127) / 128);
+  p.ldc = 2 * I;
+  for (int j = 0; j < 2; ++j) {
+    p.w_ptrs = ptrs + static_cast<size_t>(j) * E;
+    p.s_ptrs = reinterpret_cast<const float* const*>(ptrs + (3 + static_cast<size_t>(j)) * E);
+    p.c = hidden + j * I;
+    launch_gemm(p, j == 0 ? "moe_experts (gate)" : "moe_experts (up)", few_rows);
+  }
+  Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
+  Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
+  silu_mul(hid, actt);
+  // down: act [P, I] -> y [P, H] (F32 for the combine)
+  p.a = act;
+  p.lda = I;
+  p.a_rows = nullptr;
+  p.N = static_cast<int>(H);
+  p.K = static_cast<int>(I);
+  p.scale_cols = static_cast<int>((I + 127) / 128);
+  p.w_ptrs = ptrs + size_t{2} * E;
+  p.s_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{5} * E);
+  p.c = y;
+  p.ldc = H;
+  p.c_bf16 = 0;
+  launch_gemm(p, "moe_experts (down)", few_rows);
+  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+      y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+  check_launch("moe_experts (combine)", shapes);
+}
+
+}  // namespace deepinfer::cuda

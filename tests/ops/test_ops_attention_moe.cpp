@@ -1,0 +1,267 @@
+// Parity of MLA attention (paged absorbed and direct prefill), MoE routing and MoE experts,
+// and the batch-invariance property of the CUDA kernels: a row's result is bit-identical
+// whether it runs alone or inside a larger batch (batch-invariant configuration).
+#include <map>
+#include <numeric>
+
+#include "tests/ops/parity.h"
+
+namespace deepinfer::ops_test {
+namespace {
+
+// A paged-cache problem: sequences with q_len new tokens at the end of seq_len positions.
+struct PagedCase {
+  std::vector<int32_t> q_lens, seq_lens;
+  int64_t heads, row_dim, v_dim, block_size;
+};
+
+class AttentionMoe : public Parity {
+ protected:
+  struct PagedData {
+    std::vector<float> q, cache;
+    std::vector<int32_t> tables, query_start, slots;
+    int64_t T = 0, num_blocks = 0, max_blocks = 0;
+    int max_seq_len = 0, max_q = 0;
+  };
+  PagedData make_paged(const PagedCase& c) {
+    PagedData d;
+    const int S = static_cast<int>(c.q_lens.size());
+    d.query_start.push_back(0);
+    for (int s = 0; s < S; ++s) {
+      d.query_start.push_back(d.query_start.back() + c.q_lens[s]);
+      d.max_seq_len = std::max(d.max_seq_len, c.seq_lens[s]);
+      d.max_q = std::max(d.max_q, c.q_lens[s]);
+      d.max_blocks = std::max<int64_t>(d.max_blocks, (c.seq_lens[s] + c.block_size - 1) / c.block_size);
+    }
+    d.T = d.query_start.back();
+    d.num_blocks = d.max_blocks * S + 3;
+    std::vector<int32_t> perm(static_cast<size_t>(d.num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);  // scattered blocks
+    d.tables.assign(static_cast<size_t>(S * d.max_blocks), 0);
+    for (int s = 0, next = 0; s < S; ++s)
+      for (int64_t b = 0; b < d.max_blocks; ++b) d.tables[s * d.max_blocks + b] = perm[next++];
+    d.q = randn(d.T * c.heads * c.row_dim);
+    d.cache = randn(d.num_blocks * c.block_size * c.row_dim);
+    return d;
+  }
+  PagedKV paged_kv(Backend* b, const PagedData& d, const PagedCase& c, Tensor cache) {
+    const int S = static_cast<int>(c.q_lens.size());
+    PagedKV kv;
+    kv.cache = cache;
+    Tensor tables = cpu_i32(d.tables, {S, d.max_blocks});
+    Tensor lens = cpu_i32(c.seq_lens, {S});
+    Tensor qs = cpu_i32(d.query_start, {S + 1});
+    kv.block_tables = b ? gpu_copy(*b, tables) : tables;
+    kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
+    kv.query_start = b ? gpu_copy(*b, qs) : qs;
+    kv.num_seqs = S;
+    kv.max_query_len = d.max_q;
+    kv.max_seq_len = d.max_seq_len;
+    return kv;
+  }
+  std::vector<float> run_paged_gpu(Backend& g, const PagedData& d, const PagedCase& c, float scale) {
+    PagedKV kv = paged_kv(&g, d, c, gpu_float(g, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16));
+    Tensor out = gpu_poisoned(g, DType::BF16, {d.T, c.heads, c.v_dim});
+    g.mla_attention_paged(gpu_float(g, d.q, {d.T, c.heads, c.row_dim}, DType::BF16), kv, scale,
+                          static_cast<int>(c.v_dim), out);
+    return download(g, out);
+  }
+
+  struct MoeCase {
+    int64_t T, H, I, E, K;
+    bool fp8;
+  };
+  struct MoeData {
+    std::vector<ExpertWeights> cpu, gpu, gpu_inv;
+    std::vector<float> x, w;
+    std::vector<int32_t> ids;
+  };
+  Weight expert_weight(int64_t N, int64_t K, bool fp8, Weight* gpu, Weight* gpu_inv) {
+    Weight c;
+    if (fp8) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(N * K));
+      for (uint8_t& b : bytes) b = float_to_fp8_e4m3(std::normal_distribution<float>(0, 1)(rng_) * 32);
+      const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+      std::vector<float> s(static_cast<size_t>(nb * kb));
+      for (float& v : s) v = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng_) / 32 / std::sqrt(float(K));
+      c.w = cpu_raw(DType::F8_E4M3, bytes.data(), {N, K});
+      c.scale_inv = cpu_f32(s, {nb, kb});
+    } else {
+      std::vector<float> v = randn(N * K, 1.0f / std::sqrt(float(K)));
+      std::vector<uint16_t> bits(v.size());
+      for (size_t i = 0; i < v.size(); ++i) bits[i] = float_to_bf16(v[i]);
+      c.w = cpu_raw(DType::BF16, bits.data(), {N, K});
+    }
+    for (auto [dst, b] : {std::pair<Weight*, Backend*>{gpu, gpu_.get()}, {gpu_inv, gpu_inv_.get()}}) {
+      *dst = c;
+      dst->w = gpu_copy(*b, c.w);
+      if (fp8) dst->scale_inv = gpu_copy(*b, c.scale_inv);
+    }
+    return c;
+  }
+  MoeData make_moe(const MoeCase& c) {
+    MoeData d;
+    for (int64_t e = 0; e < c.E; ++e) {
+      ExpertWeights wc, wg, wi;
+      wc.gate = expert_weight(c.I, c.H, c.fp8, &wg.gate, &wi.gate);
+      wc.up = expert_weight(c.I, c.H, c.fp8, &wg.up, &wi.up);
+      wc.down = expert_weight(c.H, c.I, c.fp8, &wg.down, &wi.down);
+      d.cpu.push_back(wc);
+      d.gpu.push_back(wg);
+      d.gpu_inv.push_back(wi);
+    }
+    d.x = randn(c.T * c.H);
+    d.w = randn(c.T * c.K, 0.5f, false);
+    for (int64_t t = 0; t < c.T; ++t) {  // k distinct experts per token
+      std::vector<int32_t> e(static_cast<size_t>(c.E));
+      std::iota(e.begin(), e.end(), 0);
+      std::shuffle(e.begin(), e.end(), rng_);
+      for (int64_t j = 0; j < c.K; ++j) d.ids.push_back(e[j]);
+    }
+    return d;
+  }
+  std::vector<float> run_moe_gpu(Backend& g, const std::vector<ExpertWeights>& experts, const MoeData& d,
+                                 const MoeCase& c, int64_t t0, int64_t t1) {
+    const int64_t T = t1 - t0;
+    std::vector<float> x(d.x.begin() + t0 * c.H, d.x.begin() + t1 * c.H);
+    std::vector<float> w(d.w.begin() + t0 * c.K, d.w.begin() + t1 * c.K);
+    std::vector<int32_t> ids(d.ids.begin() + t0 * c.K, d.ids.begin() + t1 * c.K);
+    Tensor out = gpu_poisoned(g, DType::BF16, {T, c.H});
+    g.moe_experts(gpu_float(g, x, {T, c.H}, DType::BF16), gpu_copy(g, cpu_i32(ids, {T, c.K})),
+                  gpu_float(g, w, {T, c.K}, DType::F32), experts, out);
+    return download(g, out);
+  }
+};
+
+TEST_F(AttentionMoe, MlaPaged) {
+  const std::vector<PagedCase> cases = {
+      {{1}, {1}, 3, 72, 64, 16},
+      {{1, 1, 3}, {77, 150, 20}, 3, 72, 64, 5},
+      {{1, 1, 1, 1}, {640, 129, 64, 65}, 16, 576, 512, 64},
+      {{2, 1}, {300, 1000}, 20, 576, 512, 64},
+      {{70}, {130}, 16, 576, 512, 16},
+  };
+  for (const PagedCase& c : cases) {
+    PagedData d = make_paged(c);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    PagedKV kc = paged_kv(nullptr, d, c, cpu_f32(d.cache, {d.num_blocks, c.block_size, c.row_dim}));
+    Tensor oc = cpu_f32(std::vector<float>(d.T * c.heads * c.v_dim), {d.T, c.heads, c.v_dim});
+    cpu_->mla_attention_paged(cpu_f32(d.q, {d.T, c.heads, c.row_dim}), kc, scale, static_cast<int>(c.v_dim), oc);
+    const std::string what = "mla_attention_paged T " + std::to_string(d.T) + " heads " +
+                             std::to_string(c.heads) + " row " + std::to_string(c.row_dim) +
+                             " max_seq " + std::to_string(d.max_seq_len);
+    expect_close(run_paged_gpu(*gpu_, d, c, scale), values(oc), kTolAttention, what);
+  }
+}
+
+TEST_F(AttentionMoe, MlaPrefill) {
+  struct Case {
+    std::vector<int32_t> lens;
+    int64_t heads, dq, dv;
+  };
+  for (const Case& c : {Case{{1, 70, 130}, 3, 40, 24}, Case{{200}, 2, 192, 128}, Case{{64, 65, 5}, 16, 192, 128}}) {
+    std::vector<int32_t> qs{0};
+    for (int32_t l : c.lens) qs.push_back(qs.back() + l);
+    const int64_t T = qs.back(), S = static_cast<int64_t>(c.lens.size());
+    std::vector<float> q = randn(T * c.heads * c.dq), k = randn(T * c.heads * c.dq), v = randn(T * c.heads * c.dv);
+    const float scale = 1.0f / std::sqrt(float(c.dq));
+    Tensor oc = cpu_f32(std::vector<float>(T * c.heads * c.dv), {T, c.heads, c.dv});
+    cpu_->mla_attention_prefill(cpu_f32(q, {T, c.heads, c.dq}), cpu_f32(k, {T, c.heads, c.dq}),
+                                cpu_f32(v, {T, c.heads, c.dv}), cpu_i32(qs, {S + 1}), static_cast<int>(S), scale, oc);
+    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, c.heads, c.dv});
+    gpu_->mla_attention_prefill(gpu_float(*gpu_, q, {T, c.heads, c.dq}, DType::BF16),
+                                gpu_float(*gpu_, k, {T, c.heads, c.dq}, DType::BF16),
+                                gpu_float(*gpu_, v, {T, c.heads, c.dv}, DType::BF16),
+                                gpu_copy(*gpu_, cpu_i32(qs, {S + 1})), static_cast<int>(S), scale, og);
+    expect_close(download(*gpu_, og), values(oc), kTolAttention,
+                 "mla_attention_prefill T " + std::to_string(T) + " dq " + std::to_string(c.dq));
+  }
+}
+
+TEST_F(AttentionMoe, MoeRouting) {
+  for (MoeRouting r : {MoeRouting{MoeRouting::Scoring::Sigmoid, 64, 6, 1, 1, true, false, true, 2.446f},
+                       MoeRouting{MoeRouting::Scoring::Sigmoid, 256, 8, 8, 4, true, true, true, 2.5f},
+                       MoeRouting{MoeRouting::Scoring::Softmax, 64, 6, 8, 3, false, true, false, 1.0f},
+                       MoeRouting{MoeRouting::Scoring::Sigmoid, 37, 5, 1, 1, false, false, true, 1.0f}}) {
+    const int64_t T = 37, E = r.num_experts, K = r.top_k;
+    std::vector<float> logits = randn(T * E, 2.0f, false), bias = randn(E, 0.1f, false);
+    Tensor ic = cpu_i32(std::vector<int32_t>(T * K), {T, K});
+    Tensor wc = cpu_f32(std::vector<float>(T * K), {T, K});
+    cpu_->moe_routing(cpu_f32(logits, {T, E}), cpu_f32(bias, {E}), r, ic, wc);
+    Tensor ig = gpu_poisoned(*gpu_, DType::I32, {T, K});
+    Tensor wg = gpu_poisoned(*gpu_, DType::F32, {T, K});
+    gpu_->moe_routing(gpu_float(*gpu_, logits, {T, E}, DType::F32), gpu_float(*gpu_, bias, {E}, DType::F32), r, ig, wg);
+    std::vector<float> gi = download(*gpu_, ig), gw = download(*gpu_, wg);
+    for (int64_t t = 0; t < T; ++t) {
+      std::map<int, float> want, got;
+      for (int64_t j = 0; j < K; ++j) {
+        want[ic.ptr<int32_t>()[t * K + j]] = wc.ptr<float>()[t * K + j];
+        got[static_cast<int>(gi[t * K + j])] = gw[t * K + j];
+      }
+      ASSERT_EQ(got.size(), want.size()) << "token " << t << " E " << E << ", seed " << seed_;
+      for (auto [e, w] : want) {
+        ASSERT_TRUE(got.count(e)) << "token " << t << " expert " << e << " not chosen, E " << E << ", seed " << seed_;
+        EXPECT_NEAR(got[e], w, 1e-5 * std::max(1.0f, std::fabs(w))) << "token " << t << " expert " << e;
+      }
+      // Slots in descending choice order: the CPU order is the contract.
+      for (int64_t j = 0; j < K; ++j) EXPECT_EQ(static_cast<int>(gi[t * K + j]), ic.ptr<int32_t>()[t * K + j]);
+    }
+  }
+}
+
+TEST_F(AttentionMoe, MoeExperts) {
+  for (MoeCase c : {MoeCase{1, 64, 48, 8, 3, false}, MoeCase{5, 64, 48, 8, 3, false}, MoeCase{70, 72, 40, 8, 3, false},
+                    MoeCase{3, 256, 136, 6, 2, true}, MoeCase{90, 256, 136, 6, 2, true}}) {
+    MoeData d = make_moe(c);
+    Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+    cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
+    const std::string what = "moe_experts T " + std::to_string(c.T) + " H " + std::to_string(c.H) +
+                             (c.fp8 ? " fp8" : " bf16");
+    expect_close(run_moe_gpu(*gpu_, d.gpu, d, c, 0, c.T), values(oc), kTolBF16, what);
+    expect_close(run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T), values(oc), kTolBF16, what + " (batch-invariant)");
+  }
+}
+
+// Batch invariance: with BackendOptions::batch_invariant, rows computed alone equal the same
+// rows computed in a batch, bit for bit (GEMM dense and grouped, paged attention).
+TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
+  for (bool fp8 : {false, true}) {
+    MoeCase c{77, 256, 136, 8, 3, fp8};
+    MoeData d = make_moe(c);
+    const std::vector<float> all = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T);
+    for (int64_t t : {int64_t{0}, int64_t{41}, c.T - 1}) {
+      const std::vector<float> one = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, t, t + 1);
+      for (int64_t h = 0; h < c.H; ++h)
+        ASSERT_EQ(one[h], all[t * c.H + h]) << "moe token " << t << " col " << h << (fp8 ? " fp8" : " bf16");
+    }
+    // Dense GEMM: the same weights through moe's gate of expert 0 as a plain gemm.
+    const Weight& w = d.gpu_inv[0].gate;
+    Tensor xall = gpu_float(*gpu_inv_, d.x, {c.T, c.H}, DType::BF16);
+    Tensor oall = gpu_poisoned(*gpu_inv_, DType::F32, {c.T, c.I});
+    gpu_inv_->gemm(xall, w, oall);
+    const std::vector<float> gall = download(*gpu_inv_, oall);
+    for (int64_t t : {int64_t{0}, int64_t{50}}) {
+      Tensor o1 = gpu_poisoned(*gpu_inv_, DType::F32, {1, c.I});
+      gpu_inv_->gemm(xall.slice_rows(t, t + 1), w, o1);
+      const std::vector<float> g1 = download(*gpu_inv_, o1);
+      for (int64_t n = 0; n < c.I; ++n) ASSERT_EQ(g1[n], gall[t * c.I + n]) << "gemm row " << t << " col " << n;
+    }
+  }
+  // Paged attention: sequence 1 alone vs together with others.
+  PagedCase batch{{1, 1, 1}, {200, 333, 70}, 16, 576, 512, 16};
+  PagedData d = make_paged(batch);
+  const std::vector<float> all = run_paged_gpu(*gpu_inv_, d, batch, 0.1f);
+  PagedCase alone{{1}, {333}, 16, 576, 512, 16};
+  PagedData d1 = d;
+  d1.q.assign(d.q.begin() + 1 * 16 * 576, d.q.begin() + 2 * 16 * 576);
+  d1.tables.assign(d.tables.begin() + d.max_blocks, d.tables.begin() + 2 * d.max_blocks);
+  d1.query_start = {0, 1};
+  d1.T = 1;
+  d1.max_seq_len = 333;
+  const std::vector<float> one = run_paged_gpu(*gpu_inv_, d1, alone, 0.1f);
+  for (int64_t i = 0; i < 16 * 512; ++i) ASSERT_EQ(one[i], all[16 * 512 + i]) << "attention element " << i;
+}
+
+}  // namespace
+}  // namespace deepinfer::ops_test

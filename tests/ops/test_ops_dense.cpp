@@ -1,0 +1,205 @@
+// Parity of the dense ops: embedding, norms, rope, silu_mul, add, kv_store, gemm (BF16 and
+// FP8, fast and batch-invariant configurations), argmax, fill_random.
+#include "tests/ops/parity.h"
+
+namespace deepinfer::ops_test {
+namespace {
+
+class DenseOps : public Parity {
+ protected:
+  // Weight [N, K] with the same values on both sides; FP8 gets random 128x128 scales.
+  WeightPair make_weight(Backend& gpu, int64_t N, int64_t K, bool fp8) {
+    WeightPair w;
+    if (fp8) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(N * K));
+      for (uint8_t& b : bytes) b = float_to_fp8_e4m3(std::normal_distribution<float>(0, 1)(rng_) * 64);
+      const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+      std::vector<float> scales(static_cast<size_t>(nb * kb));
+      for (float& s : scales) s = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng_) / 64 / std::sqrt(float(K));
+      w.cpu.w = cpu_raw(DType::F8_E4M3, bytes.data(), {N, K});
+      w.cpu.scale_inv = cpu_f32(scales, {nb, kb});
+      w.gpu.w = gpu_copy(gpu, w.cpu.w);
+      w.gpu.scale_inv = gpu_copy(gpu, w.cpu.scale_inv);
+    } else {
+      std::vector<float> v = randn(N * K, 1.0f / std::sqrt(float(K)));
+      std::vector<uint16_t> bits(v.size());
+      for (size_t i = 0; i < v.size(); ++i) bits[i] = float_to_bf16(v[i]);
+      w.cpu.w = cpu_raw(DType::BF16, bits.data(), {N, K});
+      w.gpu.w = gpu_copy(gpu, w.cpu.w);
+    }
+    return w;
+  }
+
+  void check_gemm(Backend& gpu, int64_t M, int64_t N, int64_t K, bool fp8, DType out_dtype) {
+    const std::string what = "gemm M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                             std::to_string(K) + (fp8 ? " fp8" : " bf16") + " out " +
+                             std::string(dtype_name(out_dtype)) + " " + gpu.name() +
+                             (gpu.batch_invariant() ? " (batch-invariant)" : "");
+    WeightPair w = make_weight(gpu, N, K, fp8);
+    std::vector<float> x = randn(M * K);
+    Tensor xc = cpu_f32(x, {M, K});
+    Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
+    cpu_->gemm(xc, w.cpu, oc);
+    Tensor xg = gpu_float(gpu, x, {M, K}, DType::BF16);
+    Tensor og = gpu_poisoned(gpu, out_dtype, {M, N});
+    gpu.gemm(xg, w.gpu, og);
+    expect_close(download(gpu, og), values(oc), kTolBF16, what);
+  }
+};
+
+TEST_F(DenseOps, Embedding) {
+  for (int64_t H : {7, 2048}) {
+    const int64_t V = 1000, T = 13;
+    std::vector<float> table = randn(V * H);
+    std::vector<int32_t> ids(T);
+    for (auto& id : ids) id = randint(0, V - 1);
+    Tensor oc = cpu_f32(std::vector<float>(T * H), {T, H});
+    cpu_->embedding(cpu_i32(ids, {T}), cpu_f32(table, {V, H}), oc);
+    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, H});
+    gpu_->embedding(gpu_copy(*gpu_, cpu_i32(ids, {T})), gpu_float(*gpu_, table, {V, H}, DType::BF16), og);
+    expect_close(download(*gpu_, og), values(oc), 1e-7, "embedding H " + std::to_string(H));
+  }
+}
+
+TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
+  for (auto [R, H] : {std::pair<int64_t, int64_t>{1, 64}, {5, 100}, {33, 2048}, {3, 512}}) {
+    const std::string what = "rows " + std::to_string(R) + " H " + std::to_string(H);
+    std::vector<float> x = randn(R * H), w = randn(H), res = randn(R * H);
+    Tensor oc = cpu_f32(std::vector<float>(R * H), {R, H});
+    cpu_->rms_norm(cpu_f32(x, {R, H}), cpu_f32(w, {H}), 1e-6f, oc);
+    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {R, H});
+    gpu_->rms_norm(gpu_float(*gpu_, x, {R, H}, DType::BF16), gpu_float(*gpu_, w, {H}, DType::BF16), 1e-6f, og);
+    expect_close(download(*gpu_, og), values(oc), kTolBF16, "rms_norm " + what);
+
+    // Fused: residual (F32 on the GPU keeps the comparison tight) += x; out = norm(residual).
+    Tensor rc = cpu_f32(res, {R, H});
+    Tensor oc2 = cpu_f32(std::vector<float>(R * H), {R, H});
+    cpu_->add_rms_norm(rc, cpu_f32(x, {R, H}), cpu_f32(w, {H}), 1e-6f, oc2);
+    for (DType rdt : {DType::F32, DType::BF16}) {
+      Tensor rg = gpu_float(*gpu_, res, {R, H}, rdt);
+      Tensor og2 = gpu_poisoned(*gpu_, DType::BF16, {R, H});
+      gpu_->add_rms_norm(rg, gpu_float(*gpu_, x, {R, H}, DType::BF16), gpu_float(*gpu_, w, {H}, DType::F32),
+                         1e-6f, og2);
+      expect_close(download(*gpu_, og2), values(oc2), kTolBF16, "add_rms_norm out " + what);
+      expect_close(download(*gpu_, rg), values(rc), kTolBF16, "add_rms_norm residual " + what);
+    }
+  }
+  // Strided rows: the first 512 columns of [T, 576] rows (kv_a_layernorm on c_kv).
+  const int64_t T = 9, W = 576, H = 512;
+  std::vector<float> x = randn(T * W), w = randn(H);
+  Tensor xc = cpu_f32(x, {T, W});
+  Tensor xcs = xc;
+  xcs.shape[1] = H;
+  Tensor oc = cpu_f32(std::vector<float>(T * H), {T, H});
+  cpu_->rms_norm(xcs, cpu_f32(w, {H}), 1e-6f, oc);
+  Tensor xg = gpu_float(*gpu_, x, {T, W}, DType::BF16);
+  xg.shape[1] = H;
+  Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, H});
+  gpu_->rms_norm(xg, gpu_float(*gpu_, w, {H}, DType::BF16), 1e-6f, og);
+  expect_close(download(*gpu_, og), values(oc), kTolBF16, "rms_norm strided rows");
+}
+
+TEST_F(DenseOps, Rope) {
+  for (bool interleave : {true, false}) {
+    for (auto [T, H, D, off, rd] : {std::tuple<int64_t, int64_t, int64_t, int, int>{7, 3, 24, 8, 16},
+                                    {5, 16, 192, 128, 64}, {11, 1, 576, 512, 64}}) {
+      const int64_t maxpos = 300;
+      std::vector<float> x = randn(T * H * D), cs = randn(maxpos * rd, 1.0f, false);
+      std::vector<int32_t> pos(T);
+      for (auto& p : pos) p = randint(0, maxpos - 1);
+      Tensor xc = cpu_f32(x, {T, H, D});
+      cpu_->rope(xc, cpu_i32(pos, {T}), cpu_f32(cs, {maxpos, rd}), off, rd, interleave);
+      Tensor xg = gpu_float(*gpu_, x, {T, H, D}, DType::BF16);
+      gpu_->rope(xg, gpu_copy(*gpu_, cpu_i32(pos, {T})), gpu_float(*gpu_, cs, {maxpos, rd}, DType::F32), off,
+                 rd, interleave);
+      expect_close(download(*gpu_, xg), values(xc), kTolBF16,
+                   "rope T " + std::to_string(T) + " H " + std::to_string(H) + (interleave ? " interleaved" : ""));
+    }
+  }
+}
+
+TEST_F(DenseOps, SiluMulAndAdd) {
+  for (auto [T, I] : {std::pair<int64_t, int64_t>{1, 1408}, {7, 37}, {65, 256}}) {
+    std::vector<float> g = randn(T * 2 * I), y = randn(T * I), x = randn(T * I);
+    Tensor oc = cpu_f32(std::vector<float>(T * I), {T, I});
+    cpu_->silu_mul(cpu_f32(g, {T, 2 * I}), oc);
+    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, I});
+    gpu_->silu_mul(gpu_float(*gpu_, g, {T, 2 * I}, DType::BF16), og);
+    expect_close(download(*gpu_, og), values(oc), kTolBF16, "silu_mul I " + std::to_string(I));
+
+    Tensor xc = cpu_f32(x, {T, I});
+    cpu_->add(xc, cpu_f32(y, {T, I}));
+    Tensor xg = gpu_float(*gpu_, x, {T, I}, DType::BF16);
+    gpu_->add(xg, gpu_float(*gpu_, y, {T, I}, DType::BF16));
+    expect_close(download(*gpu_, xg), values(xc), kTolBF16, "add I " + std::to_string(I));
+  }
+}
+
+TEST_F(DenseOps, KvStore) {
+  const int64_t blocks = 6, bs = 16, D = 72, T = 21;
+  std::vector<float> cache = randn(blocks * bs * D), rows = randn(T * D);
+  std::vector<int32_t> slots(blocks * bs);
+  for (int32_t i = 0; i < blocks * bs; ++i) slots[i] = i;
+  std::shuffle(slots.begin(), slots.end(), rng_);
+  slots.resize(T);
+  slots[3] = -1;  // not stored
+  PagedKV kc;
+  kc.cache = cpu_f32(cache, {blocks, bs, D});
+  kc.slot_mapping = cpu_i32(slots, {T});
+  cpu_->kv_store(cpu_f32(rows, {T, D}), kc);
+  PagedKV kg;
+  kg.cache = gpu_float(*gpu_, cache, {blocks, bs, D}, DType::BF16);
+  kg.slot_mapping = gpu_copy(*gpu_, kc.slot_mapping);
+  gpu_->kv_store(gpu_float(*gpu_, rows, {T, D}, DType::BF16), kg);
+  expect_close(download(*gpu_, kg.cache), values(kc.cache), 1e-7, "kv_store");
+}
+
+TEST_F(DenseOps, GemmBF16) {
+  for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {3, 129, 136}, {5, 70, 100},
+                           {8, 1000, 2048}, {17, 300, 200}, {64, 512, 1024}, {130, 384, 256}, {513, 96, 64}}) {
+      check_gemm(*gpu, M, N, K, false, DType::BF16);
+    }
+    check_gemm(*gpu, 7, 515, 264, false, DType::F32);
+  }
+}
+
+TEST_F(DenseOps, GemmFP8) {
+  for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {3, 300, 200}, {8, 1000, 2048},
+                           {17, 129, 136}, {64, 512, 1024}, {130, 384, 256}, {300, 200, 100}}) {
+      check_gemm(*gpu, M, N, K, true, DType::BF16);
+    }
+    check_gemm(*gpu, 2, 515, 264, true, DType::F32);
+  }
+}
+
+TEST_F(DenseOps, Argmax) {
+  for (int64_t V : {1000, 129280}) {
+    const int64_t R = 3;
+    std::vector<float> l = randn(R * V, 1.0f, false);
+    Tensor ic = cpu_i32(std::vector<int32_t>(R), {R});
+    cpu_->argmax(cpu_f32(l, {R, V}), ic);
+    Tensor ig = gpu_poisoned(*gpu_, DType::I32, {R});
+    gpu_->argmax(gpu_float(*gpu_, l, {R, V}, DType::F32), ig);
+    std::vector<float> got = download(*gpu_, ig);
+    for (int64_t r = 0; r < R; ++r) EXPECT_EQ(static_cast<int32_t>(got[r]), ic.ptr<int32_t>()[r]) << "row " << r;
+  }
+}
+
+TEST_F(DenseOps, FillRandomMatchesCpuBitForBit) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3}) {
+    const int64_t n = 100003;
+    HostBuffer host(dt, {n});
+    cpu_->fill_random(host.tensor(), 42, 0.5f);
+    Tensor g = gpu_poisoned(*gpu_, dt, {n});
+    gpu_->fill_random(g, 42, 0.5f);
+    HostBuffer back(dt, {n});
+    gpu_->copy(g, back.tensor());
+    EXPECT_EQ(std::memcmp(host.tensor().data, back.tensor().data, host.tensor().num_bytes()), 0)
+        << dtype_name(dt);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::ops_test
