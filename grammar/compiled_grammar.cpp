@@ -1,0 +1,46 @@
+// CompiledGrammar and GrammarCache: front-end dispatch, automaton build, shared mask cache.
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::from_ir(const GrammarIR& ir,
+                                                                std::shared_ptr<const Vocabulary> vocab,
+                                                                const CompileLimits& limits) {
+  DI_CHECK(vocab != nullptr, "grammar: no vocabulary");
+  std::shared_ptr<CompiledGrammar> g(new CompiledGrammar());
+  g->automaton_ = build_automaton(ir, limits);
+  g->vocab_ = std::move(vocab);
+  g->cache_ = std::make_unique<MaskCache>(g->automaton_, *g->vocab_);
+  return g;
+}
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const GrammarSpec& spec,
+                                                                std::shared_ptr<const Vocabulary> vocab,
+                                                                const CompileLimits& limits) {
+  switch (spec.kind) {
+    case GrammarSpec::Kind::Regex:
+      return from_ir(parse_regex_grammar(spec.source), std::move(vocab), limits);
+    case GrammarSpec::Kind::JsonSchema:
+      return from_ir(json_schema_to_ir(spec.source, spec.json_any_whitespace), std::move(vocab), limits);
+    case GrammarSpec::Kind::Ebnf:
+      return from_ir(parse_ebnf(spec.source), std::move(vocab), limits);
+    case GrammarSpec::Kind::JsonObject:
+      return from_ir(json_object_ir(spec.json_any_whitespace), std::move(vocab), limits);
+  }
+  fail("grammar: unknown spec kind");
+}
+
+std::shared_ptr<const CompiledGrammar> GrammarCache::get(const GrammarSpec& spec) {
+  std::string key = std::to_string(static_cast<int>(spec.kind)) + (spec.json_any_whitespace ? "w" : "c") + spec.source;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = grammars_.find(key);
+    if (it != grammars_.end()) return it->second;
+  }
+  auto g = CompiledGrammar::compile(spec, vocab_);
+  std::lock_guard<std::mutex> lock(mu_);
+  return grammars_.try_emplace(key, g).first->second;
+}
+
+}  // namespace deepinfer::grammar

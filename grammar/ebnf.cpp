@@ -1,0 +1,296 @@
+// EBNF front-end: llama.cpp GBNF and W3C-style EBNF (the common subset plus each one's
+// extras): `name ::= alternatives`, "lit" / 'lit', [classes], #xHH, (groups), . (any char),
+// postfix * + ? {m} {m,} {m,n}, comments `# ...` and `/* ... */`. The root is the rule named
+// `root`, else the first rule.
+#include <cctype>
+#include <map>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+class EbnfParser {
+ public:
+  explicit EbnfParser(const std::string& s) : s_(s) {}
+
+  GrammarIR parse() {
+    skip_space();
+    if (eof()) error("empty grammar");
+    int32_t first = -1;
+    while (!eof()) {
+      std::string name = read_name();
+      if (name.empty()) error("expected a rule name");
+      skip_space();
+      if (s_.compare(pos_, 3, "::=") != 0) error("expected '::=' after rule name '" + name + "'");
+      pos_ += 3;
+      int32_t rule = rule_id(name);
+      if (defined_.count(rule)) error("rule '" + name + "' defined twice");
+      defined_[rule] = true;
+      if (first < 0) first = rule;
+      ir_.set_body(rule, parse_alt(0));
+      skip_space();
+    }
+    auto it = ids_.find("root");
+    ir_.set_root(it != ids_.end() && defined_.count(it->second) ? it->second : first);
+    for (const auto& [name, id] : ids_)
+      if (!defined_.count(id)) fail("ebnf: rule '", name, "' is used but not defined (first use at line ", uses_[id], ")");
+    return std::move(ir_);
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& what) const {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
+      if (s_[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    fail("ebnf: ", what, " at line ", line, " column ", col);
+  }
+  int line() const {
+    int l = 1;
+    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) l += s_[i] == '\n';
+    return l;
+  }
+  bool eof() const { return pos_ >= s_.size(); }
+  char peek() const { return s_[pos_]; }
+  static bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
+
+  void skip_space() {
+    while (!eof()) {
+      char c = peek();
+      if (std::isspace(static_cast<unsigned char>(c))) {
+        ++pos_;
+      } else if (c == '#' && !(pos_ + 1 < s_.size() && s_[pos_ + 1] == 'x')) {
+        while (!eof() && peek() != '\n') ++pos_;
+      } else if (s_.compare(pos_, 2, "/*") == 0) {
+        size_t end = s_.find("*/", pos_ + 2);
+        if (end == std::string::npos) error("unterminated comment");
+        pos_ = end + 2;
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string read_name() {
+    size_t start = pos_;
+    while (!eof() && name_char(peek()) && !(peek() == '.' && pos_ == start)) ++pos_;
+    return s_.substr(start, pos_ - start);
+  }
+
+  int32_t rule_id(const std::string& name) {
+    auto it = ids_.find(name);
+    if (it != ids_.end()) return it->second;
+    int32_t id = ir_.add_rule(name);
+    ids_[name] = id;
+    uses_[id] = line();
+    return id;
+  }
+
+  // True when the upcoming text is `name ::=` (the start of the next rule).
+  bool at_rule_start() {
+    size_t save = pos_;
+    std::string name = read_name();
+    skip_space();
+    bool yes = !name.empty() && s_.compare(pos_, 3, "::=") == 0;
+    pos_ = save;
+    return yes;
+  }
+
+  int32_t parse_alt(int depth) {
+    if (depth > 200) error("groups nested too deeply");
+    std::vector<int32_t> alts{parse_seq(depth)};
+    skip_space();
+    while (!eof() && peek() == '|') {
+      ++pos_;
+      alts.push_back(parse_seq(depth));
+      skip_space();
+    }
+    return ir_.alt(std::move(alts));
+  }
+
+  int32_t parse_seq(int depth) {
+    std::vector<int32_t> items;
+    while (true) {
+      skip_space();
+      if (eof() || peek() == '|' || peek() == ')') break;
+      if (peek() == '-' ) error("exclusion 'A - B' is not supported");
+      if (name_char(peek()) && peek() != '.' && at_rule_start()) break;
+      items.push_back(parse_postfix(parse_atom(depth)));
+    }
+    return ir_.seq(std::move(items));
+  }
+
+  int32_t read_int() {
+    int64_t v = 0;
+    if (eof() || !std::isdigit(static_cast<unsigned char>(peek()))) error("expected a number");
+    while (!eof() && std::isdigit(static_cast<unsigned char>(peek()))) {
+      v = v * 10 + (peek() - '0');
+      if (v > 1000000) error("repetition bound too large");
+      ++pos_;
+    }
+    return static_cast<int32_t>(v);
+  }
+
+  int32_t parse_postfix(int32_t atom) {
+    while (!eof()) {
+      char c = peek();
+      if (c == '*') {
+        ++pos_;
+        atom = ir_.star(atom);
+      } else if (c == '+') {
+        ++pos_;
+        atom = ir_.plus(atom);
+      } else if (c == '?') {
+        ++pos_;
+        atom = ir_.opt(atom);
+      } else if (c == '{') {
+        ++pos_;
+        skip_space();
+        int32_t lo = read_int(), hi = lo;
+        skip_space();
+        if (!eof() && peek() == ',') {
+          ++pos_;
+          skip_space();
+          hi = (!eof() && peek() == '}') ? GrammarIR::kUnbounded : read_int();
+          skip_space();
+        }
+        if (eof() || peek() != '}') error("expected '}'");
+        ++pos_;
+        if (hi != GrammarIR::kUnbounded && hi < lo) error("repetition {m,n} with n < m");
+        atom = ir_.repeat(atom, lo, hi);
+      } else {
+        break;
+      }
+    }
+    return atom;
+  }
+
+  uint32_t hex(int max_digits, bool exact) {
+    uint32_t v = 0;
+    int n = 0;
+    while (n < max_digits && !eof() && std::isxdigit(static_cast<unsigned char>(peek()))) {
+      char h = s_[pos_++];
+      v = v * 16 + (h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+      ++n;
+    }
+    if (n == 0 || (exact && n != max_digits) || v > 0x10FFFF) error("bad hex escape");
+    return v;
+  }
+
+  uint32_t read_cp() {
+    unsigned char c = static_cast<unsigned char>(s_[pos_++]);
+    if (c < 0x80) return c;
+    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
+    if (n < 0) error("invalid UTF-8");
+    uint32_t cp = c & (0x3F >> n);
+    for (int i = 0; i < n; ++i) {
+      if (eof() || (static_cast<unsigned char>(peek()) & 0xC0) != 0x80) error("invalid UTF-8");
+      cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_++]) & 0x3F);
+    }
+    return cp;
+  }
+
+  // One character of a literal or class, with escapes; `quote` ends literals.
+  uint32_t read_char() {
+    if (peek() == '#' && pos_ + 1 < s_.size() && s_[pos_ + 1] == 'x') {
+      pos_ += 2;
+      return hex(6, false);
+    }
+    if (peek() != '\\') return read_cp();
+    ++pos_;
+    if (eof()) error("trailing backslash");
+    char c = s_[pos_++];
+    switch (c) {
+      case 'n': return '\n';
+      case 't': return '\t';
+      case 'r': return '\r';
+      case 'f': return '\f';
+      case 'v': return '\v';
+      case '0': return 0;
+      case 'x': return hex(2, true);
+      case 'u': return hex(4, true);
+      case 'U': return hex(8, true);
+      default:
+        --pos_;
+        return read_cp();
+    }
+  }
+
+  int32_t parse_atom(int depth) {
+    char c = peek();
+    if (c == '(') {
+      ++pos_;
+      int32_t inner = parse_alt(depth + 1);
+      skip_space();
+      if (eof() || peek() != ')') error("missing ')'");
+      ++pos_;
+      return inner;
+    }
+    if (c == '"' || c == '\'') {
+      ++pos_;
+      std::string bytes;
+      while (true) {
+        if (eof()) error("unterminated string literal");
+        if (peek() == c) break;
+        if (peek() == '#') {  // '#' inside a literal is itself
+          bytes.push_back(s_[pos_++]);
+          continue;
+        }
+        append_utf8(bytes, read_char());
+      }
+      ++pos_;
+      return ir_.literal(bytes);
+    }
+    if (c == '[') {
+      ++pos_;
+      bool negate = !eof() && peek() == '^';
+      if (negate) ++pos_;
+      Ranges set;
+      while (true) {
+        if (eof()) error("unterminated character class");
+        if (peek() == ']') break;
+        uint32_t lo = read_char(), hi = lo;
+        if (pos_ + 1 < s_.size() && peek() == '-' && s_[pos_ + 1] != ']') {
+          ++pos_;
+          hi = read_char();
+          if (hi < lo) error("character class range out of order");
+        }
+        set.push_back({lo, hi});
+      }
+      ++pos_;
+      return ir_.char_ranges(negate ? complement_ranges(set, 0x10FFFF) : set);
+    }
+    if (c == '#' && pos_ + 1 < s_.size() && s_[pos_ + 1] == 'x') {
+      uint32_t cp = read_char();
+      return ir_.char_ranges({{cp, cp}});
+    }
+    if (c == '.') {
+      ++pos_;
+      return ir_.char_ranges({{0, 0x10FFFF}});
+    }
+    if (name_char(c)) return ir_.ref(rule_id(read_name()));
+    error(std::string("unexpected character '") + c + "'");
+  }
+
+  const std::string& s_;
+  size_t pos_ = 0;
+  GrammarIR ir_;
+  std::map<std::string, int32_t> ids_;
+  std::map<int32_t, bool> defined_;
+  std::map<int32_t, int> uses_;
+};
+
+}  // namespace
+
+GrammarIR parse_ebnf(const std::string& text) { return EbnfParser(text).parse(); }
+
+}  // namespace deepinfer::grammar

@@ -1,1 +1,0 @@
-// Module grammar: placeholder translation unit until the module's first source lands.

@@ -1,0 +1,582 @@
+// JSON Schema front-end: a schema (draft 4 .. 2020-12 subset) lowered to GrammarIR.
+// Objects list their properties in schema order (optional ones may be skipped); allowed
+// additional properties follow the declared ones. Unsupported keywords that constrain the
+// language (not, if/then/else, patternProperties, ...) are refused with the JSON path.
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/regex.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+using json = nlohmann::json;
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const json& root, bool any_ws) : root_(root), any_ws_(any_ws) {}
+
+  GrammarIR run() {
+    int32_t top = ir_.add_rule("root");
+    ir_.set_root(top);
+    ir_.set_body(top, ir_.seq({ws(), compile(root_, "#", 0), ws()}));
+    return std::move(ir_);
+  }
+
+  GrammarIR any_object() {
+    int32_t top = ir_.add_rule("root");
+    ir_.set_root(top);
+    ir_.set_body(top, ir_.seq({ws(), ir_.ref(object_rule()), ws()}));
+    return std::move(ir_);
+  }
+
+ private:
+  [[noreturn]] static void refuse(const std::string& path, const std::string& what) {
+    fail("json schema: ", what, " at ", path);
+  }
+
+  int32_t ws() {
+    if (!any_ws_) return ir_.empty();
+    return ir_.star(ir_.byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}));
+  }
+  int32_t lit(const std::string& s) { return ir_.literal(s); }
+
+  int32_t shared(const std::string& name, int32_t* slot, auto&& body) {
+    if (*slot < 0) {
+      *slot = ir_.add_rule(name);
+      ir_.set_body(*slot, body());
+    }
+    return *slot;
+  }
+
+  int32_t string_rule() {
+    return shared("string", &string_rule_, [&] {
+      int32_t plain = ir_.char_ranges(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, 0x10FFFF));
+      int32_t hex = ir_.byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+      int32_t esc = ir_.seq({lit("\\"), ir_.alt({ir_.byte_ranges({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
+                                                                  {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+                                                 ir_.seq({lit("u"), ir_.repeat(hex, 4, 4)})})});
+      return ir_.seq({lit("\""), ir_.star(ir_.alt({plain, esc})), lit("\"")});
+    });
+  }
+  int32_t string_char() {
+    return shared("char", &char_rule_, [&] {
+      int32_t plain = ir_.char_ranges(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, 0x10FFFF));
+      int32_t hex = ir_.byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+      int32_t esc = ir_.seq({lit("\\"), ir_.alt({ir_.byte_ranges({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
+                                                                  {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+                                                 ir_.seq({lit("u"), ir_.repeat(hex, 4, 4)})})});
+      return ir_.alt({plain, esc});
+    });
+  }
+  int32_t digits() { return ir_.plus(ir_.byte_ranges({{'0', '9'}})); }
+  int32_t int_body() {
+    return ir_.alt({lit("0"), ir_.seq({ir_.byte_ranges({{'1', '9'}}), ir_.star(ir_.byte_ranges({{'0', '9'}}))})});
+  }
+  int32_t frac_exp() {
+    return ir_.seq({ir_.opt(ir_.seq({lit("."), digits()})),
+                    ir_.opt(ir_.seq({ir_.byte_ranges({{'e', 'e'}, {'E', 'E'}}), ir_.opt(ir_.byte_ranges({{'+', '+'}, {'-', '-'}})), digits()}))});
+  }
+  int32_t number_rule() {
+    return shared("number", &number_rule_, [&] { return ir_.seq({ir_.opt(lit("-")), int_body(), frac_exp()}); });
+  }
+  int32_t integer_rule() {
+    return shared("integer", &integer_rule_, [&] { return ir_.seq({ir_.opt(lit("-")), int_body()}); });
+  }
+  int32_t value_rule() {
+    if (value_rule_ < 0) {
+      value_rule_ = ir_.add_rule("value");
+      ir_.set_body(value_rule_, ir_.alt({ir_.ref(object_rule()), ir_.ref(array_rule()), ir_.ref(string_rule()),
+                                         ir_.ref(number_rule()), lit("true"), lit("false"), lit("null")}));
+    }
+    return value_rule_;
+  }
+  int32_t object_rule() {
+    if (object_rule_ < 0) {
+      object_rule_ = ir_.add_rule("object");
+      int32_t member = ir_.seq({ir_.ref(string_rule()), ws(), lit(":"), ws(), ir_.ref(value_rule())});
+      int32_t more = ir_.star(ir_.seq({ws(), lit(","), ws(), member}));
+      ir_.set_body(object_rule_, ir_.seq({lit("{"), ws(), ir_.opt(ir_.seq({member, more})), ws(), lit("}")}));
+    }
+    return object_rule_;
+  }
+  int32_t array_rule() {
+    if (array_rule_ < 0) {
+      array_rule_ = ir_.add_rule("array");
+      int32_t v = ir_.ref(value_rule());
+      int32_t more = ir_.star(ir_.seq({ws(), lit(","), ws(), ir_.ref(value_rule())}));
+      ir_.set_body(array_rule_, ir_.seq({lit("["), ws(), ir_.opt(ir_.seq({v, more})), ws(), lit("]")}));
+    }
+    return array_rule_;
+  }
+
+  // An exact JSON value (enum/const), whitespace allowed between its tokens.
+  int32_t literal_value(const json& v) {
+    if (v.is_object()) {
+      std::vector<int32_t> parts{lit("{"), ws()};
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        first = false;
+        parts.insert(parts.end(), {lit(json(it.key()).dump()), ws(), lit(":"), ws(), literal_value(it.value())});
+      }
+      parts.insert(parts.end(), {ws(), lit("}")});
+      return ir_.seq(std::move(parts));
+    }
+    if (v.is_array()) {
+      std::vector<int32_t> parts{lit("["), ws()};
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        parts.push_back(literal_value(v[i]));
+      }
+      parts.insert(parts.end(), {ws(), lit("]")});
+      return ir_.seq(std::move(parts));
+    }
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+        // 2.0 and 2 are the same JSON number.
+        std::string i = json(static_cast<int64_t>(d)).dump();
+        return ir_.seq({lit(i), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
+      }
+    }
+    return lit(v.dump());
+  }
+
+  const json& resolve(const std::string& ref, const std::string& path) {
+    if (ref.empty() || ref[0] != '#') refuse(path, "only local $ref ('#...') is supported, got '" + ref + "'");
+    std::string ptr = ref.substr(1);
+    try {
+      return ptr.empty() ? root_ : root_.at(json::json_pointer(ptr));
+    } catch (const std::exception&) {
+      refuse(path, "$ref '" + ref + "' does not resolve");
+    }
+  }
+
+  // Merges two schemas for allOf (and sibling keywords of anyOf/oneOf/$ref).
+  json merge(const json& a, const json& b, const std::string& path, int depth) {
+    if (depth > 32) refuse(path, "allOf/$ref merge nested too deeply");
+    if (a.is_boolean()) return a.get<bool>() ? b : a;
+    if (b.is_boolean()) return b.get<bool>() ? a : b;
+    json out = a;
+    if (out.contains("$ref")) {
+      json r = resolve(out["$ref"].get<std::string>(), path);
+      out.erase("$ref");
+      out = merge(r, out, path, depth + 1);
+    }
+    json bb = b;
+    if (bb.contains("$ref")) {
+      json r = resolve(bb["$ref"].get<std::string>(), path);
+      bb.erase("$ref");
+      bb = merge(r, bb, path, depth + 1);
+    }
+    if (bb.contains("allOf")) {
+      json acc = json::object();
+      for (const auto& s : bb["allOf"]) acc = merge(acc, s, path, depth + 1);
+      bb.erase("allOf");
+      bb = merge(bb, acc, path, depth + 1);
+    }
+    for (auto it = bb.begin(); it != bb.end(); ++it) {
+      const std::string& k = it.key();
+      if (!out.contains(k)) {
+        out[k] = it.value();
+      } else if (k == "properties") {
+        for (auto p = it.value().begin(); p != it.value().end(); ++p)
+          out[k][p.key()] = out[k].contains(p.key()) ? merge(out[k][p.key()], p.value(), path, depth + 1) : p.value();
+      } else if (k == "required") {
+        std::set<std::string> have;
+        for (const auto& r : out[k]) have.insert(r.get<std::string>());
+        for (const auto& r : it.value())
+          if (!have.count(r.get<std::string>())) out[k].push_back(r);
+      } else if (k == "type") {
+        auto as_set = [](const json& t) {
+          std::set<std::string> s;
+          if (t.is_string()) s.insert(t.get<std::string>());
+          else
+            for (const auto& x : t) s.insert(x.get<std::string>());
+          if (s.count("number")) s.insert("integer");
+          return s;
+        };
+        std::set<std::string> x = as_set(out[k]), y = as_set(it.value()), both;
+        for (const auto& t : x)
+          if (y.count(t)) both.insert(t);
+        if (both.count("number") && !(as_set(out[k]).count("number") && as_set(it.value()).count("number")))
+          both.erase("number");
+        if (both.empty()) refuse(path, "allOf with disjoint types");
+        out[k] = json(std::vector<std::string>(both.begin(), both.end()));
+      } else if (k == "minimum" || k == "minLength" || k == "minItems" || k == "exclusiveMinimum") {
+        out[k] = std::max(out[k], it.value());
+      } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "exclusiveMaximum") {
+        out[k] = std::min(out[k], it.value());
+      } else if (k == "title" || k == "description" || k == "default" || k == "examples" || k == "$comment") {
+      } else if (out[k] != it.value()) {
+        refuse(path, "allOf with conflicting '" + k + "'");
+      }
+    }
+    return out;
+  }
+
+  static bool is_annotation_only(const json& s) {
+    static const std::set<std::string> kAnnot = {"title", "description", "default", "examples", "$comment",
+                                                  "$schema", "$id", "id", "deprecated", "readOnly", "writeOnly"};
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!kAnnot.count(it.key()) && it.key() != "$ref" && it.key() != "$defs" && it.key() != "definitions")
+        return false;
+    return true;
+  }
+
+  int32_t compile(const json& s, const std::string& path, int depth) {
+    if (depth > 64) refuse(path, "schema nested too deeply (more than 64 levels without $ref)");
+    if (s.is_boolean()) return s.get<bool>() ? ir_.ref(value_rule()) : ir_.nothing();
+    if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    static const char* kRefused[] = {"not", "if", "then", "else", "patternProperties", "propertyNames",
+                                     "dependencies", "dependentSchemas", "dependentRequired", "contains",
+                                     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+                                     "multipleOf"};
+    for (const char* k : kRefused)
+      if (s.contains(k)) refuse(path, std::string("keyword '") + k + "' is not supported");
+    if (s.contains("$ref")) {
+      if (!s["$ref"].is_string()) refuse(path, "$ref must be a string");
+      std::string ref = s["$ref"].get<std::string>();
+      if (is_annotation_only(s)) {
+        auto it = ref_rules_.find(ref);
+        if (it != ref_rules_.end()) return ir_.ref(it->second);
+        const json& target = resolve(ref, path);
+        int32_t rule = ir_.add_rule(ref);
+        ref_rules_[ref] = rule;
+        ir_.set_body(rule, compile(target, ref, 0));
+        return ir_.ref(rule);
+      }
+      json rest = s;
+      rest.erase("$ref");
+      return compile(merge(resolve(ref, path), rest, path, 0), path, depth + 1);
+    }
+    if (s.contains("allOf")) {
+      if (!s["allOf"].is_array()) refuse(path + "/allOf", "allOf must be an array");
+      json rest = s;
+      rest.erase("allOf");
+      json acc = rest;
+      for (const auto& sub : s["allOf"]) acc = merge(acc, sub, path + "/allOf", 0);
+      return compile(acc, path, depth + 1);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      if (!s[key].is_array() || s[key].empty()) refuse(path + "/" + key, std::string(key) + " must be a non-empty array");
+      json rest = s;
+      rest.erase(key);
+      std::vector<int32_t> alts;
+      for (size_t i = 0; i < s[key].size(); ++i) {
+        std::string p = path + "/" + key + "/" + std::to_string(i);
+        alts.push_back(rest.empty() || is_annotation_only(rest) ? compile(s[key][i], p, depth + 1)
+                                                                : compile(merge(rest, s[key][i], p, 0), p, depth + 1));
+      }
+      return ir_.alt(std::move(alts));
+    }
+    int32_t nullable = s.value("nullable", false) ? lit("null") : -1;
+    auto with_null = [&](int32_t e) { return nullable >= 0 ? ir_.alt({e, nullable}) : e; };
+    if (s.contains("const")) return with_null(literal_value(s["const"]));
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) refuse(path + "/enum", "enum must be a non-empty array");
+      std::vector<int32_t> alts;
+      for (const auto& v : s["enum"]) alts.push_back(literal_value(v));
+      return with_null(ir_.alt(std::move(alts)));
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
+      else if (s["type"].is_array())
+        for (const auto& t : s["type"]) types.push_back(t.is_string() ? t.get<std::string>() : "");
+      else
+        refuse(path + "/type", "type must be a string or an array of strings");
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      types = {"object"};
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+      types = {"array"};
+    } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+      types = {"string"};
+    } else {
+      return ir_.ref(value_rule());
+    }
+    std::vector<int32_t> alts;
+    for (const auto& t : types) alts.push_back(compile_type(s, t, path, depth));
+    return with_null(ir_.alt(std::move(alts)));
+  }
+
+  int32_t compile_type(const json& s, const std::string& t, const std::string& path, int depth) {
+    if (t == "null") return lit("null");
+    if (t == "boolean") return ir_.alt({lit("true"), lit("false")});
+    if (t == "string") return compile_string(s, path);
+    if (t == "integer" || t == "number") return compile_number(s, t == "integer", path);
+    if (t == "object") return compile_object(s, path, depth);
+    if (t == "array") return compile_array(s, path, depth);
+    refuse(path + "/type", "unknown type '" + t + "'");
+  }
+
+  int32_t pattern_string(const std::string& pattern, const std::string& path) {
+    RegexResult r = parse_regex(ir_, pattern, true, "json schema: pattern at " + path);
+    int32_t any = ir_.star(ir_.ref(string_char()));
+    return ir_.seq({lit("\""), r.anchored_start ? ir_.empty() : any, r.expr, r.anchored_end ? ir_.empty() : any,
+                    lit("\"")});
+  }
+
+  int32_t compile_string(const json& s, const std::string& path) {
+    static const std::map<std::string, std::string> kFormats = {
+        {"date", R"(^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$)"},
+        {"time", R"(^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$)"},
+        {"date-time", R"(^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$)"},
+        {"email", R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$)"},
+        {"uuid", R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)"},
+        {"uri", R"(^[A-Za-z][A-Za-z0-9+.-]*:[^ \t\r\n<>"{}|\\^`]*$)"},
+        {"ipv4", R"(^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$)"},
+        {"hostname", R"(^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$)"},
+    };
+    bool has_len = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) refuse(path + "/pattern", "pattern must be a string");
+      if (has_len) refuse(path, "pattern together with minLength/maxLength is not supported");
+      return pattern_string(s["pattern"].get<std::string>(), path + "/pattern");
+    }
+    if (s.contains("format") && s["format"].is_string()) {
+      auto it = kFormats.find(s["format"].get<std::string>());
+      if (it != kFormats.end()) {
+        if (has_len) refuse(path, "format together with minLength/maxLength is not supported");
+        return pattern_string(it->second, path + "/format");
+      }
+    }
+    if (!has_len) return ir_.ref(string_rule());
+    int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+    if (lo < 0 || (hi >= 0 && hi < lo)) refuse(path, "invalid minLength/maxLength");
+    if (lo > 4096 || hi > 4096) refuse(path, "minLength/maxLength above 4096 is not supported (grammar size)");
+    return ir_.seq({lit("\""), ir_.repeat(ir_.ref(string_char()), static_cast<int32_t>(lo),
+                                          hi < 0 ? GrammarIR::kUnbounded : static_cast<int32_t>(hi)),
+                    lit("\"")});
+  }
+
+  // Decimal strings for non-negative integers in [lo, hi] of equal length.
+  int32_t same_length(const std::string& lo, const std::string& hi) {
+    if (lo.empty()) return ir_.empty();
+    auto d = [&](char a, char b) { return ir_.byte_ranges({{static_cast<uint32_t>(a), static_cast<uint32_t>(b)}}); };
+    if (lo.size() == 1) return d(lo[0], hi[0]);
+    if (lo[0] == hi[0]) return ir_.seq({d(lo[0], lo[0]), same_length(lo.substr(1), hi.substr(1))});
+    std::vector<int32_t> alts;
+    size_t n = lo.size() - 1;
+    alts.push_back(ir_.seq({d(lo[0], lo[0]), same_length(lo.substr(1), std::string(n, '9'))}));
+    if (lo[0] + 1 <= hi[0] - 1) alts.push_back(ir_.seq({d(lo[0] + 1, hi[0] - 1), ir_.repeat(d('0', '9'), n, n)}));
+    alts.push_back(ir_.seq({d(hi[0], hi[0]), same_length(std::string(n, '0'), hi.substr(1))}));
+    return ir_.alt(std::move(alts));
+  }
+  // Non-negative integers in [lo, hi] (hi < 0: unbounded), canonical decimal.
+  int32_t magnitude_range(int64_t lo, int64_t hi) {
+    std::vector<int32_t> alts;
+    std::string los = std::to_string(lo);
+    int64_t pow = 1;
+    for (size_t i = 1; i < los.size(); ++i) pow *= 10;
+    for (size_t len = los.size(); len <= 19; ++len, pow = pow > INT64_MAX / 10 ? INT64_MAX : pow * 10) {
+      int64_t first = len == 1 ? 0 : pow;
+      int64_t last = pow > INT64_MAX / 10 ? INT64_MAX : pow * 10 - 1;
+      if (hi >= 0 && first > hi) break;
+      if (hi < 0 && len > los.size()) {
+        alts.push_back(ir_.seq({ir_.byte_ranges({{'1', '9'}}), ir_.repeat(ir_.byte_ranges({{'0', '9'}}),
+                                                                           static_cast<int32_t>(len - 1), GrammarIR::kUnbounded)}));
+        break;
+      }
+      int64_t a = std::max(lo, first), b = hi >= 0 ? std::min(hi, last) : last;
+      if (a <= b) alts.push_back(same_length(std::to_string(a), std::to_string(b)));
+    }
+    return ir_.alt(std::move(alts));
+  }
+
+  int32_t compile_number(const json& s, bool integer, const std::string& path) {
+    bool has_lo = false, has_hi = false;
+    double lo = 0, hi = 0;
+    auto bound = [&](const char* key, bool is_lo, bool exclusive) {
+      if (!s.contains(key)) return;
+      const json& v = s[key];
+      if (v.is_boolean()) return;  // draft-4 exclusiveMinimum: true (handled with minimum)
+      if (!v.is_number()) refuse(path + "/" + key, "must be a number");
+      double x = v.get<double>();
+      bool excl = exclusive || (s.value(is_lo ? "exclusiveMinimum" : "exclusiveMaximum", json(false)) == json(true));
+      if (integer) x = is_lo ? (excl ? std::floor(x) + 1 : std::ceil(x)) : (excl ? std::ceil(x) - 1 : std::floor(x));
+      if (is_lo) {
+        lo = has_lo ? std::max(lo, x) : x;
+        has_lo = true;
+      } else {
+        hi = has_hi ? std::min(hi, x) : x;
+        has_hi = true;
+      }
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (!has_lo && !has_hi) return ir_.ref(integer ? integer_rule() : number_rule());
+    if (std::fabs(lo) > 1e18 || std::fabs(hi) > 1e18) refuse(path, "numeric bound beyond 1e18 is not supported");
+    if (!integer) {
+      // Integer part bounded by floor(lo)..ceil(hi); the fraction is free: may admit values
+      // just past a fractional bound (documented approximation).
+      lo = std::floor(lo);
+      hi = std::ceil(hi);
+    }
+    if (has_lo && has_hi && lo > hi) refuse(path, "minimum above maximum: no number matches");
+    int64_t ilo = static_cast<int64_t>(lo), ihi = static_cast<int64_t>(hi);
+    std::vector<int32_t> alts;
+    if (!has_hi || ihi >= 0) alts.push_back(magnitude_range(has_lo ? std::max<int64_t>(ilo, 0) : 0, has_hi ? ihi : -1));
+    if (!has_lo || ilo < 0)
+      alts.push_back(ir_.seq({lit("-"), magnitude_range(has_hi ? std::max<int64_t>(-ihi, 1) : 1, has_lo ? -ilo : -1)}));
+    int32_t ipart = ir_.alt(std::move(alts));
+    if (integer) return ipart;
+    return ir_.seq({ipart, ir_.opt(ir_.seq({lit("."), digits()}))});
+  }
+
+  int32_t compile_object(const json& s, const std::string& path, int depth) {
+    for (const char* k : {"minProperties", "maxProperties"})
+      if (s.contains(k)) refuse(path, std::string("keyword '") + k + "' is not supported");
+    std::vector<std::pair<std::string, int32_t>> props;  // key literal, value expr
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) refuse(path + "/required", "required must be an array");
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) refuse(path + "/required", "required entries must be strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    std::vector<char> is_required;
+    if (s.contains("properties")) {
+      if (!s["properties"].is_object()) refuse(path + "/properties", "properties must be an object");
+      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
+        int32_t v = compile(it.value(), path + "/properties/" + it.key(), depth + 1);
+        props.push_back({json(it.key()).dump(), v});
+        is_required.push_back(required.count(it.key()) ? 1 : 0);
+        required.erase(it.key());
+      }
+    }
+    // Additional properties: false, a schema, or anything (absent / true).
+    int32_t extra_value = -1;
+    const json ap = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    if (!(ap.is_boolean() && !ap.get<bool>())) extra_value = compile(ap, path + "/additionalProperties", depth + 1);
+    if (!required.empty()) {
+      if (extra_value < 0) refuse(path + "/required", "required property '" + *required.begin() + "' is not allowed");
+      // Required but undeclared: declared with the additionalProperties schema.
+      for (const auto& r : required) {
+        props.push_back({json(r).dump(), extra_value});
+        is_required.push_back(1);
+      }
+    }
+    auto member = [&](size_t i) { return ir_.seq({lit(props[i].first), ws(), lit(":"), ws(), props[i].second}); };
+    int32_t sep = ir_.seq({ws(), lit(","), ws()});
+    int32_t extra_member =
+        extra_value >= 0 ? ir_.seq({ir_.ref(string_rule()), ws(), lit(":"), ws(), extra_value}) : -1;
+    // first[i]: members i.. with none emitted yet; rest[i]: members i.. after one was emitted.
+    const size_t n = props.size();
+    std::vector<int32_t> first(n + 1), rest(n + 1);
+    for (size_t i = 0; i <= n; ++i) {
+      first[i] = ir_.add_rule("obj_first");
+      rest[i] = ir_.add_rule("obj_rest");
+    }
+    int32_t extras_rest = extra_member >= 0 ? ir_.star(ir_.seq({sep, extra_member})) : ir_.empty();
+    ir_.set_body(rest[n], extras_rest);
+    ir_.set_body(first[n], extra_member >= 0 ? ir_.opt(ir_.seq({extra_member, ir_.star(ir_.seq({sep, extra_member}))}))
+                                             : ir_.empty());
+    for (size_t i = n; i-- > 0;) {
+      int32_t take_first = ir_.seq({member(i), ir_.ref(rest[i + 1])});
+      int32_t take_rest = ir_.seq({sep, member(i), ir_.ref(rest[i + 1])});
+      if (is_required[i]) {
+        ir_.set_body(first[i], take_first);
+        ir_.set_body(rest[i], take_rest);
+      } else {
+        ir_.set_body(first[i], ir_.alt({take_first, ir_.ref(first[i + 1])}));
+        ir_.set_body(rest[i], ir_.alt({take_rest, ir_.ref(rest[i + 1])}));
+      }
+    }
+    return ir_.seq({lit("{"), ws(), ir_.ref(first[0]), ws(), lit("}")});
+  }
+
+  int32_t compile_array(const json& s, const std::string& path, int depth) {
+    std::vector<int32_t> prefix;
+    int32_t item = -1;  // schema for items after the prefix; -1: none allowed
+    const json* prefix_items = nullptr;
+    if (s.contains("prefixItems")) prefix_items = &s["prefixItems"];
+    if (s.contains("items") && s["items"].is_array()) prefix_items = &s["items"];  // draft 4 tuple form
+    if (prefix_items) {
+      for (size_t i = 0; i < prefix_items->size(); ++i)
+        prefix.push_back(compile((*prefix_items)[i], path + "/prefixItems/" + std::to_string(i), depth + 1));
+    }
+    json any = true;
+    const json* rest_schema = &any;
+    if (s.contains("prefixItems")) {
+      if (s.contains("items")) rest_schema = &s["items"];
+    } else if (s.contains("items") && s["items"].is_array()) {
+      if (s.contains("additionalItems")) rest_schema = &s["additionalItems"];
+    } else if (s.contains("items")) {
+      rest_schema = &s["items"];
+    }
+    if (!(rest_schema->is_boolean() && !rest_schema->get<bool>()))
+      item = compile(*rest_schema, path + "/items", depth + 1);
+    int64_t lo = s.value("minItems", int64_t{0});
+    int64_t hi = s.contains("maxItems") ? s["maxItems"].get<int64_t>() : -1;
+    if (lo < 0 || (hi >= 0 && hi < lo)) refuse(path, "invalid minItems/maxItems");
+    if (lo > 1024 || hi > 1024) refuse(path, "minItems/maxItems above 1024 is not supported (grammar size)");
+    const int64_t np = static_cast<int64_t>(prefix.size());
+    int32_t sep = ir_.seq({ws(), lit(","), ws()});
+    // Element k (0-based) is prefix[k] or item; elements 0..lo-1 are required.
+    std::vector<int32_t> elems;
+    int64_t limit = hi >= 0 ? hi : (item >= 0 ? -1 : np);
+    if (limit >= 0 && limit < lo) refuse(path, "minItems larger than the number of items allowed");
+    // Build from the back: tail(k) = elements k.. given k elements were emitted (k >= 1).
+    // Fixed part up to max(np, lo), then a repeated tail of `item`.
+    int64_t fixed = std::max(np, lo);
+    if (limit >= 0) fixed = std::min(fixed, limit);
+    auto elem = [&](int64_t k) { return k < np ? prefix[k] : item; };
+    int32_t tail;  // after `fixed` elements
+    if (limit < 0) tail = ir_.star(ir_.seq({sep, item}));
+    else if (limit > fixed) tail = ir_.repeat(ir_.seq({sep, item}), 0, static_cast<int32_t>(limit - fixed));
+    else tail = ir_.empty();
+    int32_t body = tail;
+    for (int64_t k = fixed - 1; k >= 1; --k) {
+      int32_t e = ir_.seq({sep, elem(k), body});
+      body = k < lo ? e : ir_.opt(e);
+    }
+    int32_t content;
+    if (fixed >= 1) {
+      int32_t e = ir_.seq({elem(0), body});
+      content = lo >= 1 ? e : ir_.opt(e);
+    } else if (item >= 0 && limit != 0) {
+      int32_t more = limit < 0 ? ir_.star(ir_.seq({sep, item}))
+                               : ir_.repeat(ir_.seq({sep, item}), 0, static_cast<int32_t>(limit - 1));
+      content = ir_.opt(ir_.seq({item, more}));
+    } else {
+      content = ir_.empty();
+    }
+    return ir_.seq({lit("["), ws(), content, ws(), lit("]")});
+  }
+
+  const json& root_;
+  bool any_ws_;
+  GrammarIR ir_;
+  int32_t string_rule_ = -1, char_rule_ = -1, number_rule_ = -1, integer_rule_ = -1, value_rule_ = -1,
+          object_rule_ = -1, array_rule_ = -1;
+  std::map<std::string, int32_t> ref_rules_;
+};
+
+}  // namespace
+
+GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace) {
+  json schema;
+  try {
+    schema = json::parse(schema_text);
+  } catch (const json::parse_error& e) {
+    fail("json schema: not valid JSON: ", e.what());
+  }
+  return SchemaCompiler(schema, any_whitespace).run();
+}
+
+GrammarIR json_object_ir(bool any_whitespace) {
+  json empty = json::object();
+  return SchemaCompiler(empty, any_whitespace).any_object();
+}
+
+}  // namespace deepinfer::grammar

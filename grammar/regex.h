@@ -1,0 +1,25 @@
+// Regex front-end: the regex syntax used in JSON Schema patterns and constrained decoding
+// (ECMAScript-like: classes, escapes, bounded quantifiers, alternation, groups).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "grammar/ir.h"
+
+namespace deepinfer::grammar {
+
+struct RegexResult {
+  int32_t expr = -1;
+  bool anchored_start = false;  // began with ^
+  bool anchored_end = false;    // ended with $
+};
+
+// Parses `regex` into expressions of `ir`. json_escape: the regex describes a decoded JSON
+// string, so characters that JSON must escape (", \, controls) are emitted as their escape
+// sequences. `where` names the source in errors (e.g. "regex", "pattern at /properties/x").
+RegexResult parse_regex(GrammarIR& ir, const std::string& regex, bool json_escape, const std::string& where);
+
+// A JSON string character of class `ranges` (code points) in escaped form.
+int32_t json_string_char(GrammarIR& ir, std::vector<std::pair<uint32_t, uint32_t>> ranges);
+
+}  // namespace deepinfer::grammar

@@ -1,0 +1,45 @@
+// Vocabulary: token byte strings plus a byte trie over them, built once per tokenizer and
+// shared by every grammar compiled for it. Special tokens (and EOS) are kept out of the trie:
+// a grammar never produces them; EOS is allowed separately when the grammar can terminate.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace deepinfer::grammar {
+
+// Trie in preorder: node i has byte[i] at depth[i] (1-based); its subtree is nodes
+// [i, end[i]); the tokens ending at node i are sorted_tokens[tok_begin[i] .. tok_begin[i+1]),
+// so a subtree's tokens are sorted_tokens[tok_begin[i] .. tok_begin[end[i]]).
+struct TokenTrie {
+  std::vector<uint8_t> byte;
+  std::vector<uint16_t> depth;
+  std::vector<int32_t> end;
+  std::vector<int32_t> tok_begin;  // num_nodes + 1
+  std::vector<int32_t> sorted_tokens;
+  int32_t max_depth = 0;
+  int32_t num_nodes() const { return static_cast<int32_t>(byte.size()); }
+};
+
+class Vocabulary {
+ public:
+  // token_bytes[id]: raw bytes of token id; is_special (optional, same size): tokens never
+  // produced by a grammar. eos_id may be -1 (no EOS).
+  Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std::vector<char> is_special = {});
+
+  int32_t size() const { return static_cast<int32_t>(token_bytes_.size()); }
+  int32_t eos_id() const { return eos_id_; }
+  int32_t num_mask_words() const { return (size() + 31) / 32; }
+  const std::string& token_bytes(int32_t id) const { return token_bytes_[id]; }
+  bool is_special(int32_t id) const { return !is_special_.empty() && is_special_[id]; }
+  const TokenTrie& trie() const { return trie_; }
+
+ private:
+  std::vector<std::string> token_bytes_;
+  std::vector<char> is_special_;
+  int32_t eos_id_;
+  TokenTrie trie_;
+};
+
+}  // namespace deepinfer::grammar
