@@ -1,0 +1,140 @@
+#include "model/deepseek_v3.h"
+
+#include <algorithm>
+
+#include "model/layers/common.h"
+#include "model/layers/rope_table.h"
+
+namespace deepinfer {
+
+std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
+                                                      const ModelWeights& host, Backend& backend) {
+  std::vector<MlaAbsorbedWeights> out;
+  for (const LayerWeights& layer : host.layers) {
+    out.push_back(make_mla_absorbed_weights(config, layer.attn, backend));
+  }
+  return out;
+}
+
+DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
+                                 std::vector<MlaAbsorbedWeights> absorbed, Backend& backend)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      absorbed_(std::move(absorbed)),
+      backend_(backend) {
+  DI_CHECK(static_cast<int>(weights_.layers.size()) == config_.num_hidden_layers &&
+               absorbed_.size() == weights_.layers.size(),
+           config_.source, ": weights hold ", weights_.layers.size(), " layers, config says ",
+           config_.num_hidden_layers);
+  if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
+  const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
+  HostBuffer table = rope_cos_sin_table(config_, positions);  // [positions, rope]
+  cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
+  backend_.copy(table.tensor(), cos_sin_.tensor());
+}
+
+void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
+  if (num_tokens <= capacity_) return;
+  // Grow geometrically so a run of slightly larger steps does not reallocate each time.
+  const int64_t cap = std::max<int64_t>(num_tokens, std::min<int64_t>(2 * capacity_, 1 << 16));
+  const DType dt = backend_.activation_dtype();
+  const int64_t H = config_.hidden_size;
+  buffers_.clear();
+  for (Tensor* t : {&x_, &xn_, &delta_, &gathered_, &final_}) {
+    buffers_.push_back(backend_.alloc(dt, {cap, H}));
+    *t = buffers_.back().tensor();
+  }
+  mla_ws_ = make_mla_workspace(config_, backend_, cap);
+  ffn_ws_ = make_ffn_workspace(config_, backend_, cap);
+  capacity_ = cap;
+}
+
+void DeepseekV3Model::check_batch(const StepBatch& b, const std::vector<Tensor>& kv_cache,
+                                  const Tensor& logits) const {
+  DI_CHECK(b.num_tokens > 0 && b.num_seqs > 0, "forward: empty step (", b.num_tokens, " tokens, ",
+           b.num_seqs, " sequences)");
+  DI_CHECK(b.token_ids.numel() == b.num_tokens && b.positions.numel() == b.num_tokens &&
+               b.slot_mapping.numel() == b.num_tokens,
+           "forward: token_ids/positions/slot_mapping must hold num_tokens = ", b.num_tokens,
+           " entries");
+  DI_CHECK(static_cast<int>(b.host_query_start.size()) == b.num_seqs + 1 &&
+               static_cast<int>(b.host_seq_lens.size()) == b.num_seqs &&
+               b.host_query_start.back() == b.num_tokens,
+           "forward: host_query_start/host_seq_lens must describe ", b.num_seqs,
+           " sequences covering ", b.num_tokens, " tokens");
+  DI_CHECK(static_cast<int>(kv_cache.size()) >= config_.num_hidden_layers,
+           "forward: ", kv_cache.size(), " KV caches for ", config_.num_hidden_layers, " layers");
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const Tensor& c = kv_cache[l];
+    DI_CHECK(c.ndim == 3 && c.size(2) == config_.kv_row_dim(), "forward: KV cache of layer ", l,
+             " ", c.describe(), " must be [blocks, block_size, ", config_.kv_row_dim(), "]");
+  }
+  const int64_t R = b.logits_indices.numel();
+  DI_CHECK(R <= b.num_tokens && logits.ndim == 2 && logits.size(0) == R &&
+               logits.size(1) == config_.vocab_size,
+           "forward: logits ", logits.describe(), " must be [", R, ", ", config_.vocab_size, "]");
+}
+
+void DeepseekV3Model::forward(const StepBatch& batch, std::vector<Tensor>& kv_cache,
+                              Tensor& logits, Tensor* hidden_out) {
+  check_batch(batch, kv_cache, logits);
+  const int64_t T = batch.num_tokens, H = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  ensure_workspace(T);
+
+  // Direct MLA only when every sequence starts fresh (seq_len == its new tokens).
+  bool direct = !backend_.batch_invariant();
+  for (int s = 0; s < batch.num_seqs && direct; ++s) {
+    direct = batch.host_seq_lens[s] == batch.host_query_start[s + 1] - batch.host_query_start[s];
+  }
+  MlaStep step;
+  step.positions = &batch.positions;
+  step.cos_sin = &cos_sin_.tensor();
+  step.query_start = &batch.query_start;
+  step.direct = direct;
+  step.kv.block_tables = batch.block_tables;
+  step.kv.seq_lens = batch.seq_lens;
+  step.kv.query_start = batch.query_start;
+  step.kv.slot_mapping = batch.slot_mapping;
+  step.kv.num_seqs = batch.num_seqs;
+  step.kv.max_query_len = batch.max_query_len;
+  step.kv.max_seq_len = batch.max_seq_len;
+
+  Tensor x = x_.slice_rows(0, T);          // [T, H] residual stream
+  Tensor xn = xn_.slice_rows(0, T);        // [T, H] normed block input
+  Tensor delta = delta_.slice_rows(0, T);  // [T, H] block output
+  backend_.embedding(batch.token_ids, weights_.embed_tokens, x);
+  const int L = config_.num_hidden_layers;
+  if (L > 0) backend_.rms_norm(x, weights_.layers[0].input_layernorm, eps, xn);
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& layer = weights_.layers[l];
+    step.kv.cache = kv_cache[l];
+    mla_forward(backend_, config_, layer.attn, absorbed_[l], step, xn, mla_ws_, delta);
+    backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
+    if (layer.is_moe) {
+      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta);
+    } else {
+      mlp_forward(backend_, layer.mlp, xn, ffn_ws_, delta);
+    }
+    if (l + 1 < L) {
+      backend_.add_rms_norm(x, delta, weights_.layers[l + 1].input_layernorm, eps, xn);
+    } else {
+      backend_.add(x, delta);
+    }
+  }
+  // Only the requested rows go through the final norm and the output head.
+  const int64_t R = batch.logits_indices.numel();
+  if (R == 0) return;
+  Tensor gathered = gathered_.slice_rows(0, R);  // [R, H] = x[logits_indices]
+  backend_.embedding(batch.logits_indices, x, gathered);
+  if (hidden_out != nullptr) {
+    DI_CHECK(hidden_out->numel() == R * H, "forward: hidden_out ", hidden_out->describe(),
+             " must be [", R, ", ", H, "]");
+    backend_.copy(gathered, *hidden_out);
+  }
+  Tensor normed = final_.slice_rows(0, R);
+  backend_.rms_norm(gathered, weights_.norm, eps, normed);
+  backend_.gemm(normed, weights_.lm_head, logits);
+}
+
+}  // namespace deepinfer

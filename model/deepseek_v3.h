@@ -1,0 +1,65 @@
+// DeepseekV3Model: the DeepSeek-V3/R1/V3.1 (and V2, same graph) forward on any Backend.
+//
+//  x = embed(ids)                                                   [T, hidden]
+//  per layer l:  x += o_proj(MLA(input_layernorm(x)))
+//                x += (dense MLP | MoE + shared)(post_attention_layernorm(x))
+//  logits = lm_head(norm(x[logits_indices]))                        [R, vocab]
+//
+// Attention takes the direct form when no sequence of the step has cached context
+// (and the backend is not batch-invariant), else the absorbed form over the paged
+// latent cache. Only metadata decisions run on the host (batch.host_* fields);
+// everything else is backend ops on workspaces allocated once per capacity.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/layers/mla.h"
+#include "model/layers/moe.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class DeepseekV3Model final : public Model {
+ public:
+  // `weights` live on `backend`; `absorbed[l]` are layer l's derived MLA weights.
+  DeepseekV3Model(ModelConfig config, ModelWeights weights,
+                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend);
+
+  const ModelConfig& config() const override { return config_; }
+  int num_kv_layers() const override { return config_.num_hidden_layers; }
+  int kv_row_dim() const override { return static_cast<int>(config_.kv_row_dim()); }
+  int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
+  void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
+               Tensor* hidden_out = nullptr) override;
+
+  const ModelWeights& weights() const { return weights_; }
+
+ private:
+  void ensure_workspace(int64_t num_tokens);
+  void check_batch(const StepBatch& batch, const std::vector<Tensor>& kv_cache,
+                   const Tensor& logits) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<MlaAbsorbedWeights> absorbed_;
+  Backend& backend_;
+  MoeRouting routing_;
+  DeviceBuffer cos_sin_;  // F32 [max_position_embeddings, qk_rope_head_dim]
+
+  // Workspaces, grown to the largest step seen (allocated once per capacity).
+  int64_t capacity_ = 0;
+  MlaWorkspace mla_ws_;
+  FfnWorkspace ffn_ws_;
+  std::vector<DeviceBuffer> buffers_;
+  Tensor x_, xn_, delta_;  // [cap, hidden]: residual, normed input, block output
+  Tensor gathered_, final_;  // [cap, hidden]: rows at logits_indices, after the final norm
+};
+
+// Derives the absorbed MLA weights of every layer from host-readable `host` weights.
+std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
+                                                      const ModelWeights& host, Backend& backend);
+
+}  // namespace deepinfer

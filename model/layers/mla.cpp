@@ -1,0 +1,178 @@
+#include "model/layers/mla.h"
+
+#include <cstring>
+
+#include "model/layers/common.h"
+
+namespace deepinfer {
+namespace {
+
+// transformers builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's default
+// eps (1e-6), not config.rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+// Real value of row r of a host weight (F32, BF16 or block-scaled FP8) into dst[in].
+void host_weight_row(const Weight& w, int64_t r, float* dst) {
+  const int64_t K = w.in_features();
+  const char* row = static_cast<const char*>(w.w.data) +
+                    r * w.w.stride[0] * static_cast<int64_t>(dtype_size(w.w.dtype));
+  for (int64_t k = 0; k < K; ++k) {
+    switch (w.w.dtype) {
+      case DType::F32: std::memcpy(dst + k, row + 4 * k, 4); break;
+      case DType::BF16: {
+        uint16_t b;
+        std::memcpy(&b, row + 2 * k, 2);
+        dst[k] = bf16_to_float(b);
+        break;
+      }
+      case DType::F8_E4M3: {
+        const float s = w.scale_inv.ptr<float>()[(r / w.block_n) * w.scale_inv.stride[0] +
+                                                 k / w.block_k];
+        dst[k] = fp8_e4m3_to_float(static_cast<uint8_t>(row[k])) * s;
+        break;
+      }
+      default: fail("kv_b_proj: unsupported dtype ", w.w.describe());
+    }
+  }
+}
+
+}  // namespace
+
+MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
+                                             const AttentionWeights& host, Backend& backend) {
+  const Weight& kvb = host.kv_b_proj;  // [heads * (nope + v), kv_lora]
+  DI_CHECK(kvb.w.device == Device::CPU, "kv_b_proj must be host-readable to derive MLA weights");
+  const int64_t heads = config.num_attention_heads, nope = config.qk_nope_head_dim;
+  const int64_t vdim = config.v_head_dim, L = config.kv_lora_rank;
+  DI_CHECK(kvb.w.ndim == 2 && kvb.out_features() == heads * (nope + vdim) &&
+               kvb.in_features() == L,
+           "kv_b_proj ", kvb.w.describe(), " must be [", heads * (nope + vdim), ", ", L, "]");
+  const DType dtype = kvb.w.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  HostBuffer uk_t(dtype, {heads, L, nope});   // W_UK[h]^T
+  HostBuffer uv(dtype, {heads, vdim, L});     // W_UV[h]
+  std::vector<float> row(static_cast<size_t>(L));
+  auto put = [&](HostBuffer& b, int64_t index, float v) {
+    if (dtype == DType::F32) {
+      b.ptr<float>()[index] = v;
+    } else {
+      b.ptr<uint16_t>()[index] = float_to_bf16(v);  // exact: v came from BF16
+    }
+  };
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < nope + vdim; ++i) {
+      host_weight_row(kvb, h * (nope + vdim) + i, row.data());  // [L]
+      for (int64_t l = 0; l < L; ++l) {
+        if (i < nope) {
+          put(uk_t, (h * L + l) * nope + i, row[l]);
+        } else {
+          put(uv, (h * vdim + (i - nope)) * L + l, row[l]);
+        }
+      }
+    }
+  }
+  MlaAbsorbedWeights out;
+  for (HostBuffer* src : {&uk_t, &uv}) {
+    DeviceBuffer d = backend.alloc(dtype, src->tensor().dims());
+    backend.copy(src->tensor(), d.tensor());
+    out.owners.push_back(std::move(d));
+  }
+  const Tensor& uk_dev = out.owners[0].tensor();
+  const Tensor& uv_dev = out.owners[1].tensor();
+  for (int64_t h = 0; h < heads; ++h) {
+    Weight a, b;
+    a.w = uk_dev.row(h);  // [L, nope]
+    b.w = uv_dev.row(h);  // [v, L]
+    out.uk_t.push_back(a);
+    out.uv.push_back(b);
+  }
+  return out;
+}
+
+MlaWorkspace make_mla_workspace(const ModelConfig& c, Backend& backend, int64_t capacity) {
+  MlaWorkspace ws;
+  ws.capacity = capacity;
+  const DType dt = backend.activation_dtype();
+  const int64_t heads = c.num_attention_heads;
+  auto make = [&](int64_t cols) {
+    ws.buffers.push_back(backend.alloc(dt, {capacity, std::max<int64_t>(cols, 1)}));
+    return ws.buffers.back().tensor();
+  };
+  ws.q_a = make(c.q_lora_rank);
+  ws.q = make(heads * c.qk_head_dim());
+  ws.kv_a = make(c.kv_row_dim());
+  ws.kv_b = make(heads * (c.qk_nope_head_dim + c.v_head_dim));
+  ws.k = make(heads * c.qk_head_dim());
+  ws.q_abs = make(heads * c.kv_row_dim());
+  ws.latent = make(heads * c.kv_lora_rank);
+  ws.attn = make(heads * c.v_head_dim);
+  return ws;
+}
+
+void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+                 const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
+                 MlaWorkspace& ws, Tensor& out) {
+  const int64_t T = x.size(0);
+  DI_CHECK(T <= ws.capacity, "mla_forward: ", T, " tokens exceed the workspace (", ws.capacity, ")");
+  const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim(), vdim = c.v_head_dim;
+  const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
+  const float scale = static_cast<float>(c.softmax_scale());
+
+  // Query: [T, heads * qk] with per-head [nope | rope].
+  Tensor q = cols_view(ws.q, T, heads * qk);
+  if (c.has_q_lora()) {
+    Tensor q_a = cols_view(ws.q_a, T, c.q_lora_rank);  // [T, q_lora]
+    backend.gemm(x, w.q_a_proj, q_a);
+    backend.rms_norm(q_a, w.q_a_layernorm, kLatentNormEps, q_a);
+    backend.gemm(q_a, w.q_b_proj, q);
+  } else {
+    backend.gemm(x, w.q_proj, q);
+  }
+  // Latent: [T, kv_lora | rope]; normalize c_kv in place.
+  Tensor kv_a = cols_view(ws.kv_a, T, row);
+  backend.gemm(x, w.kv_a_proj_with_mqa, kv_a);
+  Tensor c_kv = cols_view(ws.kv_a, T, L);  // [T, kv_lora] (row stride kv_lora + rope)
+  backend.rms_norm(c_kv, w.kv_a_layernorm, kLatentNormEps, c_kv);
+
+  Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
+  backend.rope(q3, *step.positions, *step.cos_sin, static_cast<int>(nope), static_cast<int>(rope),
+               c.rope_interleave);
+  backend.rope(kv_a, *step.positions, *step.cos_sin, static_cast<int>(L), static_cast<int>(rope),
+               c.rope_interleave);
+  backend.kv_store(kv_a, step.kv);  // cache rows [c_kv | rope(k_rope)]
+
+  Tensor attn3 = heads_view(ws.attn, T, heads, vdim, vdim);  // [T, heads, v]
+  if (step.direct) {
+    // kv_b: [T, heads, nope + v] -> k = [k_nope | k_rope (shared by all heads)], v.
+    Tensor kv_b = cols_view(ws.kv_b, T, heads * (nope + vdim));  // [T, heads * (nope + v)]
+    backend.gemm(c_kv, w.kv_b_proj, kv_b);
+    Tensor k3 = heads_view(ws.k, T, heads, qk, nope);  // k[:, :, :nope]
+    backend.copy(heads_view(ws.kv_b, T, heads, nope + vdim, nope), k3);
+    Tensor k_rope = heads_view(ws.kv_a, T, 1, row, rope, L);  // [T, 1, rope]
+    k_rope.shape[1] = heads;                                   // broadcast over heads
+    k_rope.stride[1] = 0;
+    Tensor k3_rope = heads_view(ws.k, T, heads, qk, rope, nope);
+    backend.copy(k_rope, k3_rope);
+    const Tensor v3 = heads_view(ws.kv_b, T, heads, nope + vdim, vdim, nope);  // [T, heads, v]
+    backend.mla_attention_prefill(q3, heads_view(ws.k, T, heads, qk, qk), v3, *step.query_start,
+                                  step.kv.num_seqs, scale, attn3);
+  } else {
+    // q_abs[:, h] = [q_nope[:, h] · W_UK[h] | q_rope[:, h]]   [T, heads, kv_lora + rope]
+    for (int64_t h = 0; h < heads; ++h) {
+      Tensor dst = cols_view(ws.q_abs, T, L, h * row);
+      backend.gemm(cols_view(ws.q, T, nope, h * qk), absorbed.uk_t[h], dst);
+    }
+    Tensor q_abs_rope = heads_view(ws.q_abs, T, heads, row, rope, L);
+    backend.copy(heads_view(ws.q, T, heads, qk, rope, nope), q_abs_rope);
+    Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
+    backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
+                                static_cast<int>(L), latent3);
+    for (int64_t h = 0; h < heads; ++h) {  // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, v]
+      Tensor dst = cols_view(ws.attn, T, vdim, h * vdim);
+      backend.gemm(cols_view(ws.latent, T, L, h * L), absorbed.uv[h], dst);
+    }
+  }
+  backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
+}
+
+}  // namespace deepinfer

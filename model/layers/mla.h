@@ -1,0 +1,62 @@
+// Multi-head latent attention (MLA) of one DeepSeek layer, built from backend ops.
+//
+//  q      = q_b_proj(q_a_layernorm(q_a_proj(x)))  or  q_proj(x)      [T, heads, nope + rope]
+//  kv_a   = kv_a_proj_with_mqa(x) = [c_kv | k_rope]                    [T, kv_lora + rope]
+//  c_kv   = kv_a_layernorm(c_kv); rope on q's and kv_a's rope parts; kv_a rows -> paged cache
+//  direct (no cached context): kv_b_proj(c_kv) -> k_nope, v per head; softmax(q·k) v
+//  absorbed: q_abs = [q_nope · W_UK | q_rope] (kv_lora + rope per head) over the cached rows,
+//            out = latent · W_UV^T per head
+//  out    = o_proj(attn)                                               [T, hidden]
+// The two forms agree up to fp32 rounding (tests/golden checks chunked vs whole prefill).
+#pragma once
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+// Per-head absorbed-form weights derived from kv_b_proj [heads * (nope + v), kv_lora]:
+// uk_t[h] = W_UK[h]^T [kv_lora, nope] (so gemm gives q_nope · W_UK), uv[h] = W_UV[h]
+// [v, kv_lora]. Exact: F32 for F32/FP8 sources (FP8 dequantized), BF16 for BF16.
+struct MlaAbsorbedWeights {
+  std::vector<Weight> uk_t;
+  std::vector<Weight> uv;
+  std::vector<DeviceBuffer> owners;
+};
+
+// Builds them on the host from `host` (host-readable weights) and uploads to `backend`.
+MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
+                                             const AttentionWeights& host, Backend& backend);
+
+// Scratch for one layer's attention, sized for `capacity` tokens (reused by every layer).
+struct MlaWorkspace {
+  std::vector<DeviceBuffer> buffers;
+  Tensor q_a;     // [cap, q_lora_rank]
+  Tensor q;       // [cap, heads * qk_head_dim]
+  Tensor kv_a;    // [cap, kv_lora + rope]
+  Tensor kv_b;    // [cap, heads * (nope + v)]             direct form
+  Tensor k;       // [cap, heads * qk_head_dim]            direct form
+  Tensor q_abs;   // [cap, heads * (kv_lora + rope)]       absorbed form
+  Tensor latent;  // [cap, heads * kv_lora]                absorbed form
+  Tensor attn;    // [cap, heads * v]
+  int64_t capacity = 0;
+};
+MlaWorkspace make_mla_workspace(const ModelConfig& config, Backend& backend, int64_t capacity);
+
+// What one step's attention needs besides the weights.
+struct MlaStep {
+  const Tensor* positions = nullptr;     // I32 [T]
+  const Tensor* cos_sin = nullptr;       // F32 [max_positions, rope]
+  const Tensor* query_start = nullptr;   // I32 [S + 1]
+  PagedKV kv;                            // this layer's cache and the step's addressing
+  bool direct = false;                   // no sequence has cached context
+};
+
+// out [T, hidden] = MLA(x) for x [T, hidden] (already input_layernorm-ed).
+void mla_forward(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+                 const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
+                 MlaWorkspace& ws, Tensor& out);
+
+}  // namespace deepinfer

@@ -1,0 +1,62 @@
+#include "model/layers/moe.h"
+
+#include <algorithm>
+
+#include "model/layers/common.h"
+
+namespace deepinfer {
+
+FfnWorkspace make_ffn_workspace(const ModelConfig& c, Backend& backend, int64_t capacity) {
+  FfnWorkspace ws;
+  ws.capacity = capacity;
+  const DType dt = backend.activation_dtype();
+  const int64_t inter = std::max<int64_t>(
+      {c.intermediate_size, c.shared_intermediate_size(), c.moe_intermediate_size, 1});
+  const int64_t experts = std::max(c.n_routed_experts, 1);
+  const int64_t top_k = std::max(c.num_experts_per_tok, 1);
+  auto make = [&](DType dtype, int64_t cols) {
+    ws.buffers.push_back(backend.alloc(dtype, {capacity, cols}));
+    return ws.buffers.back().tensor();
+  };
+  ws.gate_up = make(dt, 2 * inter);
+  ws.act = make(dt, inter);
+  ws.router = make(DType::F32, experts);
+  ws.topk_ids = make(DType::I32, top_k);
+  ws.topk_weights = make(DType::F32, top_k);
+  ws.shared = make(dt, c.hidden_size);
+  return ws;
+}
+
+void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
+                 Tensor& out) {
+  const int64_t T = x.size(0), I = w.gate.out_features();
+  DI_CHECK(T <= ws.capacity && 2 * I <= ws.gate_up.size(1), "mlp_forward: ", T, " tokens x ", I,
+           " intermediate exceed the workspace");
+  Tensor gate = cols_view(ws.gate_up, T, I, 0);  // [T, I] (row stride 2 * max_I)
+  Tensor up = cols_view(ws.gate_up, T, I, I);    // [T, I]
+  backend.gemm(x, w.gate, gate);
+  backend.gemm(x, w.up, up);
+  Tensor gate_up = cols_view(ws.gate_up, T, 2 * I);  // [T, gate | up]
+  Tensor act = cols_view(ws.act, T, I);
+  backend.silu_mul(gate_up, act);
+  backend.gemm(act, w.down, out);
+}
+
+void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
+                 FfnWorkspace& ws, Tensor& out) {
+  const int64_t T = x.size(0);
+  DI_CHECK(T <= ws.capacity, "moe_forward: ", T, " tokens exceed the workspace");
+  Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
+  backend.gemm(x, w.gate, logits);
+  Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
+  Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
+  backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
+  backend.moe_experts(x, ids, weights, w.experts, out);
+  if (w.has_shared()) {
+    Tensor shared = cols_view(ws.shared, T, x.size(1));
+    mlp_forward(backend, w.shared, x, ws, shared);
+    backend.add(out, shared);
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,34 @@
+// Feed-forward blocks of a DeepSeek layer, built from backend ops.
+//  dense / shared expert: down(silu(gate(x)) * up(x))
+//  MoE: router logits = x · W_gate^T (fp32) -> moe_routing -> moe_experts (routed, weighted)
+//       + shared experts (transformers: experts(x) + shared_experts(x)).
+#pragma once
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+// Scratch sized for `capacity` tokens, reused by every layer.
+struct FfnWorkspace {
+  std::vector<DeviceBuffer> buffers;
+  Tensor gate_up;       // [cap, 2 * max_intermediate]
+  Tensor act;           // [cap, max_intermediate]
+  Tensor router;        // [cap, n_routed_experts] F32
+  Tensor topk_ids;      // I32 [cap, top_k]
+  Tensor topk_weights;  // F32 [cap, top_k]
+  Tensor shared;        // [cap, hidden]
+  int64_t capacity = 0;
+};
+FfnWorkspace make_ffn_workspace(const ModelConfig& config, Backend& backend, int64_t capacity);
+
+// out [T, hidden] = SwiGLU MLP of x [T, hidden].
+void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
+                 Tensor& out);
+// out [T, hidden] = routed experts + shared experts of x [T, hidden].
+void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
+                 FfnWorkspace& ws, Tensor& out);
+
+}  // namespace deepinfer
