@@ -118,9 +118,11 @@ DeviceBuffer CudaBackend::alloc(DType dtype, const std::vector<int64_t>& dims) {
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   DI_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: ", src.describe(), " -> ",
            dst.describe(), " must have equal dtype and numel");
-  DI_CHECK(src.is_contiguous() && dst.is_contiguous(), "copy: both tensors must be contiguous, got ",
-           src.describe(), " -> ", dst.describe());
   if (src.numel() == 0) return;
+  if (!src.is_contiguous() || !dst.is_contiguous()) {
+    copy_strided(src, dst);
+    return;
+  }
   const bool host = src.device == Device::CPU || dst.device == Device::CPU;
   DI_CUDA(cudaMemcpyAsync(dst.data, src.data, src.num_bytes(), cudaMemcpyDefault, stream_), "copy ",
           src.describe(), " -> ", dst.describe());
@@ -186,6 +188,15 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const std::vector<Expe
                      cudaMemcpyHostToDevice),
           "moe_experts expert table (", E, " experts)");
   return expert_tables_.emplace(key, std::move(table)).first->second;
+}
+
+void CudaBackend::set_smem_limit(const void* kernel, size_t num_bytes, const char* op) {
+  size_t& current = smem_limits_[kernel];
+  if (num_bytes <= current) return;
+  DI_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(num_bytes)),
+          op, " (dynamic shared memory ", num_bytes, " bytes)");
+  current = num_bytes;
 }
 
 void CudaBackend::graph_capture_begin() {

@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
     int num_experts = 0;
   };
   const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts);
+  // Raises a kernel's dynamic shared-memory limit once (not again inside graph captures).
+  void set_smem_limit(const void* kernel, size_t num_bytes, const char* op);
 
  private:
   // out rows (ldo) = x rows (ldx, BF16) · W^T (BF16) through cuBLASLt; false when no
@@ -95,6 +97,8 @@ class CudaBackend final : public Backend {
   bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                      int64_t ldo, DType out_dtype);
   bool capturing() const;
+  // Device-to-device copy of equal-shaped tensors with any strides (elementwise.cu).
+  void copy_strided(const Tensor& src, Tensor& dst);
 
   BackendOptions options_;
   int device_ = 0;
@@ -122,6 +126,7 @@ class CudaBackend final : public Backend {
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, LtPlan> lt_plans_;
   std::map<std::pair<const void*, size_t>, ExpertTable> expert_tables_;
   std::vector<cudaGraphExec_t> graphs_;
+  std::map<const void*, size_t> smem_limits_;
 };
 
 }  // namespace deepinfer::cuda

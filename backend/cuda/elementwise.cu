@@ -172,6 +172,36 @@ __global__ void fill_random_kernel(void* data, int kind, int64_t n, uint64_t see
   }
 }
 
+// Strided copy of up to kMaxDims dims (same dtype, element size 1/2/4/8 bytes); strides may
+// be 0 (broadcast source).
+struct StridedCopy {
+  const char* src;
+  char* dst;
+  int ndim, elem;
+  int64_t shape[kMaxDims], src_stride[kMaxDims], dst_stride[kMaxDims];
+};
+
+__global__ void copy_strided_kernel(StridedCopy c, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rem = i, so = 0, d_off = 0;
+    for (int d = c.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rem % c.shape[d];
+      rem /= c.shape[d];
+      so += idx * c.src_stride[d];
+      d_off += idx * c.dst_stride[d];
+    }
+    const char* s = c.src + so * c.elem;
+    char* t = c.dst + d_off * c.elem;
+    switch (c.elem) {
+      case 1: *reinterpret_cast<uint8_t*>(t) = *reinterpret_cast<const uint8_t*>(s); break;
+      case 2: *reinterpret_cast<uint16_t*>(t) = *reinterpret_cast<const uint16_t*>(s); break;
+      case 4: *reinterpret_cast<uint32_t*>(t) = *reinterpret_cast<const uint32_t*>(s); break;
+      default: *reinterpret_cast<uint64_t*>(t) = *reinterpret_cast<const uint64_t*>(s); break;
+    }
+  }
+}
+
 unsigned grid_for(int64_t n, int threads, int num_sms) {
   const int64_t blocks = (n + threads - 1) / threads;
   const int64_t cap = int64_t{num_sms} * 16;
@@ -179,6 +209,29 @@ unsigned grid_for(int64_t n, int threads, int num_sms) {
 }
 
 }  // namespace
+
+void CudaBackend::copy_strided(const Tensor& src, Tensor& dst) {
+  DI_CHECK(src.device == Device::CUDA && dst.device == Device::CUDA,
+           "copy: strided copies between host and device are not supported (", src.describe(), " -> ",
+           dst.describe(), "); make one side contiguous");
+  DI_CHECK(src.ndim == dst.ndim, "copy: ", src.describe(), " -> ", dst.describe(), " differ in rank");
+  StridedCopy c{};
+  c.src = static_cast<const char*>(src.data);
+  c.dst = static_cast<char*>(dst.data);
+  c.ndim = dst.ndim;
+  c.elem = static_cast<int>(dtype_size(dst.dtype));
+  for (int d = 0; d < dst.ndim; ++d) {
+    DI_CHECK(src.shape[d] == dst.shape[d], "copy: ", src.describe(), " -> ", dst.describe(),
+             " differ in shape");
+    c.shape[d] = dst.shape[d];
+    c.src_stride[d] = src.stride[d];
+    c.dst_stride[d] = dst.stride[d];
+  }
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  copy_strided_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(c, n);
+  check_launch("copy (strided)", src.describe() + " -> " + dst.describe());
+}
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
   check_dtype(ids, DType::I32, "embedding ids");

@@ -439,9 +439,7 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, "mla_attention_paged"));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
   const size_t smem = paged_smem_bytes(D);
-  DI_CUDA(cudaFuncSetAttribute(mla_paged_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
-          "mla_attention_paged (shared memory ", smem, " bytes)");
+  set_smem_limit(reinterpret_cast<const void*>(mla_paged_kernel), smem, "mla_attention_paged");
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
     const int nt = std::min(tokens_per_launch, T - t0);
@@ -501,9 +499,7 @@ void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const 
   a.o_s0 = out.stride[0];
   a.o_s1 = out.stride[1];
   const size_t smem = prefill_smem_bytes(Dq, Dv);
-  DI_CUDA(cudaFuncSetAttribute(mla_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
-          "mla_attention_prefill (shared memory ", smem, " bytes)");
+  set_smem_limit(reinterpret_cast<const void*>(mla_prefill_kernel), smem, "mla_attention_prefill");
   dim3 grid((T + kTile - 1) / kTile + num_seqs, H);
   mla_prefill_kernel<<<grid, 256, smem, stream_>>>(a);
   check_launch("mla_attention_prefill", q.describe() + " " + v.describe());

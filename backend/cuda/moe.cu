@@ -253,9 +253,7 @@ void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const Mo
   a.weights = topk_weights.ptr<float>();
   const int warps = 4;
   const size_t smem = size_t{warps} * 2 * E * sizeof(float);
-  DI_CUDA(cudaFuncSetAttribute(moe_routing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
-          "moe_routing");
+  set_smem_limit(reinterpret_cast<const void*>(moe_routing_kernel), smem, "moe_routing");
   moe_routing_kernel<<<ceil_div(l.rows, warps), warps * 32, smem, stream_>>>(a);
   check_launch("moe_routing", logits.describe());
 }

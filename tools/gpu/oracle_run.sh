@@ -7,6 +7,7 @@
 #    $OUT/oracle.tar.gz.part0, .part1, ... (each < 15 MiB).  Unpack at the repo root with
 #        cat oracle.tar.gz.part* | tar xzf -        (or: tar xzf oracle.tar.gz)
 # Logs: $OUT/golden.log, $OUT/train.log.  Whole run is kept under ~9.5 minutes.
+# (ORACLE_QUICK=1 passes --quick to train.py: local smoke test of this script only.)
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 mkdir -p "$OUT"
@@ -39,7 +40,8 @@ REMAIN=$(( LIMIT - $(elapsed) - 25 ))
 TRAIN_S=$(( REMAIN - 200 )); [ $TRAIN_S -gt 300 ] && TRAIN_S=300; [ $TRAIN_S -lt 60 ] && TRAIN_S=60
 echo "== [$(elapsed)s] train tiny code model (training budget ${TRAIN_S}s, hard timeout ${REMAIN}s)"
 timeout --signal=KILL "$REMAIN" $PY tools/train_tiny/train.py --out-model "$STAGE/$MODEL_REL" \
-    --out-fixture "$STAGE/$TINYFIX_REL" --device cuda --train-seconds "$TRAIN_S" > "$OUT/train.log" 2>&1
+    --out-fixture "$STAGE/$TINYFIX_REL" --device cuda --train-seconds "$TRAIN_S" ${ORACLE_QUICK:+--quick} \
+    > "$OUT/train.log" 2>&1
 RC_T=$?
 [ $RC_T -ne 0 ] && { echo "train.py FAILED rc=$RC_T; tail of log:"; tail -40 "$OUT/train.log"; }
 

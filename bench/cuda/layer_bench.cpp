@@ -1,0 +1,404 @@
+// deepinfer_cuda_bench: times the op sequence of one DeepSeek-V3 forward step of the bench
+// model (../shared/models/bench-v3-7b: 12 layers, hidden 2048, 16 heads, q_lora 1536,
+// kv_lora 512, 64 experts top-6 + 2 shared (I 1408), dense layer 0 (I 11264), vocab 129280)
+// through the Backend op table only, with random weights made on the device
+// (fill_random). It mirrors model/layers/mla.cpp's absorbed (decode) and direct (prefill)
+// forms, so the figures stand even before the model and `deepinfer bench` run on CUDA.
+// Differences from the real model are listed in bench/NOTES.md (fixed context per run,
+// random routing from random weights, no k_rope broadcast copy).
+//
+// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--out FILE.jsonl]
+// Prints one line per figure; appends JSONL records with the raw quantities.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+using namespace deepinfer;
+
+namespace {
+
+// Bench model shape (bench-v3-7b/config.json).
+constexpr int64_t kLayers = 12, kHidden = 2048, kHeads = 16, kQLora = 1536, kKvLora = 512,
+                  kRope = 64, kNope = 128, kV = 128, kQk = kNope + kRope, kRow = kKvLora + kRope,
+                  kExperts = 64, kTopK = 6, kMoeI = 1408, kSharedI = 2 * 1408, kDenseI = 11264,
+                  kVocab = 129280, kBlock = 64;
+
+struct Bench {
+  Bench(Backend& backend, bool use_fp8) : b(backend), fp8(use_fp8) {}
+  Backend& b;
+  bool fp8;
+  uint64_t seed = 1;
+  std::vector<DeviceBuffer> keep;
+  int64_t weight_bytes = 0;
+
+  Tensor buf(DType dt, std::vector<int64_t> dims) {
+    keep.push_back(b.alloc(dt, dims));
+    return keep.back().tensor();
+  }
+  Tensor rnd(DType dt, std::vector<int64_t> dims, float scale) {
+    Tensor t = buf(dt, dims);
+    b.fill_random(t, seed++, scale);
+    return t;
+  }
+  Weight linear(int64_t n, int64_t k, bool quantizable = true) {
+    Weight w;
+    const float bound = std::sqrt(3.0f / float(k));
+    if (fp8 && quantizable) {
+      w.w = rnd(DType::F8_E4M3, {n, k}, 448.0f);
+      w.scale_inv = rnd(DType::F32, {(n + 127) / 128, (k + 127) / 128}, bound / 448.0f);
+      weight_bytes += n * k + w.scale_inv.num_bytes();
+    } else {
+      w.w = rnd(DType::BF16, {n, k}, bound);
+      weight_bytes += n * k * 2;
+    }
+    return w;
+  }
+  Tensor norm(int64_t n) {
+    weight_bytes += n * 2;
+    return rnd(DType::BF16, {n}, 1.0f);
+  }
+
+  struct Layer {
+    Tensor in_norm, post_norm, q_a_norm, kv_a_norm;
+    Weight q_a, q_b, kv_a, o;
+    std::vector<Weight> uk, uv;  // per head: W_UK^T [kv_lora, nope], W_UV [v, kv_lora]
+    Weight kv_b;                 // [heads * (nope + v), kv_lora] (prefill form)
+    Weight dense_gate, dense_up, dense_down;
+    Weight gate;  // router [E, H]
+    Tensor bias;
+    std::vector<ExpertWeights> experts;
+    Weight sh_gate, sh_up, sh_down;
+    bool moe = false;
+  };
+  std::vector<Layer> layers;
+  Tensor embed, final_norm, cos_sin;
+  Weight lm_head;
+
+  void build() {
+    embed = rnd(DType::BF16, {kVocab, kHidden}, 1.0f);
+    weight_bytes += kVocab * kHidden * 2;
+    for (int64_t l = 0; l < kLayers; ++l) {
+      Layer L;
+      L.in_norm = norm(kHidden);
+      L.post_norm = norm(kHidden);
+      L.q_a_norm = norm(kQLora);
+      L.kv_a_norm = norm(kKvLora);
+      L.q_a = linear(kQLora, kHidden);
+      L.q_b = linear(kHeads * kQk, kQLora);
+      L.kv_a = linear(kRow, kHidden);
+      L.o = linear(kHidden, kHeads * kV);
+      L.kv_b = linear(kHeads * (kNope + kV), kKvLora);
+      for (int64_t h = 0; h < kHeads; ++h) {  // absorbed copies (bf16, made at load)
+        L.uk.push_back(linear(kKvLora, kNope, false));
+        L.uv.push_back(linear(kV, kKvLora, false));
+      }
+      L.moe = l >= 1;
+      if (!L.moe) {
+        L.dense_gate = linear(kDenseI, kHidden);
+        L.dense_up = linear(kDenseI, kHidden);
+        L.dense_down = linear(kHidden, kDenseI);
+      } else {
+        L.gate = linear(kExperts, kHidden, false);
+        L.bias = rnd(DType::F32, {kExperts}, 0.01f);
+        for (int64_t e = 0; e < kExperts; ++e)
+          L.experts.push_back({linear(kMoeI, kHidden), linear(kMoeI, kHidden), linear(kHidden, kMoeI)});
+        L.sh_gate = linear(kSharedI, kHidden);
+        L.sh_up = linear(kSharedI, kHidden);
+        L.sh_down = linear(kHidden, kSharedI);
+      }
+      layers.push_back(std::move(L));
+    }
+    final_norm = norm(kHidden);
+    lm_head = linear(kVocab, kHidden, false);
+    cos_sin = rnd(DType::F32, {8192, kRope}, 1.0f);
+    b.synchronize();
+  }
+};
+
+Tensor cols(const Tensor& t, int64_t rows, int64_t ncols, int64_t offset = 0) {
+  Tensor v = t;  // [rows, ncols] view of a wider row-major buffer
+  v.ndim = 2;
+  v.shape[0] = rows;
+  v.shape[1] = ncols;
+  v.stride[0] = t.stride[0];
+  v.stride[1] = 1;
+  v.data = static_cast<char*>(t.data) + offset * static_cast<int64_t>(dtype_size(t.dtype));
+  return v;
+}
+Tensor heads3(const Tensor& t, int64_t rows, int64_t heads, int64_t head_stride, int64_t dim,
+              int64_t offset = 0) {
+  Tensor v = cols(t, rows, dim, offset);
+  v.ndim = 3;
+  v.shape[1] = heads;
+  v.shape[2] = dim;
+  v.stride[1] = head_stride;
+  v.stride[2] = 1;
+  return v;
+}
+
+struct Step {
+  int64_t T = 0;
+  bool direct = false;  // prefill (direct MLA) vs decode (absorbed over the cache)
+  Tensor ids, positions, x, residual, h1, q_a, q, kv_a, kv_b, k, q_abs, latent, attn, o, gate_up,
+      act, logits_router, topk_ids, topk_w, moe_out, shared_out, logits, next_ids, final_h;
+  std::vector<Tensor> caches;
+  PagedKV kv;
+};
+
+void forward(Bench& B, Step& s) {
+  Backend& b = B.b;
+  const int64_t T = s.T;
+  b.embedding(s.ids, B.embed, s.residual);
+  const float scale = 1.0f / std::sqrt(float(kQk));
+  for (int64_t l = 0; l < kLayers; ++l) {
+    Bench::Layer& L = B.layers[l];
+    if (l == 0)
+      b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x);
+    else
+      b.add_rms_norm(s.residual, s.o, L.in_norm, 1e-6f, s.x);
+    b.gemm(s.x, L.q_a, s.q_a);
+    b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a);
+    b.gemm(s.q_a, L.q_b, s.q);
+    b.gemm(s.x, L.kv_a, s.kv_a);
+    Tensor c_kv = cols(s.kv_a, T, kKvLora);
+    b.rms_norm(c_kv, L.kv_a_norm, 1e-6f, c_kv);
+    Tensor q3 = heads3(s.q, T, kHeads, kQk, kQk);
+    b.rope(q3, s.positions, B.cos_sin, kNope, kRope, true);
+    b.rope(s.kv_a, s.positions, B.cos_sin, kKvLora, kRope, true);
+    s.kv.cache = s.caches[l];
+    b.kv_store(s.kv_a, s.kv);
+    Tensor attn3 = heads3(s.attn, T, kHeads, kV, kV);
+    if (s.direct) {
+      b.gemm(c_kv, L.kv_b, s.kv_b);
+      Tensor k3 = heads3(s.k, T, kHeads, kQk, kNope);
+      b.copy(heads3(s.kv_b, T, kHeads, kNope + kV, kNope), k3);
+      b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
+                              heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope), s.kv.query_start, 1,
+                              scale, attn3);
+    } else {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        Tensor dst = cols(s.q_abs, T, kKvLora, h * kRow);
+        b.gemm(cols(s.q, T, kNope, h * kQk), L.uk[h], dst);
+      }
+      Tensor qr = heads3(s.q_abs, T, kHeads, kRow, kRope, kKvLora);
+      b.copy(heads3(s.q, T, kHeads, kQk, kRope, kNope), qr);
+      Tensor lat3 = heads3(s.latent, T, kHeads, kKvLora, kKvLora);
+      b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3);
+      for (int64_t h = 0; h < kHeads; ++h) {
+        Tensor dst = cols(s.attn, T, kV, h * kV);
+        b.gemm(cols(s.latent, T, kKvLora, h * kKvLora), L.uv[h], dst);
+      }
+    }
+    b.gemm(s.attn, L.o, s.o);
+    b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x);
+    if (!L.moe) {
+      Tensor g = cols(s.gate_up, T, kDenseI), u = cols(s.gate_up, T, kDenseI, kDenseI);
+      b.gemm(s.x, L.dense_gate, g);
+      b.gemm(s.x, L.dense_up, u);
+      Tensor act = cols(s.act, T, kDenseI);
+      b.silu_mul(cols(s.gate_up, T, 2 * kDenseI), act);
+      b.gemm(act, L.dense_down, s.o);
+    } else {
+      b.gemm(s.x, L.gate, s.logits_router);
+      MoeRouting r;
+      r.num_experts = kExperts;
+      r.top_k = kTopK;
+      r.use_bias = true;
+      r.scaling = 2.446f;
+      b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w);
+      b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o);
+      Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
+      b.gemm(s.x, L.sh_gate, g);
+      b.gemm(s.x, L.sh_up, u);
+      Tensor act = cols(s.act, T, kSharedI);
+      b.silu_mul(cols(s.gate_up, T, 2 * kSharedI), act);
+      b.gemm(act, L.sh_down, s.shared_out);
+      b.add(s.o, s.shared_out);
+    }
+  }
+  // Last position only (prefill) or every row (decode) goes through the head.
+  const int64_t R = s.direct ? 1 : T;
+  b.add_rms_norm(s.residual, s.o, B.final_norm, 1e-6f, s.x);
+  Tensor last = s.x.slice_rows(T - R, T);
+  b.gemm(last, B.lm_head, s.logits);
+  b.argmax(s.logits, s.next_ids);
+}
+
+std::unique_ptr<Step> make_step(Bench& B, int64_t num_seqs, int64_t q_len, int64_t ctx, bool direct) {
+  Backend& b = B.b;
+  auto s = std::make_unique<Step>();
+  const int64_t T = num_seqs * q_len;
+  s->T = T;
+  s->direct = direct;
+  const DType A = DType::BF16;
+  s->ids = B.buf(DType::I32, {T});
+  s->positions = B.buf(DType::I32, {T});
+  s->x = B.buf(A, {T, kHidden});
+  s->residual = B.buf(A, {T, kHidden});
+  s->q_a = B.buf(A, {T, kQLora});
+  s->q = B.buf(A, {T, kHeads * kQk});
+  s->kv_a = B.buf(A, {T, kRow});
+  s->kv_b = B.buf(A, {T, kHeads * (kNope + kV)});
+  s->k = B.buf(A, {T, kHeads * kQk});
+  s->q_abs = B.buf(A, {T, kHeads * kRow});
+  s->latent = B.buf(A, {T, kHeads * kKvLora});
+  s->attn = B.buf(A, {T, kHeads * kV});
+  s->o = B.buf(A, {T, kHidden});
+  s->gate_up = B.buf(A, {T, 2 * kDenseI});
+  s->act = B.buf(A, {T, kDenseI});
+  s->logits_router = B.buf(DType::F32, {T, kExperts});
+  s->topk_ids = B.buf(DType::I32, {T, kTopK});
+  s->topk_w = B.buf(DType::F32, {T, kTopK});
+  s->shared_out = B.buf(A, {T, kHidden});
+  const int64_t R = direct ? 1 : T;
+  s->logits = B.buf(DType::F32, {R, kVocab});
+  s->next_ids = B.buf(DType::I32, {R});
+  // Host-side addressing: sequence i holds ctx positions; this step's tokens are the last q_len.
+  const int64_t blocks_per_seq = (ctx + kBlock - 1) / kBlock;
+  std::vector<int32_t> ids(T), pos(T), qs(num_seqs + 1), lens(num_seqs), tables(num_seqs * blocks_per_seq),
+      slots(T);
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    qs[i] = static_cast<int32_t>(i * q_len);
+    lens[i] = static_cast<int32_t>(ctx);
+    for (int64_t j = 0; j < blocks_per_seq; ++j) tables[i * blocks_per_seq + j] = static_cast<int32_t>(i * blocks_per_seq + j);
+    for (int64_t j = 0; j < q_len; ++j) {
+      const int64_t t = i * q_len + j, p = ctx - q_len + j;
+      ids[t] = static_cast<int32_t>((t * 7919) % kVocab);
+      pos[t] = static_cast<int32_t>(p);
+      slots[t] = tables[i * blocks_per_seq + p / kBlock] * static_cast<int32_t>(kBlock) + static_cast<int32_t>(p % kBlock);
+    }
+  }
+  qs[num_seqs] = static_cast<int32_t>(T);
+  auto upload = [&](const std::vector<int32_t>& v, std::vector<int64_t> dims) {
+    HostBuffer h(DType::I32, dims);
+    std::memcpy(h.tensor().data, v.data(), v.size() * 4);
+    Tensor t = B.buf(DType::I32, dims);
+    b.copy(h.tensor(), t);
+    return t;
+  };
+  s->ids = upload(ids, {T});
+  s->positions = upload(pos, {T});
+  s->kv.query_start = upload(qs, {num_seqs + 1});
+  s->kv.seq_lens = upload(lens, {num_seqs});
+  s->kv.block_tables = upload(tables, {num_seqs, blocks_per_seq});
+  s->kv.slot_mapping = upload(slots, {T});
+  s->kv.num_seqs = static_cast<int>(num_seqs);
+  s->kv.max_query_len = static_cast<int>(q_len);
+  s->kv.max_seq_len = static_cast<int>(ctx);
+  for (int64_t l = 0; l < kLayers; ++l)
+    s->caches.push_back(B.rnd(A, {num_seqs * blocks_per_seq, kBlock, kRow}, 1.0f));
+  return s;
+}
+
+double time_steps(Bench& B, Step& s, int reps, int graph_id) {
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    B.b.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (graph_id >= 0)
+      B.b.graph_replay(graph_id);
+    else
+      forward(B, s);
+    B.b.synchronize();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool fp8 = false, graphs = false;
+  std::string out_path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
+    else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
+    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+  }
+  try {
+    BackendOptions opts;
+    const char* inv = std::getenv("DEEPINFER_BATCH_INVARIANT");
+    opts.batch_invariant = inv && std::strcmp(inv, "0") != 0;
+    std::unique_ptr<Backend> backend = make_cuda_backend(opts);
+    if (!backend) {
+      std::fprintf(stderr, "built without CUDA\n");
+      return 2;
+    }
+    Bench B(*backend, fp8);
+    const auto t0 = std::chrono::steady_clock::now();
+    B.build();
+    std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::ofstream jsonl;
+    if (!out_path.empty()) jsonl.open(out_path, std::ios::app);
+    // Bytes of weights one decode step must read: everything but the experts, plus the
+    // experts that B tokens x 6 choices touch (expected distinct of 64 under uniform routing).
+    const double expert_bytes = double(3 * kMoeI * kHidden) * (fp8 ? 1.0 : 2.0);
+    const double all_expert_bytes = expert_bytes * kExperts * (kLayers - 1);
+    const double base_bytes = B.weight_bytes - all_expert_bytes - double(kVocab) * kHidden * 2;  // no embedding read
+    const double bw = 4.16e12, peak = fp8 ? 1419e12 : 777e12;
+    auto report = [&](const char* kind, int64_t batch, int64_t ctx, double sec, double tokens, double bytes,
+                      double flops, const char* mode) {
+      const double tok_s = tokens / sec;
+      const double floor_s = std::max(bytes / bw, flops / peak);
+      std::printf("%-8s %-5s %-6s batch %3lld ctx %5lld  %9.1f tok/s  step %8.3f ms  floor %7.3f ms  (%.0f%% of roofline)\n",
+                  kind, fp8 ? "fp8" : "bf16", mode, (long long)batch, (long long)ctx, tok_s, sec * 1e3, floor_s * 1e3,
+                  100.0 * floor_s / sec);
+      if (jsonl)
+        jsonl << "{\"bench\":\"cuda_layer_bench\",\"kind\":\"" << kind << "\",\"weights\":\"" << (fp8 ? "fp8" : "bf16")
+              << "\",\"mode\":\"" << mode << "\",\"batch\":" << batch << ",\"context\":" << ctx << ",\"seconds\":" << sec
+              << ",\"tokens\":" << tokens << ",\"tok_per_s\":" << tok_s << ",\"bytes\":" << bytes << ",\"flops\":" << flops
+              << ",\"floor_s\":" << floor_s << ",\"batch_invariant\":" << (opts.batch_invariant ? "true" : "false") << "}\n";
+    };
+    const double active_params = 1.28e9;
+    for (int64_t T : {512, 4096}) {
+      auto s = make_step(B, 1, T, T, true);
+      forward(B, *s);  // warm-up
+      const double sec = time_steps(B, *s, 5, -1);
+      report("prefill", 1, T, sec, double(T), B.weight_bytes, 2.0 * active_params * T, "eager");
+    }
+    for (int64_t batch : {1, 8, 32, 64}) {
+      const int64_t ctx = 576;  // middle of 512 prompt + 128 generated
+      auto s = make_step(B, batch, 1, ctx, false);
+      forward(B, *s);
+      const double distinct = kExperts * (1.0 - std::pow(1.0 - double(kTopK) / kExperts, double(batch)));
+      const double bytes = base_bytes + distinct * expert_bytes * (kLayers - 1) +
+                           double(batch) * ctx * kRow * 2 * kLayers;
+      const double sec = time_steps(B, *s, 20, -1);
+      report("decode", batch, ctx, sec, double(batch), bytes, 2.0 * active_params * batch, "eager");
+      if (graphs) {
+        try {
+          backend->graph_capture_begin();
+          forward(B, *s);
+          const int g = backend->graph_capture_end();
+          backend->graph_replay(g);
+          const double gsec = time_steps(B, *s, 20, g);
+          report("decode", batch, ctx, gsec, double(batch), bytes, 2.0 * active_params * batch, "graph");
+          backend->graph_release(g);
+        } catch (const Error& e) {
+          std::printf("graph capture failed at batch %lld: %s\n", (long long)batch, e.what());
+          try {
+            backend->graph_capture_end();  // leave capture mode if it is still on
+          } catch (const Error&) {
+          }
+        }
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deepinfer_cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

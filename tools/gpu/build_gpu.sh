@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the CUDA-enabled binaries on the dev machine (no GPU needed) into build-gpu/bin,
+# stripped, for tools/gpu/run_all.sh on the H200 (carry: ["build-gpu"], 64 MiB limit).
+# libstdc++/libgcc are linked statically; cudart statically; cuBLASLt dynamically (the
+# H200 image has the same CUDA 13.0 toolkit). Targets that do not build are reported and
+# skipped, so a broken module elsewhere does not block the parity run.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tree="${GPU_TREE:-$root/build-cuda}"
+out="$root/build-gpu/bin"
+export PATH="$PATH:/usr/local/cuda/bin"
+cmake -S "$root" -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON \
+  -DDEEPINFER_CUDA_ARCHS=90a -DDEEPINFER_TESTS=ON -DDEEPINFER_BENCH=OFF -DDEEPINFER_WERROR=ON \
+  -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" > "$tree.configure.log" 2>&1 ||
+  { echo "configure failed: see $tree.configure.log"; tail -20 "$tree.configure.log"; exit 1; }
+mkdir -p "$out"
+targets=(test_ops deepinfer_cuda_bench deepinfer)
+for t in $(ninja -C "$tree" -t targets all 2>/dev/null | grep -oE "^test_golden[a-z_0-9]*:" | tr -d ':' | sort -u); do
+  targets+=("$t")
+done
+for t in "${targets[@]}"; do
+  if cmake --build "$tree" --target "$t" -j "$(nproc)" > "$tree.$t.log" 2>&1; then
+    f=$(find "$tree" -type f -name "$t" -perm -u+x | head -1)
+    cp "$f" "$out/$t" && strip "$out/$t" && echo "built $t ($(du -h "$out/$t" | cut -f1))"
+  else
+    echo "FAILED $t: see $tree.$t.log"; grep -m5 -E "error" "$tree.$t.log"
+  fi
+done
+du -sh "$root/build-gpu"

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The one script run on the H200 machine (device tool, repo root, carry: ["build-gpu"]).
+# Uses the binaries prebuilt on the dev machine by tools/gpu/build_gpu.sh into build-gpu/bin:
+#   1. environment: GPU, driver, shared libraries the binaries need (ldd)
+#   2. parity: tests/ops (every CUDA op vs the CPU reference) with DEEPINFER_CUDA_SYNC=1
+#   3. golden tests on the GPU backend (when their binary exists)
+#   4. op-sequence bench of the bench model (bench/cuda/layer_bench.cpp): bf16 with graphs,
+#      bf16 on own GEMMs only, fp8, bf16 batch-invariant
+#   5. `deepinfer bench` on the bench config (when the CLI implements it)
+# Each stage is time-boxed, logs to $OUT/<stage>.log, and a failure never stops the script.
+# The whole run stays under ~9.5 minutes (the device tool's per-command limit is 10).
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+OUT="${OUT:-/tmp/deepinfer_out}"
+mkdir -p "$OUT"
+bin="$root/build-gpu/bin"
+budget_s="${RUN_ALL_BUDGET_S:-560}"
+start_s=$(date +%s)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$root/build-gpu/lib:${LD_LIBRARY_PATH:-}"
+# pip's cuBLAS as a fallback location for libcublasLt.so.13
+py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
+[[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
+
+declare -a rows=()
+remaining() { echo $(( budget_s - ($(date +%s) - start_s) )); }
+# stage NAME LIMIT_S CMD...: runs CMD with a time box, logs, records status.
+stage() {
+  local name="$1" limit="$2"; shift 2
+  local left; left=$(remaining)
+  if (( left < 15 )); then rows+=("$name|SKIPPED (time budget)|0"); return; fi
+  (( limit > left - 10 )) && limit=$(( left - 10 ))
+  local t0; t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*" | tee -a "$OUT/run_all.log"
+  timeout -k 5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  local dt=$(( $(date +%s) - t0 ))
+  local st="ok"
+  (( rc == 124 || rc == 137 )) && st="TIMEOUT"
+  (( rc != 0 && rc != 124 && rc != 137 )) && st="FAIL rc=$rc"
+  rows+=("$name|$st|$dt")
+  tail -n 5 "$OUT/$name.log" | sed 's/^/    /'
+}
+
+# 1. environment
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+  uname -a; ls -la "$bin" 2>&1
+  for b in "$bin"/*; do echo "--- ldd $b"; ldd "$b" 2>&1 | grep -E "not found|cublas|cudart|pcre|stdc" ; done
+} > "$OUT/env.log" 2>&1
+missing=$(grep -c "not found" "$OUT/env.log" || true)
+rows+=("env|missing libs: $missing|0")
+grep "not found" "$OUT/env.log" | sort -u | sed 's/^/    MISSING: /'
+
+# 2. parity
+if [[ -x "$bin/test_ops" ]]; then
+  DEEPINFER_CUDA_SYNC=1 stage parity 200 "$bin/test_ops" --gtest_output="json:$OUT/test_ops.json"
+else
+  rows+=("parity|no binary|0")
+fi
+
+# 3. golden tests on the GPU backend
+for g in "$bin"/test_golden*; do
+  [[ -x "$g" ]] || continue
+  DEEPINFER_ACCELERATOR=cuda DEEPINFER_BACKEND=cuda stage "golden_$(basename "$g")" 90 "$g"
+done
+
+# 4. op-sequence bench (figures for issue #4; JSONL in $OUT/bench.jsonl)
+if [[ -x "$bin/deepinfer_cuda_bench" ]]; then
+  stage bench_bf16 110 "$bin/deepinfer_cuda_bench" --graphs --out "$OUT/bench.jsonl"
+  stage bench_fp8 100 "$bin/deepinfer_cuda_bench" --fp8 --graphs --out "$OUT/bench.jsonl"
+  DEEPINFER_CUDA_GEMM=own stage bench_bf16_own_gemm 80 "$bin/deepinfer_cuda_bench" --out "$OUT/bench_own_gemm.jsonl"
+  DEEPINFER_BATCH_INVARIANT=1 stage bench_bf16_invariant 80 "$bin/deepinfer_cuda_bench" --graphs --out "$OUT/bench_invariant.jsonl"
+else
+  rows+=("bench|no binary|0")
+fi
+
+# 5. deepinfer bench (the CLI), when it is implemented
+cfg="$root/../shared/models/bench-v3-7b/config.json"
+[[ -f "$cfg" ]] || cfg="$root/bench/cuda/bench-v3-7b.config.json"
+if [[ -x "$bin/deepinfer" ]] && "$bin/deepinfer" bench --help > "$OUT/deepinfer_bench_help.log" 2>&1; then
+  stage deepinfer_bench 120 "$bin/deepinfer" bench --model "$cfg" --random-weights --backend cuda \
+    --out "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
+else
+  rows+=("deepinfer_bench|not available|0")
+fi
+
+# Short table last.
+echo
+echo "== parity failures (first 20) =="
+grep -E "^\[  FAILED  \]|Failure|error" "$OUT/parity.log" 2>/dev/null | head -20
+echo
+echo "== bench figures =="
+for f in bench_bf16 bench_fp8 bench_bf16_own_gemm bench_bf16_invariant; do
+  [[ -f "$OUT/$f.log" ]] && grep -E "^(prefill|decode|weights|graph)" "$OUT/$f.log" | sed "s/^/$f: /" | cut -c1-150
+done
+echo
+echo "== summary (total $(( $(date +%s) - start_s ))s) =="
+passed=$(grep -oE "\[  PASSED  \] [0-9]+" "$OUT/parity.log" 2>/dev/null | grep -oE "[0-9]+$")
+failed=$(grep -oE "\[  FAILED  \] [0-9]+ test" "$OUT/parity.log" 2>/dev/null | grep -oE "[0-9]+" | head -1)
+echo "parity tests: passed ${passed:-?} failed ${failed:-0}"
+printf "%-28s %-24s %s\n" stage status seconds
+for r in "${rows[@]}"; do IFS='|' read -r a b c <<< "$r"; printf "%-28s %-24s %s\n" "$a" "$b" "$c"; done
