@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/random.h"
 #include "model/config.h"
 #include "model/model.h"
 
@@ -115,16 +116,18 @@ ModelWeights upload_weights(const ModelWeights& host, Backend& backend);
 //
 // checkpoint_layout() lists every tensor of a checkpoint for `config`, in a
 // canonical order (per-expert names, official layout), with how to fill it.
-// Element i of tensor number k (its index in that list) is
-//   t     = int32(random_bits(seed, k, i) >> 40) - 2^23      (uniform in [-2^23, 2^23))
-//   value = fmaf(float(t), fill.mul, fill.add)                (then rounded to dtype:
-//           BF16 / F32 round-to-nearest-even, F8_E4M3 RNE with saturation to +-448)
-// Linear weights: add 0, mul = sqrt(3/fan_in) * 2^-23 (std 1/sqrt(fan_in)).
-// FP8 linears: the F8 tensor has mul = 448 * 2^-23 (uniform over the e4m3 range)
-// and its scale_inv (F32) has add = base * 1.5, mul = base * 0.5 * 2^-23 with
-// base = sqrt(3/fan_in) / 448, so block scales vary in [base, 2 base).
-// Norms: add 1, mul 0.1 * 2^-23. e_score_correction_bias: add 0, mul 0.01 * 2^-23.
-// Only integer ops and one fmaf per element: bitwise identical on CPU and GPU.
+// Tensor number k (its index in that list) uses tensor_seed = random_hash(seed, k)
+// (backend/random.h) and element i is
+//   value = fmaf(random_uniform(tensor_seed, i), fill.mul, fill.add)
+// rounded to the tensor's dtype (RNE; F8_E4M3 saturating). When fill.add == 0
+// this is exactly Backend::fill_random(t, tensor_seed, fill.mul), so big tensors
+// are generated on the device; the small ones with add != 0 (norms, FP8 scales)
+// are made on the host and copied.
+// Linear weights: mul = sqrt(3/fan_in) (uniform, std 1/sqrt(fan_in)); embedding: sqrt(3).
+// FP8 linears: the F8 tensor has mul = 448 (uniform over the e4m3 range); its
+// scale_inv (F32) has add = 1.5 base, mul = 0.5 base with base = sqrt(3/fan_in) / 448,
+// so block scales vary in [base, 2 base). Norms: add 1, mul 0.1.
+// e_score_correction_bias: mul 0.01.
 struct RandomFill {
   float mul = 0.0f;
   float add = 0.0f;
@@ -136,39 +139,26 @@ struct TensorSpec {
   RandomFill fill;
 };
 // weight_dtype: BF16, F32 (everything in that dtype, bias F32) or F8_E4M3
-// (block-scaled linears, as in the official V3
-// checkpoint: embeddings, norms, router and lm_head stay BF16, bias F32).
+// (block-scaled linears, as in the official V3 checkpoint: embeddings, norms,
+// router and lm_head stay BF16, bias F32).
 std::vector<TensorSpec> checkpoint_layout(const ModelConfig& config, DType weight_dtype,
                                           bool include_mtp);
 
-#if defined(__CUDACC__)
-#define DEEPINFER_HD __host__ __device__
-#else
-#define DEEPINFER_HD
-#endif
-DEEPINFER_HD inline uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+// The value of element `element_index` of layout tensor `tensor_index` before rounding.
+inline float random_weight_value(uint64_t seed, uint64_t tensor_index, uint64_t element_index,
+                                 RandomFill fill) {
+  return std::fmaf(random_uniform(random_hash(seed, tensor_index), element_index), fill.mul,
+                   fill.add);
 }
-DEEPINFER_HD inline uint64_t random_bits(uint64_t seed, uint64_t tensor_index,
-                                         uint64_t element_index) {
-  return splitmix64(splitmix64(seed ^ splitmix64(tensor_index)) ^ element_index);
-}
-// The pre-rounding value of element `element_index` of tensor `tensor_index`.
-DEEPINFER_HD inline float random_value(uint64_t seed, uint64_t tensor_index,
-                                       uint64_t element_index, RandomFill fill) {
-  int32_t t = static_cast<int32_t>(random_bits(seed, tensor_index, element_index) >> 40) -
-              (1 << 23);
-  return fmaf(static_cast<float>(t), fill.mul, fill.add);
-}
-#undef DEEPINFER_HD
 
 // Host buffers for every tensor of checkpoint_layout(config, weight_dtype, include_mtp),
 // filled as above, assembled into ModelWeights (owners hold the buffers).
 ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
                                  bool include_mtp = false);
+// The same weights allocated on `backend` and filled there (fill_random for the big
+// tensors): bit-identical to make_random_weights + upload_weights, without the host copy.
+ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                                 bool include_mtp, Backend& backend);
 // Writes the same tensors to `dir`/model.safetensors (tests, tools).
 void write_random_checkpoint(const ModelConfig& config, uint64_t seed, DType weight_dtype,
                              bool include_mtp, const std::string& dir);

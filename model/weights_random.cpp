@@ -12,8 +12,6 @@ namespace deepinfer {
 
 namespace {
 
-constexpr float kInv2p23 = 1.0f / 8388608.0f;  // 2^-23: t in [-2^23, 2^23) -> [-1, 1)
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class LayoutBuilder {
@@ -33,18 +31,18 @@ class LayoutBuilder {
     specs_.push_back({name, dtype, std::move(shape), fill});
   }
   void norm(const std::string& name, int64_t dim) {
-    add(name, dense_dtype_, {dim}, {0.1f * kInv2p23, 1.0f});
+    add(name, dense_dtype_, {dim}, {0.1f, 1.0f});
   }
   // Uniform with std 1/sqrt(fan_in). `quantizable`: FP8 in an FP8 checkpoint.
   void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true) {
     const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
     if (fp8_ && quantizable) {
-      add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f * kInv2p23, 0.0f});
+      add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f, 0.0f});
       const float base = bound / 448.0f;
       add(prefix + ".weight_scale_inv", DType::F32, {ceil_div(n, block_n_), ceil_div(k, block_k_)},
-          {base * 0.5f * kInv2p23, base * 1.5f});
+          {base * 0.5f, base * 1.5f});
     } else {
-      add(prefix + ".weight", dense_dtype_, {n, k}, {bound * kInv2p23, 0.0f});
+      add(prefix + ".weight", dense_dtype_, {n, k}, {bound, 0.0f});
     }
   }
   void mlp(const std::string& p, int64_t intermediate) {
@@ -76,7 +74,7 @@ class LayoutBuilder {
     linear(p + "mlp.gate", c_.n_routed_experts, H, /*quantizable=*/false);
     if (c_.scoring_func == "sigmoid") {
       add(p + "mlp.gate.e_score_correction_bias", DType::F32, {c_.n_routed_experts},
-          {0.01f * kInv2p23, 0.0f});
+          {0.01f, 0.0f});
     }
     for (int e = 0; e < c_.n_routed_experts; ++e) {
       mlp(p + "mlp.experts." + std::to_string(e) + ".", c_.moe_intermediate_size);
@@ -87,7 +85,7 @@ class LayoutBuilder {
   std::vector<TensorSpec> build(bool include_mtp) {
     const int64_t H = c_.hidden_size;
     add("model.embed_tokens.weight", dense_dtype_, {c_.vocab_size, H},
-        {std::sqrt(3.0f) * kInv2p23, 0.0f});
+        {std::sqrt(3.0f), 0.0f});
     for (int l = 0; l < c_.num_hidden_layers; ++l) layer(l);
     norm("model.norm.weight", H);
     if (!c_.tie_word_embeddings) linear("lm_head", c_.vocab_size, H, /*quantizable=*/false);
@@ -115,7 +113,7 @@ class LayoutBuilder {
 // Fills `out` (numel elements of spec.dtype) with tensor `index` of the layout.
 void fill(const TensorSpec& spec, uint64_t seed, uint64_t index, void* out, int64_t numel) {
   for (int64_t i = 0; i < numel; ++i) {
-    const float v = random_value(seed, index, static_cast<uint64_t>(i), spec.fill);
+    const float v = random_weight_value(seed, index, static_cast<uint64_t>(i), spec.fill);
     switch (spec.dtype) {
       case DType::F32:
         static_cast<float*>(out)[i] = v;
@@ -157,6 +155,40 @@ ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType
     return it->second;
   };
   source.describe = [](const std::string&) { return std::string("random weights"); };
+  ModelWeights w = assemble_weights(config, source, include_mtp);
+  w.owners = std::move(owners);
+  return w;
+}
+
+ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                                 bool include_mtp, Backend& backend) {
+  const std::vector<TensorSpec> specs = checkpoint_layout(config, weight_dtype, include_mtp);
+  std::vector<std::shared_ptr<const void>> owners;
+  std::map<std::string, Tensor> tensors;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const TensorSpec& spec = specs[k];
+    auto buffer = std::make_shared<DeviceBuffer>(backend.alloc(spec.dtype, spec.shape));
+    Tensor& t = buffer->tensor();
+    if (spec.fill.add == 0.0f) {
+      // fmaf(u, mul, 0) == mul * u: the backend's own fill_random gives the same bits.
+      backend.fill_random(t, random_hash(seed, k), spec.fill.mul);
+    } else {
+      HostBuffer host(spec.dtype, spec.shape);
+      fill(spec, seed, k, host.tensor().data, host.tensor().numel());
+      backend.copy(host.tensor(), t);
+      backend.synchronize();  // `host` dies at the end of this scope
+    }
+    tensors.emplace(spec.name, t);
+    owners.push_back(std::move(buffer));
+  }
+  backend.synchronize();
+  TensorSource source;
+  source.find = [&tensors](const std::string& name) -> std::optional<Tensor> {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return std::nullopt;
+    return it->second;
+  };
+  source.describe = [&backend](const std::string&) { return "random weights on " + backend.name(); };
   ModelWeights w = assemble_weights(config, source, include_mtp);
   w.owners = std::move(owners);
   return w;
