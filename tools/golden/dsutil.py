@@ -128,7 +128,8 @@ def official_config(hf_cfg_dict: dict, rope_theta: float, rope_scaling, extra: d
     d = dict(hf_cfg_dict)
     for k in ("rope_parameters", "head_dim", "qk_head_dim", "dtype", "torch_dtype", "transformers_version",
               "_name_or_path", "output_attentions", "output_hidden_states", "use_return_dict",
-              "return_dict", "chunk_size_feed_forward", "is_encoder_decoder"):
+              "return_dict", "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id",
+              "problem_type"):
         d.pop(k, None)
     d["rope_theta"] = rope_theta
     d["rope_scaling"] = rope_scaling

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsutil  # noqa: E402
 
 import transformers  # noqa: E402
+transformers.logging.set_verbosity_error()  # the MTP-weights "UNEXPECTED" load reports are expected
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config,  # noqa: E402
                           DeepseekV3ForCausalLM)

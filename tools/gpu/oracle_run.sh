@@ -11,7 +11,7 @@
 set -uo pipefail
 : "${OUT:?set OUT to the output directory}"
 mkdir -p "$OUT"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="${ORACLE_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 cd "$ROOT"
 export PYTHONUNBUFFERED=1
 export TOKENIZERS_PARALLELISM=true
@@ -31,7 +31,7 @@ TINYFIX_REL=tests/golden/tiny_code_fixture.json
 mkdir -p "$STAGE/$FIX_REL" "$STAGE/models"
 
 echo "== [$(elapsed)s] golden fixtures"
-timeout 150 $PY tools/golden/make_golden.py --out "$STAGE/$FIX_REL" --device cuda > "$OUT/golden.log" 2>&1
+timeout "${GOLDEN_TIMEOUT_S:-150}" $PY tools/golden/make_golden.py --out "$STAGE/$FIX_REL" --device cuda > "$OUT/golden.log" 2>&1
 RC_G=$?
 grep '^\[golden\]' "$OUT/golden.log" | tail -3
 [ $RC_G -ne 0 ] && { echo "make_golden FAILED rc=$RC_G; tail of log:"; tail -30 "$OUT/golden.log"; }
@@ -40,7 +40,8 @@ REMAIN=$(( LIMIT - $(elapsed) - 25 ))
 TRAIN_S=$(( REMAIN - 200 )); [ $TRAIN_S -gt 300 ] && TRAIN_S=300; [ $TRAIN_S -lt 60 ] && TRAIN_S=60
 echo "== [$(elapsed)s] train tiny code model (training budget ${TRAIN_S}s, hard timeout ${REMAIN}s)"
 timeout --signal=KILL "$REMAIN" $PY tools/train_tiny/train.py --out-model "$STAGE/$MODEL_REL" \
-    --out-fixture "$STAGE/$TINYFIX_REL" --device cuda --train-seconds "$TRAIN_S" ${ORACLE_QUICK:+--quick} \
+    --out-fixture "$STAGE/$TINYFIX_REL" --device cuda --train-seconds "$TRAIN_S" --total-seconds $(( REMAIN - 15 )) \
+    ${ORACLE_QUICK:+--quick} \
     > "$OUT/train.log" 2>&1
 RC_T=$?
 [ $RC_T -ne 0 ] && { echo "train.py FAILED rc=$RC_T; tail of log:"; tail -40 "$OUT/train.log"; }

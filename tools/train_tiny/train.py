@@ -40,6 +40,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import dsutil  # noqa: E402
 import transformers  # noqa: E402
+transformers.logging.set_verbosity_error()  # the MTP-weights "UNEXPECTED" load reports are expected
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM  # noqa: E402
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdv3  # noqa: E402
@@ -196,6 +197,9 @@ def build_tokenizer(train_docs, cfg):
         added.append(dict(id=idx, content=name, **{k: fl[k] for k in ("single_word", "lstrip", "rstrip",
                                                                       "normalized", "special")}))
     d["added_tokens"] = added
+    # DeepSeek-V3's tokenizer.json writes merges as "left right" strings (byte-level tokens never contain a space)
+    d["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in d["model"]["merges"]]
+    d["model"].pop("ignore_merges", None)
     d["truncation"] = None
     d["padding"] = None
     tok = Tokenizer.from_str(json.dumps(d, ensure_ascii=False))
@@ -432,10 +436,16 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--train-seconds", type=float, default=None,
                     help="wall-clock guard for the training loop (default 300 full / 30 quick)")
+    ap.add_argument("--total-seconds", type=float, default=None,
+                    help="whole-script deadline: the training budget shrinks so that the run (with ~110 s reserved "
+                         "for evaluation/export/verification after training) ends before it")
     a = ap.parse_args()
     cfg = QUICK if a.quick else FULL
     budget = a.train_seconds or (30.0 if a.quick else 300.0)
     dev = a.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        banner("cuda requested but not available: running on CPU")
+        dev = "cpu"
     use_amp = dev == "cuda"
     torch.manual_seed(SEED)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -503,6 +513,12 @@ def main():
     eval_windows = held_ids[: nw * (L + 1)].view(nw, L + 1)[:, :L].contiguous()
 
     # ---- train
+    if a.total_seconds:
+        left = a.total_seconds - (time.time() - T_START) - (110.0 if not a.quick else 60.0)
+        if left < budget:
+            banner(f"training budget cut from {budget:.0f}s to {max(left, 20):.0f}s to meet the --total-seconds deadline")
+            budget = max(left, 20.0)
+    report["training_budget_seconds"] = round(budget, 1)
     total_steps = cfg["steps"]
     g = torch.Generator().manual_seed(SEED + 1)
     B = cfg["batch"]
@@ -611,6 +627,7 @@ def main():
     with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok_json, f, ensure_ascii=False)
     dsutil.write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config(spec, 2048), indent=2)
+    assert dsutil.dir_size(out_dir) <= DISK_BUDGET, f"model dir {dsutil.dir_size(out_dir)} B exceeds 32 MiB"
     st_bytes = os.path.getsize(os.path.join(out_dir, "model.safetensors"))
     log(f"exported {out_dir}: model.safetensors {st_bytes / 2**20:.2f} MiB "
         f"({sum(1 for v in disk.values() if v.dtype == torch.float8_e4m3fn)} fp8 tensors)")
