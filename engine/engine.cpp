@@ -1,0 +1,306 @@
+// The step loop: schedule -> run -> sample -> append, stop, detokenize -> outputs.
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/engine_impl.h"
+
+namespace deepinfer {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+grammar::GrammarSpec grammar_spec(const StructuredOutputArgs& so) {
+  using K = grammar::GrammarSpec::Kind;
+  grammar::GrammarSpec spec;
+  spec.kind = so.kind == "regex" ? K::Regex
+              : so.kind == "json_schema" ? K::JsonSchema
+              : so.kind == "ebnf" ? K::Ebnf : K::JsonObject;
+  spec.source = so.source;
+  return spec;
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
+                   std::unique_ptr<Model> model_in, std::unique_ptr<Tokenizer> tokenizer_in)
+    : config(cfg), backend(std::move(backend_in)), model(std::move(model_in)),
+      tokenizer(std::move(tokenizer_in)) {
+  const ModelConfig& mc = model->config();
+  max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len
+                                        : static_cast<int>(std::min<int64_t>(
+                                              mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096,
+                                              1 << 20));
+  for (int64_t id : mc.eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
+  if (tokenizer && tokenizer->eos_id() >= 0) eos_ids_.push_back(tokenizer->eos_id());
+
+  const int bs = cfg.kv_block_size;
+  DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
+  int num_blocks = cfg.num_kv_blocks;
+  if (num_blocks <= 0) {
+    const int64_t bytes = cfg.kv_cache_num_bytes > 0 ? cfg.kv_cache_num_bytes : int64_t{4} << 30;
+    const int64_t per_block = Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs);
+    const int64_t enough = static_cast<int64_t>(cfg.max_num_seqs) * ((max_model_len + bs - 1) / bs);
+    num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(bytes / per_block, 1), enough));
+  }
+  stats.num_kv_blocks = num_blocks;
+  stats.kv_block_size = bs;
+  blocks_ = std::make_unique<BlockManager>(num_blocks, bs, cfg.enable_prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(
+      SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
+  RunnerConfig rc;
+  rc.num_kv_blocks = num_blocks;
+  rc.kv_block_size = bs;
+  rc.max_num_batched_tokens = cfg.max_num_batched_tokens;
+  rc.max_num_seqs = cfg.max_num_seqs;
+  rc.max_model_len = max_model_len;
+  runner_ = std::make_unique<Runner>(*model, *backend, rc);
+  sampler_ = std::make_unique<Sampler>(model->vocab_size());
+}
+
+double Engine::Impl::now_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::vector<int32_t> Engine::Impl::tokenize(const Prompt& prompt, const std::string& id) const {
+  if (!prompt.token_ids.empty()) return prompt.token_ids;
+  if (prompt.messages.empty() && prompt.text.empty()) fail("request ", id, ": empty prompt");
+  DI_CHECK(tokenizer != nullptr, "request ", id, ": text prompt but the engine has no tokenizer");
+  if (!prompt.messages.empty()) {
+    std::vector<ChatMessage> messages;
+    for (const Message& m : prompt.messages) messages.push_back({m.role, m.content});
+    return tokenizer->encode(apply_chat_template(*tokenizer, messages, true), false);
+  }
+  return tokenizer->encode(prompt.text, true);
+}
+
+std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams& params,
+                                      std::string id) {
+  if (id.empty()) id = "req-" + std::to_string(next_request_);
+  DI_CHECK(!requests_.count(id), "request ", id, ": id already in use");
+  try {
+    params.validate();
+  } catch (const Error& e) {
+    fail("request ", id, ": ", e.what());
+  }
+  auto r = std::make_unique<RequestState>();
+  r->request_id = id;
+  r->params = params;
+  r->prompt_token_ids = tokenize(prompt, id);
+  const int num_prompt = static_cast<int>(r->prompt_token_ids.size());
+  DI_CHECK(num_prompt > 0, "request ", id, ": empty prompt");
+  DI_CHECK(num_prompt < max_model_len, "request ", id, ": prompt has ", num_prompt,
+           " tokens, the model's context is ", max_model_len, " (room for one new token needed)");
+  for (int32_t t : r->prompt_token_ids)
+    DI_CHECK(t >= 0 && t < model->vocab_size(), "request ", id, ": prompt token id ", t,
+             " outside the vocabulary [0, ", model->vocab_size(), ")");
+  DI_CHECK(params.stop.empty() || tokenizer, "request ", id, ": stop strings need a tokenizer");
+  std::shared_ptr<const grammar::CompiledGrammar> compiled;
+  if (!params.so_args.kind.empty()) {
+    DI_CHECK(tokenizer, "request ", id, ": structured output needs a tokenizer");
+    if (!grammar_cache_) {
+      const int vocab = model->vocab_size();
+      std::vector<std::string> bytes(vocab);
+      std::vector<char> special(vocab, 1);
+      for (int32_t t = 0; t < vocab && t < tokenizer->vocab_size(); ++t) {
+        if (!tokenizer->has_token(t)) continue;
+        bytes[t] = tokenizer->token_bytes(t);
+        special[t] = tokenizer->is_special(t) ? 1 : 0;
+      }
+      grammar_vocab_ = std::make_shared<grammar::Vocabulary>(std::move(bytes), tokenizer->eos_id(),
+                                                             std::move(special));
+      grammar_cache_ = std::make_unique<grammar::GrammarCache>(grammar_vocab_);
+      bitmask_.resize(grammar_vocab_->num_mask_words());
+    }
+    try {
+      compiled = grammar_cache_->get(grammar_spec(params.so_args));
+    } catch (const Error& e) {
+      fail("request ", id, ": so_args (", params.so_args.kind, "): ", e.what());
+    }
+  }
+  r->seed = params.seed ? *params.seed : splitmix64(config.seed ^ splitmix64(next_request_));
+  for (const auto& s : params.stop) r->max_stop_len = std::max(r->max_stop_len, s.size());
+  r->time_added_s = now_s();
+  const int max_total =
+      static_cast<int>(std::min<int64_t>(int64_t{num_prompt} + params.max_tokens, max_model_len));
+  for (int i = 0; i < params.n; ++i) {
+    auto s = std::make_unique<SeqState>();
+    s->seq_id = next_seq_id_++;
+    s->token_ids = r->prompt_token_ids;
+    s->num_prompt_tokens = num_prompt;
+    s->max_total_tokens = max_total;
+    s->request = r.get();
+    s->index = i;
+    s->stream = params.seq_seed + static_cast<uint64_t>(i);
+    if (i > 0) s->wait_for_prompt_of = r->seqs[0].get();
+    if (tokenizer) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer, params.skip_special_tokens);
+    if (compiled) s->matcher = std::make_unique<grammar::GrammarMatcher>(compiled);
+    r->seqs.push_back(std::move(s));
+  }
+  // The scheduler rejects sequences that could never fit the KV cache; add all or none.
+  for (size_t i = 0; i < r->seqs.size(); ++i) {
+    try {
+      scheduler_->add(r->seqs[i].get());
+    } catch (const Error& e) {
+      for (size_t j = 0; j < i; ++j) scheduler_->finish(r->seqs[j].get());
+      fail("request ", id, ": ", e.what());
+    }
+  }
+  ++next_request_;
+  requests_[id] = std::move(r);
+  return id;
+}
+
+bool Engine::Impl::is_stop_token(const RequestState& r, int32_t token) const {
+  if (!r.params.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end())
+    return true;
+  const auto& ids = r.params.stop_token_ids;
+  return std::find(ids.begin(), ids.end(), token) != ids.end();
+}
+
+void Engine::Impl::finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason) {
+  if (seq.finish_reason != FinishReason::None) return;
+  seq.finish_reason = reason;
+  seq.stop_reason = std::move(stop_reason);
+  if (seq.decoder && reason != FinishReason::Stop) seq.text += seq.decoder->flush();
+  scheduler_->finish(&seq);
+  RequestState& r = *seq.request;
+  if (++r.num_finished == static_cast<int>(r.seqs.size())) r.time_finished_s = now_s();
+}
+
+void Engine::Impl::append_token(SeqState& seq, const SampleResult& sample) {
+  RequestState& r = *seq.request;
+  const int32_t token = sample.token_id;
+  seq.token_ids.push_back(token);
+  stats.num_generated_tokens++;
+  if (r.time_first_token_s < 0) r.time_first_token_s = now_s();
+  if (r.params.logprobs >= 0) seq.logprobs.push_back({token, sample.logprob, sample.top_logprobs});
+  if (seq.matcher) seq.matcher->accept_token(token);
+
+  if (is_stop_token(r, token)) return finish_seq(seq, FinishReason::Stop, std::to_string(token));
+  if (seq.decoder) {
+    const size_t old_len = seq.text.size();
+    seq.text += seq.decoder->push(token);
+    // A stop string can only end in the new text; search from where it could start.
+    const size_t from = old_len >= r.max_stop_len ? old_len - r.max_stop_len + 1 : 0;
+    size_t best = std::string::npos;
+    const std::string* hit = nullptr;
+    for (const auto& s : r.params.stop) {
+      size_t pos = seq.text.find(s, from);
+      if (pos != std::string::npos && pos < best) best = pos, hit = &s;
+    }
+    if (hit) {
+      seq.text.resize(best + (r.params.include_stop_str_in_output ? hit->size() : 0));
+      return finish_seq(seq, FinishReason::Stop, *hit);
+    }
+  }
+  if (seq.matcher && seq.matcher->is_complete()) return finish_seq(seq, FinishReason::Stop);
+  if (seq.num_output_tokens() >= r.params.max_tokens || seq.num_tokens() >= max_model_len)
+    finish_seq(seq, FinishReason::Length);
+}
+
+RequestOutput Engine::Impl::make_output(RequestState& r) {
+  RequestOutput out;
+  out.request_id = r.request_id;
+  out.prompt_token_ids = r.prompt_token_ids;
+  out.num_prompt_tokens = static_cast<int>(r.prompt_token_ids.size());
+  out.finished = r.finished();
+  for (auto& s : r.seqs) {
+    CompletionOutput c;
+    c.index = s->index;
+    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end());
+    c.finish_reason = s->finish_reason;
+    c.stop_reason = s->stop_reason;
+    c.logprobs = s->logprobs;
+    // Hold back text that could still become the start of a stop string.
+    const bool done = s->finish_reason != FinishReason::None;
+    const size_t hold = done || r.max_stop_len == 0 ? 0 : r.max_stop_len - 1;
+    const size_t visible = s->text.size() > hold ? s->text.size() - hold : 0;
+    c.text = done ? s->text : s->text.substr(0, visible);
+    if (visible > s->num_text_emitted) {
+      c.delta_text = s->text.substr(s->num_text_emitted, visible - s->num_text_emitted);
+      s->num_text_emitted = visible;
+    }
+    c.delta_token_ids.assign(c.token_ids.begin() + static_cast<std::ptrdiff_t>(s->num_tokens_emitted),
+                             c.token_ids.end());
+    s->num_tokens_emitted = c.token_ids.size();
+    out.num_output_tokens += static_cast<int>(c.token_ids.size());
+    out.num_cached_tokens = std::max(out.num_cached_tokens, s->num_cached_prompt_tokens);
+    out.outputs.push_back(std::move(c));
+  }
+  if (r.time_first_token_s >= 0) out.time_to_first_token_s = r.time_first_token_s - r.time_added_s;
+  const double end = r.time_finished_s >= 0 ? r.time_finished_s : now_s();
+  const int after_first = out.num_output_tokens - static_cast<int>(r.seqs.size());
+  if (r.time_first_token_s >= 0 && after_first > 0 && end > r.time_first_token_s)
+    out.decode_tokens_per_s = after_first / (end - r.time_first_token_s);
+  return out;
+}
+
+std::vector<RequestOutput> Engine::Impl::step() {
+  SchedulerOutput plan = scheduler_->schedule();
+  stats.num_preemptions += static_cast<int64_t>(plan.preempted.size());
+  if (plan.empty()) return {};
+  std::vector<RunSeq> run;
+  for (const ScheduledSeq& s : plan.seqs) {
+    const Sequence& q = *s.seq;
+    const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
+    stats.num_prompt_tokens_computed +=
+        std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
+    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample});
+  }
+  const Tensor& logits = runner_->execute(run);
+  scheduler_->on_step_done(plan);
+  stats.num_steps++;
+
+  std::vector<RequestState*> touched;
+  int row = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.needs_sample) continue;
+    SeqState& seq = static_cast<SeqState&>(*s.seq);
+    RequestState& r = *seq.request;
+    SampleRow sr;
+    sr.params = &r.params;
+    sr.seed = r.seed;
+    sr.stream = seq.stream;
+    sr.position = seq.num_tokens();
+    sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
+    sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
+    std::vector<int32_t> banned;
+    if (seq.num_output_tokens() < r.params.min_tokens) {
+      banned = r.params.stop_token_ids;
+      if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+    }
+    sr.banned_tokens = banned;
+    if (seq.matcher) {
+      seq.matcher->fill_mask(bitmask_.data());
+      sr.allowed_bitmask = bitmask_.data();
+    }
+    SampleResult result = sampler_->sample(logits.ptr<float>() + int64_t{row} * logits.size(1), sr);
+    ++row;
+    append_token(seq, result);
+    if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
+  }
+  std::vector<RequestOutput> outputs;
+  for (RequestState* r : touched) {
+    outputs.push_back(make_output(*r));
+    if (r->finished()) {
+      stats.num_cached_tokens += outputs.back().num_cached_tokens;
+      requests_.erase(r->request_id);
+    }
+  }
+  return outputs;
+}
+
+bool Engine::Impl::abort(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  for (auto& s : it->second->seqs) finish_seq(*s, FinishReason::Abort);
+  requests_.erase(it);
+  return true;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,73 @@
+// Engine: the public facade over Engine::Impl, and generate() on top of the
+// streaming interface.
+#include <unordered_map>
+
+#include "core/error.h"
+#include "engine/engine_impl.h"
+
+namespace deepinfer {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::None: return "";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+  }
+  return "";
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params,
+                                std::string request_id) {
+  return impl_->add_request(prompt, params, std::move(request_id));
+}
+std::vector<RequestOutput> Engine::step() { return impl_->step(); }
+bool Engine::abort(const std::string& request_id) { return impl_->abort(request_id); }
+bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
+const EngineStats& Engine::stats() const { return impl_->stats; }
+int Engine::vocab_size() const { return impl_->model->vocab_size(); }
+int Engine::max_model_len() const { return impl_->max_model_len; }
+
+std::string Engine::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  return impl_->tokenizer ? impl_->tokenizer->decode(ids, skip_special_tokens) : std::string();
+}
+
+std::vector<RequestOutput> Engine::generate(
+    const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+    const std::function<void(const RequestOutput&)>& on_output) {
+  DI_CHECK(params.size() == 1 || params.size() == prompts.size(), "generate: ", params.size(),
+           " SamplingParams for ", prompts.size(), " prompts (expected 1 or one each)");
+  std::vector<RequestOutput> results(prompts.size());
+  std::unordered_map<std::string, size_t> index_of;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SamplingParams& p = params.size() == 1 ? params[0] : params[i];
+    try {
+      index_of[impl_->add_request(prompts[i], p, "")] = i;
+    } catch (const Error& e) {
+      RequestOutput& r = results[i];
+      r.request_id = "rejected-" + std::to_string(i);
+      r.finished = true;
+      r.error = e.what();
+      CompletionOutput c;
+      c.finish_reason = FinishReason::Error;
+      r.outputs.push_back(c);
+      if (on_output) on_output(r);
+    }
+  }
+  while (!index_of.empty() && impl_->has_unfinished()) {
+    for (RequestOutput& out : impl_->step()) {
+      if (on_output) on_output(out);
+      auto it = index_of.find(out.request_id);
+      if (it == index_of.end() || !out.finished) continue;
+      results[it->second] = std::move(out);
+      index_of.erase(it);
+    }
+  }
+  return results;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,65 @@
+// Engine::Impl: the step loop over scheduler, runner and sampler. Built by
+// Engine(EngineConfig) from a checkpoint, or directly from parts (tests use a
+// fake deterministic model on the CPU backend).
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "engine/request_state.h"
+#include "grammar/grammar.h"
+#include "kv/block_manager.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "runner/runner.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+struct Engine::Impl {
+  // `tokenizer` may be null (token-id prompts only, empty text).
+  Impl(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
+       std::unique_ptr<Tokenizer> tokenizer);
+
+  std::string add_request(const Prompt& prompt, const SamplingParams& params,
+                          std::string request_id);
+  std::vector<RequestOutput> step();
+  bool abort(const std::string& request_id);
+  bool has_unfinished() const { return !requests_.empty(); }
+
+  EngineConfig config;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  int max_model_len = 0;
+  EngineStats stats;
+
+ private:
+  double now_s() const;
+  std::vector<int32_t> tokenize(const Prompt& prompt, const std::string& request_id) const;
+  // Appends a sampled token, detokenizes, checks stop conditions; finishes the sample if done.
+  void append_token(SeqState& seq, const SampleResult& sample);
+  void finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason = "");
+  bool is_stop_token(const RequestState& r, int32_t token) const;
+  RequestOutput make_output(RequestState& r);
+
+  std::vector<int32_t> eos_ids_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<Sampler> sampler_;
+  std::shared_ptr<const grammar::Vocabulary> grammar_vocab_;
+  std::unique_ptr<grammar::GrammarCache> grammar_cache_;
+  std::vector<uint32_t> bitmask_;
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  int64_t next_request_ = 0;
+  int64_t next_seq_id_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace deepinfer

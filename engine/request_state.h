@@ -1,0 +1,46 @@
+// The engine's per-request and per-sample state. A SeqState is the scheduler's
+// Sequence plus what the engine adds on top: detokenizer, text, stop state,
+// grammar matcher and timing.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepinfer/engine.h"
+#include "grammar/grammar.h"
+#include "sched/sequence.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+struct RequestState;
+
+struct SeqState : Sequence {
+  RequestState* request = nullptr;
+  int index = 0;       // sample index within the request
+  uint64_t stream = 0; // RNG stream: seq_seed + index
+  std::unique_ptr<IncrementalDecoder> decoder;
+  std::unique_ptr<grammar::GrammarMatcher> matcher;
+  std::string text;
+  size_t num_text_emitted = 0;    // bytes of text already streamed
+  size_t num_tokens_emitted = 0;  // output tokens already streamed
+  FinishReason finish_reason = FinishReason::None;
+  std::string stop_reason;
+  std::vector<TokenLogprob> logprobs;
+};
+
+struct RequestState {
+  std::string request_id;
+  SamplingParams params;
+  uint64_t seed = 0;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<std::unique_ptr<SeqState>> seqs;  // [n]
+  size_t max_stop_len = 0;
+  double time_added_s = 0.0;
+  double time_first_token_s = -1.0;
+  double time_finished_s = -1.0;
+  int num_finished = 0;
+  bool finished() const { return num_finished == static_cast<int>(seqs.size()); }
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,142 @@
+// deepinfer public API: an Engine built from an EngineConfig runs batches of
+// requests (generate) or a stream of them (add_request / step / abort).
+//
+//   deepinfer::EngineConfig config;
+//   config.model_dir = "models/deepseek-v3-tiny-code";
+//   deepinfer::Engine engine(config);
+//   deepinfer::SamplingParams params;
+//   params.temperature = 0;
+//   auto outputs = engine.generate({deepinfer::Prompt::from_text("Hello")}, {params});
+//   // outputs[0].outputs[0].text, .token_ids, .finish_reason ...
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepinfer/sampling_params.h"
+
+namespace deepinfer {
+
+struct EngineConfig {
+  std::string model_dir;          // HF checkpoint directory (config.json, *.safetensors, tokenizer.json)
+  // Benchmarks: build the model from this config.json with random weights instead.
+  std::string random_weights_config;
+  uint64_t random_weights_seed = 0;
+  std::string random_weights_dtype = "bf16";  // "bf16" | "fp8"
+  std::string tokenizer_dir;      // default model_dir; none: token-id prompts only
+  std::string backend = "cpu";    // "cpu" | "cuda"
+  int num_threads = 0;            // CPU backend: 0 = all cores
+  bool batch_invariant = false;   // DEEPINFER_BATCH_INVARIANT=1 also sets it
+  int max_num_seqs = 256;         // sequences per step
+  int max_num_batched_tokens = 8192;  // tokens per step (prefill chunks + decodes)
+  int max_model_len = 0;          // 0: the model's max_position_embeddings
+  int kv_block_size = 64;         // tokens per KV block
+  int num_kv_blocks = 0;          // 0: from kv_cache_num_bytes
+  int64_t kv_cache_num_bytes = 0; // 0: 4 GiB, capped at what max_num_seqs full-length sequences need
+  bool enable_prefix_caching = true;
+  bool async_scheduling = true;   // CUDA: prepare step N+1 while step N runs (not yet implemented)
+  uint64_t seed = 0;              // seeds requests whose SamplingParams have none
+};
+
+struct Message {
+  std::string role;  // "system" | "user" | "assistant" | "tool"
+  std::string content;
+};
+
+// One prompt: text, chat messages (the model's chat template is applied), or token ids.
+struct Prompt {
+  std::string text;
+  std::vector<Message> messages;
+  std::vector<int32_t> token_ids;
+  static Prompt from_text(std::string text) { return Prompt{std::move(text), {}, {}}; }
+  static Prompt from_messages(std::vector<Message> m) { return Prompt{{}, std::move(m), {}}; }
+  static Prompt from_tokens(std::vector<int32_t> ids) { return Prompt{{}, {}, std::move(ids)}; }
+};
+
+enum class FinishReason { None, Stop, Length, Abort, Error };
+const char* to_string(FinishReason reason);  // "", "stop", "length", "abort", "error"
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // SamplingParams::logprobs most likely (raw)
+};
+
+// One of the n samples of a request.
+struct CompletionOutput {
+  int index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  FinishReason finish_reason = FinishReason::None;
+  std::string stop_reason;  // the stop string, or the stop token id as text
+  std::vector<TokenLogprob> logprobs;  // when SamplingParams::logprobs >= 0
+  // Streaming: what this update added. Text that may still turn out to start a
+  // stop string is held back until it cannot.
+  std::string delta_text;
+  std::vector<int32_t> delta_token_ids;
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<CompletionOutput> outputs;  // [n]
+  bool finished = false;
+  std::string error;             // set when the request was rejected (finish_reason Error)
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;     // over all samples
+  int num_cached_tokens = 0;     // prompt tokens served from the prefix cache
+  double time_to_first_token_s = 0.0;
+  double decode_tokens_per_s = 0.0;  // output tokens after the first / time after the first
+};
+
+struct EngineStats {
+  int64_t num_steps = 0;
+  int64_t num_prompt_tokens_computed = 0;  // prefill work, recompute included
+  int64_t num_generated_tokens = 0;
+  int64_t num_cached_tokens = 0;
+  int64_t num_preemptions = 0;
+  int num_kv_blocks = 0;
+  int kv_block_size = 0;
+};
+
+class Engine {
+ public:
+  explicit Engine(const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs every prompt to completion; outputs are in input order. `params` has one
+  // entry for all prompts or one per prompt. A bad request gets finish_reason
+  // Error and its message in `error`; the others run. `on_output` (optional) sees
+  // every streaming update.
+  std::vector<RequestOutput> generate(
+      const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params,
+      const std::function<void(const RequestOutput&)>& on_output = nullptr);
+
+  // Streaming: queues a request and returns its id (request_id or a fresh one).
+  // Throws Error naming the request and the field on bad input.
+  std::string add_request(const Prompt& prompt, const SamplingParams& params,
+                          std::string request_id = "");
+  // Runs one step; returns an update for each request that produced tokens or finished.
+  std::vector<RequestOutput> step();
+  bool abort(const std::string& request_id);  // false when unknown or finished
+  bool has_unfinished() const;
+
+  const EngineStats& stats() const;
+  int vocab_size() const;
+  int max_model_len() const;
+  // Text of token ids (empty without a tokenizer).
+  std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens = true) const;
+
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);  // engine/engine_impl.h (tests: fake models)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,210 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "engine_fixture.h"
+
+namespace deepinfer::testing {
+namespace {
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int len) {
+  std::vector<int32_t> t(len);
+  for (auto& x : t) x = 2 + static_cast<int32_t>(rng() % (kVocab - 2));
+  return t;
+}
+
+TEST(Engine, GreedyMatchesReferenceAndStopsAtEos) {
+  EngineConfig cfg;
+  cfg.kv_block_size = 4;
+  auto engine = make_fake_engine(cfg);
+  std::vector<int32_t> prompt = {5, 6, 7};
+  auto out = engine->generate({Prompt::from_tokens(prompt)}, {greedy(200)});
+  ASSERT_EQ(out.size(), 1u);
+  auto ref = reference_greedy(prompt, 200, kVocab, kEos);
+  EXPECT_EQ(out[0].outputs[0].token_ids, ref);
+  EXPECT_EQ(out[0].outputs[0].finish_reason,
+            ref.back() == kEos ? FinishReason::Stop : FinishReason::Length);
+  EXPECT_EQ(out[0].num_prompt_tokens, 3);
+  EXPECT_TRUE(out[0].finished);
+}
+
+// 200 mixed-length requests in one batch give exactly their solo tokens.
+TEST(Engine, BatchOf200EqualsSoloRuns) {
+  std::mt19937 rng(11);
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 200; ++i) {
+    prompts.push_back(Prompt::from_tokens(random_tokens(rng, 1 + static_cast<int>(rng() % 300))));
+    params.push_back(greedy(1 + static_cast<int>(rng() % 40)));
+  }
+  EngineConfig cfg;
+  cfg.kv_block_size = 16;
+  cfg.max_num_batched_tokens = 512;  // forces chunked prefill beside decodes
+  cfg.max_num_seqs = 64;
+  auto batched = make_fake_engine(cfg)->generate(prompts, params);
+  auto solo_engine = make_fake_engine(cfg);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto solo = solo_engine->generate({prompts[i]}, {params[i]});
+    ASSERT_EQ(batched[i].outputs[0].token_ids, solo[0].outputs[0].token_ids) << "request " << i;
+    ASSERT_EQ(batched[i].outputs[0].token_ids,
+              reference_greedy(prompts[i].token_ids, params[i].max_tokens, kVocab, kEos))
+        << "request " << i;
+  }
+}
+
+TEST(Engine, SharedPrefixReusesBlocksAndGivesIdenticalOutput) {
+  std::mt19937 rng(12);
+  auto prefix = random_tokens(rng, 1000);
+  EngineConfig cfg;
+  cfg.kv_block_size = 16;
+  auto engine = make_fake_engine(cfg);
+  auto first = engine->generate({Prompt::from_tokens(prefix)}, {greedy(8)});
+  EXPECT_EQ(first[0].num_cached_tokens, 0);
+  auto second_prompt = prefix;
+  second_prompt.push_back(9);
+  auto second = engine->generate({Prompt::from_tokens(second_prompt)}, {greedy(8)});
+  EXPECT_EQ(second[0].num_cached_tokens, 992);  // 62 full blocks of 16
+  EXPECT_EQ(second[0].outputs[0].token_ids, reference_greedy(second_prompt, 8, kVocab, kEos));
+  // Same prompt again: all but the last block-aligned token come from the cache.
+  auto again = engine->generate({Prompt::from_tokens(prefix)}, {greedy(8)});
+  EXPECT_EQ(again[0].num_cached_tokens, 992);
+  EXPECT_EQ(again[0].outputs[0].token_ids, first[0].outputs[0].token_ids);
+  EXPECT_GE(engine->stats().num_cached_tokens, 1984);
+}
+
+TEST(Engine, SeededSamplingDoesNotDependOnTheBatch) {
+  std::mt19937 rng(13);
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  p.max_tokens = 30;
+  p.ignore_eos = true;
+  p.seed = 1234;
+  auto prompt = Prompt::from_tokens(random_tokens(rng, 17));
+  EngineConfig cfg;
+  cfg.kv_block_size = 8;
+  auto alone = make_fake_engine(cfg)->generate({prompt}, {p});
+  std::vector<Prompt> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 20; ++i) {
+    prompts.push_back(Prompt::from_tokens(random_tokens(rng, 1 + static_cast<int>(rng() % 50))));
+    SamplingParams q = p;
+    q.seed = 99 + i;
+    params.push_back(q);
+  }
+  prompts.insert(prompts.begin() + 7, prompt);
+  params.insert(params.begin() + 7, p);
+  auto batch = make_fake_engine(cfg)->generate(prompts, params);
+  EXPECT_EQ(batch[7].outputs[0].token_ids, alone[0].outputs[0].token_ids);
+  SamplingParams other = p;
+  other.seed = 4321;
+  auto reseeded = make_fake_engine(cfg)->generate({prompt}, {other});
+  EXPECT_NE(reseeded[0].outputs[0].token_ids, alone[0].outputs[0].token_ids);
+}
+
+TEST(Engine, SamplesOfOneRequestShareThePromptBlocks) {
+  std::mt19937 rng(14);
+  auto prompt = random_tokens(rng, 100);
+  SamplingParams p;
+  p.n = 4;
+  p.max_tokens = 10;
+  p.seed = 7;
+  p.ignore_eos = true;
+  EngineConfig cfg;
+  cfg.kv_block_size = 16;
+  auto engine = make_fake_engine(cfg);
+  auto out = engine->generate({Prompt::from_tokens(prompt)}, {p});
+  ASSERT_EQ(out[0].outputs.size(), 4u);
+  EXPECT_EQ(out[0].num_cached_tokens, 96);
+  EXPECT_EQ(out[0].num_output_tokens, 40);
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& c : out[0].outputs) distinct.insert(c.token_ids);
+  EXPECT_GT(distinct.size(), 1u);  // different streams per sample
+  // Prompt tokens computed once (plus the recomputed partial block for 3 samples).
+  EXPECT_EQ(engine->stats().num_prompt_tokens_computed, 100 + 3 * 4);
+}
+
+TEST(Engine, BadRequestsFailAloneWhileOthersFinish) {
+  EngineConfig cfg;
+  cfg.kv_block_size = 4;
+  auto engine = make_fake_engine(cfg, /*max_len=*/64);
+  std::vector<Prompt> prompts = {Prompt::from_tokens({3, 4}), Prompt::from_tokens({}),
+                                 Prompt::from_tokens(std::vector<int32_t>(64, 5)),
+                                 Prompt::from_tokens({3, 4}), Prompt::from_tokens({3, 4}),
+                                 Prompt::from_tokens({3, 4}), Prompt::from_tokens({3, 999}),
+                                 Prompt::from_text("hello")};
+  std::vector<SamplingParams> params(prompts.size(), greedy(5));
+  params[3].max_tokens = 0;
+  params[4].temperature = -1;
+  params[5].top_p = 1.5f;
+  auto out = engine->generate(prompts, params);
+  EXPECT_EQ(out[0].outputs[0].token_ids, reference_greedy({3, 4}, 5, kVocab, kEos));
+  const char* expect[] = {"", "empty prompt", "context is 64", "max_tokens", "temperature",
+                          "top_p", "outside the vocabulary", "no tokenizer"};
+  for (size_t i = 1; i < prompts.size(); ++i) {
+    EXPECT_EQ(out[i].outputs[0].finish_reason, FinishReason::Error) << i;
+    EXPECT_NE(out[i].error.find(expect[i]), std::string::npos) << i << ": " << out[i].error;
+  }
+}
+
+TEST(Engine, StopTokenIdsMinTokensAndLength) {
+  EngineConfig cfg;
+  cfg.kv_block_size = 4;
+  auto engine = make_fake_engine(cfg);
+  std::vector<int32_t> prompt = {10, 11, 12};
+  auto ref = reference_greedy(prompt, 50, kVocab, kEos, /*ignore_eos=*/true);
+  SamplingParams stop_at = greedy(50);
+  stop_at.ignore_eos = true;
+  stop_at.stop_token_ids = {ref[4]};
+  auto out = engine->generate({Prompt::from_tokens(prompt)}, {stop_at});
+  size_t first = std::find(ref.begin(), ref.end(), ref[4]) - ref.begin();
+  EXPECT_EQ(out[0].outputs[0].token_ids, std::vector<int32_t>(ref.begin(), ref.begin() + first + 1));
+  EXPECT_EQ(out[0].outputs[0].finish_reason, FinishReason::Stop);
+  EXPECT_EQ(out[0].outputs[0].stop_reason, std::to_string(ref[4]));
+  // min_tokens masks the stop token: the first 6 tokens never contain it.
+  SamplingParams minimum = stop_at;
+  minimum.min_tokens = 6;
+  out = engine->generate({Prompt::from_tokens(prompt)}, {minimum});
+  auto& ids = out[0].outputs[0].token_ids;
+  ASSERT_GE(ids.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_NE(ids[i], ref[4]);
+  SamplingParams len = greedy(7);
+  len.ignore_eos = true;
+  out = engine->generate({Prompt::from_tokens(prompt)}, {len});
+  EXPECT_EQ(out[0].outputs[0].token_ids, std::vector<int32_t>(ref.begin(), ref.begin() + 7));
+  EXPECT_EQ(out[0].outputs[0].finish_reason, FinishReason::Length);
+}
+
+TEST(Engine, StreamingAddStepAbort) {
+  EngineConfig cfg;
+  cfg.kv_block_size = 4;
+  auto engine = make_fake_engine(cfg);
+  SamplingParams p = greedy(100);
+  p.ignore_eos = true;
+  std::string a = engine->add_request(Prompt::from_tokens({3, 4, 5}), p, "a");
+  std::string b = engine->add_request(Prompt::from_tokens({6, 7}), greedy(3), "b");
+  EXPECT_THROW(engine->add_request(Prompt::from_tokens({1}), p, "a"), Error);
+  std::vector<int32_t> streamed_a;
+  int steps = 0;
+  bool b_done = false;
+  while (engine->has_unfinished() && steps < 10) {
+    for (auto& o : engine->step()) {
+      if (o.request_id == "a") {
+        streamed_a.insert(streamed_a.end(), o.outputs[0].delta_token_ids.begin(),
+                          o.outputs[0].delta_token_ids.end());
+        EXPECT_EQ(o.outputs[0].token_ids, streamed_a);
+      }
+      if (o.request_id == "b" && o.finished) b_done = true;
+    }
+    ++steps;
+  }
+  EXPECT_TRUE(b_done);
+  EXPECT_EQ(streamed_a, reference_greedy({3, 4, 5}, 10, kVocab, kEos, true));
+  EXPECT_TRUE(engine->abort("a"));
+  EXPECT_FALSE(engine->abort("a"));
+  EXPECT_FALSE(engine->has_unfinished());
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
