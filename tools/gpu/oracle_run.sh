@@ -6,6 +6,7 @@
 # 3. packs everything (repo-relative paths) into $OUT/oracle.tar.gz; if that is larger than 15 MiB it is split into
 #    $OUT/oracle.tar.gz.part0, .part1, ... (each < 15 MiB).  Unpack at the repo root with
 #        cat oracle.tar.gz.part* | tar xzf -        (or: tar xzf oracle.tar.gz)
+#    and check with: sha256sum -c SHA256SUMS (also in $OUT, repo-relative paths)
 # Logs: $OUT/golden.log, $OUT/train.log.  Whole run is kept under ~9.5 minutes.
 # (ORACLE_QUICK=1 passes --quick to train.py: local smoke test of this script only.)
 set -uo pipefail
@@ -47,8 +48,8 @@ RC_T=$?
 [ $RC_T -ne 0 ] && { echo "train.py FAILED rc=$RC_T; tail of log:"; tail -40 "$OUT/train.log"; }
 
 echo "== [$(elapsed)s] pack"
-( cd "$STAGE" && find . -type f | sort > MANIFEST.txt && sha256sum $(cat MANIFEST.txt) > SHA256SUMS.oracle 2>/dev/null; \
-  tar czf "$OUT/oracle.tar.gz" --exclude=MANIFEST.txt -- * SHA256SUMS.oracle )
+( cd "$STAGE" && find . -type f | sed 's|^\./||' | sort | xargs -r sha256sum > "$OUT/SHA256SUMS" ; \
+  tar czf "$OUT/oracle.tar.gz" -- * )
 SZ=$(stat -c %s "$OUT/oracle.tar.gz")
 if [ "$SZ" -gt $(( 15 * 1024 * 1024 )) ]; then
   split -b 15000000 -d -a 1 "$OUT/oracle.tar.gz" "$OUT/oracle.tar.gz.part"
