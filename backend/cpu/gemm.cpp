@@ -18,6 +18,9 @@
 namespace deepinfer::cpu {
 namespace {
 
+// 8 x fp32 lanes (AVX2 with -march=x86-64-v3; emulated in builds without it). The helpers
+// taking v8f are internal to this file, so the psabi note about AVX argument passing is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float v8f __attribute__((vector_size(32)));
 
 constexpr int64_t kTileN = 32;    // weight rows per tile (a threading unit)
