@@ -79,7 +79,8 @@ void check_cpu(const Tensor& t, const char* what);
 
 // Converts n elements of a row of dtype F32/BF16/F8_E4M3 (unscaled) to float.
 void row_to_float(const void* src, DType dtype, int64_t n, float* dst);
-float fp8_lut(uint8_t bits);
+// dst[i] = fp8_e4m3(src[i]) * scale (branch-free decode; exact, as fp8_e4m3_to_float).
+void fp8_row_to_float(const uint8_t* src, int64_t n, float scale, float* dst);
 
 // Dot product of a and b with eight fp32 lanes (lane i takes elements i, i+8, ...)
 // summed in a fixed order: the result depends only on the two vectors.

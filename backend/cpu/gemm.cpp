@@ -57,18 +57,19 @@ void weight_row_block(const Weight& w, int64_t n, int64_t k0, int64_t kb, int64_
   const int64_t row_stride = w.w.stride[0];
   const char* row = static_cast<const char*>(w.w.data) +
                     (n * row_stride + k0) * static_cast<int64_t>(dtype_size(w.w.dtype));
-  row_to_float(row, w.w.dtype, kb, dst);
   if (w.w.dtype == DType::F8_E4M3) {
     // scale_inv [ceil(N / block_n), ceil(K / block_k)]; one scale per 128x128 block.
     const float* scales = w.scale_inv.ptr<float>() + (n / w.block_n) * w.scale_inv.stride[0];
+    const auto* bytes = reinterpret_cast<const uint8_t*>(row);
     int64_t k = 0;
     while (k < kb) {
       const int64_t kk = k0 + k;
       const int64_t seg_end = std::min<int64_t>(kb, (kk / w.block_k + 1) * w.block_k - k0);
-      const float s = scales[kk / w.block_k];
-      for (int64_t i = k; i < seg_end; ++i) dst[i] *= s;
+      fp8_row_to_float(bytes + k, seg_end - k, scales[kk / w.block_k], dst + k);
       k = seg_end;
     }
+  } else {
+    row_to_float(row, w.w.dtype, kb, dst);
   }
   for (int64_t i = kb; i < kb_pad; ++i) dst[i] = 0.0f;
 }

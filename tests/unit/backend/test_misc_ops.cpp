@@ -1,6 +1,7 @@
 // embedding, silu_mul, add, argmax, copy: against direct formulas.
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "op_test_util.h"
 
 namespace deepinfer {
@@ -58,6 +59,22 @@ TEST(CpuMiscOps, ArgmaxLowestIndexOnTies) {
   EXPECT_EQ(ids.ptr<int32_t>()[0], 1);
   EXPECT_EQ(ids.ptr<int32_t>()[1], 0);
   EXPECT_EQ(ids.ptr<int32_t>()[2], 3);
+}
+
+// The branch-free FP8 decode used by gemm equals core's scalar decode for all 256 codes.
+TEST(CpuMiscOps, Fp8DecodeAllCodes) {
+  uint8_t codes[256];
+  for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
+  float out[256];
+  cpu::fp8_row_to_float(codes, 256, 2.0f, out);
+  for (int i = 0; i < 256; ++i) {
+    const float want = fp8_e4m3_to_float(codes[i]) * 2.0f;
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+    } else {
+      EXPECT_EQ(out[i], want) << i;
+    }
+  }
 }
 
 TEST(CpuMiscOps, CopyContiguousAndStrided) {
