@@ -3,6 +3,7 @@
 // additional properties follow the declared ones. Unsupported keywords that constrain the
 // language (not, if/then/else, patternProperties, ...) are refused with the JSON path.
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,7 +15,7 @@
 namespace deepinfer::grammar {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 class SchemaCompiler {
  public:
@@ -63,15 +64,15 @@ class SchemaCompiler {
       return ir_.seq({lit("\""), ir_.star(ir_.alt({plain, esc})), lit("\"")});
     });
   }
+  // One JSON string character, inlined (not a rule): a rule would end after every character
+  // and make most tokens depend on the caller.
   int32_t string_char() {
-    return shared("char", &char_rule_, [&] {
-      int32_t plain = ir_.char_ranges(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, 0x10FFFF));
-      int32_t hex = ir_.byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-      int32_t esc = ir_.seq({lit("\\"), ir_.alt({ir_.byte_ranges({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
-                                                                  {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
-                                                 ir_.seq({lit("u"), ir_.repeat(hex, 4, 4)})})});
-      return ir_.alt({plain, esc});
-    });
+    int32_t plain = ir_.char_ranges(complement_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, 0x10FFFF));
+    int32_t hex = ir_.byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    int32_t esc = ir_.seq({lit("\\"), ir_.alt({ir_.byte_ranges({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
+                                                                {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+                                               ir_.seq({lit("u"), ir_.repeat(hex, 4, 4)})})});
+    return ir_.alt({plain, esc});
   }
   int32_t digits() { return ir_.plus(ir_.byte_ranges({{'0', '9'}})); }
   int32_t int_body() {
@@ -318,7 +319,7 @@ class SchemaCompiler {
 
   int32_t pattern_string(const std::string& pattern, const std::string& path) {
     RegexResult r = parse_regex(ir_, pattern, true, "json schema: pattern at " + path);
-    int32_t any = ir_.star(ir_.ref(string_char()));
+    int32_t any = ir_.star(string_char());
     return ir_.seq({lit("\""), r.anchored_start ? ir_.empty() : any, r.expr, r.anchored_end ? ir_.empty() : any,
                     lit("\"")});
   }
@@ -351,7 +352,7 @@ class SchemaCompiler {
     int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
     if (lo < 0 || (hi >= 0 && hi < lo)) refuse(path, "invalid minLength/maxLength");
     if (lo > 4096 || hi > 4096) refuse(path, "minLength/maxLength above 4096 is not supported (grammar size)");
-    return ir_.seq({lit("\""), ir_.repeat(ir_.ref(string_char()), static_cast<int32_t>(lo),
+    return ir_.seq({lit("\""), ir_.repeat(string_char(), static_cast<int32_t>(lo),
                                           hi < 0 ? GrammarIR::kUnbounded : static_cast<int32_t>(hi)),
                     lit("\"")});
   }
@@ -468,8 +469,15 @@ class SchemaCompiler {
     }
     auto member = [&](size_t i) { return ir_.seq({lit(props[i].first), ws(), lit(":"), ws(), props[i].second}); };
     int32_t sep = ir_.seq({ws(), lit(","), ws()});
-    int32_t extra_member =
-        extra_value >= 0 ? ir_.seq({ir_.ref(string_rule()), ws(), lit(":"), ws(), extra_value}) : -1;
+    std::vector<std::string> declared;
+    for (const auto& p : props) declared.push_back(p.first.substr(1, p.first.size() - 2));
+    int32_t extra_member = -1;
+    if (extra_value >= 0) {
+      int32_t rule = ir_.add_rule("extra_member");
+      ir_.set_body(rule, ir_.seq({declared.empty() ? ir_.ref(string_rule()) : other_key(declared), ws(), lit(":"), ws(),
+                                  extra_value}));
+      extra_member = ir_.ref(rule);
+    }
     // first[i]: members i.. with none emitted yet; rest[i]: members i.. after one was emitted.
     const size_t n = props.size();
     std::vector<int32_t> first(n + 1), rest(n + 1);
@@ -493,6 +501,52 @@ class SchemaCompiler {
       }
     }
     return ir_.seq({lit("{"), ws(), ir_.ref(first[0]), ws(), lit("}")});
+  }
+
+  // A JSON string key other than the declared ones (their escaped contents, `names`): a trie
+  // over the names where leaving the trie, or ending off a name, is allowed.
+  int32_t other_key(const std::vector<std::string>& names) {
+    if (string_rest_rule_ < 0) {
+      string_rest_rule_ = ir_.add_rule("string_rest");
+      ir_.set_body(string_rest_rule_, ir_.seq({ir_.star(string_char()), lit("\"")}));
+    }
+    const int32_t rest_rule = string_rest_rule_;
+    auto rest_ref = [&] { return ir_.ref(rest_rule); };
+    std::function<int32_t(const std::vector<const std::string*>&, size_t)> node =
+        [&](const std::vector<const std::string*>& group, size_t depth) -> int32_t {
+      std::map<uint8_t, std::vector<const std::string*>> children;
+      bool terminal = false;
+      for (const std::string* n : group) {
+        if (n->size() == depth) terminal = true;
+        else children[static_cast<uint8_t>((*n)[depth])].push_back(n);
+      }
+      std::vector<int32_t> alts;
+      if (!terminal) alts.push_back(lit("\""));
+      // Leave the trie: a character whose first byte starts no child.
+      std::vector<std::pair<uint32_t, uint32_t>> excluded = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+      for (const auto& [b, _] : children) {
+        if (b < 0x80) excluded.push_back({b, b});
+        else if (b >= 0xC0) {
+          uint32_t lo = b < 0xE0 ? (b & 0x1F) << 6 : b < 0xF0 ? (b & 0x0F) << 12 : (b & 0x07) << 18;
+          uint32_t span = b < 0xE0 ? 0x3F : b < 0xF0 ? 0xFFF : 0x3FFFF;
+          excluded.push_back({lo, lo + span});
+        }
+      }
+      int32_t leave = ir_.char_ranges(complement_ranges(excluded, 0x10FFFF));
+      alts.push_back(ir_.seq({leave, rest_ref()}));
+      if (!children.count('\\')) alts.push_back(ir_.seq({string_char_escape(), rest_ref()}));
+      for (const auto& [b, group2] : children) alts.push_back(ir_.seq({ir_.byte(b), node(group2, depth + 1)}));
+      return ir_.alt(std::move(alts));
+    };
+    std::vector<const std::string*> all;
+    for (const auto& n : names) all.push_back(&n);
+    return ir_.seq({lit("\""), node(all, 0)});
+  }
+  int32_t string_char_escape() {
+    int32_t hex = ir_.byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    return ir_.seq({lit("\\"), ir_.alt({ir_.byte_ranges({{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', 'b'},
+                                                         {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}),
+                                        ir_.seq({lit("u"), ir_.repeat(hex, 4, 4)})})});
   }
 
   int32_t compile_array(const json& s, const std::string& path, int depth) {
@@ -557,7 +611,7 @@ class SchemaCompiler {
   const json& root_;
   bool any_ws_;
   GrammarIR ir_;
-  int32_t string_rule_ = -1, char_rule_ = -1, number_rule_ = -1, integer_rule_ = -1, value_rule_ = -1,
+  int32_t string_rule_ = -1, string_rest_rule_ = -1, number_rule_ = -1, integer_rule_ = -1, value_rule_ = -1,
           object_rule_ = -1, array_rule_ = -1;
   std::map<std::string, int32_t> ref_rules_;
 };

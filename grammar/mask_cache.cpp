@@ -71,10 +71,10 @@ std::unique_ptr<MaskEntry> MaskCache::walk_trie(int32_t state, bool rooted) cons
   const int32_t bottom = rooted ? kRoot : kSentinel;
   StackArena arena;
   StepScratch scratch;
-  // Per depth: either a fast state (a single element of a call-free rule sitting directly on
-  // the bottom: plain DFA stepping, no hashing) or a general element set.
+  // Per depth: either a fast element (one element of a call-free rule: plain DFA stepping
+  // with no hashing until its rule ends) or a general element set.
   const int32_t max_depth = t.max_depth + 1;
-  std::vector<int32_t> fast(max_depth, -1);
+  std::vector<int32_t> fast(max_depth, -1), fast_parent(max_depth, bottom);
   std::vector<std::vector<int32_t>> sets(max_depth);
   std::vector<char> popped(max_depth, 0);  // a pop of the sentinel happened at depth 1..d
   if (a_.dense_offset[state] >= 0)
@@ -82,33 +82,48 @@ std::unique_ptr<MaskEntry> MaskCache::walk_trie(int32_t state, bool rooted) cons
   else
     sets[0] = {arena.make(state, bottom)};
   auto mark_range = [&](int32_t begin, int32_t end, bool uncertain) {
-    for (int32_t k = begin; k < end; ++k) {
-      if (uncertain) e->uncertain.push_back(t.sorted_tokens[k]);
-    }
+    if (uncertain)
+      for (int32_t k = begin; k < end; ++k) e->uncertain.push_back(t.sorted_tokens[k]);
   };
   const int32_t n = t.num_nodes();
   for (int32_t i = 0; i < n;) {
     const int32_t d = t.depth[i];
     const uint8_t b = t.byte[i];
-    bool alive = false, pop = false;
+    bool alive = false, pop = false, general = false;
     fast[d] = -1;
     if (fast[d - 1] >= 0) {
-      int32_t ns = a_.next(fast[d - 1], b);
+      const int32_t ns = a_.next(fast[d - 1], b);
       if (ns >= 0) {
         const AutomatonState& st = a_.states[ns];
-        pop = st.final;
-        if (!st.bytes.empty()) {
-          alive = true;
-          fast[d] = ns;
+        const int32_t parent = fast_parent[d - 1];
+        if (st.final && parent != bottom) {
+          // The rule ends inside the token: continue in the caller (general path).
+          StepFlags flags;
+          sets[d].clear();
+          scratch.visited.clear();
+          close_element(a_, arena, arena.make(ns, parent), sets[d], flags, scratch);
+          general = true;
+          pop = rooted ? flags.root_pop : flags.sentinel_pop;
+          alive = !sets[d].empty();
+        } else {
+          pop = st.final;
+          if (!st.bytes.empty()) {
+            alive = true;
+            fast[d] = ns;
+            fast_parent[d] = parent;
+          }
         }
       }
     } else {
       StepFlags flags;
       step_byte(a_, arena, sets[d - 1], b, sets[d], flags, scratch);
+      general = true;
       pop = rooted ? flags.root_pop : flags.sentinel_pop;
       alive = !sets[d].empty();
-      if (sets[d].size() == 1 && arena[sets[d][0]].parent == bottom && a_.dense_offset[arena[sets[d][0]].state] >= 0)
-        fast[d] = arena[sets[d][0]].state;
+    }
+    if (general && sets[d].size() == 1 && a_.dense_offset[arena[sets[d][0]].state] >= 0) {
+      fast[d] = arena[sets[d][0]].state;
+      fast_parent[d] = arena[sets[d][0]].parent;
     }
     const bool popped_before = popped[d - 1];
     popped[d] = popped_before || (pop && !rooted);
