@@ -21,6 +21,12 @@ Tokenizer Tokenizer::from_file(const std::string& tokenizer_json_path) {
   return Tokenizer(std::move(data));
 }
 
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, const std::string& source_name) {
+  auto data = std::make_shared<TokenizerData>();
+  tokenizer_detail::load_tokenizer_json(tokenizer_json, source_name, *data);
+  return Tokenizer(std::move(data));
+}
+
 Tokenizer Tokenizer::from_dir(const std::string& dir) {
   const std::filesystem::path root(dir);
   const std::string json_path = (root / "tokenizer.json").string();

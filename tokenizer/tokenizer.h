@@ -35,6 +35,8 @@ class Tokenizer {
   // Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (add_bos_token,
   // add_eos_token, bos_token, eos_token). Without a config: no BOS/EOS (ids -1).
   static Tokenizer from_dir(const std::string& dir);
+  // Loads tokenizer.json contents held in memory; `source_name` names it in errors.
+  static Tokenizer from_json(std::string_view tokenizer_json, const std::string& source_name = "tokenizer.json");
 
   // Text must be valid UTF-8 (Error otherwise, naming the byte offset). add_special_tokens adds
   // BOS (and EOS) as tokenizer_config's add_bos_token (add_eos_token) say, as transformers does.
