@@ -118,6 +118,11 @@ class Backend {
   // --- gemm ---------------------------------------------------------------
   // out[M, N] = x[M, K] · W[N, K]^T (fp32 accumulation; FP8 weights use block scales).
   virtual void gemm(const Tensor& x, const Weight& w, Tensor& out) = 0;
+  // Per-head GEMM (MLA's absorbed W_UK / W_UV): out[t, h, :] = x[t, h, :] · w[h]^T.
+  // x [T, heads, K] and out [T, heads, N] are 3-D views (last dim contiguous, any row and
+  // head strides); w [heads, N, K] contiguous, unquantized. The default (backend/cpu/
+  // gemm_heads.cpp) runs one gemm per head; CUDA does all heads in one launch.
+  virtual void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out);
 
   // --- rope ---------------------------------------------------------------
   // Rotates x[t, h, rope_offset : rope_offset + rope_dim] in place at positions[t].

@@ -73,6 +73,11 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0 && sync[0] != '\0';
   const char* gemm_mode = std::getenv("DEEPINFER_CUDA_GEMM");
   own_gemm_only_ = gemm_mode != nullptr && std::strcmp(gemm_mode, "own") == 0;
+  const char* stream_mode = std::getenv("DEEPINFER_CUDA_STREAM");
+  stream_gemm_ = stream_mode == nullptr || std::strcmp(stream_mode, "0") != 0;
+  const char* stream_rows = std::getenv("DEEPINFER_CUDA_STREAM_MAX_ROWS");
+  if (stream_rows != nullptr) stream_max_rows_ = std::strtoll(stream_rows, nullptr, 10);
+  if (!stream_gemm_) stream_max_rows_ = 0;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

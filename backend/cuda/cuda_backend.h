@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor& out) override;
   void gemm(const Tensor& x, const Weight& w, Tensor& out) override;
+  void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
@@ -107,6 +108,11 @@ class CudaBackend final : public Backend {
   // DEEPINFER_CUDA_GEMM=own: dense BF16 GEMMs on the own kernels instead of cuBLASLt
   // (for measuring both; batch-invariant mode always uses the own kernels).
   bool own_gemm_only_ = false;
+  // DEEPINFER_CUDA_STREAM=0: no weight-streaming MMA kernel (few-row GEMMs on the gemv, as
+  // in v1); DEEPINFER_CUDA_STREAM_MAX_ROWS: dense BF16 GEMMs with at most this many rows
+  // use it instead of cuBLASLt (default 16; 0 = always cuBLASLt).
+  bool stream_gemm_ = true;
+  int64_t stream_max_rows_ = 16;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

@@ -338,6 +338,16 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
     return detail::concat("rows ", p.M, "/", p.max_rows, " N ", p.N, " K ", p.K, " groups ",
                           p.num_groups, p.w_kind == kWeightFP8 ? " fp8" : " bf16");
   };
+  // Few rows (decode) and every batch-invariant GEMM: the weight-streaming MMA kernel
+  // (gemm_stream.cu) when the shape fits it. The choice depends on the weight shape and
+  // buffer alignment only, never on M, so batch-invariant results stay M-independent.
+  if ((prefer_gemv || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(p)) {
+    launch_stream_gemm(p, stream_);
+    check_launch(op, "stream " + shapes());
+    return;
+  }
+  DI_CHECK(p.heads == 0 && p.w2_ptrs == nullptr, op, ": batched/paired GEMM needs the stream kernel, ",
+           shapes());
   if (prefer_gemv && !options_.batch_invariant) {
     dim3 grid(ceil_div(p.N, 8), p.group_offsets ? p.num_groups : 1);
     if (p.w_kind == kWeightFP8)
@@ -442,7 +452,10 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
     a = tmp;
     lda = K;
   }
-  if (!fp8 && !options_.batch_invariant && !own_gemm_only_ &&
+  // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
+  // weight-streaming kernel, and batch-invariant mode.
+  const bool small = M <= stream_max_rows_;
+  if (!fp8 && !options_.batch_invariant && !own_gemm_only_ && !small &&
       cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
     return;
   GemmProblem p;
@@ -459,7 +472,44 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   p.c = ov.data;
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
-  launch_gemm(p, "gemm", M <= 8);
+  launch_gemm(p, "gemm", small || M <= 8);
+}
+
+void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
+  DI_CHECK(x.ndim == 3 && out.ndim == 3 && w.ndim == 3 && x.stride[2] == 1 && out.stride[2] == 1 &&
+               w.is_contiguous() && x.shape[1] == w.shape[0] && out.shape[1] == w.shape[0] &&
+               x.shape[0] == out.shape[0] && x.shape[2] == w.shape[2] && out.shape[2] == w.shape[1],
+           "gemm_heads: x ", x.describe(), " (want [T, heads, K], last dim contiguous), w ",
+           w.describe(), " (want contiguous [heads, N, K]) and out ", out.describe(),
+           " (want [T, heads, N]) do not fit");
+  check_device(w, "gemm_heads weight");
+  const int64_t T = x.shape[0];
+  if (T == 0 || w.shape[0] == 0) return;
+  GemmProblem p;
+  p.a = x.data;
+  p.lda = x.stride[0];
+  p.M = static_cast<int>(T);
+  p.max_rows = p.M;
+  p.w = w.data;
+  p.w_kind = kWeightBF16;
+  p.N = static_cast<int>(w.shape[1]);
+  p.K = static_cast<int>(w.shape[2]);
+  p.c = out.data;
+  p.ldc = out.stride[0];
+  p.c_bf16 = out.dtype == DType::BF16;
+  p.heads = static_cast<int>(w.shape[0]);
+  p.a_head_stride = x.stride[1];
+  p.w_head_stride = w.shape[1] * w.shape[2];
+  p.c_head_stride = out.stride[1];
+  const bool fits = x.device == Device::CUDA && out.device == Device::CUDA && x.dtype == DType::BF16 &&
+                    w.dtype == DType::BF16 && (out.dtype == DType::BF16 || out.dtype == DType::F32) &&
+                    stream_gemm_ && stream_gemm_supported(p);
+  if (!fits) {
+    Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
+    return;
+  }
+  launch_stream_gemm(p, stream_);
+  check_launch("gemm_heads", x.describe() + " · " + w.describe() + " -> " + out.describe());
 }
 
 }  // namespace deepinfer::cuda

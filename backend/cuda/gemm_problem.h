@@ -5,6 +5,8 @@
 // group g owns rows [group_offsets[g], group_offsets[g+1]) ). Row p reads A row a_rows[p]
 // (or p when a_rows is null) and writes C row p.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -37,7 +39,24 @@ struct GemmProblem {
   const int* num_tiles = nullptr;
   int tile_rows = 0;  // rows per tile that `tiles` was built for
   int max_tiles = 0;  // grid size bound for `tiles`
+  // Per-head batched form (gemm_heads; stream kernel only): head h reads A at
+  // a + h * a_head_stride, W at w + h * w_head_stride and writes C at c + h * c_head_stride
+  // (all in elements). 0 = not batched.
+  int heads = 0;
+  int64_t a_head_stride = 0, w_head_stride = 0, c_head_stride = 0;
+  // Paired grouped form (MoE gate | up in one launch; stream kernel only): output columns
+  // [0, n_half) use w_ptrs / s_ptrs, [n_half, N) use w2_ptrs / s2_ptrs (weight row n - n_half).
+  const void* const* w2_ptrs = nullptr;
+  const float* const* s2_ptrs = nullptr;
+  int n_half = 0;
 };
+
+// Weight-streaming tensor-core GEMM (gemm_stream.cu): mma.sync m16n8k16 with 16-byte weight
+// and activation loads, fixed K split per (K) and no atomics, so a row's result does not
+// depend on M, on the row's position or on the grouping (batch-invariant). Returns false
+// (launching nothing) when the problem does not fit it (K % 64, alignment).
+bool stream_gemm_supported(const GemmProblem& p);
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
 
 // Rows per tile of the tensor-core kernel for a problem with about rows_per_group rows.
 inline int tc_tile_rows(int64_t rows_per_group) { return rows_per_group > 48 ? 128 : 32; }

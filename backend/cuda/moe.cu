@@ -141,6 +141,52 @@ __global__ void moe_rank_kernel(const int32_t* ids, int P, int32_t* rank, int32_
   if (threadIdx.x == 0) counts[e] = base;
 }
 
+// Few pairs (decode): rank, counts, offsets, tiles and scatter in one block of 1024 threads
+// (one launch instead of three). A pair's rank = number of earlier pairs with its expert, so
+// the permutation is the same stable one as moe_rank_kernel's. Shared: ids [P], counts [E],
+// offsets [E + 1].
+__global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, int tile_rows,
+                                       int32_t* offsets_out, int2* tiles, int32_t* num_tiles,
+                                       int32_t* row_token, int32_t* entry_pos) {
+  extern __shared__ int32_t sm_idx[];
+  int32_t* sid = sm_idx;
+  int32_t* cnt = sid + P;
+  int32_t* off = cnt + E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  for (int i = threadIdx.x; i < P; i += blockDim.x) sid[i] = ids[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    const int e = sid[i];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);  // counts only: order-free
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int o = 0, nt = 0;
+    for (int e = 0; e < E; ++e) {
+      off[e] = o;
+      offsets_out[e] = o;
+      for (int r = 0; r < cnt[e]; r += tile_rows) tiles[nt++] = make_int2(e, o + r);
+      o += cnt[e];
+    }
+    off[E] = o;
+    offsets_out[E] = o;
+    *num_tiles = nt;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < P; i += blockDim.x) {
+    const int e = sid[i];
+    if (e < 0 || e >= E) {
+      entry_pos[i] = -1;
+      continue;
+    }
+    int rank = 0;
+    for (int j = 0; j < i; ++j) rank += sid[j] == e;
+    const int pos = off[e] + rank;
+    row_token[pos] = i / K;
+    entry_pos[i] = pos;
+  }
+}
+
 // One thread: offsets (exclusive scan) and the tile list (expert, first row) for tile_rows.
 __global__ void moe_offsets_kernel(const int32_t* counts, int E, int tile_rows, int32_t* offsets,
                                    int2* tiles, int32_t* num_tiles) {
@@ -289,7 +335,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   const void* const* ptrs = static_cast<const void* const*>(table.ptrs.tensor().data);
 
   // Routing bookkeeping: rank, counts, offsets, row_token, entry_pos, tiles.
-  const bool few_rows = P <= 4 * E;  // decode: few rows per expert, weight-read bound
+  // Decode: at most ~16 rows per expert on average; weight-read bound (stream kernel).
+  const bool few_rows = P <= 16 * E;
   const int tile_rows = tc_tile_rows(P / E);
   const int max_tiles = (P + tile_rows - 1) / tile_rows + E;
   const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles);
@@ -303,13 +350,20 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   int2* tiles = reinterpret_cast<int2*>(ib + ((num_tiles + 1 - ib + 1) / 2 * 2));
   const std::string shapes = x.describe() + " top_k " + std::to_string(K) + " experts " +
                              std::to_string(E) + " " + experts[0].gate.w.describe();
-  moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
-  check_launch("moe_experts (rank)", shapes);
-  moe_offsets_kernel<<<1, 32, 0, stream_>>>(counts, E, tile_rows, offsets, tiles, num_tiles);
-  check_launch("moe_experts (offsets)", shapes);
-  moe_scatter_kernel<<<ceil_div(P, 256), 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, rank,
-                                                            offsets, row_token, entry_pos);
-  check_launch("moe_experts (scatter)", shapes);
+  if (P <= 2048 && E <= 1024) {
+    const size_t smem = sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1);
+    moe_index_small_kernel<<<1, 1024, smem, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, tile_rows,
+                                                      offsets, tiles, num_tiles, row_token, entry_pos);
+    check_launch("moe_experts (index)", shapes);
+  } else {
+    moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
+    check_launch("moe_experts (rank)", shapes);
+    moe_offsets_kernel<<<1, 32, 0, stream_>>>(counts, E, tile_rows, offsets, tiles, num_tiles);
+    check_launch("moe_experts (offsets)", shapes);
+    moe_scatter_kernel<<<ceil_div(P, 256), 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, rank,
+                                                              offsets, row_token, entry_pos);
+    check_launch("moe_experts (scatter)", shapes);
+  }
 
   // Activations as BF16 rows.
   const void* a = xv.data;
@@ -345,11 +399,24 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   p.K = static_cast<int>(H);
   p.scale_cols = static_cast<int>((H + 127) / 128);
   p.ldc = 2 * I;
-  for (int j = 0; j < 2; ++j) {
-    p.w_ptrs = ptrs + static_cast<size_t>(j) * E;
-    p.s_ptrs = reinterpret_cast<const float* const*>(ptrs + (3 + static_cast<size_t>(j)) * E);
-    p.c = hidden + j * I;
-    launch_gemm(p, j == 0 ? "moe_experts (gate)" : "moe_experts (up)", few_rows);
+  // gate | up as one launch of 2I columns on the stream kernel when it takes the problem.
+  GemmProblem pair = p;
+  pair.N = static_cast<int>(2 * I);
+  pair.n_half = static_cast<int>(I);
+  pair.w_ptrs = ptrs;
+  pair.s_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{3} * E);
+  pair.w2_ptrs = ptrs + static_cast<size_t>(E);
+  pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
+  pair.c = hidden;
+  if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
+    launch_gemm(pair, "moe_experts (gate|up)", few_rows);
+  } else {
+    for (int j = 0; j < 2; ++j) {
+      p.w_ptrs = ptrs + static_cast<size_t>(j) * E;
+      p.s_ptrs = reinterpret_cast<const float* const*>(ptrs + (3 + static_cast<size_t>(j)) * E);
+      p.c = hidden + j * I;
+      launch_gemm(p, j == 0 ? "moe_experts (gate)" : "moe_experts (up)", few_rows);
+    }
   }
   Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
   Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);

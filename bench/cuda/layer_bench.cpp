@@ -7,7 +7,7 @@
 // Differences from the real model are listed in bench/NOTES.md (fixed context per run,
 // random routing from random weights, no k_rope broadcast copy).
 //
-// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--out FILE.jsonl]
+// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 #include <algorithm>
 #include <chrono>
@@ -72,7 +72,7 @@ struct Bench {
   struct Layer {
     Tensor in_norm, post_norm, q_a_norm, kv_a_norm;
     Weight q_a, q_b, kv_a, o;
-    std::vector<Weight> uk, uv;  // per head: W_UK^T [kv_lora, nope], W_UV [v, kv_lora]
+    Tensor uk_all, uv_all;  // W_UK^T [heads, kv_lora, nope], W_UV [heads, v, kv_lora]
     Weight kv_b;                 // [heads * (nope + v), kv_lora] (prefill form)
     Weight dense_gate, dense_up, dense_down;
     Weight gate;  // router [E, H]
@@ -99,10 +99,10 @@ struct Bench {
       L.kv_a = linear(kRow, kHidden);
       L.o = linear(kHidden, kHeads * kV);
       L.kv_b = linear(kHeads * (kNope + kV), kKvLora);
-      for (int64_t h = 0; h < kHeads; ++h) {  // absorbed copies (bf16, made at load)
-        L.uk.push_back(linear(kKvLora, kNope, false));
-        L.uv.push_back(linear(kV, kKvLora, false));
-      }
+      // Absorbed copies (bf16, made at load), all heads stacked as the model keeps them.
+      L.uk_all = rnd(DType::BF16, {kHeads, kKvLora, kNope}, 1.0f / std::sqrt(float(kNope)));
+      L.uv_all = rnd(DType::BF16, {kHeads, kV, kKvLora}, 1.0f / std::sqrt(float(kKvLora)));
+      weight_bytes += 2 * kHeads * kKvLora * (kNope + kV);
       L.moe = l >= 1;
       if (!L.moe) {
         L.dense_gate = linear(kDenseI, kHidden);
@@ -187,18 +187,13 @@ void forward(Bench& B, Step& s) {
                               heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope), s.kv.query_start, 1,
                               scale, attn3);
     } else {
-      for (int64_t h = 0; h < kHeads; ++h) {
-        Tensor dst = cols(s.q_abs, T, kKvLora, h * kRow);
-        b.gemm(cols(s.q, T, kNope, h * kQk), L.uk[h], dst);
-      }
+      Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
+      b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn);
       Tensor qr = heads3(s.q_abs, T, kHeads, kRow, kRope, kKvLora);
       b.copy(heads3(s.q, T, kHeads, kQk, kRope, kNope), qr);
       Tensor lat3 = heads3(s.latent, T, kHeads, kKvLora, kKvLora);
       b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3);
-      for (int64_t h = 0; h < kHeads; ++h) {
-        Tensor dst = cols(s.attn, T, kV, h * kV);
-        b.gemm(cols(s.latent, T, kKvLora, h * kKvLora), L.uv[h], dst);
-      }
+      b.gemm_heads(lat3, L.uv_all, attn3);
     }
     b.gemm(s.attn, L.o, s.o);
     b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x);
@@ -320,11 +315,12 @@ double time_steps(Bench& B, Step& s, int reps, int graph_id) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool fp8 = false, graphs = false;
+  bool fp8 = false, graphs = false, decode_only = false;
   std::string out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
+    else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
   try {
@@ -364,6 +360,7 @@ int main(int argc, char** argv) {
     };
     const double active_params = 1.28e9;
     for (int64_t T : {512, 4096}) {
+      if (decode_only) break;
       auto s = make_step(B, 1, T, T, true);
       forward(B, *s);  // warm-up
       const double sec = time_steps(B, *s, 5, -1);

@@ -158,19 +158,17 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
                                   step.kv.num_seqs, scale, attn3);
   } else {
     // q_abs[:, h] = [q_nope[:, h] · W_UK[h] | q_rope[:, h]]   [T, heads, kv_lora + rope]
-    for (int64_t h = 0; h < heads; ++h) {
-      Tensor dst = cols_view(ws.q_abs, T, L, h * row);
-      backend.gemm(cols_view(ws.q, T, nope, h * qk), absorbed.uk_t[h], dst);
-    }
+    // All heads in one op (owners[0] = W_UK^T stacked [heads, kv_lora, nope]).
+    Tensor q_abs_nope = heads_view(ws.q_abs, T, heads, row, L);
+    backend.gemm_heads(heads_view(ws.q, T, heads, qk, nope), absorbed.owners[0].tensor(),
+                       q_abs_nope);
     Tensor q_abs_rope = heads_view(ws.q_abs, T, heads, row, rope, L);
     backend.copy(heads_view(ws.q, T, heads, qk, rope, nope), q_abs_rope);
     Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
     backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
                                 static_cast<int>(L), latent3);
-    for (int64_t h = 0; h < heads; ++h) {  // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, v]
-      Tensor dst = cols_view(ws.attn, T, vdim, h * vdim);
-      backend.gemm(cols_view(ws.latent, T, L, h * L), absorbed.uv[h], dst);
-    }
+    // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, heads, v] (owners[1] = W_UV [heads, v, kv_lora])
+    backend.gemm_heads(latent3, absorbed.owners[1].tensor(), attn3);
   }
   backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
 }

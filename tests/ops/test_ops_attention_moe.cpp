@@ -211,8 +211,13 @@ TEST_F(AttentionMoe, MoeRouting) {
 }
 
 TEST_F(AttentionMoe, MoeExperts) {
+  // Shapes with H % 64 == 0 and I % 16 == 0 take the weight-streaming kernel (gate|up in one
+  // launch); 130 tokens x 4 of 8 experts averages 65 rows per expert (tensor-core tile path).
   for (MoeCase c : {MoeCase{1, 64, 48, 8, 3, false}, MoeCase{5, 64, 48, 8, 3, false}, MoeCase{70, 72, 40, 8, 3, false},
-                    MoeCase{3, 256, 136, 6, 2, true}, MoeCase{90, 256, 136, 6, 2, true}}) {
+                    MoeCase{3, 256, 136, 6, 2, true}, MoeCase{90, 256, 136, 6, 2, true},
+                    MoeCase{1, 256, 128, 16, 6, false}, MoeCase{40, 256, 192, 16, 6, false},
+                    MoeCase{2, 256, 128, 16, 6, true}, MoeCase{40, 512, 256, 16, 6, true},
+                    MoeCase{130, 256, 128, 8, 4, false}}) {
     MoeData d = make_moe(c);
     Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
     cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
@@ -226,14 +231,15 @@ TEST_F(AttentionMoe, MoeExperts) {
 // Batch invariance: with BackendOptions::batch_invariant, rows computed alone equal the same
 // rows computed in a batch, bit for bit (GEMM dense and grouped, paged attention).
 TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
-  for (bool fp8 : {false, true}) {
-    MoeCase c{77, 256, 136, 8, 3, fp8};
+  for (auto [fp8, I] : {std::pair<bool, int64_t>{false, 136}, {true, 136}, {false, 128}, {true, 256}}) {
+    MoeCase c{77, 256, I, 8, 3, fp8};
     MoeData d = make_moe(c);
     const std::vector<float> all = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T);
     for (int64_t t : {int64_t{0}, int64_t{41}, c.T - 1}) {
       const std::vector<float> one = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, t, t + 1);
       for (int64_t h = 0; h < c.H; ++h)
-        ASSERT_EQ(one[h], all[t * c.H + h]) << "moe token " << t << " col " << h << (fp8 ? " fp8" : " bf16");
+        ASSERT_EQ(one[h], all[t * c.H + h]) << "moe token " << t << " col " << h << (fp8 ? " fp8" : " bf16")
+                                            << " I " << I;
     }
     // Dense GEMM: the same weights through moe's gate of expert 0 as a plain gemm.
     const Weight& w = d.gpu_inv[0].gate;

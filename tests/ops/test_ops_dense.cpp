@@ -157,7 +157,8 @@ TEST_F(DenseOps, KvStore) {
 TEST_F(DenseOps, GemmBF16) {
   for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
     for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {3, 129, 136}, {5, 70, 100},
-                           {8, 1000, 2048}, {17, 300, 200}, {64, 512, 1024}, {130, 384, 256}, {513, 96, 64}}) {
+                           {8, 1000, 2048}, {17, 300, 200}, {64, 512, 1024}, {130, 384, 256}, {513, 96, 64},
+                           {16, 1408, 2048}, {2, 2048, 1408}, {12, 520, 192}, {40, 136, 640}}) {
       check_gemm(*gpu, M, N, K, false, DType::BF16);
     }
     check_gemm(*gpu, 7, 515, 264, false, DType::F32);
@@ -167,10 +168,63 @@ TEST_F(DenseOps, GemmBF16) {
 TEST_F(DenseOps, GemmFP8) {
   for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
     for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 256, 512}, {3, 300, 200}, {8, 1000, 2048},
-                           {17, 129, 136}, {64, 512, 1024}, {130, 384, 256}, {300, 200, 100}}) {
+                           {17, 129, 136}, {64, 512, 1024}, {130, 384, 256}, {300, 200, 100},
+                           {16, 1408, 2048}, {1, 2048, 1408}, {5, 200, 192}, {70, 300, 640}}) {
       check_gemm(*gpu, M, N, K, true, DType::BF16);
     }
     check_gemm(*gpu, 2, 515, 264, true, DType::F32);
+  }
+}
+
+// gemm_heads (MLA's absorbed per-head GEMMs) against the CPU default (one gemm per head),
+// on strided 3-D views like the model's, fast and batch-invariant; and in batch-invariant
+// mode, one row alone equals the same row in the batch bit for bit.
+TEST_F(DenseOps, GemmHeads) {
+  // T, heads, K, N, x head stride, out head stride
+  for (auto [T, H, K, N, xs, os] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512, 192, 576},
+                                    {5, 16, 512, 128, 512, 128}, {33, 4, 128, 512, 192, 576},
+                                    {70, 3, 512, 128, 520, 136}, {3, 2, 100, 70, 104, 72}}) {
+    const std::string what = "gemm_heads T " + std::to_string(T) + " heads " + std::to_string(H) + " K " +
+                             std::to_string(K) + " N " + std::to_string(N);
+    const std::vector<float> x = randn(T * H * xs);
+    const std::vector<float> w = randn(H * N * K, 1.0f / std::sqrt(float(K)));
+    auto view = [](Tensor t, int64_t T, int64_t H, int64_t stride, int64_t dim) {
+      t.ndim = 3;
+      t.shape = {T, H, dim, 0, 0};
+      t.stride = {H * stride, stride, 1, 0, 0};
+      return t;
+    };
+    Tensor xc = view(cpu_f32(x, {T * H * xs}), T, H, xs, K);
+    Tensor wc = cpu_f32(w, {H, N, K});
+    Tensor oc = view(cpu_f32(std::vector<float>(T * H * os), {T * H * os}), T, H, os, N);
+    cpu_->gemm_heads(xc, wc, oc);
+    std::vector<float> want;
+    for (int64_t i = 0; i < T * H; ++i)
+      want.insert(want.end(), oc.ptr<float>() + i * os, oc.ptr<float>() + i * os + N);
+    for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
+      Tensor xg = view(gpu_float(*gpu, x, {T * H * xs}, DType::BF16), T, H, xs, K);
+      Tensor wg = gpu_float(*gpu, w, {H, N, K}, DType::BF16);
+      Tensor og_flat = gpu_poisoned(*gpu, DType::BF16, {T * H * os});
+      Tensor og = view(og_flat, T, H, os, N);
+      gpu->gemm_heads(xg, wg, og);
+      const std::vector<float> all = download(*gpu, og_flat);
+      std::vector<float> got;
+      for (int64_t i = 0; i < T * H; ++i) got.insert(got.end(), all.begin() + i * os, all.begin() + i * os + N);
+      expect_close(got, want, kTolBF16, what + (gpu->batch_invariant() ? " (batch-invariant)" : ""));
+      if (gpu->batch_invariant() && T > 1) {
+        const int64_t t = T - 1;
+        Tensor x1 = xg;
+        x1.shape[0] = 1;
+        x1.data = static_cast<char*>(xg.data) + t * H * xs * 2;
+        Tensor o1_flat = gpu_poisoned(*gpu, DType::BF16, {H * os});
+        Tensor o1 = view(o1_flat, 1, H, os, N);
+        gpu->gemm_heads(x1, wg, o1);
+        const std::vector<float> one = download(*gpu, o1_flat);
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t n = 0; n < N; ++n)
+            ASSERT_EQ(one[h * os + n], all[(t * H + h) * os + n]) << what << " head " << h << " col " << n;
+      }
+    }
   }
 }
 

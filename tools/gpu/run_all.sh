@@ -22,6 +22,12 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-lin
 py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
 
+# STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_own bench_inv
+# bench_cublas deepinfer_bench" (default: all but bench_cublas); BENCH_ARGS: extra flags for the
+# op bench (e.g. --decode-only).
+STAGES="${STAGES:-parity golden bench_bf16 bench_fp8 bench_own bench_inv deepinfer_bench}"
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+BENCH_ARGS="${BENCH_ARGS:-}"
 declare -a rows=()
 remaining() { echo $(( budget_s - ($(date +%s) - start_s) )); }
 # stage NAME LIMIT_S CMD...: runs CMD with a time box, logs, records status.
@@ -76,7 +82,9 @@ if [[ -x "$bin/test_ops" ]] && ! "$bin/test_ops" --gtest_list_tests > "$OUT/preb
 fi
 
 # 2. parity
-if [[ -x "$bin/test_ops" ]]; then
+if ! want parity; then
+  rows+=("parity|not asked|0")
+elif [[ -x "$bin/test_ops" ]]; then
   DEEPINFER_CUDA_SYNC=1 stage parity 200 "$bin/test_ops" --gtest_output="json:$OUT/test_ops.json"
 else
   rows+=("parity|no binary|0")
@@ -84,16 +92,18 @@ fi
 
 # 3. golden tests on the GPU backend
 for g in "$bin"/test_golden*; do
-  [[ -x "$g" ]] || continue
+  [[ -x "$g" ]] && want golden || continue
   DEEPINFER_ACCELERATOR=cuda DEEPINFER_BACKEND=cuda stage "golden_$(basename "$g")" 90 "$g"
 done
 
 # 4. op-sequence bench (figures for issue #4; JSONL in $OUT/bench.jsonl)
 if [[ -x "$bin/deepinfer_cuda_bench" ]]; then
-  stage bench_bf16 110 "$bin/deepinfer_cuda_bench" --graphs --out "$OUT/bench.jsonl"
-  stage bench_fp8 100 "$bin/deepinfer_cuda_bench" --fp8 --graphs --out "$OUT/bench.jsonl"
-  DEEPINFER_CUDA_GEMM=own stage bench_bf16_own_gemm 80 "$bin/deepinfer_cuda_bench" --out "$OUT/bench_own_gemm.jsonl"
-  DEEPINFER_BATCH_INVARIANT=1 stage bench_bf16_invariant 80 "$bin/deepinfer_cuda_bench" --graphs --out "$OUT/bench_invariant.jsonl"
+  want bench_bf16 && stage bench_bf16 110 "$bin/deepinfer_cuda_bench" --graphs $BENCH_ARGS --out "$OUT/bench.jsonl"
+  want bench_fp8 && stage bench_fp8 100 "$bin/deepinfer_cuda_bench" --fp8 --graphs $BENCH_ARGS --out "$OUT/bench.jsonl"
+  want bench_own && DEEPINFER_CUDA_GEMM=own stage bench_bf16_own_gemm 80 "$bin/deepinfer_cuda_bench" $BENCH_ARGS --out "$OUT/bench_own_gemm.jsonl"
+  want bench_inv && DEEPINFER_BATCH_INVARIANT=1 stage bench_bf16_invariant 80 "$bin/deepinfer_cuda_bench" --graphs $BENCH_ARGS --out "$OUT/bench_invariant.jsonl"
+  # dense few-row BF16 GEMMs on cuBLASLt instead of the stream kernel (A/B)
+  want bench_cublas && DEEPINFER_CUDA_STREAM_MAX_ROWS=0 stage bench_bf16_cublas 80 "$bin/deepinfer_cuda_bench" --graphs --decode-only --out "$OUT/bench_cublas.jsonl"
 else
   rows+=("bench|no binary|0")
 fi
@@ -101,7 +111,7 @@ fi
 # 5. deepinfer bench (the CLI), when it is implemented
 cfg="$root/../shared/models/bench-v3-7b/config.json"
 [[ -f "$cfg" ]] || cfg="$root/bench/cuda/bench-v3-7b.config.json"
-if [[ -x "$bin/deepinfer" ]] && "$bin/deepinfer" bench --help > "$OUT/deepinfer_bench_help.log" 2>&1; then
+if want deepinfer_bench && [[ -x "$bin/deepinfer" ]] && "$bin/deepinfer" bench --help > "$OUT/deepinfer_bench_help.log" 2>&1; then
   stage deepinfer_bench 120 "$bin/deepinfer" bench --model "$cfg" --random-weights --backend cuda \
     --out "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
 else
@@ -114,7 +124,7 @@ echo "== parity failures (first 20) =="
 grep -E "^\[  FAILED  \]|Failure|error" "$OUT/parity.log" 2>/dev/null | head -20
 echo
 echo "== bench figures =="
-for f in bench_bf16 bench_fp8 bench_bf16_own_gemm bench_bf16_invariant; do
+for f in bench_bf16 bench_fp8 bench_bf16_own_gemm bench_bf16_invariant bench_bf16_cublas; do
   [[ -f "$OUT/$f.log" ]] && grep -E "^(prefill|decode|weights|graph)" "$OUT/$f.log" | sed "s/^/$f: /" | cut -c1-150
 done
 echo

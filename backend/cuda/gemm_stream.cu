@@ -1,0 +1,311 @@
+// Weight-streaming tensor-core GEMM for few rows per weight (decode, MoE decode experts,
+// MLA's per-head absorbed GEMMs) and for every GEMM in batch-invariant mode.
+//
+// out[r, n] = sum_k A[r, k] W[n, k]. One block = KS warps on one 8 * NT column tile; warp w
+// owns K range [w * kpw, (w + 1) * kpw) (kpw a multiple of 64 fixed by K alone) and reads
+// its weight rows once per 16 * MT rows with 16-byte loads, two 64-wide K chunks in flight.
+// The warps' partial sums are added in warp order through shared memory (no atomics).
+//
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate). Lane l (group g = l / 4, q = l % 4) loads
+// 16 consecutive K values k0 + 16 q + j (j < 16) of weight row n0 + g and of activation
+// rows g and g + 8; MMA step s (of 4) takes j = 4s..4s+3 as the K slots {2q, 2q+1, 2q+8,
+// 2q+9} of both operands. Every K value meets its partner in exactly one slot, so the
+// product is the plain dot product, summed in a fixed order that does not depend on M.
+// FP8 weights (e4m3, exact in bf16) are converted in registers; each 64-wide chunk's
+// product is scaled by its 128x128 block scale in fp32 before joining the accumulator.
+//
+// Batch invariance: a row's value depends only on its own A row, W and K (the MMA computes
+// each output element from its own row; KS and the chunk order depend on K only), so the
+// same bits come out for M = 1 or M = 4096, alone or grouped, whatever MT is.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_problem.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kChunk = 64;  // K values per warp step (4 MMAs)
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 e4m3 bytes -> 8 words of bf16 pairs (exact: e4m3 fits in bf16).
+__device__ __forceinline__ void fp8x16_to_bf16x16(const uint4& v, uint32_t (&out)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
+      const float2 f = __half22float2(__half2(hr));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+}
+
+struct Chunk16 {  // 16 bf16 values as 8 words (pairs)
+  uint32_t w[8];
+};
+
+__device__ __forceinline__ Chunk16 load16_bf16(const bf16* p) {
+  Chunk16 c;
+  const uint4 u0 = *reinterpret_cast<const uint4*>(p);
+  const uint4 u1 = *reinterpret_cast<const uint4*>(p + 8);
+  c.w[0] = u0.x; c.w[1] = u0.y; c.w[2] = u0.z; c.w[3] = u0.w;
+  c.w[4] = u1.x; c.w[5] = u1.y; c.w[6] = u1.z; c.w[7] = u1.w;
+  return c;
+}
+
+// Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
+template <int WK>
+struct WRaw {
+  uint4 u[WK == kWeightFP8 ? 1 : 2];
+};
+
+template <int WK>
+__device__ __forceinline__ WRaw<WK> load_w(const void* row, int k) {
+  WRaw<WK> r;
+  if constexpr (WK == kWeightFP8) {
+    r.u[0] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(row) + k));
+  } else {
+    const bf16* p = static_cast<const bf16*>(row) + k;
+    r.u[0] = __ldg(reinterpret_cast<const uint4*>(p));
+    r.u[1] = __ldg(reinterpret_cast<const uint4*>(p + 8));
+  }
+  return r;
+}
+
+template <int WK>
+__device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8]) {
+  if constexpr (WK == kWeightFP8) {
+    fp8x16_to_bf16x16(r.u[0], w);
+  } else {
+    w[0] = r.u[0].x; w[1] = r.u[0].y; w[2] = r.u[0].z; w[3] = r.u[0].w;
+    w[4] = r.u[1].x; w[5] = r.u[1].y; w[6] = r.u[1].z; w[7] = r.u[1].w;
+  }
+}
+
+// grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
+template <int WK, int MT, int NT>
+__global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
+  extern __shared__ float red[];  // [KS][MT * NT * 4][32]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int grp = blockIdx.y;
+  int r0 = 0, r1 = p.M;
+  if (p.group_offsets) {
+    r0 = p.group_offsets[grp];
+    r1 = p.group_offsets[grp + 1];
+  }
+  r0 += blockIdx.z * rows_per_z;  // row slice of this block (grid.z)
+  r1 = min(r1, r0 + rows_per_z);
+  if (r0 >= r1) return;
+  const int n0 = blockIdx.x * 8 * NT;  // first output column of the tile
+  // Weight source and the tile's first weight row.
+  const void* wbase;
+  const float* sbase;
+  int wrow0 = n0, wrows = p.N;
+  if (p.w_ptrs) {
+    const bool second = p.w2_ptrs != nullptr && n0 >= p.n_half;
+    wbase = second ? p.w2_ptrs[grp] : p.w_ptrs[grp];
+    sbase = second ? (p.s2_ptrs ? p.s2_ptrs[grp] : nullptr) : (p.s_ptrs ? p.s_ptrs[grp] : nullptr);
+    if (p.w2_ptrs) {
+      wrow0 = second ? n0 - p.n_half : n0;
+      wrows = second ? p.N - p.n_half : p.n_half;
+    }
+  } else {
+    const int64_t wel = static_cast<int64_t>(grp) * p.w_head_stride;
+    wbase = WK == kWeightFP8 ? static_cast<const void*>(static_cast<const uint8_t*>(p.w) + wel)
+                             : static_cast<const void*>(static_cast<const bf16*>(p.w) + wel);
+    sbase = p.s;
+  }
+  const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
+  const int K = p.K;
+  const int kb = warp * kpw, ke = min(K, kb + kpw);
+  const int esz = WK == kWeightFP8 ? 1 : 2;
+  const char* wr[NT];
+  float sc_row[NT];  // unused for bf16
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = min(wrow0 + j * 8 + g, wrows - 1);  // clamp: columns past N are not stored
+    wr[j] = static_cast<const char*>(wbase) + static_cast<int64_t>(r) * K * esz;
+    sc_row[j] = 0.0f;
+  }
+  (void)sc_row;
+
+  for (int rb = r0; rb < r1; rb += 16 * MT) {
+    const bf16* ar[MT][2];
+    bool av[MT][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = rb + i * 16 + h * 8 + g;
+        av[i][h] = r < r1;
+        const int rr = av[i][h] ? r : r0;
+        ar[i][h] = a + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
+      }
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    WRaw<WK> cur[NT], nxt[NT];
+    if (kb < ke) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) cur[j] = load_w<WK>(wr[j], kb + 16 * q);
+    }
+    for (int k = kb; k < ke; k += kChunk) {
+      const bool more = k + kChunk < ke;
+      if (more) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) nxt[j] = load_w<WK>(wr[j], k + kChunk + 16 * q);
+      }
+      // Activations: rows g and g + 8 of each m tile, 16 values each.
+      Chunk16 av16[MT][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (av[i][h]) {
+            av16[i][h] = load16_bf16(ar[i][h] + k + 16 * q);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) av16[i][h].w[e] = 0u;
+          }
+        }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint32_t w[8];
+        w_words<WK>(cur[j], w);
+        float part[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[i][e] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            if constexpr (WK == kWeightFP8) {
+              mma_bf16(part[i], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
+                       av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
+            } else {
+              mma_bf16(acc[i][j], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
+                       av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
+            }
+          }
+        }
+        if constexpr (WK == kWeightFP8) {
+          // The tile's 8 rows share one 128-row scale block (tiles start at multiples of 8).
+          const int wrow = min(wrow0 + j * 8, wrows - 1);
+          const float sc = sbase[(wrow / 128) * p.scale_cols + k / 128];
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += sc * part[i][e];
+        }
+      }
+      if (more) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) cur[j] = nxt[j];
+      }
+    }
+    // Split-K sum in warp order.
+    constexpr int V = MT * NT * 4;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[(warp * V + (i * NT + j) * 4 + e) * 32 + lane] = acc[i][j][e];
+    __syncthreads();
+    // Warp w stores the m tiles i with i % ks == w (all when ks == 1).
+    for (int i = warp; i < MT; i += ks) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int v = (i * NT + j) * 4 + e;
+          float sum = red[v * 32 + lane];
+          for (int w = 1; w < ks; ++w) sum += red[(w * V + v) * 32 + lane];
+          const int r = rb + i * 16 + g + (e >= 2 ? 8 : 0);
+          const int n = n0 + j * 8 + 2 * q + (e & 1);
+          if (r < r1 && n < p.N) {
+            const int64_t off = static_cast<int64_t>(grp) * p.c_head_stride +
+                                static_cast<int64_t>(r) * p.ldc + n;
+            if (p.c_bf16)
+              static_cast<bf16*>(p.c)[off] = __float2bfloat16_rn(sum);
+            else
+              static_cast<float*>(p.c)[off] = sum;
+          }
+        }
+    }
+    __syncthreads();
+  }
+}
+
+constexpr int kNT = 2;  // n8 tiles per block: 16 output columns
+
+// Warps splitting K: about 256 K values each, at most 8; depends on K only.
+int k_split(int K) { return std::clamp(K / 256, 1, 8); }
+
+template <int WK, int MT>
+void launch(const GemmProblem& p, cudaStream_t stream) {
+  const int ks = k_split(p.K);
+  const int kpw = ceil_div(ceil_div(p.K, ks), kChunk) * kChunk;
+  const int groups = p.group_offsets ? p.num_groups : (p.heads > 0 ? p.heads : 1);
+  // Row slices of 4 passes (grid.z) so that large M (batch-invariant prefill) fills the chip;
+  // grouped problems bound a group's rows by max_rows.
+  const int rows_per_z = 16 * MT * 4;
+  const int max_group_rows = p.group_offsets ? p.max_rows : p.M;
+  dim3 grid(ceil_div(p.N, 8 * kNT), groups, std::max(1u, ceil_div(max_group_rows, rows_per_z)));
+  const size_t smem = size_t{4} * ks * MT * kNT * 4 * 32;
+  stream_gemm_kernel<WK, MT, kNT><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+}  // namespace
+
+bool stream_gemm_supported(const GemmProblem& p) {
+  if (p.K % kChunk != 0 || p.lda % 8 != 0 || !aligned16(p.a)) return false;
+  if (p.heads > 0 && (p.w_kind == kWeightFP8 || p.a_head_stride % 8 != 0 || p.group_offsets)) return false;
+  if (p.w_ptrs == nullptr && !aligned16(p.w)) return false;
+  if (p.w2_ptrs && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
+  // The smem split-K buffer stays under the 48 KB default: ks * MT * 2 * 4 * 32 * 4 <= 32 KB.
+  return true;
+}
+
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream) {
+  // Rows per warp pass: 16 for few rows (decode, MoE experts), 64 otherwise. Either gives
+  // the same bits per row (see the file comment).
+  const int rows = p.group_offsets ? p.max_rows / std::max(1, p.num_groups) : p.M;
+  const bool wide = rows > 24;
+  if (p.w_kind == kWeightFP8) {
+    if (wide)
+      launch<kWeightFP8, 4>(p, stream);
+    else
+      launch<kWeightFP8, 1>(p, stream);
+  } else {
+    if (wide)
+      launch<kWeightBF16, 4>(p, stream);
+    else
+      launch<kWeightBF16, 1>(p, stream);
+  }
+}
+
+}  // namespace deepinfer::cuda
