@@ -1,11 +1,130 @@
-// deepinfer info (placeholder until its module lands).
+// deepinfer info --model DIR [--json] [--no-validate]: a checkpoint's architecture
+// facts, parameter counts (from the config) and tensor bytes by dtype (from the
+// files). Loads every weight against the config (shape checks) and, unless
+// --no-validate, reads every page once, reporting progress on stderr.
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "app/commands.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/weights.h"
 
 namespace deepinfer::app {
-int cmd_info(int, char**) {
-  std::fprintf(stderr, "deepinfer info: not implemented yet\n");
-  return 2;
+
+namespace {
+
+struct Progress {
+  int last_percent = -1;
+};
+
+void print_progress(uint64_t done, uint64_t total, void* user) {
+  auto* p = static_cast<Progress*>(user);
+  const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+  if (percent == p->last_percent) return;
+  p->last_percent = percent;
+  std::fprintf(stderr, "\rvalidating weights: %3d%% of %.2f GB", percent,
+               static_cast<double>(total) / 1e9);
+  if (done == total) std::fprintf(stderr, "\n");
 }
+
+std::string billions(int64_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3fB (%lld)", static_cast<double>(n) / 1e9,
+                static_cast<long long>(n));
+  return buf;
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+  CLI::App app{"Print a checkpoint's config summary, parameter count and bytes by dtype", "info"};
+  std::string model_dir;
+  bool as_json = false;
+  bool no_validate = false;
+  app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+  app.add_flag("--json", as_json, "print one JSON object instead of text");
+  app.add_flag("--no-validate", no_validate, "skip reading every page of the weights");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  const ModelConfig config = load_model_config(model_dir);
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(model_dir));
+  std::map<std::string, uint64_t> bytes_by_dtype;
+  std::map<std::string, int64_t> tensors_by_dtype;
+  for (const auto& name : reader->names()) {
+    const TensorInfo& info = reader->info(name);
+    bytes_by_dtype[std::string(dtype_name(info.dtype))] += info.num_bytes();
+    tensors_by_dtype[std::string(dtype_name(info.dtype))] += 1;
+  }
+  Progress progress;
+  LoadOptions options;
+  // Touching every page is cheap for small checkpoints; only large ones get a progress line.
+  constexpr uint64_t kProgressMinBytes = 256ull << 20;
+  if (!no_validate && reader->total_bytes() >= kProgressMinBytes) {
+    options.progress = print_progress;
+    options.progress_user = &progress;
+  }
+  // Checks every tensor's name, shape and dtype against the config.
+  const ModelWeights weights = load_weights(reader, config, options);
+  const ParameterCount params = config.parameter_count();
+
+  if (as_json) {
+    nlohmann::json j;
+    j["model"] = model_dir;
+    j["model_type"] = config.model_type;
+    j["num_hidden_layers"] = config.num_hidden_layers;
+    j["num_moe_layers"] = config.num_moe_layers();
+    j["num_nextn_predict_layers"] = config.num_nextn_predict_layers;
+    j["mtp_layers_in_checkpoint"] = weights.mtp.size();
+    j["hidden_size"] = config.hidden_size;
+    j["vocab_size"] = config.vocab_size;
+    j["num_attention_heads"] = config.num_attention_heads;
+    j["q_lora_rank"] = config.q_lora_rank;
+    j["kv_lora_rank"] = config.kv_lora_rank;
+    j["kv_row_dim"] = config.kv_row_dim();
+    j["n_routed_experts"] = config.n_routed_experts;
+    j["n_shared_experts"] = config.n_shared_experts;
+    j["num_experts_per_tok"] = config.num_experts_per_tok;
+    j["scoring_func"] = config.scoring_func;
+    j["rope_type"] = config.rope_scaling.type;
+    j["rope_theta"] = config.rope_theta;
+    j["softmax_scale"] = config.softmax_scale();
+    j["quantization"] = config.quantization.is_fp8() ? "fp8" : "none";
+    j["parameters"] = {{"total", params.total},
+                       {"active_per_token", params.active_per_token},
+                       {"embedding", params.embedding},
+                       {"mtp_total", params.mtp_total},
+                       {"mtp_active_per_token", params.mtp_active_per_token}};
+    j["num_tensors"] = reader->names().size();
+    j["total_bytes"] = reader->total_bytes();
+    j["bytes_by_dtype"] = bytes_by_dtype;
+    j["tensors_by_dtype"] = tensors_by_dtype;
+    j["files"] = reader->files();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("%s\n", config.summary().c_str());
+  std::printf("parameters             %s total, %s active per token\n",
+              billions(params.total).c_str(), billions(params.active_per_token).c_str());
+  std::printf("MTP parameters         %s (%d of %d layers in the checkpoint)\n",
+              billions(params.mtp_total).c_str(), static_cast<int>(weights.mtp.size()),
+              config.num_nextn_predict_layers);
+  std::printf("files                  %zu, %zu tensors, %.3f GB\n", reader->files().size(),
+              reader->names().size(), static_cast<double>(reader->total_bytes()) / 1e9);
+  for (const auto& [dtype, bytes] : bytes_by_dtype) {
+    std::printf("  %-8s %8lld tensors %16llu bytes\n", dtype.c_str(),
+                static_cast<long long>(tensors_by_dtype[dtype]), static_cast<unsigned long long>(bytes));
+  }
+  return 0;
+}
+
 }  // namespace deepinfer::app
