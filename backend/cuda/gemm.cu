@@ -454,7 +454,9 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   }
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.
-  const bool small = M <= stream_max_rows_;
+  // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64
+  // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far.
+  const bool small = M <= stream_max_rows_ || (fp8 && stream_gemm_ && M <= 128);
   if (!fp8 && !options_.batch_invariant && !own_gemm_only_ && !small &&
       cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
     return;
@@ -472,7 +474,7 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   p.c = ov.data;
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
-  launch_gemm(p, "gemm", small || M <= 8);
+  launch_gemm(p, "gemm", M <= 8 || M <= stream_max_rows_ || (small && stream_gemm_supported(p)));
 }
 
 void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {

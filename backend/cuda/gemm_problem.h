@@ -49,6 +49,10 @@ struct GemmProblem {
   const void* const* w2_ptrs = nullptr;
   const float* const* s2_ptrs = nullptr;
   int n_half = 0;
+  // Optional (grouped, stream kernel): the groups that have rows, in order, and their count
+  // (device); the grid then spans min(num_groups, max_rows) groups instead of all.
+  const int* active_groups = nullptr;
+  const int* num_active_groups = nullptr;
 };
 
 // Weight-streaming tensor-core GEMM (gemm_stream.cu): mma.sync m16n8k16 with 16-byte weight

@@ -95,13 +95,27 @@ __device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8]) {
   }
 }
 
+// FP8 block scale of weight row `wrow` at K offset k (the tile's 8 rows share one 128-row
+// block: tiles start at multiples of 8); 1 for BF16.
+template <int WK>
+__device__ __forceinline__ float chunk_scale(const float* s, int scale_cols, int wrow, int k) {
+  if constexpr (WK == kWeightFP8)
+    return __ldg(s + (wrow / 128) * scale_cols + k / 128);
+  else
+    return 1.0f;
+}
+
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
 template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
   extern __shared__ float red[];  // [KS][MT * NT * 4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
-  const int grp = blockIdx.y;
+  int grp = blockIdx.y;
+  if (p.active_groups) {  // grid.y covers at most the groups with rows, listed in order
+    if (grp >= *p.num_active_groups) return;
+    grp = p.active_groups[grp];
+  }
   int r0 = 0, r1 = p.M;
   if (p.group_offsets) {
     r0 = p.group_offsets[grp];
@@ -164,15 +178,22 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     WRaw<WK> cur[NT], nxt[NT];
+    float scur[NT], snxt[NT];  // FP8: the chunk's block scale per n tile, loaded with the weights
     if (kb < ke) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) cur[j] = load_w<WK>(wr[j], kb + 16 * q);
+      for (int j = 0; j < NT; ++j) {
+        cur[j] = load_w<WK>(wr[j], kb + 16 * q);
+        scur[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), kb);
+      }
     }
     for (int k = kb; k < ke; k += kChunk) {
       const bool more = k + kChunk < ke;
       if (more) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) nxt[j] = load_w<WK>(wr[j], k + kChunk + 16 * q);
+        for (int j = 0; j < NT; ++j) {
+          nxt[j] = load_w<WK>(wr[j], k + kChunk + 16 * q);
+          snxt[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), k + kChunk);
+        }
       }
       // Activations: rows g and g + 8 of each m tile, 16 values each.
       Chunk16 av16[MT][2];
@@ -210,9 +231,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
           }
         }
         if constexpr (WK == kWeightFP8) {
-          // The tile's 8 rows share one 128-row scale block (tiles start at multiples of 8).
-          const int wrow = min(wrow0 + j * 8, wrows - 1);
-          const float sc = sbase[(wrow / 128) * p.scale_cols + k / 128];
+          const float sc = scur[j];
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -221,7 +240,10 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
       }
       if (more) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) cur[j] = nxt[j];
+        for (int j = 0; j < NT; ++j) {
+          cur[j] = nxt[j];
+          scur[j] = snxt[j];
+        }
       }
     }
     // Split-K sum in warp order.
@@ -267,7 +289,8 @@ template <int WK, int MT>
 void launch(const GemmProblem& p, cudaStream_t stream) {
   const int ks = k_split(p.K);
   const int kpw = ceil_div(ceil_div(p.K, ks), kChunk) * kChunk;
-  const int groups = p.group_offsets ? p.num_groups : (p.heads > 0 ? p.heads : 1);
+  int groups = p.group_offsets ? p.num_groups : (p.heads > 0 ? p.heads : 1);
+  if (p.group_offsets && p.active_groups) groups = std::min(p.num_groups, std::max(1, p.max_rows));
   // Row slices of 4 passes (grid.z) so that large M (batch-invariant prefill) fills the chip;
   // grouped problems bound a group's rows by max_rows.
   const int rows_per_z = 16 * MT * 4;

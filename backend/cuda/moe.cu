@@ -147,7 +147,8 @@ __global__ void moe_rank_kernel(const int32_t* ids, int P, int32_t* rank, int32_
 // offsets [E + 1].
 __global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, int tile_rows,
                                        int32_t* offsets_out, int2* tiles, int32_t* num_tiles,
-                                       int32_t* row_token, int32_t* entry_pos) {
+                                       int32_t* row_token, int32_t* entry_pos, int32_t* active,
+                                       int32_t* num_active) {
   extern __shared__ int32_t sm_idx[];
   int32_t* sid = sm_idx;
   int32_t* cnt = sid + P;
@@ -161,16 +162,18 @@ __global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, 
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int o = 0, nt = 0;
+    int o = 0, nt = 0, na = 0;
     for (int e = 0; e < E; ++e) {
       off[e] = o;
       offsets_out[e] = o;
+      if (cnt[e] > 0) active[na++] = e;
       for (int r = 0; r < cnt[e]; r += tile_rows) tiles[nt++] = make_int2(e, o + r);
       o += cnt[e];
     }
     off[E] = o;
     offsets_out[E] = o;
     *num_tiles = nt;
+    *num_active = na;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < P; i += blockDim.x) {
@@ -339,7 +342,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   const bool few_rows = P <= 16 * E;
   const int tile_rows = tc_tile_rows(P / E);
   const int max_tiles = (P + tile_rows - 1) / tile_rows + E;
-  const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles);
+  const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles) + E + 2;
   int32_t* ib = static_cast<int32_t*>(scratch(kSlotMoeIndex, index_ints * 4, "moe_experts"));
   int32_t* rank = ib;
   int32_t* row_token = rank + P;
@@ -348,12 +351,16 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   int32_t* offsets = counts + E;        // [E + 1]
   int32_t* num_tiles = offsets + E + 1;  // [1]
   int2* tiles = reinterpret_cast<int2*>(ib + ((num_tiles + 1 - ib + 1) / 2 * 2));
+  int32_t* active = reinterpret_cast<int32_t*>(tiles + max_tiles);  // [E] groups with rows
+  int32_t* num_active = active + E;                                  // [1]
+  const bool compact = P <= 2048 && E <= 1024;  // the one-block index kernel lists them
   const std::string shapes = x.describe() + " top_k " + std::to_string(K) + " experts " +
                              std::to_string(E) + " " + experts[0].gate.w.describe();
-  if (P <= 2048 && E <= 1024) {
+  if (compact) {
     const size_t smem = sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1);
     moe_index_small_kernel<<<1, 1024, smem, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, tile_rows,
-                                                      offsets, tiles, num_tiles, row_token, entry_pos);
+                                                      offsets, tiles, num_tiles, row_token, entry_pos,
+                                                      active, num_active);
     check_launch("moe_experts (index)", shapes);
   } else {
     moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
@@ -391,6 +398,10 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   p.tile_rows = tile_rows;
   p.max_tiles = max_tiles;
   p.c_bf16 = 1;
+  if (compact) {
+    p.active_groups = active;
+    p.num_active_groups = num_active;
+  }
   // gate -> hidden[:, :I], up -> hidden[:, I:]   (rows gathered from x by row_token)
   p.a = a;
   p.lda = lda;
