@@ -391,8 +391,9 @@ ParameterCount ModelConfig::parameter_count() const {
   const int64_t norms = 2 * H;
   const int64_t dense_mlp = 3 * H * intermediate_size;
   const int64_t expert = 3 * H * moe_intermediate_size;
-  const int64_t router = static_cast<int64_t>(n_routed_experts) * H +
-                         (scoring_func == "sigmoid" ? n_routed_experts : 0);
+  // Router weight only: e_score_correction_bias is a buffer, not a parameter
+  // (transformers counts it nowhere either).
+  const int64_t router = static_cast<int64_t>(n_routed_experts) * H;
   const int64_t moe_total = router + (n_routed_experts + n_shared_experts) * expert;
   const int64_t moe_active = router + (num_experts_per_tok + n_shared_experts) * expert;
 
