@@ -1,7 +1,7 @@
 # Shared compile settings for every deepinfer target.
 add_library(deepinfer_flags INTERFACE)
 target_compile_options(deepinfer_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-psabi>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release,RelWithDebInfo>>:-O3 -march=x86-64-v3>)
 if(DEEPINFER_WERROR)
   target_compile_options(deepinfer_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
