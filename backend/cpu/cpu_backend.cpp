@@ -1,6 +1,7 @@
 // CpuBackend construction, memory ops and the small helpers every op file uses.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -29,20 +30,25 @@ DeviceBuffer CpuBackend::alloc(DType dtype, const std::vector<int64_t>& dims) {
 }
 
 namespace {
-// Copies a strided tensor element by element (both on the CPU, same dtype and shape).
+// Copies a strided tensor (both on the CPU, same dtype and shape) one run of the last
+// dimension at a time when both have unit last stride, else element by element.
 void copy_strided(const Tensor& src, Tensor& dst) {
   const int64_t elem = static_cast<int64_t>(dtype_size(src.dtype));
-  const int64_t n = src.numel();
+  const int last = src.ndim - 1;
+  const bool runs = src.ndim > 0 && src.stride[last] == 1 && dst.stride[last] == 1;
+  const int64_t run = runs ? src.shape[last] : 1;  // elements per memcpy
+  const int outer_dims = runs ? last : src.ndim;   // dims iterated one index at a time
+  const int64_t n = src.numel() / std::max<int64_t>(run, 1);
   std::array<int64_t, kMaxDims> index{};
   for (int64_t i = 0; i < n; ++i) {
     int64_t so = 0, d_o = 0;
-    for (int d = 0; d < src.ndim; ++d) {
+    for (int d = 0; d < outer_dims; ++d) {
       so += index[d] * src.stride[d];
       d_o += index[d] * dst.stride[d];
     }
     std::memcpy(static_cast<char*>(dst.data) + d_o * elem,
-                static_cast<const char*>(src.data) + so * elem, elem);
-    for (int d = src.ndim - 1; d >= 0; --d) {
+                static_cast<const char*>(src.data) + so * elem, static_cast<size_t>(run * elem));
+    for (int d = outer_dims - 1; d >= 0; --d) {
       if (++index[d] < src.shape[d]) break;
       index[d] = 0;
     }

@@ -93,6 +93,14 @@ TEST(CpuMiscOps, CopyContiguousAndStrided) {
       EXPECT_EQ(packed.tensor().ptr<float>()[r * 3 + c], src.ptr<float>()[r * 6 + 2 + c]);
     }
   }
+  Tensor transposed = src.tensor();  // [6, 4] view with strides (1, 6): element-wise path
+  transposed.shape = {6, 4, 0, 0, 0};
+  transposed.stride = {1, 6, 0, 0, 0};
+  DeviceBuffer t = backend->alloc(DType::F32, {6, 4});
+  backend->copy(transposed, t.tensor());
+  for (int r = 0; r < 6; ++r) {
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(t.tensor().ptr<float>()[r * 4 + c], src.ptr<float>()[c * 6 + r]);
+  }
   DeviceBuffer wrong = backend->alloc(DType::BF16, {4, 6});
   EXPECT_THROW(backend->copy(src.tensor(), wrong.tensor()), Error);
 }
