@@ -199,7 +199,7 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
 
   // Subset construction per rule.
   for (int32_t r : order) {
-    auto [s, f] = rule_nfa[r];
+    const int32_t s = rule_nfa[r].first, f = rule_nfa[r].second;
     std::map<std::vector<int32_t>, int32_t> ids;
     std::vector<std::vector<int32_t>> pending;
     auto intern = [&](std::vector<int32_t> set) -> int32_t {
