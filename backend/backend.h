@@ -124,6 +124,16 @@ class Backend {
   // gemm_heads.cpp) runs one gemm per head; CUDA does all heads in one launch.
   virtual void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out);
 
+  // --- fused GEMMs (defaults in backend/cpu/fused_gemm.cpp compose the ops above) -------
+  // out1 = x · w1^T and out2 = x · w2^T: two weights that read the same activations (MLA's
+  // q_a | kv_a, an MLP's gate | up). CUDA runs both in one launch for few rows.
+  virtual void gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                         Tensor& out2);
+  // SwiGLU down projection: y = silu_mul(gate_up) · w^T with gate_up [T, 2I], w [N, I];
+  // out = y, or out += y when accumulate (y rounded to out's dtype first, as silu_mul +
+  // gemm + add would give). CUDA applies the gate in the GEMM's activation load.
+  virtual void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate);
+
   // --- rope ---------------------------------------------------------------
   // Rotates x[t, h, rope_offset : rope_offset + rope_dim] in place at positions[t].
   // cos_sin: F32 [max_positions, rope_dim] = [cos(f_0..f_{d/2-1}) | sin(...)] (YaRN folded in).

@@ -48,6 +48,9 @@ class CudaBackend final : public Backend {
                     Tensor& out) override;
   void gemm(const Tensor& x, const Weight& w, Tensor& out) override;
   void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) override;
+  void gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                 Tensor& out2) override;
+  void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
@@ -79,7 +82,7 @@ class CudaBackend final : public Backend {
   // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
   // contents are not kept across growth). Slots let one op hold several buffers.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
-              kSlotMoeAct, kSlotMoeOut, kSlotCount };
+              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
@@ -100,6 +103,11 @@ class CudaBackend final : public Backend {
   bool capturing() const;
   // Device-to-device copy of equal-shaped tensors with any strides (elementwise.cu).
   void copy_strided(const Tensor& src, Tensor& dst);
+  // True when a dense GEMM of M rows with this weight would run on the stream kernel (the
+  // choice gemm() makes), so a fused form on that kernel gives the same bits per row.
+  bool dense_rows_on_stream(int64_t M, const Weight& w) const;
+  // FP8 weight with the 128x128 block scales the kernels read (else false).
+  static bool fp8_scales_fit(const Weight& w);
 
   BackendOptions options_;
   int device_ = 0;

@@ -346,7 +346,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
     check_launch(op, "stream " + shapes());
     return;
   }
-  DI_CHECK(p.heads == 0 && p.w2_ptrs == nullptr, op, ": batched/paired GEMM needs the stream kernel, ",
+  DI_CHECK(p.heads == 0 && p.w2_ptrs == nullptr && p.w2 == nullptr && !p.a_swiglu && !p.c_accumulate, op, ": batched/paired GEMM needs the stream kernel, ",
            shapes());
   if (prefer_gemv && !options_.batch_invariant) {
     dim3 grid(ceil_div(p.N, 8), p.group_offsets ? p.num_groups : 1);
@@ -512,6 +512,127 @@ void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
   }
   launch_stream_gemm(p, stream_);
   check_launch("gemm_heads", x.describe() + " · " + w.describe() + " -> " + out.describe());
+}
+
+}  // namespace deepinfer::cuda
+
+namespace deepinfer::cuda {
+
+bool CudaBackend::fp8_scales_fit(const Weight& w) {
+  const int64_t N = w.w.shape[0], K = w.w.shape[1];
+  return w.block_n == 128 && w.block_k == 128 && w.scale_inv.dtype == DType::F32 &&
+         w.scale_inv.device == Device::CUDA && w.scale_inv.ndim == 2 && w.scale_inv.is_contiguous() &&
+         w.scale_inv.shape[0] == (N + 127) / 128 && w.scale_inv.shape[1] == (K + 127) / 128;
+}
+
+bool CudaBackend::dense_rows_on_stream(int64_t M, const Weight& w) const {
+  const bool fp8 = w.w.dtype == DType::F8_E4M3;
+  return stream_gemm_ && (options_.batch_invariant || M <= stream_max_rows_ || (fp8 && M <= 128));
+}
+
+// One stream-kernel launch of 2 weights over the same rows; else two gemm calls (cuBLASLt
+// rows, shapes the kernel does not take). Per row, the bits equal those of two gemm calls
+// whenever the fused launch is taken (same kernel, same K order).
+void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                            Tensor& out2) {
+  const RowView xv = rows_of(x, "gemm_pair x");
+  const RowView o1 = rows_of(out1, "gemm_pair out1");
+  const RowView o2 = rows_of(out2, "gemm_pair out2");
+  const int64_t M = xv.rows, K = xv.cols;
+  const bool weights_ok =
+      w1.w.device == Device::CUDA && w2.w.device == Device::CUDA && w1.w.ndim == 2 && w2.w.ndim == 2 &&
+      w1.w.is_contiguous() && w2.w.is_contiguous() && w1.w.dtype == w2.w.dtype &&
+      (w1.w.dtype == DType::BF16 ||
+       (w1.w.dtype == DType::F8_E4M3 && fp8_scales_fit(w1) && fp8_scales_fit(w2))) &&
+      w1.w.shape[1] == K && w2.w.shape[1] == K;
+  const bool fused = weights_ok && x.dtype == DType::BF16 && x.device == Device::CUDA &&
+                     out1.dtype == out2.dtype && (out1.dtype == DType::BF16 || out1.dtype == DType::F32) &&
+                     o1.rows == M && o2.rows == M && o1.cols == w1.w.shape[0] && o2.cols == w2.w.shape[0] &&
+                     M > 0 && dense_rows_on_stream(M, w1);
+  if (!fused) {
+    Backend::gemm_pair(x, w1, w2, out1, out2);
+    return;
+  }
+  const bool fp8 = w1.w.dtype == DType::F8_E4M3;
+  GemmProblem p;
+  p.a = xv.data;
+  p.lda = xv.row_stride;
+  p.M = static_cast<int>(M);
+  p.max_rows = p.M;
+  p.w = w1.w.data;
+  p.s = fp8 ? w1.scale_inv.ptr<float>() : nullptr;
+  p.w2 = w2.w.data;
+  p.s2 = fp8 ? w2.scale_inv.ptr<float>() : nullptr;
+  p.w_kind = fp8 ? kWeightFP8 : kWeightBF16;
+  p.n_half = static_cast<int>(o1.cols);
+  p.N = static_cast<int>(o1.cols + o2.cols);
+  p.K = static_cast<int>(K);
+  p.scale_cols = static_cast<int>((K + 127) / 128);
+  p.c = o1.data;
+  p.ldc = o1.row_stride;
+  p.c2 = o2.data;
+  p.ldc2 = o2.row_stride;
+  p.c_bf16 = out1.dtype == DType::BF16;
+  if (!stream_gemm_supported(p)) {
+    Backend::gemm_pair(x, w1, w2, out1, out2);
+    return;
+  }
+  launch_stream_gemm(p, stream_);
+  check_launch("gemm_pair", x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe());
+}
+
+// SwiGLU in the stream kernel's activation load (and the add in its store) when the dense
+// GEMM would run there; else silu_mul + gemm (+ add) through scratch buffers.
+void CudaBackend::gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) {
+  const RowView gv = rows_of(gate_up, "gemm_swiglu gate_up");
+  const RowView ov = rows_of(out, "gemm_swiglu out");
+  check_float(gate_up, "gemm_swiglu gate_up");
+  check_float(out, "gemm_swiglu out");
+  DI_CHECK(w.w.ndim == 2 && gv.cols % 2 == 0 && gv.cols / 2 == w.w.shape[1] && ov.rows == gv.rows &&
+               ov.cols == w.w.shape[0],
+           "gemm_swiglu: gate_up ", gate_up.describe(), " must be [T, 2I] and out ", out.describe(),
+           " [T, N] for weight ", w.w.describe(), " [N, I]");
+  const int64_t M = gv.rows, I = gv.cols / 2, N = ov.cols;
+  if (M == 0 || N == 0) return;
+  const bool weight_ok = w.w.device == Device::CUDA && w.w.is_contiguous() &&
+                         (w.w.dtype == DType::BF16 || (w.w.dtype == DType::F8_E4M3 && fp8_scales_fit(w)));
+  if (weight_ok && gate_up.dtype == DType::BF16 && dense_rows_on_stream(M, w)) {
+    const bool fp8 = w.w.dtype == DType::F8_E4M3;
+    GemmProblem p;
+    p.a = gv.data;
+    p.lda = gv.row_stride;
+    p.a_swiglu = 1;
+    p.a_up_offset = I;
+    p.M = static_cast<int>(M);
+    p.max_rows = p.M;
+    p.w = w.w.data;
+    p.s = fp8 ? w.scale_inv.ptr<float>() : nullptr;
+    p.w_kind = fp8 ? kWeightFP8 : kWeightBF16;
+    p.N = static_cast<int>(N);
+    p.K = static_cast<int>(I);
+    p.scale_cols = static_cast<int>((I + 127) / 128);
+    p.c = ov.data;
+    p.ldc = ov.row_stride;
+    p.c_bf16 = ov.dtype == DType::BF16;
+    p.c_accumulate = accumulate ? 1 : 0;
+    if (stream_gemm_supported(p)) {
+      launch_stream_gemm(p, stream_);
+      check_launch("gemm_swiglu", gate_up.describe() + " · " + w.w.describe());
+      return;
+    }
+  }
+  const DType adt = gate_up.dtype;
+  Tensor act(scratch(kSlotSwigluAct, static_cast<size_t>(M * I) * dtype_size(adt), "gemm_swiglu"), adt,
+             {M, I}, Device::CUDA);
+  silu_mul(gate_up, act);
+  if (!accumulate) {
+    gemm(act, w, out);
+    return;
+  }
+  Tensor y(scratch(kSlotSwigluOut, static_cast<size_t>(M * N) * dtype_size(ov.dtype), "gemm_swiglu"),
+           ov.dtype, {M, N}, Device::CUDA);
+  gemm(act, w, y);
+  add(out, y);
 }
 
 }  // namespace deepinfer::cuda

@@ -49,6 +49,18 @@ struct GemmProblem {
   const void* const* w2_ptrs = nullptr;
   const float* const* s2_ptrs = nullptr;
   int n_half = 0;
+  // Paired dense form (gemm_pair; stream kernel only): columns [n_half, N) read w2 / s2
+  // (weight row n - n_half) and, when c2 is set, go to c2 (column n - n_half, row stride ldc2).
+  const void* w2 = nullptr;
+  const float* s2 = nullptr;
+  void* c2 = nullptr;
+  int64_t ldc2 = 0;
+  // SwiGLU activation load (gemm_swiglu; stream kernel only): A[r, k] = bf16(silu(g) * u)
+  // with g = a[r, k] and u = a[r, a_up_offset + k], as silu_mul computes it.
+  int a_swiglu = 0;
+  int64_t a_up_offset = 0;
+  // Accumulate (stream kernel only): c = c + round(result) instead of c = result.
+  int c_accumulate = 0;
   // Optional (grouped, stream kernel): the groups that have rows, in order, and their count
   // (device); the grid then spans min(num_groups, max_rows) groups instead of all.
   const int* active_groups = nullptr;

@@ -66,6 +66,22 @@ __device__ __forceinline__ Chunk16 load16_bf16(const bf16* p) {
   return c;
 }
 
+// 16 SwiGLU activations silu(g) * u rounded to bf16 (the formula of silu_mul_kernel, so the
+// fused load gives the bits the separate silu_mul would have stored).
+__device__ __forceinline__ Chunk16 load16_swiglu(const bf16* g, int64_t up_offset) {
+  const Chunk16 gc = load16_bf16(g), uc = load16_bf16(g + up_offset);
+  Chunk16 c;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gc.w[i]));
+    const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc.w[i]));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(gv.x / (1.0f + __expf(-gv.x)) * uv.x,
+                                                   gv.y / (1.0f + __expf(-gv.y)) * uv.y);
+    c.w[i] = *reinterpret_cast<const uint32_t*>(&b);
+  }
+  return c;
+}
+
 // Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
 template <int WK>
 struct WRaw {
@@ -139,9 +155,15 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
     }
   } else {
     const int64_t wel = static_cast<int64_t>(grp) * p.w_head_stride;
-    wbase = WK == kWeightFP8 ? static_cast<const void*>(static_cast<const uint8_t*>(p.w) + wel)
-                             : static_cast<const void*>(static_cast<const bf16*>(p.w) + wel);
-    sbase = p.s;
+    const bool second = p.w2 != nullptr && n0 >= p.n_half;  // gemm_pair: second weight
+    const void* wsrc = second ? p.w2 : p.w;
+    wbase = WK == kWeightFP8 ? static_cast<const void*>(static_cast<const uint8_t*>(wsrc) + wel)
+                             : static_cast<const void*>(static_cast<const bf16*>(wsrc) + wel);
+    sbase = second ? p.s2 : p.s;
+    if (p.w2) {
+      wrow0 = second ? n0 - p.n_half : n0;
+      wrows = second ? p.N - p.n_half : p.n_half;
+    }
   }
   const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
   const int K = p.K;
@@ -202,7 +224,8 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (av[i][h]) {
-            av16[i][h] = load16_bf16(ar[i][h] + k + 16 * q);
+            av16[i][h] = p.a_swiglu ? load16_swiglu(ar[i][h] + k + 16 * q, p.a_up_offset)
+                                    : load16_bf16(ar[i][h] + k + 16 * q);
           } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) av16[i][h].w[e] = 0u;
@@ -267,12 +290,22 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
           const int r = rb + i * 16 + g + (e >= 2 ? 8 : 0);
           const int n = n0 + j * 8 + 2 * q + (e & 1);
           if (r < r1 && n < p.N) {
-            const int64_t off = static_cast<int64_t>(grp) * p.c_head_stride +
-                                static_cast<int64_t>(r) * p.ldc + n;
-            if (p.c_bf16)
-              static_cast<bf16*>(p.c)[off] = __float2bfloat16_rn(sum);
-            else
-              static_cast<float*>(p.c)[off] = sum;
+            void* c = p.c;
+            int64_t off = static_cast<int64_t>(grp) * p.c_head_stride + static_cast<int64_t>(r) * p.ldc + n;
+            if (p.c2 && n >= p.n_half) {  // gemm_pair: second output
+              c = p.c2;
+              off = static_cast<int64_t>(r) * p.ldc2 + (n - p.n_half);
+            }
+            if (p.c_bf16) {
+              bf16* cp = static_cast<bf16*>(c) + off;
+              // accumulate: the product rounded first, then added (as gemm + add would)
+              *cp = p.c_accumulate ? __float2bfloat16_rn(__bfloat162float(*cp) +
+                                                         __bfloat162float(__float2bfloat16_rn(sum)))
+                                   : __float2bfloat16_rn(sum);
+            } else {
+              float* cp = static_cast<float*>(c) + off;
+              *cp = p.c_accumulate ? *cp + sum : sum;
+            }
           }
         }
     }
@@ -308,7 +341,9 @@ bool stream_gemm_supported(const GemmProblem& p) {
   if (p.K % kChunk != 0 || p.lda % 8 != 0 || !aligned16(p.a)) return false;
   if (p.heads > 0 && (p.w_kind == kWeightFP8 || p.a_head_stride % 8 != 0 || p.group_offsets)) return false;
   if (p.w_ptrs == nullptr && !aligned16(p.w)) return false;
-  if (p.w2_ptrs && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
+  if ((p.w2_ptrs || p.w2) && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
+  if (p.w2 && (p.heads > 0 || p.w_ptrs || !aligned16(p.w2))) return false;
+  if (p.a_swiglu && (p.a_up_offset % 8 != 0 || p.heads > 0)) return false;
   // The smem split-K buffer stays under the 48 KB default: ks * MT * 2 * 4 * 32 * 4 <= 32 KB.
   return true;
 }

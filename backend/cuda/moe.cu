@@ -429,12 +429,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
       launch_gemm(p, j == 0 ? "moe_experts (gate)" : "moe_experts (up)", few_rows);
     }
   }
-  Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
-  Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
-  silu_mul(hid, actt);
-  // down: act [P, I] -> y [P, H] (F32 for the combine)
-  p.a = act;
-  p.lda = I;
+  // down: act [P, I] -> y [P, H] (F32 for the combine), act = silu(gate) * up
   p.a_rows = nullptr;
   p.N = static_cast<int>(H);
   p.K = static_cast<int>(I);
@@ -444,7 +439,23 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   p.c = y;
   p.ldc = H;
   p.c_bf16 = 0;
-  launch_gemm(p, "moe_experts (down)", few_rows);
+  // On the stream kernel the SwiGLU gate is applied in the activation load (one launch
+  // fewer; the same bf16 activations silu_mul would store).
+  GemmProblem fused = p;
+  fused.a = hidden;
+  fused.lda = 2 * I;
+  fused.a_swiglu = 1;
+  fused.a_up_offset = I;
+  if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(fused)) {
+    launch_gemm(fused, "moe_experts (swiglu|down)", few_rows);
+  } else {
+    Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
+    Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
+    silu_mul(hid, actt);
+    p.a = act;
+    p.lda = I;
+    launch_gemm(p, "moe_experts (down)", few_rows);
+  }
   moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);

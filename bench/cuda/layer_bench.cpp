@@ -167,10 +167,9 @@ void forward(Bench& B, Step& s) {
       b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x);
     else
       b.add_rms_norm(s.residual, s.o, L.in_norm, 1e-6f, s.x);
-    b.gemm(s.x, L.q_a, s.q_a);
+    b.gemm_pair(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a);
     b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a);
     b.gemm(s.q_a, L.q_b, s.q);
-    b.gemm(s.x, L.kv_a, s.kv_a);
     Tensor c_kv = cols(s.kv_a, T, kKvLora);
     b.rms_norm(c_kv, L.kv_a_norm, 1e-6f, c_kv);
     Tensor q3 = heads3(s.q, T, kHeads, kQk, kQk);
@@ -199,11 +198,8 @@ void forward(Bench& B, Step& s) {
     b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x);
     if (!L.moe) {
       Tensor g = cols(s.gate_up, T, kDenseI), u = cols(s.gate_up, T, kDenseI, kDenseI);
-      b.gemm(s.x, L.dense_gate, g);
-      b.gemm(s.x, L.dense_up, u);
-      Tensor act = cols(s.act, T, kDenseI);
-      b.silu_mul(cols(s.gate_up, T, 2 * kDenseI), act);
-      b.gemm(act, L.dense_down, s.o);
+      b.gemm_pair(s.x, L.dense_gate, L.dense_up, g, u);
+      b.gemm_swiglu(cols(s.gate_up, T, 2 * kDenseI), L.dense_down, s.o, false);
     } else {
       b.gemm(s.x, L.gate, s.logits_router);
       MoeRouting r;
@@ -214,12 +210,8 @@ void forward(Bench& B, Step& s) {
       b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w);
       b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o);
       Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
-      b.gemm(s.x, L.sh_gate, g);
-      b.gemm(s.x, L.sh_up, u);
-      Tensor act = cols(s.act, T, kSharedI);
-      b.silu_mul(cols(s.gate_up, T, 2 * kSharedI), act);
-      b.gemm(act, L.sh_down, s.shared_out);
-      b.add(s.o, s.shared_out);
+      b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u);
+      b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true);  // o += shared
     }
   }
   // Last position only (prefill) or every row (decode) goes through the head.

@@ -119,18 +119,18 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
   const float scale = static_cast<float>(c.softmax_scale());
 
   // Query: [T, heads * qk] with per-head [nope | rope].
+  // Latent: [T, kv_lora | rope]; normalize c_kv in place below.
   Tensor q = cols_view(ws.q, T, heads * qk);
+  Tensor kv_a = cols_view(ws.kv_a, T, row);
   if (c.has_q_lora()) {
     Tensor q_a = cols_view(ws.q_a, T, c.q_lora_rank);  // [T, q_lora]
-    backend.gemm(x, w.q_a_proj, q_a);
+    backend.gemm_pair(x, w.q_a_proj, w.kv_a_proj_with_mqa, q_a, kv_a);  // both read x
     backend.rms_norm(q_a, w.q_a_layernorm, kLatentNormEps, q_a);
     backend.gemm(q_a, w.q_b_proj, q);
   } else {
     backend.gemm(x, w.q_proj, q);
+    backend.gemm(x, w.kv_a_proj_with_mqa, kv_a);
   }
-  // Latent: [T, kv_lora | rope]; normalize c_kv in place.
-  Tensor kv_a = cols_view(ws.kv_a, T, row);
-  backend.gemm(x, w.kv_a_proj_with_mqa, kv_a);
   Tensor c_kv = cols_view(ws.kv_a, T, L);  // [T, kv_lora] (row stride kv_lora + rope)
   backend.rms_norm(c_kv, w.kv_a_layernorm, kLatentNormEps, c_kv);
 

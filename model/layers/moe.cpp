@@ -27,19 +27,27 @@ FfnWorkspace make_ffn_workspace(const ModelConfig& c, Backend& backend, int64_t 
   return ws;
 }
 
-void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
-                 Tensor& out) {
+namespace {
+
+// SwiGLU MLP: out = down(silu(gate(x)) * up(x)), or out += that when accumulate (the shared
+// experts add onto the routed output). gate | up in one op, the gate fused into down.
+void swiglu_mlp(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
+                Tensor& out, bool accumulate) {
   const int64_t T = x.size(0), I = w.gate.out_features();
   DI_CHECK(T <= ws.capacity && 2 * I <= ws.gate_up.size(1), "mlp_forward: ", T, " tokens x ", I,
            " intermediate exceed the workspace");
   Tensor gate = cols_view(ws.gate_up, T, I, 0);  // [T, I] (row stride 2 * max_I)
   Tensor up = cols_view(ws.gate_up, T, I, I);    // [T, I]
-  backend.gemm(x, w.gate, gate);
-  backend.gemm(x, w.up, up);
+  backend.gemm_pair(x, w.gate, w.up, gate, up);
   Tensor gate_up = cols_view(ws.gate_up, T, 2 * I);  // [T, gate | up]
-  Tensor act = cols_view(ws.act, T, I);
-  backend.silu_mul(gate_up, act);
-  backend.gemm(act, w.down, out);
+  backend.gemm_swiglu(gate_up, w.down, out, accumulate);
+}
+
+}  // namespace
+
+void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
+                 Tensor& out) {
+  swiglu_mlp(backend, w, x, ws, out, false);
 }
 
 void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
@@ -52,11 +60,7 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
   Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
   backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
   backend.moe_experts(x, ids, weights, w.experts, out);
-  if (w.has_shared()) {
-    Tensor shared = cols_view(ws.shared, T, x.size(1));
-    mlp_forward(backend, w.shared, x, ws, shared);
-    backend.add(out, shared);
-  }
+  if (w.has_shared()) swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
 }
 
 }  // namespace deepinfer

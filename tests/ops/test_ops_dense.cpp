@@ -228,6 +228,102 @@ TEST_F(DenseOps, GemmHeads) {
   }
 }
 
+// Columns [begin, end) of a 2-D tensor (same row stride).
+Tensor cols_of(const Tensor& t, int64_t begin, int64_t end) {
+  Tensor v = t;
+  v.shape[1] = end - begin;
+  v.data = static_cast<char*>(t.data) + begin * t.stride[1] * static_cast<int64_t>(dtype_size(t.dtype));
+  return v;
+}
+
+// gemm_pair (two weights over the same rows, one launch on CUDA for few rows) against the
+// CPU reference (two gemms), BF16 and FP8, fast and batch-invariant, into strided views of
+// one buffer as the model uses them (q_a | kv_a, gate | up).
+TEST_F(DenseOps, GemmPair) {
+  for (bool fp8 : {false, true}) {
+    for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
+      for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
+                                  {8, 1408, 1408, 512}, {16, 256, 100, 256}, {40, 160, 96, 128},
+                                  {3, 70, 50, 100}}) {
+        const std::string what = "gemm_pair M " + std::to_string(M) + " N " + std::to_string(N1) + "|" +
+                                 std::to_string(N2) + " K " + std::to_string(K) + (fp8 ? " fp8" : " bf16") +
+                                 (gpu->batch_invariant() ? " (batch-invariant)" : "");
+        WeightPair w1 = make_weight(*gpu, N1, K, fp8), w2 = make_weight(*gpu, N2, K, fp8);
+        const std::vector<float> x = randn(M * K);
+        const int64_t ld = N1 + N2 + 8;  // both outputs in one buffer with padding
+        Tensor oc = cpu_f32(std::vector<float>(M * ld), {M, ld});
+        Tensor o1c = cols_of(oc, 0, N1), o2c = cols_of(oc, N1, N1 + N2);
+        cpu_->gemm_pair(cpu_f32(x, {M, K}), w1.cpu, w2.cpu, o1c, o2c);
+        Tensor og = gpu_poisoned(*gpu, DType::BF16, {M, ld});
+        Tensor o1g = cols_of(og, 0, N1), o2g = cols_of(og, N1, N1 + N2);
+        gpu->gemm_pair(gpu_float(*gpu, x, {M, K}, DType::BF16), w1.gpu, w2.gpu, o1g, o2g);
+        const std::vector<float> got = download(*gpu, og), want = values(oc);
+        std::vector<float> g, r;
+        for (int64_t i = 0; i < M; ++i) {
+          g.insert(g.end(), got.begin() + i * ld, got.begin() + i * ld + N1 + N2);
+          r.insert(r.end(), want.begin() + i * ld, want.begin() + i * ld + N1 + N2);
+        }
+        expect_close(g, r, kTolBF16, what);
+        for (int64_t i = 0; i < M; ++i)  // padding columns untouched (still NaN)
+          for (int64_t c = N1 + N2; c < ld; ++c) ASSERT_TRUE(std::isnan(got[i * ld + c])) << what;
+      }
+    }
+  }
+}
+
+// gemm_swiglu (SwiGLU gate fused into the down projection, optionally accumulating) against
+// the CPU reference (silu_mul + gemm + add); on CUDA, the fused result equals the unfused ops
+// (silu_mul, gemm, add) bit for bit, and in batch-invariant mode one row alone equals that
+// row in the batch.
+TEST_F(DenseOps, GemmSwiglu) {
+  for (bool fp8 : {false, true}) {
+    for (Backend* gpu : {gpu_.get(), gpu_inv_.get()}) {
+      for (auto [M, N, I] : {std::tuple<int64_t, int64_t, int64_t>{1, 2048, 1408}, {8, 512, 2816},
+                             {16, 300, 256}, {40, 128, 192}, {3, 100, 64}}) {
+        for (bool acc : {false, true}) {
+          const std::string what = "gemm_swiglu M " + std::to_string(M) + " N " + std::to_string(N) +
+                                   " I " + std::to_string(I) + (fp8 ? " fp8" : " bf16") +
+                                   (acc ? " accumulate" : "") +
+                                   (gpu->batch_invariant() ? " (batch-invariant)" : "");
+          WeightPair w = make_weight(*gpu, N, I, fp8);
+          const std::vector<float> gu = randn(M * 2 * I, 2.0f), base = randn(M * N);
+          Tensor oc = cpu_f32(base, {M, N});
+          cpu_->gemm_swiglu(cpu_f32(gu, {M, 2 * I}), w.cpu, oc, acc);
+          Tensor gug = gpu_float(*gpu, gu, {M, 2 * I}, DType::BF16);
+          Tensor og = gpu_float(*gpu, base, {M, N}, DType::BF16);
+          if (!acc) poison(*gpu, og);
+          gpu->gemm_swiglu(gug, w.gpu, og, acc);
+          const std::vector<float> got = download(*gpu, og);
+          expect_close(got, values(oc), kTolBF16, what);
+          // Unfused on the same backend: silu_mul, gemm (+ add).
+          Tensor act = gpu_poisoned(*gpu, DType::BF16, {M, I});
+          gpu->silu_mul(gug, act);
+          Tensor ref = gpu_float(*gpu, base, {M, N}, DType::BF16);
+          if (acc) {
+            Tensor y = gpu_poisoned(*gpu, DType::BF16, {M, N});
+            gpu->gemm(act, w.gpu, y);
+            gpu->add(ref, y);
+          } else {
+            gpu->gemm(act, w.gpu, ref);
+          }
+          const std::vector<float> unfused = download(*gpu, ref);
+          if (M <= 16 || gpu->batch_invariant()) {  // the fused launch is taken: same kernel
+            for (size_t i = 0; i < got.size(); ++i)
+              ASSERT_EQ(got[i], unfused[i]) << what << ": fused != unfused at " << i << ", seed " << seed_;
+          }
+          if (gpu->batch_invariant() && M > 1 && !acc) {
+            Tensor one = gpu_poisoned(*gpu, DType::BF16, {1, N});
+            gpu->gemm_swiglu(gug.slice_rows(M - 1, M), w.gpu, one, false);
+            const std::vector<float> o1 = download(*gpu, one);
+            for (int64_t n = 0; n < N; ++n)
+              ASSERT_EQ(o1[n], got[(M - 1) * N + n]) << what << ": row alone differs at col " << n;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(DenseOps, Argmax) {
   for (int64_t V : {1000, 129280}) {
     const int64_t R = 3;
