@@ -78,6 +78,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   const char* stream_rows = std::getenv("DEEPINFER_CUDA_STREAM_MAX_ROWS");
   if (stream_rows != nullptr) stream_max_rows_ = std::strtoll(stream_rows, nullptr, 10);
   if (!stream_gemm_) stream_max_rows_ = 0;
+  const char* fuse = std::getenv("DEEPINFER_CUDA_FUSE");
+  if (fuse != nullptr) fuse_mask_ = static_cast<int>(std::strtol(fuse, nullptr, 10));
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

@@ -121,6 +121,10 @@ class CudaBackend final : public Backend {
   // use it instead of cuBLASLt (default 16; 0 = always cuBLASLt).
   bool stream_gemm_ = true;
   int64_t stream_max_rows_ = 16;
+  // DEEPINFER_CUDA_FUSE: bit mask of the fused stream-kernel forms in use (A/B timing):
+  // 1 = gemm_pair in one launch, 2 = gemm_swiglu's SwiGLU load, 4 = moe_experts' SwiGLU
+  // load. Default all; a cleared bit runs the unfused ops (same results).
+  int fuse_mask_ = 7;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

@@ -548,7 +548,7 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
   const bool fused = weights_ok && x.dtype == DType::BF16 && x.device == Device::CUDA &&
                      out1.dtype == out2.dtype && (out1.dtype == DType::BF16 || out1.dtype == DType::F32) &&
                      o1.rows == M && o2.rows == M && o1.cols == w1.w.shape[0] && o2.cols == w2.w.shape[0] &&
-                     M > 0 && dense_rows_on_stream(M, w1);
+                     M > 0 && dense_rows_on_stream(M, w1) && (fuse_mask_ & 1);
   if (!fused) {
     Backend::gemm_pair(x, w1, w2, out1, out2);
     return;
@@ -596,7 +596,7 @@ void CudaBackend::gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& ou
   if (M == 0 || N == 0) return;
   const bool weight_ok = w.w.device == Device::CUDA && w.w.is_contiguous() &&
                          (w.w.dtype == DType::BF16 || (w.w.dtype == DType::F8_E4M3 && fp8_scales_fit(w)));
-  if (weight_ok && gate_up.dtype == DType::BF16 && dense_rows_on_stream(M, w)) {
+  if (weight_ok && gate_up.dtype == DType::BF16 && dense_rows_on_stream(M, w) && (fuse_mask_ & 2)) {
     const bool fp8 = w.w.dtype == DType::F8_E4M3;
     GemmProblem p;
     p.a = gv.data;

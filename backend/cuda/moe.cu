@@ -446,7 +446,8 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   fused.lda = 2 * I;
   fused.a_swiglu = 1;
   fused.a_up_offset = I;
-  if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(fused)) {
+  if ((few_rows || options_.batch_invariant) && stream_gemm_ && (fuse_mask_ & 4) &&
+      stream_gemm_supported(fused)) {
     launch_gemm(fused, "moe_experts (swiglu|down)", few_rows);
   } else {
     Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
