@@ -218,32 +218,38 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
       return id;
     };
     a.rule_start[r] = intern({s});
-    std::vector<std::vector<int32_t>> targets(256);
     while (!pending.empty()) {
       std::vector<int32_t> set = std::move(pending.back());
       pending.pop_back();
       int32_t id = ids[set];
-      for (auto& t : targets) t.clear();
+      // Byte intervals on which the set of targets is constant: cut at every edge boundary.
       std::map<int32_t, std::vector<int32_t>> calls;
+      std::vector<uint32_t> cuts{0, 256};
       for (int32_t n : set) {
-        for (const auto& e : nfa.nodes_[n].bytes)
-          for (uint32_t b = e.lo; b <= e.hi; ++b) targets[b].push_back(e.to);
+        for (const auto& e : nfa.nodes_[n].bytes) {
+          cuts.push_back(e.lo);
+          cuts.push_back(e.hi + 1u);
+        }
         for (const auto& c : nfa.nodes_[n].calls) calls[c.rule].push_back(c.to);
       }
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
       std::vector<ByteEdge> edges;
-      std::vector<int32_t> prev_set;
-      int32_t prev_id = -1;
-      for (uint32_t b = 0; b < 256; ++b) {
-        if (targets[b].empty()) continue;
-        std::sort(targets[b].begin(), targets[b].end());
-        targets[b].erase(std::unique(targets[b].begin(), targets[b].end()), targets[b].end());
-        int32_t to = targets[b] == prev_set && prev_id >= 0 ? prev_id : intern(targets[b]);
-        prev_set = targets[b];
-        prev_id = to;
-        if (!edges.empty() && edges.back().to == to && edges.back().hi + 1u == b)
-          edges.back().hi = static_cast<uint8_t>(b);
+      std::vector<int32_t> tgt;
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        const uint32_t lo = cuts[k], hi = cuts[k + 1] - 1;
+        tgt.clear();
+        for (int32_t n : set)
+          for (const auto& e : nfa.nodes_[n].bytes)
+            if (e.lo <= lo && hi <= e.hi) tgt.push_back(e.to);
+        if (tgt.empty()) continue;
+        std::sort(tgt.begin(), tgt.end());
+        tgt.erase(std::unique(tgt.begin(), tgt.end()), tgt.end());
+        int32_t to = intern(tgt);
+        if (!edges.empty() && edges.back().to == to && edges.back().hi + 1u == lo)
+          edges.back().hi = static_cast<uint8_t>(hi);
         else
-          edges.push_back({static_cast<uint8_t>(b), static_cast<uint8_t>(b), to});
+          edges.push_back({static_cast<uint8_t>(lo), static_cast<uint8_t>(hi), to});
       }
       std::vector<CallEdge> call_edges;
       for (auto& [rule, tos] : calls) {
