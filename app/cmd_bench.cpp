@@ -1,11 +1,218 @@
-// deepinfer bench (placeholder until its module lands).
+// deepinfer bench: prefill and decode throughput through the engine, one JSONL
+// record per measurement with the raw quantities (PERFORMANCE.md's method):
+// warm-up run, then the median of --repeats timed runs.
+//   deepinfer bench --config CFG --random-weights --backend cuda --prefill 512,4096
+//       --batch 1,8,32,64 --prompt-len 512 --gen-len 128 --dtype bf16 --output out.jsonl
+//       --roofline-gbps 4160 --peak-tflops 777
+// prefill: one request of N prompt tokens, 1 generated; time to its first token.
+// decode:  B requests of prompt-len tokens, gen-len generated each (EOS ignored);
+//          the timed part starts once every request has its first token.
+// Counted per step: weight bytes read (dense + attention + expected distinct
+// experts for B tokens: E * (1 - (1 - k/E)^B) per MoE layer), KV bytes read,
+// and FLOPs (2 * active parameters + attention over the context).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "app/commands.h"
+#include "app/engine_flags.h"
+#include "core/error.h"
+#include "deepinfer/engine.h"
+#include "model/config.h"
 
 namespace deepinfer::app {
-int cmd_bench(int, char**) {
-  std::fprintf(stderr, "deepinfer bench: not implemented yet\n");
-  return 2;
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+struct Counts {
+  double weight_bytes = 0;  // per step
+  double kv_bytes = 0;      // per step
+  double flops = 0;         // per step
+};
+
+// Costs of one step computing `tokens_per_seq` new tokens for each of `batch`
+// sequences whose mean context is `context`.
+Counts count_step(const ModelConfig& c, double bytes_per_param, int batch, int tokens_per_seq,
+                  double context, double kv_bytes_per_value) {
+  const ParameterCount pc = c.parameter_count();
+  const double expert = 3.0 * c.hidden_size * c.moe_intermediate_size;
+  const int moe_layers = c.num_moe_layers();
+  const double tokens = static_cast<double>(batch) * tokens_per_seq;
+  const double k = c.num_experts_per_tok, e = c.n_routed_experts;
+  const double distinct = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, tokens)) : 0.0;
+  Counts r;
+  r.weight_bytes = (pc.active_per_token - moe_layers * k * expert + moe_layers * distinct * expert) *
+                   bytes_per_param;
+  const double row = static_cast<double>(c.kv_row_dim());
+  r.kv_bytes = batch * context * c.num_hidden_layers * row * kv_bytes_per_value;
+  // Absorbed attention: per head, q·K over rows (kv_row_dim) and p·V (kv_lora_rank).
+  const double attn = 2.0 * c.num_attention_heads * (row + c.kv_lora_rank) * context * c.num_hidden_layers;
+  r.flops = tokens * (2.0 * pc.active_per_token + attn);
+  return r;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  CLI::App app{"Benchmark prefill and decode throughput; one JSONL record per run", "bench"};
+  EngineConfig config;
+  ModelFlags model;
+  add_engine_flags(app, config, model);
+  std::vector<int> prefill_lens, batches;
+  int prompt_len = 512, gen_len = 128, repeats = 3, warmup = 1;
+  uint64_t seed = 0;
+  std::string output;
+  double roofline_gbps = 0, peak_tflops = 0;
+  app.add_option("--prefill", prefill_lens, "prefill lengths at batch 1 (comma list)")->delimiter(',');
+  app.add_option("--batch", batches, "decode batch sizes (comma list)")->delimiter(',');
+  app.add_option("--prompt-len", prompt_len, "decode: prompt tokens per sequence");
+  app.add_option("--gen-len", gen_len, "decode: generated tokens per sequence");
+  app.add_option("--repeats", repeats, "timed runs per measurement (median reported)");
+  app.add_option("--warmup", warmup, "untimed runs first");
+  app.add_option("--seed", seed, "seed of the random prompts");
+  app.add_option("--output", output, "append records to this file (default stdout)");
+  app.add_option("--roofline-gbps", roofline_gbps, "memory bandwidth for the roofline ratio (GB/s)");
+  app.add_option("--peak-tflops", peak_tflops, "compute peak for the roofline ratio (TFLOP/s)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  DI_CHECK(!prefill_lens.empty() || !batches.empty(), "give --prefill and/or --batch");
+  DI_CHECK(gen_len >= 2 && prompt_len >= 1 && repeats >= 1, "--gen-len >= 2, --prompt-len >= 1, --repeats >= 1");
+  apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
+  const std::string config_file =
+      !config.random_weights_config.empty() ? config.random_weights_config : config.model_dir;
+  const ModelConfig mc = load_model_config(config_file);
+
+  const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
+  const int max_prefill = prefill_lens.empty() ? 1 : *std::max_element(prefill_lens.begin(), prefill_lens.end());
+  config.max_num_seqs = std::max(config.max_num_seqs, max_batch);
+  config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, max_prefill);
+  config.max_model_len = std::max({config.max_model_len, max_prefill + 1, prompt_len + gen_len});
+  config.enable_prefix_caching = false;  // every run computes its prompt
+  if (config.num_kv_blocks == 0) {
+    const int64_t tokens = std::max<int64_t>(int64_t{max_batch} * (prompt_len + gen_len), max_prefill + 1);
+    config.num_kv_blocks = static_cast<int>((tokens + config.kv_block_size - 1) / config.kv_block_size) + 1;
+  }
+  const auto t_load = Clock::now();
+  Engine engine(config);
+  const double load_s = seconds_since(t_load);
+  const double bytes_per_param = config.random_weights_config.empty() ? (mc.quantization.is_fp8() ? 1.0 : 2.0)
+                                 : (config.random_weights_dtype == "fp8" ? 1.0 : 2.0);
+  const double kv_value_bytes = config.backend == "cpu" ? 4.0 : 2.0;
+
+  std::mt19937_64 rng(seed);
+  auto random_prompt = [&](int len) {
+    std::vector<int32_t> ids(len);
+    for (auto& t : ids) t = 2 + static_cast<int32_t>(rng() % static_cast<uint64_t>(engine.vocab_size() - 2));
+    return Prompt::from_tokens(std::move(ids));
+  };
+  std::ofstream file;
+  if (!output.empty()) {
+    file.open(output, std::ios::app);
+    DI_CHECK(file.good(), "--output: cannot write ", output);
+  }
+  auto emit = [&](json rec, const Counts& per_step, double steps, double tokens, double elapsed) {
+    rec["backend"] = config.backend;
+    rec["model"] = config_file;
+    rec["dtype"] = config.random_weights_config.empty() ? "checkpoint" : config.random_weights_dtype;
+    rec["random_weights"] = !config.random_weights_config.empty();
+    rec["batch_invariant"] = config.batch_invariant;
+    rec["repeats"] = repeats;
+    rec["load_s"] = load_s;
+    rec["steps"] = steps;
+    rec["tokens"] = tokens;
+    rec["elapsed_s"] = elapsed;
+    rec["tokens_per_s"] = tokens / elapsed;
+    rec["weight_bytes_per_step"] = per_step.weight_bytes;
+    rec["kv_bytes_per_step"] = per_step.kv_bytes;
+    rec["bytes_counted"] = (per_step.weight_bytes + per_step.kv_bytes) * steps;
+    rec["flops_counted"] = per_step.flops * steps;
+    if (roofline_gbps > 0 || peak_tflops > 0) {
+      const double t_mem = roofline_gbps > 0 ? (per_step.weight_bytes + per_step.kv_bytes) / (roofline_gbps * 1e9) : 0;
+      const double t_flop = peak_tflops > 0 ? per_step.flops / (peak_tflops * 1e12) : 0;
+      const double floor_s = std::max(t_mem, t_flop) * steps;
+      rec["roofline_gbps"] = roofline_gbps;
+      rec["peak_tflops"] = peak_tflops;
+      rec["floor_s"] = floor_s;
+      rec["roofline_tokens_per_s"] = tokens / floor_s;
+      rec["fraction_of_roofline"] = floor_s / elapsed;
+    }
+    const std::string line = rec.dump();
+    if (file.is_open()) file << line << "\n" << std::flush;
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+
+  for (int n : prefill_lens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 1;
+    p.ignore_eos = true;
+    std::vector<double> times;
+    for (int run = 0; run < warmup + repeats; ++run) {
+      Prompt prompt = random_prompt(n);
+      const auto t0 = Clock::now();
+      auto out = engine.generate({prompt}, {p});
+      const double dt = seconds_since(t0);
+      DI_CHECK(out[0].error.empty(), "prefill ", n, ": ", out[0].error);
+      if (run >= warmup) times.push_back(dt);
+    }
+    json rec = {{"kind", "prefill"}, {"batch", 1}, {"prompt_len", n}, {"context", n}, {"runs_s", times}};
+    // Prefill runs as ceil(n / max_num_batched_tokens) steps; counted as one pass over n tokens.
+    emit(rec, count_step(mc, bytes_per_param, 1, n, n / 2.0, kv_value_bytes), 1, n, median(times));
+  }
+
+  for (int b : batches) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = gen_len;
+    p.ignore_eos = true;
+    std::vector<double> times, prefill_times;
+    for (int run = 0; run < warmup + repeats; ++run) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < b; ++i) engine.add_request(random_prompt(prompt_len), p);
+      int have_first = 0;
+      Clock::time_point t_decode = Clock::now();
+      bool decoding = false;
+      while (engine.has_unfinished()) {
+        for (auto& r : engine.step())
+          if (r.num_output_tokens == 1 || (r.finished && r.num_output_tokens <= 1)) ++have_first;
+        if (!decoding && have_first >= b) {
+          decoding = true;
+          t_decode = Clock::now();
+          if (run >= warmup) prefill_times.push_back(std::chrono::duration<double>(t_decode - t0).count());
+        }
+      }
+      if (run >= warmup) times.push_back(seconds_since(t_decode));
+    }
+    const double steps = gen_len - 1, tokens = static_cast<double>(b) * (gen_len - 1);
+    json rec = {{"kind", "decode"}, {"batch", b}, {"prompt_len", prompt_len}, {"gen_len", gen_len},
+                {"context", prompt_len + gen_len / 2.0}, {"runs_s", times},
+                {"prefill_elapsed_s", median(prefill_times)}};
+    emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
+         median(times));
+  }
+  return 0;
+}
+
 }  // namespace deepinfer::app
