@@ -80,7 +80,8 @@ std::vector<int32_t> Engine::Impl::tokenize(const Prompt& prompt, const std::str
 
 std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams& params,
                                       std::string id) {
-  if (id.empty()) id = "req-" + std::to_string(next_request_);
+  const int64_t request_number = next_request_++;
+  if (id.empty()) id = "req-" + std::to_string(request_number);
   DI_CHECK(!requests_.count(id), "request ", id, ": id already in use");
   try {
     params.validate();
@@ -122,7 +123,7 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
       fail("request ", id, ": so_args (", params.so_args.kind, "): ", e.what());
     }
   }
-  r->seed = params.seed ? *params.seed : splitmix64(config.seed ^ splitmix64(next_request_));
+  r->seed = params.seed ? *params.seed : splitmix64(config.seed ^ splitmix64(static_cast<uint64_t>(request_number)));
   for (const auto& s : params.stop) r->max_stop_len = std::max(r->max_stop_len, s.size());
   r->time_added_s = now_s();
   const int max_total =
@@ -150,7 +151,6 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
       fail("request ", id, ": ", e.what());
     }
   }
-  ++next_request_;
   requests_[id] = std::move(r);
   return id;
 }

@@ -1,0 +1,29 @@
+"""deepinfer bench end to end on the tiny test config with random weights:
+one JSONL record per measurement, with the raw quantities."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+binary, root = sys.argv[1], sys.argv[2]
+cfg = os.path.join(root, "tests/data/tiny_v3/config.json")
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "bench.jsonl")
+    r = subprocess.run([binary, "bench", "--config", cfg, "--random-weights", "--prefill", "32,64",
+                        "--batch", "1,4", "--prompt-len", "16", "--gen-len", "8", "--repeats", "2",
+                        "--threads", "2", "--output", out, "--roofline-gbps", "10"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"bench failed: {r.stderr}")
+    recs = [json.loads(l) for l in open(out)]
+    kinds = [(x["kind"], x["batch"], x["prompt_len"]) for x in recs]
+    assert kinds == [("prefill", 1, 32), ("prefill", 1, 64), ("decode", 1, 16), ("decode", 4, 16)], kinds
+    for x in recs:
+        for key in ("steps", "tokens", "elapsed_s", "tokens_per_s", "bytes_counted", "flops_counted",
+                    "weight_bytes_per_step", "runs_s", "fraction_of_roofline"):
+            assert key in x, (key, x)
+        assert len(x["runs_s"]) == 2 and x["elapsed_s"] > 0
+        assert abs(x["tokens_per_s"] - x["tokens"] / x["elapsed_s"]) < 1e-6 * x["tokens_per_s"]
+    assert recs[3]["tokens"] == 4 * 7 and recs[3]["steps"] == 7
+print("ok")
