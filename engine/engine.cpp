@@ -252,7 +252,21 @@ std::vector<RequestOutput> Engine::Impl::step() {
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
     run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample});
   }
-  const Tensor& logits = runner_->execute(run);
+  // Plain greedy rows need only the argmax; if every row is plain, the runner
+  // returns ids instead of copying [rows, vocab] logits to the host.
+  bool argmax_only = true;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.needs_sample) continue;
+    const SeqState& seq = static_cast<const SeqState&>(*s.seq);
+    const SamplingParams& p = seq.request->params;
+    argmax_only = argmax_only && p.greedy() && p.repetition_penalty == 1.0f &&
+                  p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
+                  !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
+  }
+  const Tensor* logits = nullptr;
+  const std::vector<int32_t>* argmax_ids = nullptr;
+  if (argmax_only) argmax_ids = &runner_->execute_argmax(run);
+  else logits = &runner_->execute(run);
   scheduler_->on_step_done(plan);
   stats.num_steps++;
 
@@ -262,24 +276,29 @@ std::vector<RequestOutput> Engine::Impl::step() {
     if (!s.needs_sample) continue;
     SeqState& seq = static_cast<SeqState&>(*s.seq);
     RequestState& r = *seq.request;
-    SampleRow sr;
-    sr.params = &r.params;
-    sr.seed = r.seed;
-    sr.stream = seq.stream;
-    sr.position = seq.num_tokens();
-    sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
-    sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
-    std::vector<int32_t> banned;
-    if (seq.num_output_tokens() < r.params.min_tokens) {
-      banned = r.params.stop_token_ids;
-      if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+    SampleResult result;
+    if (argmax_only) {
+      result.token_id = (*argmax_ids)[row];
+    } else {
+      SampleRow sr;
+      sr.params = &r.params;
+      sr.seed = r.seed;
+      sr.stream = seq.stream;
+      sr.position = seq.num_tokens();
+      sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
+      sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
+      std::vector<int32_t> banned;
+      if (seq.num_output_tokens() < r.params.min_tokens) {
+        banned = r.params.stop_token_ids;
+        if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+      }
+      sr.banned_tokens = banned;
+      if (seq.matcher) {
+        seq.matcher->fill_mask(bitmask_.data());
+        sr.allowed_bitmask = bitmask_.data();
+      }
+      result = sampler_->sample(logits->ptr<float>() + int64_t{row} * logits->size(1), sr);
     }
-    sr.banned_tokens = banned;
-    if (seq.matcher) {
-      seq.matcher->fill_mask(bitmask_.data());
-      sr.allowed_bitmask = bitmask_.data();
-    }
-    SampleResult result = sampler_->sample(logits.ptr<float>() + int64_t{row} * logits.size(1), sr);
     ++row;
     append_token(seq, result);
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);

@@ -32,6 +32,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   logits_indices_ = backend.alloc(DType::I32, {max_seqs});
   block_tables_ = backend.alloc(DType::I32, {max_seqs * max_blocks_per_seq});
   logits_ = backend.alloc(DType::F32, {max_seqs, model.vocab_size()});
+  argmax_ids_ = backend.alloc(DType::I32, {max_seqs});
   host_logits_ = HostBuffer(DType::F32, {max_seqs, model.vocab_size()});
 }
 
@@ -46,7 +47,7 @@ Tensor Runner::upload(const std::vector<int32_t>& host, DeviceBuffer& buffer,
   return dst;
 }
 
-const Tensor& Runner::execute(std::span<const RunSeq> seqs) {
+Tensor Runner::forward(std::span<const RunSeq> seqs) {
   const int bs = config_.kv_block_size;
   const int num_seqs = static_cast<int>(seqs.size());
   DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
@@ -92,10 +93,29 @@ const Tensor& Runner::execute(std::span<const RunSeq> seqs) {
   const int64_t vocab = model_.vocab_size();
   Tensor logits(logits_.tensor().data, DType::F32, {num_logits, vocab}, logits_.tensor().device);
   model_.forward(batch, kv_cache_, logits);
-  host_logits_view_ = Tensor(host_logits_.tensor().data, DType::F32, {num_logits, vocab});
-  if (num_logits > 0) backend_.copy(logits, host_logits_view_);
+  return logits;
+}
+
+const Tensor& Runner::execute(std::span<const RunSeq> seqs) {
+  Tensor logits = forward(seqs);
+  host_logits_view_ = Tensor(host_logits_.tensor().data, DType::F32, logits.dims());
+  if (logits.size(0) > 0) backend_.copy(logits, host_logits_view_);
   backend_.synchronize();
   return host_logits_view_;
+}
+
+const std::vector<int32_t>& Runner::execute_argmax(std::span<const RunSeq> seqs) {
+  Tensor logits = forward(seqs);
+  const int64_t rows = logits.size(0);
+  host_ids_.assign(static_cast<size_t>(rows), 0);
+  if (rows > 0) {
+    Tensor ids(argmax_ids_.tensor().data, DType::I32, {rows}, argmax_ids_.tensor().device);
+    backend_.argmax(logits, ids);
+    Tensor host(host_ids_.data(), DType::I32, {rows});
+    backend_.copy(ids, host);
+  }
+  backend_.synchronize();
+  return host_ids_;
 }
 
 }  // namespace deepinfer

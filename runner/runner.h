@@ -36,10 +36,15 @@ class Runner {
   // Runs one step. Returns host F32 logits [number of seqs with needs_logits, vocab],
   // in the order of `seqs`; valid until the next call.
   const Tensor& execute(std::span<const RunSeq> seqs);
+  // Same step, but only the argmax of each logits row comes back (lowest id on
+  // ties): greedy batches skip copying [rows, vocab] logits to the host.
+  const std::vector<int32_t>& execute_argmax(std::span<const RunSeq> seqs);
   // Bytes of KV cache per block (all layers), for sizing.
   static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size);
 
  private:
+  // Builds the StepBatch, runs the model; returns the device logits [num_logits, vocab].
+  Tensor forward(std::span<const RunSeq> seqs);
   Tensor upload(const std::vector<int32_t>& host, DeviceBuffer& buffer,
                 std::initializer_list<int64_t> dims);
 
@@ -49,7 +54,8 @@ class Runner {
   std::vector<DeviceBuffer> kv_memory_;  // per layer [num_blocks, block_size, kv_row_dim]
   std::vector<Tensor> kv_cache_;
   DeviceBuffer token_ids_, positions_, query_start_, seq_lens_, block_tables_, slot_mapping_,
-      logits_indices_, logits_;
+      logits_indices_, logits_, argmax_ids_;
+  std::vector<int32_t> host_ids_;
   HostBuffer host_logits_;
   Tensor host_logits_view_;
 };

@@ -53,6 +53,26 @@ TEST(Engine, BatchOf200EqualsSoloRuns) {
   }
 }
 
+// Plain greedy batches take the backend argmax path; asking for logprobs forces
+// the host sampler. Both must give the same tokens.
+TEST(Engine, ArgmaxPathEqualsSamplerPath) {
+  std::mt19937 rng(15);
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 10; ++i) prompts.push_back(Prompt::from_tokens(random_tokens(rng, 1 + i * 7)));
+  SamplingParams plain = greedy(20);
+  SamplingParams with_logprobs = plain;
+  with_logprobs.logprobs = 2;
+  EngineConfig cfg;
+  cfg.kv_block_size = 8;
+  auto a = make_fake_engine(cfg)->generate(prompts, {plain});
+  auto b = make_fake_engine(cfg)->generate(prompts, {with_logprobs});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(a[i].outputs[0].token_ids, b[i].outputs[0].token_ids) << i;
+    ASSERT_EQ(b[i].outputs[0].logprobs.size(), b[i].outputs[0].token_ids.size());
+    EXPECT_EQ(b[i].outputs[0].logprobs[0].top[0].first, b[i].outputs[0].token_ids[0]);
+  }
+}
+
 TEST(Engine, SharedPrefixReusesBlocksAndGivesIdenticalOutput) {
   std::mt19937 rng(12);
   auto prefix = random_tokens(rng, 1000);
