@@ -123,8 +123,10 @@ class CudaBackend final : public Backend {
   int64_t stream_max_rows_ = 16;
   // DEEPINFER_CUDA_FUSE: bit mask of the fused stream-kernel forms in use (A/B timing):
   // 1 = gemm_pair in one launch, 2 = gemm_swiglu's SwiGLU load, 4 = moe_experts' SwiGLU
-  // load. Default all; a cleared bit runs the unfused ops (same results).
-  int fuse_mask_ = 7;
+  // load. A cleared bit runs the unfused ops (same results). Default 1: on the H200
+  // (2026-11-30, bench/NOTES.md v3) the pair gained 2-4%; the SwiGLU loads lost (MoE's -12%
+  // at bs64: every column block recomputes silu for its rows).
+  int fuse_mask_ = 1;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
