@@ -88,20 +88,32 @@ float fp8_e4m3_to_float(uint8_t b) {
 
 uint8_t float_to_fp8_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
-  uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  float a = std::fmin(std::fabs(f), 448.0f);
-  // Brute-force nearest-even over the 127 non-negative finite codes: simple and
-  // exact; used only when quantizing on the CPU (tests, random weights).
-  uint8_t best = 0;
-  float best_err = INFINITY;
-  for (uint8_t code = 0; code < 0x7f; ++code) {
-    float err = std::fabs(fp8_e4m3_to_float(code) - a);
-    if (err < best_err || (err == best_err && (code & 1) == 0)) {
-      best_err = err;
-      best = code;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fmin(std::fabs(f), 448.0f);
+  if (a == 0.0f) return sign;
+  // Normal codes have exponent e in [-6, 8] and 3 mantissa bits: spacing 2^(e-3).
+  // Below 2^-6 everything is subnormal with spacing 2^-9. Scale so the spacing
+  // becomes 1, round half to even with nearbyint (default rounding mode), rebuild.
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the leading bit is 2^(e-1)
+  const int exp = std::max(e - 1, -6);
+  const float q = std::nearbyint(std::ldexp(a, 3 - exp));  // in [0, 16]
+  uint32_t mant = static_cast<uint32_t>(q);
+  int biased;
+  if (exp == -6 && mant < 8) {
+    biased = 0;  // subnormal (or zero)
+  } else {
+    int ex = exp;
+    if (mant >= 16) {  // rounded up into the next binade
+      mant >>= 1;
+      ++ex;
     }
+    biased = ex + 7;
+    mant -= 8;
   }
-  return static_cast<uint8_t>(sign | best);
+  uint8_t code = static_cast<uint8_t>((biased << 3) | mant);
+  if (code > 0x7e) code = 0x7e;  // 448 saturates (0x7f is NaN)
+  return static_cast<uint8_t>(sign | code);
 }
 
 }  // namespace deepinfer

@@ -5,6 +5,17 @@
 
 namespace deepinfer {
 
+namespace {
+// True on a pool worker and on a thread running a job's chunk: nested loops run inline.
+thread_local bool t_inside_job = false;
+
+struct InsideJob {
+  bool previous = t_inside_job;
+  InsideJob() { t_inside_job = true; }
+  ~InsideJob() { t_inside_job = previous; }
+};
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) {
     if (const char* env = std::getenv("DEEPINFER_NUM_THREADS")) num_threads = std::atoi(env);
@@ -29,10 +40,12 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   grain = std::max<int64_t>(grain, 1);
   int64_t max_chunks = (n + grain - 1) / grain;
   int64_t num_chunks = std::min<int64_t>(max_chunks, num_threads() * 4);
-  if (workers_.empty() || num_chunks <= 1) {
+  if (workers_.empty() || num_chunks <= 1 || t_inside_job) {
     fn(0, n);
     return;
   }
+  std::lock_guard<std::mutex> job_lock(job_mutex_);
+  InsideJob inside;
   int64_t chunk = (n + num_chunks - 1) / num_chunks;
   num_chunks = (n + chunk - 1) / chunk;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -57,6 +70,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
 }
 
 void ThreadPool::worker_loop(int) {
+  t_inside_job = true;
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {

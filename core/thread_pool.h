@@ -21,12 +21,15 @@ class ThreadPool {
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n); the chunking
   // depends only on n and grain, never on timing, so results are reproducible.
+  // Safe to call from several threads at once (jobs run one after another) and
+  // from inside fn (the nested loop runs inline on the calling thread).
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   void worker_loop(int index);
 
   std::vector<std::thread> workers_;
+  std::mutex job_mutex_;  // one job at a time
   std::mutex mutex_;
   std::condition_variable work_cv_, done_cv_;
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;

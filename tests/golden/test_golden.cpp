@@ -28,6 +28,22 @@ namespace deepinfer {
 namespace {
 
 constexpr double kLogitTolerance = 1e-4;  // relative to max(1, max |oracle logit|)
+// On CUDA activations are BF16 (8 bits of mantissa), so logits carry ~1e-2 relative
+// error after a few layers; greedy decoding is then checked teacher-forced (below).
+constexpr double kLogitToleranceBf16 = 3e-2;
+
+// DEEPINFER_ACCELERATOR=cuda runs the same tests on the CUDA backend (tools/gpu/run_all.sh).
+bool on_cuda() {
+  const char* acc = std::getenv("DEEPINFER_ACCELERATOR");
+  return acc != nullptr && std::string(acc) == "cuda";
+}
+
+std::unique_ptr<Backend> make_test_backend() {
+  if (!on_cuda()) return make_cpu_backend();
+  auto backend = make_cuda_backend();
+  DI_CHECK(backend != nullptr, "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA");
+  return backend;
+}
 
 // DEEPINFER_GOLDEN_DIR overrides the fixture root (e.g. fixtures regenerated elsewhere).
 std::string fixture_dir(const std::string& name) {
@@ -86,8 +102,9 @@ void run_golden(const std::string& name) {
   }
   const Reference ref = read_reference(dir);
   ASSERT_EQ(ref.logits.size(), ref.prompt.size());
-  auto backend = make_cpu_backend();
+  auto backend = make_test_backend();
   auto model = load_model(dir, *backend);
+  const double tolerance = on_cuda() ? kLogitToleranceBf16 : kLogitTolerance;
 
   {  // 1 + 2: whole prefill, then greedy decode one token at a time.
     test::PagedDriver driver(*model, *backend);
@@ -95,15 +112,33 @@ void run_golden(const std::string& name) {
     auto logits = driver.step({{seq, ref.prompt, true}});
     double scale = 1;
     const double err = max_error(logits, ref, 0, &scale);
-    EXPECT_LE(err, kLogitTolerance * scale) << name << ": prefill max abs logit error " << err;
-    std::printf("[golden] %s prefill: max abs logit error %.3g (max |logit| %.3g)\n", name.c_str(),
-                err, scale);
-    std::vector<int32_t> generated = {argmax(logits.back())};
-    while (generated.size() < ref.greedy.size()) {
-      auto row = driver.step({{seq, {generated.back()}, false}});
-      generated.push_back(argmax(row[0]));
+    EXPECT_LE(err, tolerance * scale) << name << ": prefill max abs logit error " << err;
+    std::printf("[golden] %s on %s prefill: max abs logit error %.3g (max |logit| %.3g)\n",
+                name.c_str(), backend->name().c_str(), err, scale);
+    if (!on_cuda()) {
+      // fp32 everywhere: free-running greedy decode must reproduce the oracle exactly.
+      std::vector<int32_t> generated = {argmax(logits.back())};
+      while (generated.size() < ref.greedy.size()) {
+        auto row = driver.step({{seq, {generated.back()}, false}});
+        generated.push_back(argmax(row[0]));
+      }
+      EXPECT_EQ(generated, ref.greedy) << name << ": greedy tokens differ from the oracle";
+    } else {
+      // BF16: teacher-forced. At every step the oracle's token must be our argmax, or
+      // within the bf16 tolerance of it (a near-tie the oracle itself could flip).
+      std::vector<float> row = logits.back();
+      int exact = 0;
+      for (size_t i = 0; i < ref.greedy.size(); ++i) {
+        const int32_t want = ref.greedy[i];
+        const int32_t got = argmax(row);
+        exact += got == want;
+        EXPECT_LE(row[got] - row[want], tolerance * scale)
+            << name << ": step " << i << " argmax " << got << " but oracle chose " << want;
+        if (i + 1 < ref.greedy.size()) row = driver.step({{seq, {want}, false}})[0];
+      }
+      std::printf("[golden] %s on %s: %d/%zu greedy steps exact, rest within tolerance\n",
+                  name.c_str(), backend->name().c_str(), exact, ref.greedy.size());
     }
-    EXPECT_EQ(generated, ref.greedy) << name << ": greedy tokens differ from the oracle";
   }
   {  // 3: the prompt in chunks 5 + 7 (absorbed MLA with cached context for the second).
     test::PagedDriver driver(*model, *backend);
@@ -114,11 +149,11 @@ void run_golden(const std::string& name) {
     auto la = driver.step({{seq, a, true}});
     double scale = 1;
     double err = max_error(la, ref, 0, &scale);
-    EXPECT_LE(err, kLogitTolerance * scale) << name << ": first chunk max abs error " << err;
+    EXPECT_LE(err, tolerance * scale) << name << ": first chunk max abs error " << err;
     if (!b.empty()) {
       auto lb = driver.step({{seq, b, true}});
       err = max_error(lb, ref, split, &scale);
-      EXPECT_LE(err, kLogitTolerance * scale) << name << ": second chunk max abs error " << err;
+      EXPECT_LE(err, tolerance * scale) << name << ": second chunk max abs error " << err;
       std::printf("[golden] %s chunked: max abs logit error %.3g\n", name.c_str(), err);
     }
   }

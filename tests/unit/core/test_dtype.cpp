@@ -53,3 +53,34 @@ TEST(DType, ParseNames) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Nearest-even rounding checked against an exhaustive search over all codes, on
+// every midpoint between neighbouring codes and points just either side of it.
+TEST(DType, Fp8E4m3RoundsToNearestEven) {
+  auto brute = [](float a) {
+    uint8_t best = 0;
+    float best_err = INFINITY;
+    for (uint8_t code = 0; code < 0x7f; ++code) {
+      float err = std::fabs(fp8_e4m3_to_float(code) - a);
+      if (err < best_err || (err == best_err && (code & 1) == 0)) {
+        best_err = err;
+        best = code;
+      }
+    }
+    return best;
+  };
+  for (uint8_t code = 0; code < 0x7e; ++code) {
+    float lo = fp8_e4m3_to_float(code), hi = fp8_e4m3_to_float(static_cast<uint8_t>(code + 1));
+    float mid = 0.5f * (lo + hi);
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f), hi}) {
+      ASSERT_EQ(float_to_fp8_e4m3(v), brute(v)) << v;
+      ASSERT_EQ(float_to_fp8_e4m3(-v), brute(v) | 0x80) << -v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
