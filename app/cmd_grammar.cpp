@@ -91,7 +91,7 @@ int cmd_grammar(int argc, char** argv) {
       bool accepted = matcher.accept_token(id);
       if (check_mask && accepted != (((mask[id >> 5] >> (id & 31)) & 1) != 0))
         fail("grammar check: line ", line_no, ": mask and accept_token disagree on token ", id, " (",
-             nlohmann::json(tok.token_bytes(id)).dump(nlohmann::json::error_handler_t::replace), ")");
+             nlohmann::json(tok.token_bytes(id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), ")");
       if (!accepted) {
         ok = false;
         break;
