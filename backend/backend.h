@@ -141,6 +141,20 @@ class Backend {
   virtual void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
                     int rope_dim, bool interleave) = 0;
 
+  // --- fused MLA steps (defaults in backend/cpu/fused_mla.cpp compose the ops) -------------
+  // rms_norm(x1, w1) -> out1 and rms_norm(x2, w2) -> out2 (MLA's q_a and c_kv norms; CUDA:
+  // one launch). Same eps; each pair as rms_norm would take it.
+  virtual void rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1, const Tensor& x2,
+                             const Tensor& w2, Tensor& out2, float eps);
+  // MLA position step: rope(q, q_rope_offset), rope(kv_rows, kv_rope_offset) (same rope_dim,
+  // positions, cos_sin, interleave), kv_store(kv_rows, kv), and when q_rope_out is defined
+  // ([T, heads, rope_dim]) copy(q[:, :, q_rope_offset : + rope_dim], q_rope_out) after the
+  // rotation (the absorbed query's rope part). q [T, heads, dim], kv_rows [T, row_dim].
+  // CUDA: one launch.
+  virtual void mla_rope_store(Tensor& q, Tensor& kv_rows, const Tensor& positions,
+                              const Tensor& cos_sin, int q_rope_offset, int kv_rope_offset,
+                              int rope_dim, bool interleave, PagedKV& kv, Tensor& q_rope_out);
+
   // --- activation ---------------------------------------------------------
   // out[T, I] = silu(gate_up[T, :I]) * gate_up[T, I:]
   virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;

@@ -1,7 +1,7 @@
 // CudaBackend: the op table on one NVIDIA GPU (Hopper first, sm_90a). Activations BF16
 // (F32 accepted where noted), fp32 accumulation everywhere. One op family per .cu file,
 // named as on the CPU side: elementwise.cu (embedding, norm, rope, activation, kv_copy,
-// sampling), gemm.cu, mla_attention.cu, moe.cu; this file's .cu has memory, copies,
+// sampling), fused_mla.cu (rms_norm_pair, mla_rope_store), gemm.cu, mla_attention.cu, moe.cu; this file's .cu has memory, copies,
 // workspaces, random fill and graphs.
 //
 // Every kernel launch is checked; errors name the op and tensor shapes. Set
@@ -53,6 +53,11 @@ class CudaBackend final : public Backend {
   void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
+  void rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1, const Tensor& x2,
+                     const Tensor& w2, Tensor& out2, float eps) override;
+  void mla_rope_store(Tensor& q, Tensor& kv_rows, const Tensor& positions, const Tensor& cos_sin,
+                      int q_rope_offset, int kv_rope_offset, int rope_dim, bool interleave,
+                      PagedKV& kv, Tensor& q_rope_out) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
   void kv_store(const Tensor& rows, PagedKV& kv) override;

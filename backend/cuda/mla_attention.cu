@@ -2,17 +2,21 @@
 // context) and direct causal MLA for prefill, on tensor cores (WMMA bf16, fp32 accumulate).
 //
 // Paged (absorbed): all heads share one cached row per token (K = the row, V = its first
-// v_dim values), so a block takes one query token, 16 heads and one fixed 64-position
-// chunk of its context: the chunk's rows are read once into shared memory, S = Q·K^T,
-// P = exp(S - max) and O = P·V are written as a partial with (max, sum); a combine kernel
-// merges the chunks of each (token, head) in chunk order. The chunk size is fixed (it never
-// depends on the batch or on the split count), so this is batch-invariant as it stands.
+// v_dim values), so a block takes one query token, 16 heads and one fixed chunk of its
+// context (16, 32 or 64 positions: DEEPINFER_CUDA_ATTN_CHUNK, default 64): the chunk's rows
+// are read once into shared memory, S = Q·K^T, P = exp(S - max) and O = P·V are written as
+// a partial with (max, sum); a combine kernel merges the chunks of each (token, head) in
+// chunk order. The chunk size is fixed for the process (it never depends on the batch or on
+// the split count), so this is batch-invariant as it stands. Smaller chunks give more blocks
+// at batch 1 (ctx 576: 9 of 64, 36 of 16) but re-read the query and write more partials:
+// H200 2026-11-30, graphs: chunk 16 = 64 at bs1 (438 tok/s both), -1.5% bs8, -3.5% bs32/64.
 //
 // Prefill (direct, per head): a block takes 64 queries of one sequence and one head and
 // walks the causal key tiles of 64 with an online softmax (flash-attention style).
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -22,7 +26,7 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kChunk = 64;      // context positions per split (fixed: batch-invariant)
+constexpr int kDefaultChunk = 64;  // context positions per split (fixed: batch-invariant)
 constexpr int kHeadsPerBlock = 16;
 constexpr float kNegInf = -INFINITY;
 
@@ -76,14 +80,17 @@ __device__ __forceinline__ void locate(const int32_t* query_start, const int32_t
   *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
 }
 
-// grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads.
+// grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads; kChunk in {16, 32, 64}.
+// The 8 warps split S = Q·K^T into kChunk / 16 column tiles x kSplitK parts of K's dims.
+template <int kChunk>
 __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
+  constexpr int kColTiles = kChunk / 16, kSplitK = 8 / kColTiles;
   extern __shared__ __align__(128) unsigned char smem[];
   const int Dk = round16(a.D), Dp = Dk + 8;  // padded row (elements)
   bf16* Qs = reinterpret_cast<bf16*>(smem);              // [16][Dp]
-  bf16* Ks = Qs + kHeadsPerBlock * Dp;                    // [64][Dp]
-  float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [2][16][64]
-  bf16* P = reinterpret_cast<bf16*>(S + 2 * 16 * kChunk);  // [16][64 + 8]
+  bf16* Ks = Qs + kHeadsPerBlock * Dp;                    // [kChunk][Dp]
+  float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [kSplitK][16][kChunk]
+  bf16* P = reinterpret_cast<bf16*>(S + kSplitK * 16 * kChunk);  // [16][kChunk + 8]
   constexpr int LDP = kChunk + 8;
 
   const int split = blockIdx.x, lt = blockIdx.y, t = a.token0 + lt, hg = blockIdx.z;
@@ -124,10 +131,11 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   }
   __syncthreads();
 
-  // S[16][64] = Q · K^T: warp w takes column tile (w & 3) over half (w >> 2) of K's dims.
+  // S[16][kChunk] = Q · K^T: warp w takes column tile (w % kColTiles) over part
+  // (w / kColTiles) of K's dims; the parts are summed in part order below.
   {
-    const int nf = warp & 3, half = warp >> 2, steps = Dk / 16;
-    const int s_begin = half ? steps / 2 : 0, s_end = half ? steps : steps / 2;
+    const int nf = warp % kColTiles, part = warp / kColTiles, steps = Dk / 16;
+    const int s_begin = part * steps / kSplitK, s_end = (part + 1) * steps / kSplitK;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fill_fragment(acc, 0.0f);
     for (int s = s_begin; s < s_end; ++s) {
@@ -137,25 +145,35 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
       wmma::load_matrix_sync(fb, Ks + nf * 16 * Dp + s * 16, Dp);
       wmma::mma_sync(acc, fa, fb, acc);
     }
-    wmma::store_matrix_sync(S + half * 16 * kChunk + nf * 16, acc, kChunk, wmma::mem_row_major);
+    wmma::store_matrix_sync(S + part * 16 * kChunk + nf * 16, acc, kChunk, wmma::mem_row_major);
   }
   __syncthreads();
 
   // Softmax over the chunk: warp w takes head rows 2w and 2w + 1.
+  constexpr int kPerLane = (kChunk + 31) / 32;
   for (int r = warp * 2; r < warp * 2 + 2; ++r) {
-    float s[2];
+    float s[kPerLane];
+    float mx = kNegInf;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + 32 * i;
-      const float v = (S[r * kChunk + j] + S[16 * kChunk + r * kChunk + j]) * a.scale;
-      s[i] = c0 + j <= pos ? v : kNegInf;
+      s[i] = kNegInf;
+      if (j < kChunk) {
+        float v = S[r * kChunk + j];
+#pragma unroll
+        for (int k = 1; k < kSplitK; ++k) v += S[(k * 16 + r) * kChunk + j];
+        if (c0 + j <= pos) s[i] = v * a.scale;
+      }
+      mx = fmaxf(mx, s[i]);
     }
-    const float m = warp_max(fmaxf(s[0], s[1]));  // finite: position c0 is always valid
+    const float m = warp_max(mx);  // finite: position c0 is always valid
     float l = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kPerLane; ++i) {
+      const int j = lane + 32 * i;
+      if (j >= kChunk) continue;
       const bf16 p = __float2bfloat16_rn(s[i] == kNegInf ? 0.0f : __expf(s[i] - m));
-      P[r * LDP + lane + 32 * i] = p;
+      P[r * LDP + j] = p;
       l += __bfloat162float(p);
     }
     l = warp_sum(l);
@@ -186,11 +204,12 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
 }
 
 // grid (tokens_in_launch, H), 128 threads: merges a token's chunks in chunk order.
-__global__ void mla_combine_kernel(PagedArgs a, void* out, int out_kind, int64_t o_s0, int64_t o_s1) {
+__global__ void mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_kind, int64_t o_s0,
+                                   int64_t o_s1) {
   const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
-  const int splits = pos / kChunk + 1;
+  const int splits = pos / chunk + 1;
   const float* ml = a.part_ml + (int64_t{lt} * a.max_splits * a.h_pad + h) * 2;
   float m = kNegInf;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[int64_t{s} * a.h_pad * 2]);
@@ -368,9 +387,17 @@ __global__ void __launch_bounds__(256) mla_prefill_kernel(PrefillArgs a) {
   }
 }
 
-size_t paged_smem_bytes(int D) {
+// S holds kSplitK x 16 x chunk = 8 x 256 floats for every chunk size.
+size_t paged_smem_bytes(int D, int chunk) {
   const int Dp = (D + 15) / 16 * 16 + 8;
-  return size_t{2} * (kHeadsPerBlock + kChunk) * Dp + 4 * 2 * 16 * kChunk + 2 * 16 * (kChunk + 8);
+  return size_t{2} * (kHeadsPerBlock + chunk) * Dp + 4 * 8 * 256 + 2 * 16 * (chunk + 8);
+}
+
+// Fixed for the process (batch invariance needs one chunk size for every batch).
+int paged_chunk() {
+  const char* env = std::getenv("DEEPINFER_CUDA_ATTN_CHUNK");
+  const int c = env ? std::atoi(env) : kDefaultChunk;
+  return c == 16 || c == 32 || c == 64 ? c : kDefaultChunk;
 }
 
 size_t prefill_smem_bytes(int Dq, int Dv) {
@@ -429,7 +456,8 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   a.H = H;
   a.D = D;
   a.V = v_dim;
-  a.max_splits = (kv.max_seq_len + kChunk - 1) / kChunk;
+  const int chunk = paged_chunk();
+  a.max_splits = (kv.max_seq_len + chunk - 1) / chunk;
   a.h_pad = (H + 15) / 16 * 16;
   a.v_pad = (v_dim + 15) / 16 * 16;
   a.scale = softmax_scale;
@@ -438,16 +466,17 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   const int tokens_per_launch = static_cast<int>(std::max<size_t>(1, std::min<size_t>(T, (size_t{512} << 20) / per_token)));
   a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, "mla_attention_paged"));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
-  const size_t smem = paged_smem_bytes(D);
-  set_smem_limit(reinterpret_cast<const void*>(mla_paged_kernel), smem, "mla_attention_paged");
+  const size_t smem = paged_smem_bytes(D, chunk);
+  auto kernel = chunk == 16 ? mla_paged_kernel<16> : chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
+  set_smem_limit(reinterpret_cast<const void*>(kernel), smem, "mla_attention_paged");
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
     const int nt = std::min(tokens_per_launch, T - t0);
     a.token0 = t0;
     dim3 grid(a.max_splits, nt, (H + 15) / 16);
-    mla_paged_kernel<<<grid, 256, smem, stream_>>>(a);
+    kernel<<<grid, 256, smem, stream_>>>(a);
     check_launch("mla_attention_paged", shapes);
-    mla_combine_kernel<<<dim3(nt, H), 128, 0, stream_>>>(a, out.data, float_kind(out.dtype),
+    mla_combine_kernel<<<dim3(nt, H), 128, 0, stream_>>>(a, chunk, out.data, float_kind(out.dtype),
                                                           out.stride[0], out.stride[1]);
     check_launch("mla_attention_paged (combine)", shapes);
   }

@@ -7,8 +7,13 @@
 // Differences from the real model are listed in bench/NOTES.md (fixed context per run,
 // random routing from random weights, no k_rope broadcast copy).
 //
-// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only] [--out FILE.jsonl]
+// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only] [--profile] [--unfused-mla]
+//                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
+// --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
+// site over a few steps (us per step and % of the summed step), then exits.
+// --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
+// mla_rope_store (A/B of the fused MLA ops).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +25,12 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include <map>
+
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -34,10 +44,61 @@ constexpr int64_t kLayers = 12, kHidden = 2048, kHeads = 16, kQLora = 1536, kKvL
                   kExperts = 64, kTopK = 6, kMoeI = 1408, kSharedI = 2 * 1408, kDenseI = 11264,
                   kVocab = 129280, kBlock = 64;
 
+// CUDA events around each op of an eager step (--profile): pairs recorded on the backend's
+// stream, read after the step and summed per op site.
+struct OpProfiler {
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;  // 2 per op
+  std::vector<const char*> names;
+  size_t used = 0;
+  std::map<std::string, std::pair<double, int>> total_us;  // site -> (us, calls)
+  double step_us = 0;
+  OpProfiler() = default;
+  OpProfiler(const OpProfiler&) = delete;
+  OpProfiler& operator=(const OpProfiler&) = delete;
+  void reset() {
+    total_us.clear();
+    step_us = 0;
+  }
+  ~OpProfiler() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+  void begin(const char* name) {
+    if (used + 2 > events.size()) {
+      for (int i = 0; i < 64; ++i) {
+        cudaEvent_t e;
+        DI_CHECK(cudaEventCreate(&e) == cudaSuccess, "layer_bench: cudaEventCreate failed");
+        events.push_back(e);
+      }
+    }
+    names.push_back(name);
+    cudaEventRecord(events[used++], stream);
+  }
+  void end() { cudaEventRecord(events[used++], stream); }
+  // Adds the recorded step to the totals (synchronizes).
+  void collect() {
+    DI_CHECK(cudaEventSynchronize(events[used - 1]) == cudaSuccess, "layer_bench: event sync failed");
+    for (size_t i = 0; i < names.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
+      auto& t = total_us[names[i]];
+      t.first += ms * 1e3;
+      t.second += 1;
+    }
+    float all = 0;
+    cudaEventElapsedTime(&all, events[0], events[used - 1]);
+    step_us += all * 1e3;
+    names.clear();
+    used = 0;
+  }
+};
+
 struct Bench {
   Bench(Backend& backend, bool use_fp8) : b(backend), fp8(use_fp8) {}
   Backend& b;
   bool fp8;
+  bool fused_mla = true;
+  OpProfiler* prof = nullptr;  // set: time every op (eager only)
   uint64_t seed = 1;
   std::vector<DeviceBuffer> keep;
   int64_t weight_bytes = 0;
@@ -156,27 +217,45 @@ struct Step {
   PagedKV kv;
 };
 
+// OP(site, call): the call, between two events when profiling.
+#define OP(site, ...)                  \
+  do {                                 \
+    if (B.prof) B.prof->begin(site);   \
+    __VA_ARGS__;                       \
+    if (B.prof) B.prof->end();         \
+  } while (0)
+
 void forward(Bench& B, Step& s) {
   Backend& b = B.b;
   const int64_t T = s.T;
-  b.embedding(s.ids, B.embed, s.residual);
+  OP("embedding", b.embedding(s.ids, B.embed, s.residual));
   const float scale = 1.0f / std::sqrt(float(kQk));
   for (int64_t l = 0; l < kLayers; ++l) {
     Bench::Layer& L = B.layers[l];
     if (l == 0)
-      b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x);
+      OP("norm in", b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x));
     else
-      b.add_rms_norm(s.residual, s.o, L.in_norm, 1e-6f, s.x);
-    b.gemm_pair(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a);
-    b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a);
-    b.gemm(s.q_a, L.q_b, s.q);
+      OP("norm in", b.add_rms_norm(s.residual, s.o, L.in_norm, 1e-6f, s.x));
+    OP("gemm q_a|kv_a", b.gemm_pair(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a));
     Tensor c_kv = cols(s.kv_a, T, kKvLora);
-    b.rms_norm(c_kv, L.kv_a_norm, 1e-6f, c_kv);
     Tensor q3 = heads3(s.q, T, kHeads, kQk, kQk);
-    b.rope(q3, s.positions, B.cos_sin, kNope, kRope, true);
-    b.rope(s.kv_a, s.positions, B.cos_sin, kKvLora, kRope, true);
+    Tensor qr = heads3(s.q_abs, T, kHeads, kRow, kRope, kKvLora);
     s.kv.cache = s.caches[l];
-    b.kv_store(s.kv_a, s.kv);
+    if (B.fused_mla) {
+      OP("norm q_a+c_kv", b.rms_norm_pair(s.q_a, L.q_a_norm, s.q_a, c_kv, L.kv_a_norm, c_kv, 1e-6f));
+      OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
+      Tensor none;
+      OP("rope+kv_store", b.mla_rope_store(q3, s.kv_a, s.positions, B.cos_sin, kNope, kKvLora, kRope, true,
+                                           s.kv, s.direct ? none : qr));
+    } else {
+      OP("norm q_a+c_kv", b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a));
+      OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
+      OP("norm q_a+c_kv", b.rms_norm(c_kv, L.kv_a_norm, 1e-6f, c_kv));
+      OP("rope+kv_store", b.rope(q3, s.positions, B.cos_sin, kNope, kRope, true));
+      OP("rope+kv_store", b.rope(s.kv_a, s.positions, B.cos_sin, kKvLora, kRope, true));
+      OP("rope+kv_store", b.kv_store(s.kv_a, s.kv));
+      if (!s.direct) OP("rope+kv_store", b.copy(heads3(s.q, T, kHeads, kQk, kRope, kNope), qr));
+    }
     Tensor attn3 = heads3(s.attn, T, kHeads, kV, kV);
     if (s.direct) {
       b.gemm(c_kv, L.kv_b, s.kv_b);
@@ -187,39 +266,37 @@ void forward(Bench& B, Step& s) {
                               scale, attn3);
     } else {
       Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
-      b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn);
-      Tensor qr = heads3(s.q_abs, T, kHeads, kRow, kRope, kKvLora);
-      b.copy(heads3(s.q, T, kHeads, kQk, kRope, kNope), qr);
+      OP("gemm_heads uk", b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn));
       Tensor lat3 = heads3(s.latent, T, kHeads, kKvLora, kKvLora);
-      b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3);
-      b.gemm_heads(lat3, L.uv_all, attn3);
+      OP("attention paged", b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3));
+      OP("gemm_heads uv", b.gemm_heads(lat3, L.uv_all, attn3));
     }
-    b.gemm(s.attn, L.o, s.o);
-    b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x);
+    OP("gemm o", b.gemm(s.attn, L.o, s.o));
+    OP("norm post", b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x));
     if (!L.moe) {
       Tensor g = cols(s.gate_up, T, kDenseI), u = cols(s.gate_up, T, kDenseI, kDenseI);
-      b.gemm_pair(s.x, L.dense_gate, L.dense_up, g, u);
-      b.gemm_swiglu(cols(s.gate_up, T, 2 * kDenseI), L.dense_down, s.o, false);
+      OP("dense gate|up", b.gemm_pair(s.x, L.dense_gate, L.dense_up, g, u));
+      OP("dense down (swiglu)", b.gemm_swiglu(cols(s.gate_up, T, 2 * kDenseI), L.dense_down, s.o, false));
     } else {
-      b.gemm(s.x, L.gate, s.logits_router);
+      OP("router gemm", b.gemm(s.x, L.gate, s.logits_router));
       MoeRouting r;
       r.num_experts = kExperts;
       r.top_k = kTopK;
       r.use_bias = true;
       r.scaling = 2.446f;
-      b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w);
-      b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o);
+      OP("moe_routing", b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w));
+      OP("moe_experts", b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o));
       Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
-      b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u);
-      b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true);  // o += shared
+      OP("shared gate|up", b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u));
+      OP("shared down (swiglu+add)", b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true));
     }
   }
   // Last position only (prefill) or every row (decode) goes through the head.
   const int64_t R = s.direct ? 1 : T;
-  b.add_rms_norm(s.residual, s.o, B.final_norm, 1e-6f, s.x);
+  OP("norm final", b.add_rms_norm(s.residual, s.o, B.final_norm, 1e-6f, s.x));
   Tensor last = s.x.slice_rows(T - R, T);
-  b.gemm(last, B.lm_head, s.logits);
-  b.argmax(s.logits, s.next_ids);
+  OP("lm_head", b.gemm(last, B.lm_head, s.logits));
+  OP("argmax", b.argmax(s.logits, s.next_ids));
 }
 
 std::unique_ptr<Step> make_step(Bench& B, int64_t num_seqs, int64_t q_len, int64_t ctx, bool direct) {
@@ -304,15 +381,49 @@ double time_steps(Bench& B, Step& s, int reps, int graph_id) {
   return times[times.size() / 2];
 }
 
+// Eager decode steps with every op between events; prints us per step by op site.
+void profile(Bench& B, cudaStream_t stream, const char* weights) {
+  for (int64_t batch : {1, 8}) {
+    auto s = make_step(B, batch, 1, 576, false);
+    OpProfiler prof;
+    prof.stream = stream;
+    forward(B, *s);  // warm-up, unprofiled
+    B.b.synchronize();
+    constexpr int kSteps = 5;
+    for (int i = 0; i < kSteps + 1; ++i) {
+      B.prof = &prof;
+      forward(B, *s);
+      B.prof = nullptr;
+      prof.collect();
+      if (i == 0) prof.reset();  // drop the first step
+    }
+    std::vector<std::pair<double, std::string>> rows;
+    double sum = 0;
+    for (const auto& [name, t] : prof.total_us) {
+      rows.push_back({t.first / kSteps, name});
+      sum += t.first / kSteps;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::printf("profile %s batch %lld (eager, events around each op, mean of %d steps): ops sum %.1f us, "
+                "first-to-last event %.1f us\n",
+                weights, (long long)batch, kSteps, sum, prof.step_us / kSteps);
+    for (const auto& [us, name] : rows)
+      std::printf("  %-26s %4d calls  %8.1f us  %5.1f%%\n", name.c_str(), prof.total_us[name].second / kSteps,
+                  us, 100.0 * us / sum);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool fp8 = false, graphs = false, decode_only = false;
+  bool fp8 = false, graphs = false, decode_only = false, do_profile = false, unfused_mla = false;
   std::string out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    else if (!std::strcmp(argv[i], "--profile")) do_profile = true;
+    else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
   try {
@@ -325,10 +436,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     Bench B(*backend, fp8);
+    B.fused_mla = !unfused_mla;
     const auto t0 = std::chrono::steady_clock::now();
     B.build();
     std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (do_profile) {
+      auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
+      DI_CHECK(cuda_backend != nullptr, "layer_bench --profile: not the CUDA backend");
+      profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16");
+      return 0;
+    }
     std::ofstream jsonl;
     if (!out_path.empty()) jsonl.open(out_path, std::ios::app);
     // Bytes of weights one decode step must read: everything but the experts, plus the

@@ -122,24 +122,25 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
   // Latent: [T, kv_lora | rope]; normalize c_kv in place below.
   Tensor q = cols_view(ws.q, T, heads * qk);
   Tensor kv_a = cols_view(ws.kv_a, T, row);
+  Tensor c_kv = cols_view(ws.kv_a, T, L);  // [T, kv_lora] (row stride kv_lora + rope)
   if (c.has_q_lora()) {
     Tensor q_a = cols_view(ws.q_a, T, c.q_lora_rank);  // [T, q_lora]
     backend.gemm_pair(x, w.q_a_proj, w.kv_a_proj_with_mqa, q_a, kv_a);  // both read x
-    backend.rms_norm(q_a, w.q_a_layernorm, kLatentNormEps, q_a);
+    backend.rms_norm_pair(q_a, w.q_a_layernorm, q_a, c_kv, w.kv_a_layernorm, c_kv, kLatentNormEps);
     backend.gemm(q_a, w.q_b_proj, q);
   } else {
     backend.gemm(x, w.q_proj, q);
     backend.gemm(x, w.kv_a_proj_with_mqa, kv_a);
+    backend.rms_norm(c_kv, w.kv_a_layernorm, kLatentNormEps, c_kv);
   }
-  Tensor c_kv = cols_view(ws.kv_a, T, L);  // [T, kv_lora] (row stride kv_lora + rope)
-  backend.rms_norm(c_kv, w.kv_a_layernorm, kLatentNormEps, c_kv);
 
+  // rope(q), rope(k_rope), cache rows [c_kv | rope(k_rope)] and, absorbed, the query's
+  // rope part into q_abs[:, h, kv_lora:] in one op.
   Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
-  backend.rope(q3, *step.positions, *step.cos_sin, static_cast<int>(nope), static_cast<int>(rope),
-               c.rope_interleave);
-  backend.rope(kv_a, *step.positions, *step.cos_sin, static_cast<int>(L), static_cast<int>(rope),
-               c.rope_interleave);
-  backend.kv_store(kv_a, step.kv);  // cache rows [c_kv | rope(k_rope)]
+  Tensor q_abs_rope = step.direct ? Tensor{} : heads_view(ws.q_abs, T, heads, row, rope, L);
+  backend.mla_rope_store(q3, kv_a, *step.positions, *step.cos_sin, static_cast<int>(nope),
+                         static_cast<int>(L), static_cast<int>(rope), c.rope_interleave, step.kv,
+                         q_abs_rope);
 
   Tensor attn3 = heads_view(ws.attn, T, heads, vdim, vdim);  // [T, heads, v]
   if (step.direct) {
@@ -158,12 +159,10 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
                                   step.kv.num_seqs, scale, attn3);
   } else {
     // q_abs[:, h] = [q_nope[:, h] · W_UK[h] | q_rope[:, h]]   [T, heads, kv_lora + rope]
-    // All heads in one op (owners[0] = W_UK^T stacked [heads, kv_lora, nope]).
+    // (the rope part was written by mla_rope_store). All heads in one op (owners[0] = W_UK^T stacked [heads, kv_lora, nope]).
     Tensor q_abs_nope = heads_view(ws.q_abs, T, heads, row, L);
     backend.gemm_heads(heads_view(ws.q, T, heads, qk, nope), absorbed.owners[0].tensor(),
                        q_abs_nope);
-    Tensor q_abs_rope = heads_view(ws.q_abs, T, heads, row, rope, L);
-    backend.copy(heads_view(ws.q, T, heads, qk, rope, nope), q_abs_rope);
     Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
     backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
                                 static_cast<int>(L), latent3);
