@@ -31,8 +31,8 @@ struct GrammarSpec {
   enum class Kind { Regex, JsonSchema, Ebnf, JsonObject };
   Kind kind = Kind::JsonObject;
   std::string source;  // regex / schema JSON text / grammar text; unused for JsonObject
-  // JSON whitespace policy: true allows any JSON whitespace between tokens (bounded run
-  // length, see json_schema.h); false allows none (compact JSON).
+  // JSON whitespace policy: true allows any run of JSON whitespace between tokens; false
+  // allows none (compact JSON).
   bool json_any_whitespace = true;
 };
 
