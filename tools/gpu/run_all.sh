@@ -108,12 +108,18 @@ else
   rows+=("bench|no binary|0")
 fi
 
-# 5. deepinfer bench (the CLI), when it is implemented
+# 5. deepinfer bench (the CLI): the real model through engine/runner on CUDA, random weights
+#    made on the device; the six bf16 figures, then fp8.
 cfg="$root/../shared/models/bench-v3-7b/config.json"
 [[ -f "$cfg" ]] || cfg="$root/bench/cuda/bench-v3-7b.config.json"
-if want deepinfer_bench && [[ -x "$bin/deepinfer" ]] && "$bin/deepinfer" bench --help > "$OUT/deepinfer_bench_help.log" 2>&1; then
-  stage deepinfer_bench 120 "$bin/deepinfer" bench --model "$cfg" --random-weights --backend cuda \
-    --out "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
+if want deepinfer_bench && [[ -x "$bin/deepinfer" ]]; then
+  common=(--config "$cfg" --random-weights --backend cuda --prefill 512,4096 --batch 1,8,32,64
+          --prompt-len 512 --gen-len 128 --repeats 2 --warmup 1 --max-num-seqs 64
+          --max-num-batched-tokens 8192 --roofline-gbps 4160)
+  stage deepinfer_bench_bf16 150 "$bin/deepinfer" bench "${common[@]}" --dtype bf16 \
+    --peak-tflops 777 --output "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
+  want deepinfer_bench_fp8 && stage deepinfer_bench_fp8 120 "$bin/deepinfer" bench "${common[@]}" \
+    --dtype fp8 --peak-tflops 1419 --output "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
 else
   rows+=("deepinfer_bench|not available|0")
 fi
