@@ -21,6 +21,7 @@ grammar::GrammarSpec grammar_spec(const StructuredOutputArgs& so) {
               : so.kind == "json_schema" ? K::JsonSchema
               : so.kind == "ebnf" ? K::Ebnf : K::JsonObject;
   spec.source = so.source;
+  spec.json_any_whitespace = so.any_whitespace;
   return spec;
 }
 

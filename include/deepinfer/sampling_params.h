@@ -12,6 +12,10 @@ namespace deepinfer {
 struct StructuredOutputArgs {
   std::string kind;    // "" | "regex" | "json_schema" | "ebnf" | "json_object"
   std::string source;  // the pattern, schema text or grammar text
+  // JSON whitespace between tokens. false (default): compact JSON, so a small or
+  // unsure model cannot loop on whitespace (the failure vLLM users hit with
+  // xgrammar's any-whitespace default); true: any JSON whitespace.
+  bool any_whitespace = false;
 };
 
 struct SamplingParams {
