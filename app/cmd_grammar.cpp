@@ -26,19 +26,6 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::shared_ptr<const grammar::Vocabulary> vocabulary_of(const Tokenizer& tok) {
-  std::vector<std::string> bytes(tok.vocab_size());
-  std::vector<char> special(tok.vocab_size(), 0);
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    if (!tok.has_token(id)) {
-      special[id] = 1;
-      continue;
-    }
-    bytes[id] = tok.token_bytes(id);
-    special[id] = tok.is_special(id) ? 1 : 0;
-  }
-  return std::make_shared<grammar::Vocabulary>(std::move(bytes), tok.eos_id(), std::move(special));
-}
 
 }  // namespace
 
@@ -69,7 +56,7 @@ int cmd_grammar(int argc, char** argv) {
   if (json_object) spec = {grammar::GrammarSpec::Kind::JsonObject, "", !compact};
 
   Tokenizer tok = Tokenizer::from_dir(tokenizer_dir);
-  auto vocab = vocabulary_of(tok);
+  auto vocab = grammar::vocabulary_from_tokenizer(tok);
   auto compiled = grammar::CompiledGrammar::compile(spec, vocab);
   grammar::GrammarMatcher matcher(compiled);
   std::vector<uint32_t> mask(vocab->num_mask_words());

@@ -105,16 +105,7 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
   if (!params.so_args.kind.empty()) {
     DI_CHECK(tokenizer, "request ", id, ": structured output needs a tokenizer");
     if (!grammar_cache_) {
-      const int vocab = model->vocab_size();
-      std::vector<std::string> bytes(vocab);
-      std::vector<char> special(vocab, 1);
-      for (int32_t t = 0; t < vocab && t < tokenizer->vocab_size(); ++t) {
-        if (!tokenizer->has_token(t)) continue;
-        bytes[t] = tokenizer->token_bytes(t);
-        special[t] = tokenizer->is_special(t) ? 1 : 0;
-      }
-      grammar_vocab_ = std::make_shared<grammar::Vocabulary>(std::move(bytes), tokenizer->eos_id(),
-                                                             std::move(special));
+      grammar_vocab_ = grammar::vocabulary_from_tokenizer(*tokenizer, model->vocab_size());
       grammar_cache_ = std::make_unique<grammar::GrammarCache>(grammar_vocab_);
       bitmask_.resize(grammar_vocab_->num_mask_words());
     }

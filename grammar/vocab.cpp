@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
 
@@ -50,6 +51,19 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std
   t.tok_begin.assign(n + 1, static_cast<int32_t>(ids.size()));
   for (size_t k = ids.size(); k-- > 0;) t.tok_begin[token_node[k]] = static_cast<int32_t>(k);
   for (int32_t i = n - 1; i >= 0; --i) t.tok_begin[i] = std::min(t.tok_begin[i], t.tok_begin[i + 1]);
+}
+
+std::shared_ptr<const Vocabulary> vocabulary_from_tokenizer(const Tokenizer& tokenizer,
+                                                            int32_t vocab_size) {
+  const int32_t n = vocab_size < 0 ? tokenizer.vocab_size() : vocab_size;
+  std::vector<std::string> bytes(static_cast<size_t>(n));
+  std::vector<char> special(static_cast<size_t>(n), 1);
+  for (int32_t id = 0; id < n && id < tokenizer.vocab_size(); ++id) {
+    if (!tokenizer.has_token(id)) continue;
+    bytes[id] = tokenizer.token_bytes(id);
+    special[id] = tokenizer.is_special(id) ? 1 : 0;
+  }
+  return std::make_shared<Vocabulary>(std::move(bytes), tokenizer.eos_id(), std::move(special));
 }
 
 }  // namespace deepinfer::grammar

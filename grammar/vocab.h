@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace deepinfer {
+class Tokenizer;
+}
+
 namespace deepinfer::grammar {
 
 // Trie in preorder: node i has byte[i] at depth[i] (1-based); its subtree is nodes
@@ -41,5 +45,11 @@ class Vocabulary {
   int32_t eos_id_;
   TokenTrie trie_;
 };
+
+// The grammar's view of a tokenizer: raw bytes per id; ids the tokenizer lacks and
+// special tokens are never produced by a grammar. vocab_size (default: the
+// tokenizer's) may be larger, e.g. a model's padded embedding rows.
+std::shared_ptr<const Vocabulary> vocabulary_from_tokenizer(const Tokenizer& tokenizer,
+                                                            int32_t vocab_size = -1);
 
 }  // namespace deepinfer::grammar

@@ -42,17 +42,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Tokenizer tok = Tokenizer::from_dir(tok_dir);
-  std::vector<std::string> bytes(tok.vocab_size());
-  std::vector<char> special(tok.vocab_size(), 0);
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    if (!tok.has_token(id)) {
-      special[id] = 1;
-      continue;
-    }
-    bytes[id] = tok.token_bytes(id);
-    special[id] = tok.is_special(id);
-  }
-  auto vocab = std::make_shared<grammar::Vocabulary>(std::move(bytes), tok.eos_id(), std::move(special));
+  auto vocab = grammar::vocabulary_from_tokenizer(tok);
 
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir))
