@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the CUDA-enabled binaries on the dev machine (no GPU needed) into build-gpu/bin,
-# stripped, for tools/gpu/run_all.sh on the H200 (carry: ["build-gpu"], 64 MiB limit).
+# Builds the CUDA-enabled binaries on the dev machine (no GPU needed) into $GPU_BIN/bin
+# (default build-gpu), stripped, for tools/gpu/run_all.sh on the H200 (carry: ["$GPU_BIN"],
+# 64 MiB limit). GPU_TREE names the CMake build tree (default build-cuda); give each engineer
+# their own GPU_TREE and GPU_BIN so concurrent builds do not overwrite each other.
 # libstdc++/libgcc are linked statically; cudart statically; cuBLASLt dynamically (the
 # H200 image has the same CUDA 13.0 toolkit). Targets that do not build are reported and
 # skipped, so a broken module elsewhere does not block the parity run.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tree="${GPU_TREE:-$root/build-cuda}"
-out="$root/build-gpu/bin"
+gpu_bin="${GPU_BIN:-build-gpu}"
+out="$root/$gpu_bin/bin"
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S "$root" -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON \
   -DDEEPINFER_CUDA_ARCHS=90a -DDEEPINFER_TESTS=ON -DDEEPINFER_BENCH=OFF -DDEEPINFER_WERROR=ON \
@@ -26,4 +29,4 @@ for t in "${targets[@]}"; do
     echo "FAILED $t: see $tree.$t.log"; grep -m5 -E "error" "$tree.$t.log"
   fi
 done
-du -sh "$root/build-gpu"
+du -sh "$root/$gpu_bin"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one script run on the H200 machine (device tool, repo root, carry: ["build-gpu"]).
-# Uses the binaries prebuilt on the dev machine by tools/gpu/build_gpu.sh into build-gpu/bin:
+# The one script run on the H200 machine (device tool, repo root, carry: ["$GPU_BIN"]).
+# Uses the binaries prebuilt on the dev machine by tools/gpu/build_gpu.sh into $GPU_BIN/bin
+# (GPU_BIN defaults to build-gpu):
 #   1. environment: GPU, driver, shared libraries the binaries need (ldd)
 #   2. parity: tests/ops (every CUDA op vs the CPU reference) with DEEPINFER_CUDA_SYNC=1
 #   3. golden tests on the GPU backend (when their binary exists)
@@ -14,10 +15,11 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 OUT="${OUT:-/tmp/deepinfer_out}"
 mkdir -p "$OUT"
-bin="$root/build-gpu/bin"
+gpu_bin="${GPU_BIN:-build-gpu}"
+bin="$root/$gpu_bin/bin"
 budget_s="${RUN_ALL_BUDGET_S:-560}"
 start_s=$(date +%s)
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$root/build-gpu/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$root/$gpu_bin/lib:${LD_LIBRARY_PATH:-}"
 # pip's cuBLAS as a fallback location for libcublasLt.so.13
 py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
