@@ -17,10 +17,15 @@ cmake -S "$root" -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" > "$tree.configure.log" 2>&1 ||
   { echo "configure failed: see $tree.configure.log"; tail -20 "$tree.configure.log"; exit 1; }
 mkdir -p "$out"
-targets=(test_ops deepinfer_cuda_bench deepinfer)
-for t in $(ninja -C "$tree" -t targets all 2>/dev/null | grep -oE "^test_golden[a-z_0-9]*:" | tr -d ':' | sort -u); do
-  targets+=("$t")
-done
+# TARGETS (space-separated) builds only those, e.g. TARGETS=deepinfer for a CLI bench run.
+if [[ -n "${TARGETS:-}" ]]; then
+  read -r -a targets <<< "$TARGETS"
+else
+  targets=(test_ops deepinfer_cuda_bench deepinfer)
+  for t in $(ninja -C "$tree" -t targets all 2>/dev/null | grep -oE "^test_golden[a-z_0-9]*:" | tr -d ':' | sort -u); do
+    targets+=("$t")
+  done
+fi
 for t in "${targets[@]}"; do
   if cmake --build "$tree" --target "$t" -j "$(nproc)" > "$tree.$t.log" 2>&1; then
     f=$(find "$tree" -type f -name "$t" -perm -u+x | head -1)
