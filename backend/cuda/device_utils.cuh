@@ -1,5 +1,5 @@
-// Device-side helpers for the .cu files: bf16/float conversions, warp and block
-// reductions in a fixed order (the result never depends on how many rows share a launch).
+// Device-side helpers for the .cu files: bf16/float conversions, loads and stores of
+// run-time-dtype activations, warp and block reductions in a fixed order (the result never depends on how many rows share a launch).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -19,6 +19,21 @@ template <>
 __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <>
 __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// Activations whose dtype is a run-time flag (float_kind in cuda_common.h: 0 = F32, 1 = BF16):
+// element i of p as float, store v rounded to the dtype, and v as a later read would give it.
+__device__ __forceinline__ float ld(const void* p, int64_t i, int kind) {
+  return kind ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void st(void* p, int64_t i, int kind, float v) {
+  if (kind)
+    static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+__device__ __forceinline__ float round_to(float v, int kind) {
+  return kind ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
 
 __device__ __forceinline__ float fp8_to_f(uint8_t b) {
   __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);

@@ -11,21 +11,6 @@
 namespace deepinfer::cuda {
 namespace {
 
-// kind: 0 = F32, 1 = BF16.
-__device__ __forceinline__ float ld(const void* p, int64_t i, int kind) {
-  return kind ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
-}
-__device__ __forceinline__ void st(void* p, int64_t i, int kind, float v) {
-  if (kind)
-    static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
-// Value as stored in `kind` (what a later read of the element gives).
-__device__ __forceinline__ float round_to(float v, int kind) {
-  return kind ? __bfloat162float(__float2bfloat16_rn(v)) : v;
-}
-
 __global__ void embedding_kernel(const int32_t* ids, const void* table, int table_kind, int64_t H,
                                  int64_t vocab, void* out, int out_kind, int64_t ldo) {
   const int64_t t = blockIdx.x;

@@ -9,20 +9,6 @@
 namespace deepinfer::cuda {
 namespace {
 
-// kind: 0 = F32, 1 = BF16.
-__device__ __forceinline__ float ld(const void* p, int64_t i, int kind) {
-  return kind ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
-}
-__device__ __forceinline__ void st(void* p, int64_t i, int kind, float v) {
-  if (kind)
-    static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
-__device__ __forceinline__ float round_to(float v, int kind) {
-  return kind ? __bfloat162float(__float2bfloat16_rn(v)) : v;
-}
-
 struct NormSide {
   const void* x;
   void* out;

@@ -43,6 +43,18 @@ __device__ __forceinline__ void load_row_bf16(bf16* dst, const void* src, int ki
   }
 }
 
+// One warp: dst[0, n_pad) = row `offset` of base (n values, bf16/f32 by kind) zero-padded, or
+// all zeros when !valid (heads past H, positions past the token's own).
+__device__ __forceinline__ void load_padded_row(bf16* dst, const void* base, int kind, int64_t offset,
+                                                bool valid, int n, int n_pad, int lane) {
+  if (valid) {
+    const void* src = kind ? static_cast<const void*>(static_cast<const bf16*>(base) + offset)
+                           : static_cast<const void*>(static_cast<const float*>(base) + offset);
+    load_row_bf16(dst, src, kind, n, lane, 32);
+  }
+  for (int c = (valid ? n : 0) + lane; c < n_pad; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
+}
+
 struct PagedArgs {
   const void* q;
   int q_kind;
@@ -103,31 +115,15 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   // Q rows (16 heads), zero for heads >= H and columns >= D.
   for (int r = warp; r < kHeadsPerBlock; r += 8) {
     const int h = hg * kHeadsPerBlock + r;
-    bf16* dst = Qs + r * Dp;
-    if (h < a.H) {
-      const int64_t off = int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1;
-      load_row_bf16(dst, a.q_kind ? static_cast<const void*>(static_cast<const bf16*>(a.q) + off)
-                                  : static_cast<const void*>(static_cast<const float*>(a.q) + off),
-                    a.q_kind, a.D, lane, 32);
-      for (int c = a.D + lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
-    } else {
-      for (int c = lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
-    }
+    load_padded_row(Qs + r * Dp, a.q, a.q_kind, int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1, h < a.H,
+                    a.D, Dk, lane);
   }
   // K rows of this chunk; rows past the token's position are zero (and masked below).
   for (int j = warp; j < kChunk; j += 8) {
     const int p = c0 + j;
-    bf16* dst = Ks + j * Dp;
-    if (p <= pos) {
-      const int block = a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size];
-      const int64_t row = (int64_t{block} * a.block_size + p % a.block_size) * a.D;
-      load_row_bf16(dst, a.cache_kind ? static_cast<const void*>(static_cast<const bf16*>(a.cache) + row)
-                                      : static_cast<const void*>(static_cast<const float*>(a.cache) + row),
-                    a.cache_kind, a.D, lane, 32);
-      for (int c = a.D + lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
-    } else {
-      for (int c = lane; c < Dk; c += 32) dst[c] = __float2bfloat16_rn(0.0f);
-    }
+    const int block = p <= pos ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
+    load_padded_row(Ks + j * Dp, a.cache, a.cache_kind, (int64_t{block} * a.block_size + p % a.block_size) * a.D,
+                    p <= pos, a.D, Dk, lane);
   }
   __syncthreads();
 
@@ -223,11 +219,7 @@ __global__ void mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_ki
       const float w = __expf(ml[int64_t{s} * a.h_pad * 2] - m);
       acc += w * a.part_o[((int64_t{lt} * a.max_splits + s) * a.h_pad + h) * a.v_pad + d];
     }
-    const int64_t o = int64_t{t} * o_s0 + int64_t{h} * o_s1 + d;
-    if (out_kind)
-      static_cast<bf16*>(out)[o] = __float2bfloat16_rn(acc * inv);
-    else
-      static_cast<float*>(out)[o] = acc * inv;
+    st(out, int64_t{t} * o_s0 + int64_t{h} * o_s1 + d, out_kind, acc * inv);
   }
 }
 
@@ -378,12 +370,7 @@ __global__ void __launch_bounds__(256) mla_prefill_kernel(PrefillArgs a) {
   for (int i = tid; i < kTile * a.Dv; i += 256) {
     const int r = i / a.Dv, c = i % a.Dv, qi = q0 + r;
     if (qi >= len) continue;
-    const float v = O[r * LDO + c] / row_l[r];
-    const int64_t o = int64_t{s0 + qi} * a.o_s0 + int64_t{h} * a.o_s1 + c;
-    if (a.out_kind)
-      static_cast<bf16*>(a.out)[o] = __float2bfloat16_rn(v);
-    else
-      static_cast<float*>(a.out)[o] = v;
+    st(a.out, int64_t{s0 + qi} * a.o_s0 + int64_t{h} * a.o_s1 + c, a.out_kind, O[r * LDO + c] / row_l[r]);
   }
 }
 

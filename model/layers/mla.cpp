@@ -47,7 +47,13 @@ MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
   DI_CHECK(kvb.w.ndim == 2 && kvb.out_features() == heads * (nope + vdim) &&
                kvb.in_features() == L,
            "kv_b_proj ", kvb.w.describe(), " must be [", heads * (nope + vdim), ", ", L, "]");
-  const DType dtype = kvb.w.dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  // BF16 sources stay exact in BF16. FP8 / F32 sources: F32 (exact) where activations are F32
+  // (the CPU reference), BF16 where they are BF16 (CUDA: gemm_heads takes BF16 weights only;
+  // the dequantized FP8 x scale values round to BF16 at 2^-9 relative, the activations' own
+  // precision).
+  const DType dtype = kvb.w.dtype == DType::BF16 || backend.activation_dtype() == DType::BF16
+                          ? DType::BF16
+                          : DType::F32;
   HostBuffer uk_t(dtype, {heads, L, nope});   // W_UK[h]^T
   HostBuffer uv(dtype, {heads, vdim, L});     // W_UV[h]
   std::vector<float> row(static_cast<size_t>(L));
@@ -55,7 +61,7 @@ MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
     if (dtype == DType::F32) {
       b.ptr<float>()[index] = v;
     } else {
-      b.ptr<uint16_t>()[index] = float_to_bf16(v);  // exact: v came from BF16
+      b.ptr<uint16_t>()[index] = float_to_bf16(v);  // RNE; exact when v came from BF16
     }
   };
   for (int64_t h = 0; h < heads; ++h) {

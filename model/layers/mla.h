@@ -19,7 +19,8 @@ namespace deepinfer {
 
 // Per-head absorbed-form weights derived from kv_b_proj [heads * (nope + v), kv_lora]:
 // uk_t[h] = W_UK[h]^T [kv_lora, nope] (so gemm gives q_nope · W_UK), uv[h] = W_UV[h]
-// [v, kv_lora]. Exact: F32 for F32/FP8 sources (FP8 dequantized), BF16 for BF16.
+// [v, kv_lora]. BF16 for BF16 sources (exact); for F32/FP8 sources (FP8 dequantized) F32
+// (exact) on backends with F32 activations, BF16 (rounded) on BF16-activation backends.
 struct MlaAbsorbedWeights {
   std::vector<Weight> uk_t;
   std::vector<Weight> uv;

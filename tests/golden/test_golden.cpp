@@ -1,8 +1,10 @@
 // Golden tests: the CPU forward against HF transformers (fp32 oracle) on tiny random
 // checkpoints made by tools/golden/make_golden.py (fixtures/<name>/{config.json,
-// model.safetensors, reference.json}).
+// model.safetensors, reference.json}). DEEPINFER_ACCELERATOR=cuda runs the CUDA forward
+// instead (run_golden_cuda: BF16 tolerance, teacher-forced, MoE near-ties replayed from the
+// CPU reference).
 //
-// Per fixture:
+// Per fixture on the CPU:
 //  1. whole-prompt prefill (direct MLA): every position's logits within kLogitTolerance;
 //  2. 32 greedy steps, one token at a time through the paged cache (absorbed MLA):
 //     tokens identical to the oracle's;
@@ -16,6 +18,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,6 +26,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "paged_driver.h"
+#include "routing_replay.h"
 
 namespace deepinfer {
 namespace {
@@ -94,51 +98,37 @@ double max_error(const std::vector<std::vector<float>>& got, const Reference& re
   return err;
 }
 
-void run_golden(const std::string& name) {
-  const std::string dir = fixture_dir(name);
-  if (!std::filesystem::exists(dir)) {
-    GTEST_SKIP() << "golden fixture " << dir << " is missing (make it with "
-                 << "tools/golden/make_golden.py --out tests/golden/fixtures)";
+// Max |a - b| over two sets of logits rows.
+double max_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double err = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    for (size_t v = 0; v < a[r].size() && v < b[r].size(); ++v) {
+      err = std::max(err, double(std::fabs(a[r][v] - b[r][v])));
+    }
   }
-  const Reference ref = read_reference(dir);
-  ASSERT_EQ(ref.logits.size(), ref.prompt.size());
-  auto backend = make_test_backend();
-  auto model = load_model(dir, *backend);
-  const double tolerance = on_cuda() ? kLogitToleranceBf16 : kLogitTolerance;
+  return err;
+}
 
+// CPU (fp32, the reference): the oracle's logits and free-running greedy tokens exactly.
+void run_golden_cpu(const std::string& name, const Reference& ref, const std::string& dir) {
+  auto backend = make_cpu_backend();
+  auto model = load_model(dir, *backend);
   {  // 1 + 2: whole prefill, then greedy decode one token at a time.
     test::PagedDriver driver(*model, *backend);
     const int seq = driver.add_sequence();
     auto logits = driver.step({{seq, ref.prompt, true}});
     double scale = 1;
     const double err = max_error(logits, ref, 0, &scale);
-    EXPECT_LE(err, tolerance * scale) << name << ": prefill max abs logit error " << err;
+    EXPECT_LE(err, kLogitTolerance * scale) << name << ": prefill max abs logit error " << err;
     std::printf("[golden] %s on %s prefill: max abs logit error %.3g (max |logit| %.3g)\n",
                 name.c_str(), backend->name().c_str(), err, scale);
-    if (!on_cuda()) {
-      // fp32 everywhere: free-running greedy decode must reproduce the oracle exactly.
-      std::vector<int32_t> generated = {argmax(logits.back())};
-      while (generated.size() < ref.greedy.size()) {
-        auto row = driver.step({{seq, {generated.back()}, false}});
-        generated.push_back(argmax(row[0]));
-      }
-      EXPECT_EQ(generated, ref.greedy) << name << ": greedy tokens differ from the oracle";
-    } else {
-      // BF16: teacher-forced. At every step the oracle's token must be our argmax, or
-      // within the bf16 tolerance of it (a near-tie the oracle itself could flip).
-      std::vector<float> row = logits.back();
-      int exact = 0;
-      for (size_t i = 0; i < ref.greedy.size(); ++i) {
-        const int32_t want = ref.greedy[i];
-        const int32_t got = argmax(row);
-        exact += got == want;
-        EXPECT_LE(row[got] - row[want], tolerance * scale)
-            << name << ": step " << i << " argmax " << got << " but oracle chose " << want;
-        if (i + 1 < ref.greedy.size()) row = driver.step({{seq, {want}, false}})[0];
-      }
-      std::printf("[golden] %s on %s: %d/%zu greedy steps exact, rest within tolerance\n",
-                  name.c_str(), backend->name().c_str(), exact, ref.greedy.size());
+    std::vector<int32_t> generated = {argmax(logits.back())};
+    while (generated.size() < ref.greedy.size()) {
+      auto row = driver.step({{seq, {generated.back()}, false}});
+      generated.push_back(argmax(row[0]));
     }
+    EXPECT_EQ(generated, ref.greedy) << name << ": greedy tokens differ from the oracle";
   }
   {  // 3: the prompt in chunks 5 + 7 (absorbed MLA with cached context for the second).
     test::PagedDriver driver(*model, *backend);
@@ -149,13 +139,115 @@ void run_golden(const std::string& name) {
     auto la = driver.step({{seq, a, true}});
     double scale = 1;
     double err = max_error(la, ref, 0, &scale);
-    EXPECT_LE(err, tolerance * scale) << name << ": first chunk max abs error " << err;
+    EXPECT_LE(err, kLogitTolerance * scale) << name << ": first chunk max abs error " << err;
     if (!b.empty()) {
       auto lb = driver.step({{seq, b, true}});
       err = max_error(lb, ref, split, &scale);
-      EXPECT_LE(err, tolerance * scale) << name << ": second chunk max abs error " << err;
+      EXPECT_LE(err, kLogitTolerance * scale) << name << ": second chunk max abs error " << err;
       std::printf("[golden] %s chunked: max abs logit error %.3g\n", name.c_str(), err);
     }
+  }
+}
+
+// CUDA (BF16 activations): every step runs on the CPU reference too, whose MoE routing is
+// replayed into the CUDA forward where a near-tie flipped an expert (routing_replay.h); then
+//  1. whole-prompt prefill: logits within kLogitToleranceBf16 of the oracle;
+//  2. 32 teacher-forced decode steps (the oracle's tokens as input): the oracle's token is the
+//     argmax or within tolerance of it, and the logits within tolerance of the CPU's (fp32,
+//     equal to the oracle's: the CPU test above);
+//  3. chunks 5 + 7: logits within tolerance of the oracle.
+void run_golden_cuda(const std::string& name, const Reference& ref, const std::string& dir) {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_test_backend();
+  test::RoutingLog log;
+  test::RoutingReplayBackend cpu_rec(*cpu, log, test::RoutingReplayBackend::Mode::Record);
+  test::RoutingReplayBackend gpu_rep(*gpu, log, test::RoutingReplayBackend::Mode::Replay);
+  auto cpu_model = load_model(dir, cpu_rec);
+  auto gpu_model = load_model(dir, gpu_rep);
+  struct Pair {
+    test::PagedDriver cpu, gpu;
+  };
+  auto make_pair = [&] {
+    return std::unique_ptr<Pair>(new Pair{{*cpu_model, cpu_rec}, {*gpu_model, gpu_rep}});
+  };
+  // One step on both: the CPU records its routing, CUDA replays it. Returns CUDA's logits.
+  auto step = [&](Pair& p, const std::vector<test::PagedDriver::Chunk>& chunks,
+                  std::vector<std::vector<float>>* cpu_logits) {
+    log.clear_calls();
+    auto c = p.cpu.step(chunks);
+    auto g = p.gpu.step(chunks);
+    EXPECT_EQ(log.next, log.calls.size()) << name << ": CUDA made fewer routing calls than the CPU";
+    if (cpu_logits != nullptr) *cpu_logits = std::move(c);
+    return g;
+  };
+  const double tolerance = kLogitToleranceBf16;
+  {  // 1 + 2
+    auto p = make_pair();
+    const int seq = p->cpu.add_sequence();
+    ASSERT_EQ(p->gpu.add_sequence(), seq);
+    auto logits = step(*p, {{seq, ref.prompt, true}}, nullptr);
+    double scale = 1;
+    const double err = max_error(logits, ref, 0, &scale);
+    EXPECT_LE(err, tolerance * scale) << name << ": prefill max abs logit error " << err;
+    std::printf("[golden] %s on %s prefill: max abs logit error %.3g (max |logit| %.3g)\n",
+                name.c_str(), gpu->name().c_str(), err, scale);
+    std::vector<float> row = logits.back();
+    int exact = 0;
+    double decode_err = 0;
+    for (size_t i = 0; i < ref.greedy.size(); ++i) {
+      const int32_t want = ref.greedy[i];
+      const int32_t got = argmax(row);
+      exact += got == want;
+      EXPECT_LE(row[got] - row[want], tolerance * scale)
+          << name << ": step " << i << " argmax " << got << " but oracle chose " << want;
+      if (i + 1 == ref.greedy.size()) break;
+      std::vector<std::vector<float>> cpu_row;
+      auto gpu_row = step(*p, {{seq, {want}, false}}, &cpu_row);
+      const double e = max_diff(gpu_row, cpu_row);
+      decode_err = std::max(decode_err, e);
+      EXPECT_LE(e, tolerance * scale) << name << ": decode step " << i + 1 << " logits differ from the CPU's by " << e;
+      row = gpu_row[0];
+    }
+    std::printf("[golden] %s on %s: %d/%zu teacher-forced steps exact, max abs logit error vs CPU %.3g\n",
+                name.c_str(), gpu->name().c_str(), exact, ref.greedy.size(), decode_err);
+  }
+  {  // 3
+    auto p = make_pair();
+    const int seq = p->cpu.add_sequence();
+    ASSERT_EQ(p->gpu.add_sequence(), seq);
+    const size_t split = std::min<size_t>(5, ref.prompt.size());
+    std::vector<int32_t> a(ref.prompt.begin(), ref.prompt.begin() + split);
+    std::vector<int32_t> b(ref.prompt.begin() + split, ref.prompt.end());
+    auto la = step(*p, {{seq, a, true}}, nullptr);
+    double scale = 1;
+    double err = max_error(la, ref, 0, &scale);
+    EXPECT_LE(err, tolerance * scale) << name << ": first chunk max abs error " << err;
+    if (!b.empty()) {
+      auto lb = step(*p, {{seq, b, true}}, nullptr);
+      err = max_error(lb, ref, split, &scale);
+      EXPECT_LE(err, tolerance * scale) << name << ": second chunk max abs error " << err;
+      std::printf("[golden] %s chunked on %s: max abs logit error %.3g\n", name.c_str(),
+                  gpu->name().c_str(), err);
+    }
+  }
+  std::printf("[golden] %s on %s: routing of %lld tokens compared, %lld near-tie flips replaced "
+              "(largest choice-score gap %.3g)\n",
+              name.c_str(), gpu->name().c_str(), static_cast<long long>(log.compared_tokens),
+              static_cast<long long>(log.flipped_tokens), log.max_flip_margin);
+}
+
+void run_golden(const std::string& name) {
+  const std::string dir = fixture_dir(name);
+  if (!std::filesystem::exists(dir)) {
+    GTEST_SKIP() << "golden fixture " << dir << " is missing (make it with "
+                 << "tools/golden/make_golden.py --out tests/golden/fixtures)";
+  }
+  const Reference ref = read_reference(dir);
+  ASSERT_EQ(ref.logits.size(), ref.prompt.size());
+  if (on_cuda()) {
+    run_golden_cuda(name, ref, dir);
+  } else {
+    run_golden_cpu(name, ref, dir);
   }
 }
 

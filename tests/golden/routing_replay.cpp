@@ -1,0 +1,129 @@
+#include "routing_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "core/error.h"
+
+namespace deepinfer::test {
+namespace {
+
+// Choice scores of token t as the recording backend's moe_routing defines them (backend.h):
+// sigmoid(logit) + bias, or softmax over the experts.
+std::vector<double> choice_scores(const RoutingLog::Call& call, int64_t t) {
+  const int E = call.routing.num_experts;
+  const float* x = call.logits.data() + t * E;
+  std::vector<double> c(static_cast<size_t>(E));
+  if (call.routing.scoring == MoeRouting::Scoring::Sigmoid) {
+    for (int e = 0; e < E; ++e) {
+      c[e] = 1.0 / (1.0 + std::exp(-double(x[e])));
+      if (call.routing.use_bias) c[e] += call.bias[e];
+    }
+  } else {
+    const double mx = *std::max_element(x, x + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += c[e] = std::exp(double(x[e]) - mx);
+    for (double& v : c) v /= sum;
+  }
+  return c;
+}
+
+}  // namespace
+
+double routing_flip_margin(const RoutingLog::Call& call, int64_t t, const int32_t* chosen) {
+  const MoeRouting& r = call.routing;
+  const int E = r.num_experts, K = r.top_k;
+  const int32_t* want = call.ids.data() + t * K;
+  const std::vector<double> c = choice_scores(call, t);
+  double kth = INFINITY;  // weakest recorded choice
+  for (int j = 0; j < K; ++j) kth = std::min(kth, c[want[j]]);
+  // Group scores (backend.h: sum of the top-2 biased scores with bias, else the max).
+  const int G = r.group_limited ? r.num_groups : 1, per_group = E / G;
+  std::vector<double> group(static_cast<size_t>(G));
+  for (int g = 0; g < G; ++g) {
+    std::vector<double> s(c.begin() + g * per_group, c.begin() + (g + 1) * per_group);
+    std::sort(s.begin(), s.end(), std::greater<>());
+    group[g] = r.use_bias && per_group >= 2 ? s[0] + s[1] : s[0];
+  }
+  std::vector<double> sorted_groups = group;
+  std::sort(sorted_groups.begin(), sorted_groups.end(), std::greater<>());
+  const double kept = sorted_groups[static_cast<size_t>(r.group_limited ? r.top_k_groups - 1 : 0)];
+  double margin = 0;
+  for (int j = 0; j < K; ++j) {
+    const int e = chosen[j];
+    DI_CHECK(e >= 0 && e < E, "routing replay: token ", t, " chose expert ", e, " of ", E);
+    if (std::find(want, want + K, e) != want + K) continue;
+    margin = std::max(margin, kth - c[e]);
+    if (r.group_limited) margin = std::max(margin, kept - group[e / per_group]);
+  }
+  return margin;
+}
+
+template <typename T>
+std::vector<T> RoutingReplayBackend::download(const Tensor& t) {
+  HostBuffer host(t.dtype, t.dims());
+  Tensor h = host.tensor();
+  inner_.copy(t, h);
+  inner_.synchronize();
+  return std::vector<T>(host.ptr<T>(), host.ptr<T>() + t.numel());
+}
+
+template <typename T>
+void RoutingReplayBackend::upload(const std::vector<T>& values, Tensor& t) {
+  HostBuffer host(t.dtype, t.dims());
+  std::copy(values.begin(), values.end(), host.ptr<T>());
+  inner_.copy(host.tensor(), t);
+  inner_.synchronize();  // `host` dies here
+}
+
+void RoutingReplayBackend::moe_routing(const Tensor& logits, const Tensor& bias,
+                                       const MoeRouting& routing, Tensor& topk_ids,
+                                       Tensor& topk_weights) {
+  inner_.moe_routing(logits, bias, routing, topk_ids, topk_weights);
+  const int64_t T = logits.size(0), K = routing.top_k;
+  if (mode_ == Mode::Record) {
+    RoutingLog::Call call;
+    call.routing = routing;
+    call.num_tokens = T;
+    call.logits = download<float>(logits);
+    if (routing.use_bias) call.bias = download<float>(bias);
+    call.ids = download<int32_t>(topk_ids);
+    call.weights = download<float>(topk_weights);
+    log_.calls.push_back(std::move(call));
+    return;
+  }
+  DI_CHECK(log_.next < log_.calls.size(), "routing replay: call ", log_.next,
+           " was never recorded (", log_.calls.size(), " recorded)");
+  const RoutingLog::Call& want = log_.calls[log_.next++];
+  DI_CHECK(want.num_tokens == T && want.routing.num_experts == routing.num_experts &&
+               want.routing.top_k == routing.top_k,
+           "routing replay: call ", log_.next - 1, " has ", T, " tokens x top ", K,
+           ", the recorded one ", want.num_tokens, " x ", want.routing.top_k);
+  std::vector<int32_t> ids = download<int32_t>(topk_ids);
+  std::vector<float> weights = download<float>(topk_weights);
+  bool replaced = false;
+  for (int64_t t = 0; t < T; ++t) {
+    ++log_.compared_tokens;
+    const double margin = routing_flip_margin(want, t, ids.data() + t * K);
+    if (margin == 0 && std::is_permutation(ids.begin() + t * K, ids.begin() + (t + 1) * K,
+                                           want.ids.begin() + t * K)) {
+      continue;
+    }
+    DI_CHECK(margin <= max_margin_, "routing replay: call ", log_.next - 1, " token ", t,
+             " chose experts that score ", margin, " below the reference's choice (more than the ",
+             max_margin_, " a near-tie may explain)");
+    ++log_.flipped_tokens;
+    log_.max_flip_margin = std::max(log_.max_flip_margin, margin);
+    std::copy(want.ids.begin() + t * K, want.ids.begin() + (t + 1) * K, ids.begin() + t * K);
+    std::copy(want.weights.begin() + t * K, want.weights.begin() + (t + 1) * K,
+              weights.begin() + t * K);
+    replaced = true;
+  }
+  if (replaced) {
+    upload(ids, topk_ids);
+    upload(weights, topk_weights);
+  }
+}
+
+}  // namespace deepinfer::test
