@@ -347,6 +347,12 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
       for (uint32_t b = e.lo; b <= e.hi; ++b) a.dense[a.dense_offset[s] + b] = e.to;
     ++num_dense;
   }
+  a.flags.resize(a.states.size());
+  for (size_t s = 0; s < a.states.size(); ++s) {
+    const auto& st = a.states[s];
+    a.flags[s] = static_cast<uint8_t>((st.final ? Automaton::kFinal : 0) | (st.bytes.empty() ? 0 : Automaton::kHasBytes) |
+                                      (st.calls.empty() ? 0 : Automaton::kHasCalls));
+  }
   return a;
 }
 

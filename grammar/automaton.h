@@ -37,6 +37,10 @@ struct Automaton {
   // dense[dense_offset[s] + b] is the next state or -1; dense_offset[s] == -1 when absent.
   std::vector<int32_t> dense_offset;
   std::vector<int32_t> dense;
+  // Per state, a compact copy of what the trie walk tests on every node (kFinal | kHasBytes |
+  // kHasCalls), so the hot loop does not touch the AutomatonState vectors.
+  enum : uint8_t { kFinal = 1, kHasBytes = 2, kHasCalls = 4 };
+  std::vector<uint8_t> flags;
 
   int32_t root_start() const { return rule_start[root_rule]; }
   // Next state on byte b from s (byte edges only), or -1.

@@ -1,13 +1,16 @@
-// MaskCache: context-independent token classification, computed lazily and shared by every
-// matcher of one compiled grammar. An entry is keyed by the top k states of a stack
-// (s1 = the element's state, s2 = its return point, ...), with the stack below replaced by a
-// sentinel (or the real root when the k states are the whole stack). For that key every
-// vocabulary token whose first byte is consumed by s1 is
-//   accepted:  valid whatever lies below the k frames;
-//   uncertain: valid only if the frames below accept the rest (popped the sentinel early);
-//   rejected:  otherwise.
-// Level 1 walks the whole token trie once; level k>1 re-checks only level k-1's uncertain
-// tokens. A matcher's mask is the OR of the accepted sets along each element's chain.
+// MaskCache: context-independent token classification (trie_walk.h), computed lazily and
+// shared by every matcher of one compiled grammar. An entry is keyed by the top k states of a
+// stack (s1 = the element's state, s2 = its return point, ...), with the stack below replaced
+// by a sentinel (or the real root when the k states are the whole stack). Level 1 walks the
+// whole token trie once (reusing first-byte subtrees already walked from the same situation);
+// level k>1 walks it again restricted to level k-1's uncertain tokens.
+// A matcher's mask is the OR of the accepted sets along each element's chain.
+//
+// Level-1 entries of a state from which no call is reachable (JSON string content, numbers,
+// literals, regex tails) depend only on the DFA reachable from that state and on the
+// vocabulary, not on the grammar: they are also kept in the vocabulary's SharedMaskCache under
+// a canonical form of that DFA, so the first grammar that meets (say) string content pays the
+// full trie walk and every later grammar of the same vocabulary reuses it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,30 +20,51 @@
 #include <vector>
 
 #include "grammar/automaton.h"
+#include "grammar/trie_walk.h"
 #include "grammar/vocab.h"
 
 namespace deepinfer::grammar {
 
-struct MaskEntry {
-  std::vector<uint32_t> accepted;  // bitmask over the vocabulary, num_mask_words words
-  std::vector<int32_t> uncertain;  // token ids
+// Per-vocabulary store of grammar-independent level-1 entries; thread-safe. Bounded by
+// max_bytes: once full, new forms are no longer stored (the common ones come first).
+class SharedMaskCache {
+ public:
+  explicit SharedMaskCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+  std::shared_ptr<const MaskEntry> find(const std::string& key) const;
+  // Stores e under key unless present or full; returns the stored entry (or e).
+  std::shared_ptr<const MaskEntry> insert(const std::string& key, std::shared_ptr<const MaskEntry> e);
+  size_t num_entries() const;
+  size_t num_bytes() const;
+
+ private:
+  const size_t max_bytes_;
+  mutable std::mutex mu_;
+  size_t num_bytes_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> entries_;
 };
+
+// Canonical form of the DFA reachable from `state` by byte edges (breadth-first numbering;
+// finality, edges), prefixed by `rooted`. False (key unspecified) when a reachable state has a
+// call or more than max_states states are reachable.
+bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, std::string& key);
 
 class MaskCache {
  public:
   MaskCache(const Automaton& a, const Vocabulary& v) : a_(a), v_(v) {}
-  // states: s1..sk (top first); rooted: the k frames are the whole stack.
+  // states: s1..sk (top first); rooted: the k frames are the whole stack; prev: the entry of
+  // s1..s(k-1) (null for k == 1).
   const MaskEntry& get(const std::vector<int32_t>& states, bool rooted, const MaskEntry* prev);
   size_t num_entries() const;
+  // Level-1 entries taken from the vocabulary's shared cache rather than walked here.
+  size_t num_shared_hits() const;
 
  private:
-  std::unique_ptr<MaskEntry> walk_trie(int32_t state, bool rooted) const;
-  std::unique_ptr<MaskEntry> recheck(const std::vector<int32_t>& states, bool rooted, const MaskEntry& prev) const;
-
   const Automaton& a_;
   const Vocabulary& v_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::unique_ptr<MaskEntry>> entries_;
+  size_t num_shared_hits_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> entries_;
+  SubtreeCache subtrees_{size_t{32} << 20};  // level-1 walks of this grammar (trie_walk.h)
 };
 
 }  // namespace deepinfer::grammar

@@ -4,12 +4,22 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "grammar/mask_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
 
+// Budget of the shared mask entries: a 128k vocabulary's entry is 16 KiB of bitmask, so about
+// 4,000 distinct grammar-independent forms.
+constexpr size_t kSharedMaskBytes = size_t{64} << 20;
+
+Vocabulary::~Vocabulary() = default;
+
 Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std::vector<char> is_special)
-    : token_bytes_(std::move(token_bytes)), is_special_(std::move(is_special)), eos_id_(eos_id) {
+    : token_bytes_(std::move(token_bytes)),
+      is_special_(std::move(is_special)),
+      eos_id_(eos_id),
+      shared_masks_(std::make_unique<SharedMaskCache>(kSharedMaskBytes)) {
   DI_CHECK(is_special_.empty() || is_special_.size() == token_bytes_.size(), "grammar vocabulary: is_special has ",
            is_special_.size(), " entries, expected ", token_bytes_.size());
   DI_CHECK(eos_id_ >= -1 && eos_id_ < size(), "grammar vocabulary: eos id ", eos_id_, " outside [0, ", size(), ")");

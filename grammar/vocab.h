@@ -13,6 +13,8 @@ class Tokenizer;
 
 namespace deepinfer::grammar {
 
+class SharedMaskCache;
+
 // Trie in preorder: node i has byte[i] at depth[i] (1-based); its subtree is nodes
 // [i, end[i]); the tokens ending at node i are sorted_tokens[tok_begin[i] .. tok_begin[i+1]),
 // so a subtree's tokens are sorted_tokens[tok_begin[i] .. tok_begin[end[i]]).
@@ -31,6 +33,9 @@ class Vocabulary {
   // token_bytes[id]: raw bytes of token id; is_special (optional, same size): tokens never
   // produced by a grammar. eos_id may be -1 (no EOS).
   Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std::vector<char> is_special = {});
+  ~Vocabulary();
+  Vocabulary(const Vocabulary&) = delete;
+  Vocabulary& operator=(const Vocabulary&) = delete;
 
   int32_t size() const { return static_cast<int32_t>(token_bytes_.size()); }
   int32_t eos_id() const { return eos_id_; }
@@ -38,12 +43,16 @@ class Vocabulary {
   const std::string& token_bytes(int32_t id) const { return token_bytes_[id]; }
   bool is_special(int32_t id) const { return !is_special_.empty() && is_special_[id]; }
   const TokenTrie& trie() const { return trie_; }
+  // Grammar-independent mask entries for this vocabulary (mask_cache.h), shared by every
+  // grammar compiled for it; thread-safe.
+  SharedMaskCache& shared_masks() const { return *shared_masks_; }
 
  private:
   std::vector<std::string> token_bytes_;
   std::vector<char> is_special_;
   int32_t eos_id_;
   TokenTrie trie_;
+  std::unique_ptr<SharedMaskCache> shared_masks_;
 };
 
 // The grammar's view of a tokenizer: raw bytes per id; ids the tokenizer lacks and

@@ -1,0 +1,199 @@
+// The trie walk behind every mask entry (see trie_walk.h).
+#include "grammar/trie_walk.h"
+
+#include <cstring>
+
+#include "grammar/stack.h"
+
+namespace deepinfer::grammar {
+namespace {
+
+inline void set_bit(std::vector<uint32_t>& mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+
+// Subtrees with fewer tokens are walked again rather than cached.
+constexpr int32_t kMinCachedSubtreeTokens = 64;
+
+void append_i32(std::string& out, int32_t x) {
+  char buf[sizeof(x)];
+  std::memcpy(buf, &x, sizeof(x));
+  out.append(buf, sizeof(x));
+}
+
+// Candidate positions, or all positions when kRestricted is false: `cursor` only moves forward
+// because the preorder walk visits token positions in ascending order.
+template <bool kRestricted>
+class Candidates {
+ public:
+  explicit Candidates(const std::vector<int32_t>* c) : c_(c) {}
+  // The subtree's positions [begin, end) hold a candidate (skipping those before begin).
+  bool any_in(int32_t begin, int32_t end) {
+    const std::vector<int32_t>& c = *c_;
+    while (cursor_ < c.size() && c[cursor_] < begin) ++cursor_;
+    return cursor_ < c.size() && c[cursor_] < end;
+  }
+  bool exhausted() const {
+    if constexpr (!kRestricted) return false;
+    return cursor_ >= c_->size();
+  }
+  // Calls f(position) for every candidate in [begin, end), which must follow earlier ranges.
+  template <typename F>
+  void for_each(int32_t begin, int32_t end, F&& f) {
+    if constexpr (!kRestricted) {
+      for (int32_t k = begin; k < end; ++k) f(k);
+    } else {
+      const std::vector<int32_t>& c = *c_;
+      while (cursor_ < c.size() && c[cursor_] < begin) ++cursor_;
+      for (; cursor_ < c.size() && c[cursor_] < end; ++cursor_) f(c[cursor_]);
+    }
+  }
+
+ private:
+  const std::vector<int32_t>* c_;
+  size_t cursor_ = 0;
+};
+
+template <bool kRestricted>
+void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& states, bool rooted,
+          const std::vector<int32_t>* candidates, SubtreeCache* subtrees, MaskEntry& e) {
+  Candidates<kRestricted> cand(candidates);
+  StackArena arena;
+  StepScratch scratch;
+  int32_t top = rooted ? kRoot : kSentinel;
+  for (size_t k = states.size(); k-- > 0;) top = arena.make(states[k], top);
+  // Per depth: either a fast element (state, parent) stepped as a plain DFA while it meets no
+  // call and no rule end above the bottom, or a general element set (fast[d] == -1).
+  const int32_t max_depth = t.max_depth + 1;
+  std::vector<int32_t> fast(max_depth, -1), fast_parent(max_depth, -1);
+  std::vector<std::vector<int32_t>> sets(max_depth);
+  std::vector<char> popped(max_depth, 0);  // the sentinel popped at depth 1..d
+  // Depth 0: only s1's own byte edges (its calls were expanded into other elements).
+  fast[0] = states[0];
+  fast_parent[0] = arena[top].parent;
+  // Recording of one depth-1 subtree [record_begin, record_end) for the subtree cache.
+  std::shared_ptr<SubtreeResult> record;
+  std::string record_key;
+  int32_t record_end = -1;
+  size_t record_uncertain_begin = 0;
+  auto finish_record = [&] {
+    record->uncertain.assign(e.uncertain.begin() + static_cast<std::ptrdiff_t>(record_uncertain_begin),
+                             e.uncertain.end());
+    subtrees->insert(record_key, std::move(record));
+    record = nullptr;
+  };
+  const int32_t n = t.num_nodes();
+  for (int32_t i = 0; i < n;) {
+    if constexpr (kRestricted) {
+      if (!cand.any_in(t.tok_begin[i], t.tok_begin[t.end[i]])) {
+        if (cand.exhausted()) break;
+        i = t.end[i];
+        continue;
+      }
+    } else {
+      if (record && i >= record_end) finish_record();
+    }
+    const int32_t d = t.depth[i];
+    const uint8_t b = t.byte[i];
+    bool alive = false, pop = false, general = false;
+    fast[d] = -1;
+    if (fast[d - 1] >= 0) {
+      const int32_t ns = a.next(fast[d - 1], b);
+      if (ns >= 0) {
+        const uint8_t f = a.flags[ns];
+        const int32_t parent = fast_parent[d - 1];
+        if (!(f & Automaton::kHasCalls) && (!(f & Automaton::kFinal) || parent < 0)) {
+          pop = f & Automaton::kFinal;  // parent < 0: the bottom (root when rooted)
+          if (f & Automaton::kHasBytes) {
+            alive = true;
+            fast[d] = ns;
+            fast_parent[d] = parent;
+          }
+        } else {
+          // A call, or the rule ends inside the token: continue through the stack.
+          StepFlags flags;
+          sets[d].clear();
+          scratch.visited.clear();
+          close_element(a, arena, arena.make(ns, parent), sets[d], flags, scratch);
+          general = true;
+          pop = rooted ? flags.root_pop : flags.sentinel_pop;
+          alive = !sets[d].empty();
+        }
+      }
+    } else {
+      StepFlags flags;
+      step_byte(a, arena, sets[d - 1], b, sets[d], flags, scratch);
+      general = true;
+      pop = rooted ? flags.root_pop : flags.sentinel_pop;
+      alive = !sets[d].empty();
+    }
+    if (general && sets[d].size() == 1) {
+      fast[d] = arena[sets[d][0]].state;
+      fast_parent[d] = arena[sets[d][0]].parent;
+    }
+    const bool popped_before = popped[d - 1];
+    popped[d] = popped_before || (pop && !rooted);
+    cand.for_each(t.tok_begin[i], t.tok_begin[i + 1], [&](int32_t k) {
+      if (alive || pop) {
+        set_bit(e.accepted, t.sorted_tokens[k]);
+        if (!kRestricted && record) record->accepted_ids.push_back(t.sorted_tokens[k]);
+      } else if (popped_before) {
+        e.uncertain.push_back(k);
+      }
+    });
+    if (!kRestricted && subtrees && alive && d == 1 && fast[1] >= 0 &&
+        t.tok_begin[t.end[i]] - t.tok_begin[i + 1] >= kMinCachedSubtreeTokens) {
+      // Situation: first byte (node i), the fast element's stack, whether the sentinel popped.
+      std::string key;
+      append_i32(key, i);
+      append_i32(key, fast[1]);
+      int32_t x = fast_parent[1];
+      for (; x >= 0; x = arena[x].parent) append_i32(key, arena[x].state);
+      append_i32(key, x);
+      key.push_back(popped[1] ? 'p' : '-');
+      if (auto hit = subtrees->find(key)) {
+        for (int32_t id : hit->accepted_ids) set_bit(e.accepted, id);
+        e.uncertain.insert(e.uncertain.end(), hit->uncertain.begin(), hit->uncertain.end());
+        i = t.end[i];
+        continue;
+      }
+      record = std::make_shared<SubtreeResult>();
+      record_key = std::move(key);
+      record_end = t.end[i];
+      record_uncertain_begin = e.uncertain.size();
+    }
+    if (alive) {
+      ++i;
+    } else {
+      if (popped[d]) cand.for_each(t.tok_begin[i + 1], t.tok_begin[t.end[i]], [&](int32_t k) { e.uncertain.push_back(k); });
+      i = t.end[i];
+    }
+  }
+  if (record) finish_record();
+}
+
+}  // namespace
+
+MaskEntry walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
+                    const std::vector<int32_t>* candidates, SubtreeCache* subtrees) {
+  MaskEntry e;
+  e.accepted.assign(v.num_mask_words(), 0);
+  if (candidates)
+    walk<true>(a, v.trie(), states, rooted, candidates, nullptr, e);
+  else
+    walk<false>(a, v.trie(), states, rooted, nullptr, subtrees, e);
+  return e;
+}
+
+std::shared_ptr<const SubtreeResult> SubtreeCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = results_.find(key);
+  return it == results_.end() ? nullptr : it->second;
+}
+
+void SubtreeCache::insert(const std::string& key, std::shared_ptr<const SubtreeResult> r) {
+  const size_t num_bytes = (r->accepted_ids.size() + r->uncertain.size()) * sizeof(int32_t) + key.size();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (num_bytes_ + num_bytes > max_bytes_) return;
+  if (results_.try_emplace(key, std::move(r)).second) num_bytes_ += num_bytes;
+}
+
+}  // namespace deepinfer::grammar

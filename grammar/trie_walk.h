@@ -1,0 +1,61 @@
+// Token classification by one walk of the vocabulary trie from a fixed stack top.
+//
+// The stack is k automaton states s1..sk (s1 = the element's state, s2 its return point, ...)
+// over a bottom: the real root (`rooted`: the k states are the whole stack) or the sentinel
+// (whatever lies below is unknown). Every token whose first byte s1 consumes is
+//   accepted:  valid whatever lies below the k frames;
+//   uncertain: valid only if the frames below accept the rest (the sentinel popped inside it);
+//   rejected:  otherwise.
+// Prefixes are shared: a trie node is stepped once for all tokens below it, and a subtree is
+// skipped as soon as no stack survives its prefix. A run of states without calls is stepped as
+// a plain DFA (no stack hashing) until its rule ends inside a token.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/vocab.h"
+
+namespace deepinfer::grammar {
+
+struct MaskEntry {
+  std::vector<uint32_t> accepted;  // bitmask over the vocabulary, num_mask_words words
+  // Uncertain tokens as positions in the trie's sorted_tokens (ascending): a deeper walk
+  // restricted to them shares their common prefixes.
+  std::vector<int32_t> uncertain;
+};
+
+// The classification of the tokens below one first byte (not the one-byte token itself) from
+// one situation after that byte: the stack element(s) reached and whether the sentinel popped.
+// Different states often reach the same situation (every state of a key trie that leaves into
+// plain string content), so a level-1 walk reuses the subtree instead of walking it again.
+struct SubtreeResult {
+  std::vector<int32_t> accepted_ids;
+  std::vector<int32_t> uncertain;  // trie positions, ascending
+};
+
+// Per compiled grammar (situations name its states); thread-safe; bounded by max_bytes.
+class SubtreeCache {
+ public:
+  explicit SubtreeCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+  std::shared_ptr<const SubtreeResult> find(const std::string& key) const;
+  void insert(const std::string& key, std::shared_ptr<const SubtreeResult> r);
+
+ private:
+  const size_t max_bytes_;
+  mutable std::mutex mu_;
+  size_t num_bytes_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<const SubtreeResult>> results_;
+};
+
+// Classifies the tokens for the stack top `states` (s1 first). candidates: when not null, only
+// these trie positions (ascending) are classified (the others are left rejected), and
+// subtrees holding none are skipped. subtrees (optional, full walks only): reused and filled.
+MaskEntry walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
+                    const std::vector<int32_t>* candidates, SubtreeCache* subtrees = nullptr);
+
+}  // namespace deepinfer::grammar
