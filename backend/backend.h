@@ -103,6 +103,12 @@ class Backend {
   // Copies between any two tensors of equal dtype and numel (host<->device too).
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   virtual void synchronize() = 0;
+  // Device memory in bytes (engine/: KV cache sizing); -1 where not tracked (CPU).
+  struct MemoryInfo {
+    int64_t free_bytes = -1;
+    int64_t total_bytes = -1;
+  };
+  virtual MemoryInfo memory_info() const { return {}; }
 
   // --- embedding.{cpp,cu} ---------------------------------------------------
   // out[T, H] = table[ids[t], :]; table F32/BF16; ids I32 [T].

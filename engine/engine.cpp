@@ -255,6 +255,8 @@ std::vector<RequestOutput> Engine::Impl::step() {
                   p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
                   !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
   }
+  runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
+  stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
   const Tensor* logits = nullptr;
   const std::vector<int32_t>* argmax_ids = nullptr;
   if (argmax_only) argmax_ids = &runner_->execute_argmax(run);

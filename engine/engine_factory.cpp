@@ -1,14 +1,64 @@
 // Engine(EngineConfig): backend, model (checkpoint or random weights) and
 // tokenizer from the configuration; DEEPINFER_* environment variables that
-// concern the engine are honoured here.
+// concern the engine are honoured here. On a device that reports its memory,
+// the KV cache takes what gpu_memory_utilization leaves after the weights and
+// a profile step (unless num_kv_blocks or kv_cache_num_bytes is set).
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <string>
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "kv/kv_sizing.h"
 
 namespace deepinfer {
+namespace {
+
+int resolve_max_model_len(const EngineConfig& config, const ModelConfig& mc) {
+  if (config.max_model_len > 0) return config.max_model_len;
+  return static_cast<int>(
+      std::min<int64_t>(mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096, 1 << 20));
+}
+
+// Runs one step of max_num_batched_tokens prompt tokens (model workspaces and
+// backend scratch grow to their largest), then sizes the KV cache from the
+// memory left. The profile's own small cache is counted as reclaimable.
+int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, Model& model,
+                                 Backend& backend) {
+  const int bs = config.kv_block_size;
+  DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
+  const int num_tokens = std::max(1, std::min(config.max_num_batched_tokens, max_model_len));
+  const int num_blocks = (num_tokens + bs - 1) / bs;
+  const int64_t bytes_per_block = Runner::kv_bytes_per_block(model, backend.activation_dtype(), bs);
+  KvMemoryBudget budget;
+  {
+    RunnerConfig rc;
+    rc.num_kv_blocks = num_blocks;
+    rc.kv_block_size = bs;
+    rc.max_num_batched_tokens = config.max_num_batched_tokens;
+    rc.max_num_seqs = config.max_num_seqs;
+    rc.max_model_len = max_model_len;
+    Runner runner(model, backend, rc);
+    std::vector<int32_t> token_ids(static_cast<size_t>(num_tokens), 0), block_ids(static_cast<size_t>(num_blocks));
+    std::iota(block_ids.begin(), block_ids.end(), 0);
+    const RunSeq seq{token_ids, 0, num_tokens, block_ids, true};
+    runner.execute(std::span(&seq, 1));
+    backend.synchronize();
+    const Backend::MemoryInfo mem = backend.memory_info();
+    budget.total_bytes = mem.total_bytes;
+    budget.free_bytes = mem.free_bytes;
+  }
+  budget.reclaimable_bytes = int64_t{num_blocks} * bytes_per_block;
+  budget.utilization = config.gpu_memory_utilization;
+  budget.bytes_per_block = bytes_per_block;
+  budget.block_size = bs;
+  budget.max_model_len = max_model_len;
+  return kv_blocks_for_memory(budget);
+}
+
+}  // namespace
 
 Engine::Engine(const EngineConfig& config_in) {
   EngineConfig config = config_in;
@@ -18,6 +68,9 @@ Engine::Engine(const EngineConfig& config_in) {
     if (const char* v = std::getenv("DEEPINFER_HF_MODEL_DIR")) config.model_dir = v;
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),
            "EngineConfig: set model_dir (a checkpoint) or random_weights_config (a config.json)");
+  DI_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0,
+           "EngineConfig.gpu_memory_utilization: expected a fraction in (0, 1], got ",
+           config.gpu_memory_utilization);
 
   BackendOptions bo;
   bo.batch_invariant = config.batch_invariant;
@@ -54,6 +107,10 @@ Engine::Engine(const EngineConfig& config_in) {
   else
     DI_CHECK(config.tokenizer_dir.empty(), "EngineConfig.tokenizer_dir: no tokenizer.json in ",
              config.tokenizer_dir);
+
+  config.max_model_len = resolve_max_model_len(config, model->config());
+  if (config.num_kv_blocks <= 0 && config.kv_cache_num_bytes <= 0 && backend->memory_info().total_bytes > 0)
+    config.num_kv_blocks = kv_blocks_from_device_memory(config, config.max_model_len, *model, *backend);
 
   impl_ = std::make_unique<Impl>(config, std::move(backend), std::move(model), std::move(tokenizer));
 }

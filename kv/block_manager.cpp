@@ -70,17 +70,43 @@ int BlockManager::acquire_cached_prefix(std::span<const int32_t> tokens, KVBlock
   return static_cast<int>(seq.block_ids.size()) * block_size_;
 }
 
-bool BlockManager::can_grow(const KVBlocks& seq, int64_t num_tokens) const {
-  int64_t needed = blocks_for(num_tokens) - static_cast<int64_t>(seq.block_ids.size());
-  return needed <= num_free_blocks();
+int BlockManager::fork(const KVBlocks& parent, int64_t num_tokens, KVBlocks& child) {
+  DI_CHECK(child.block_ids.empty(), "KV cache: fork into a non-empty sequence");
+  const int num_shared = blocks_for(num_tokens);
+  DI_CHECK(num_tokens >= 0 && num_shared <= static_cast<int>(parent.block_ids.size()),
+           "KV cache: fork of ", num_tokens, " tokens from a sequence with ",
+           parent.block_ids.size(), " blocks of ", block_size_);
+  child.block_ids.assign(parent.block_ids.begin(), parent.block_ids.begin() + num_shared);
+  for (int32_t b : child.block_ids) add_ref(b);
+  const size_t num_full = std::min(parent.block_hashes.size(), static_cast<size_t>(num_tokens / block_size_));
+  child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + num_full);
+  return static_cast<int>(num_tokens);
 }
 
-void BlockManager::grow(KVBlocks& seq, int64_t num_tokens) {
-  DI_CHECK(can_grow(seq, num_tokens), "KV cache: growing to ", num_tokens, " tokens needs ",
-           blocks_for(num_tokens) - static_cast<int64_t>(seq.block_ids.size()),
-           " blocks, only ", num_free_blocks(), " free");
-  while (static_cast<int>(seq.block_ids.size()) < blocks_for(num_tokens))
-    seq.block_ids.push_back(take_free_block());
+int BlockManager::blocks_needed(const KVBlocks& seq, int64_t begin, int64_t end) const {
+  const int64_t num_blocks = static_cast<int64_t>(seq.block_ids.size());
+  int64_t needed = std::max<int64_t>(blocks_for(end) - num_blocks, 0);
+  for (int64_t i = begin / block_size_; i < std::min<int64_t>(blocks_for(end), num_blocks); ++i)
+    needed += ref_counts_[seq.block_ids[i]] > 1;
+  return static_cast<int>(needed);
+}
+
+void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies) {
+  DI_CHECK(0 <= begin && begin <= end, "KV cache: bad token range [", begin, ", ", end, ")");
+  DI_CHECK(can_allocate_slots(seq, begin, end), "KV cache: writing tokens [", begin, ", ", end,
+           ") needs ", blocks_needed(seq, begin, end), " blocks, only ", num_free_blocks(), " free");
+  const int64_t num_blocks = static_cast<int64_t>(seq.block_ids.size());
+  for (int64_t i = begin / block_size_; i < std::min<int64_t>(blocks_for(end), num_blocks); ++i) {
+    const int32_t shared = seq.block_ids[i];
+    if (ref_counts_[shared] <= 1) continue;
+    const int32_t copy = take_free_block();
+    --ref_counts_[shared];  // still >= 1: the other users keep it
+    seq.block_ids[i] = copy;
+    // A written block is no longer the registered full block (if it was one).
+    if (static_cast<int64_t>(seq.block_hashes.size()) > i) seq.block_hashes.resize(i);
+    copies.push_back({shared, copy});
+  }
+  while (static_cast<int>(seq.block_ids.size()) < blocks_for(end)) seq.block_ids.push_back(take_free_block());
 }
 
 void BlockManager::commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq) {

@@ -8,6 +8,11 @@
 // Reference counts say how many sequences use a block; a block with no users
 // goes on the free list but keeps its hash (it can still be hit) until it is
 // taken for new data: the least recently freed block is taken first.
+//
+// Copy-on-write: fork() lets a sequence share another's blocks, the partial
+// last one included (n > 1 samples of one prompt). A block with more than one
+// user is never written: allocate_slots() gives the writer a fresh block and
+// asks for the shared block's rows to be copied into it first (BlockCopy).
 #pragma once
 #include <cstdint>
 #include <list>
@@ -23,6 +28,13 @@ namespace deepinfer {
 struct KVBlocks {
   std::vector<int32_t> block_ids;
   std::vector<uint64_t> block_hashes;
+};
+
+// The runner copies every layer's rows of block src into block dst before the
+// step that writes dst runs.
+struct BlockCopy {
+  int32_t src_block_id;
+  int32_t dst_block_id;
 };
 
 class BlockManager {
@@ -42,10 +54,20 @@ class BlockManager {
   // that prefix `tokens`, leaving at least one token to compute (its logits are
   // needed). Returns the number of tokens covered.
   int acquire_cached_prefix(std::span<const int32_t> tokens, KVBlocks& seq);
-  // Whether `seq` can hold `num_tokens` tokens after taking free blocks.
-  bool can_grow(const KVBlocks& seq, int64_t num_tokens) const;
-  // Appends fresh blocks until `seq` holds `num_tokens` tokens (throws if short).
-  void grow(KVBlocks& seq, int64_t num_tokens);
+  // `child` must be empty. Shares the blocks of `parent` that hold its first
+  // `num_tokens` tokens (a partial last block included) and the hashes of the
+  // full ones; returns num_tokens. The child's first write into a shared block copies it.
+  int fork(const KVBlocks& parent, int64_t num_tokens, KVBlocks& child);
+  // Free blocks `seq` needs before a step writes its tokens [begin, end): new
+  // blocks past its end plus a private copy of each shared block in the range.
+  int blocks_needed(const KVBlocks& seq, int64_t begin, int64_t end) const;
+  bool can_allocate_slots(const KVBlocks& seq, int64_t begin, int64_t end) const {
+    return blocks_needed(seq, begin, end) <= num_free_blocks();
+  }
+  // Makes tokens [begin, end) of `seq` writable (throws if short of blocks):
+  // shared blocks in the range are replaced by fresh ones, each with a copy
+  // appended to `copies`, and fresh blocks are appended until `end` fits.
+  void allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies);
   // Registers the full blocks among the first `num_computed` of `tokens` for reuse.
   void commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq);
   // Drops the sequence's references (last block first, so its tail is evicted first).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "kv/block_manager.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -39,6 +40,9 @@ class Runner {
   // Same step, but only the argmax of each logits row comes back (lowest id on
   // ties): greedy batches skip copying [rows, vocab] logits to the host.
   const std::vector<int32_t>& execute_argmax(std::span<const RunSeq> seqs);
+  // KV copy-on-write: copies every layer's rows of each src block to its dst block,
+  // in order, before the next submitted step (runner/block_copy.cpp).
+  void copy_blocks(std::span<const BlockCopy> copies);
   // Bytes of KV cache per block (all layers), for sizing.
   static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size);
 

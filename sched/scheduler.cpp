@@ -51,7 +51,8 @@ SchedulerOutput Scheduler::schedule() {
       continue;
     }
     bool fits = true;
-    while (!blocks_.can_grow(seq->kv, seq->num_computed_tokens + n)) {
+    const int begin = seq->num_computed_tokens;
+    while (!blocks_.can_allocate_slots(seq->kv, begin, begin + n)) {
       Sequence* victim = running_.back();
       running_.pop_back();
       preempt(victim);
@@ -62,8 +63,8 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!fits) break;
-    blocks_.grow(seq->kv, seq->num_computed_tokens + n);
-    out.seqs.push_back({seq, n, seq->num_computed_tokens + n == seq->num_tokens()});
+    blocks_.allocate_slots(seq->kv, begin, begin + n, out.block_copies);
+    out.seqs.push_back({seq, n, begin + n == seq->num_tokens()});
     budget -= n;
     ++i;
   }
@@ -77,13 +78,18 @@ SchedulerOutput Scheduler::schedule() {
         ++i;
         continue;
       }
-      int cached = blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
+      const Sequence* parent = seq->wait_for_prompt_of;
+      // Fork all but the last prompt token: its logits give this sample's first token.
+      const bool fork = parent != nullptr && parent->status == SeqStatus::Running &&
+                        parent->num_computed_tokens >= seq->num_prompt_tokens;
+      int cached = fork ? blocks_.fork(parent->kv, seq->num_prompt_tokens - 1, seq->kv)
+                        : blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
       int n = std::min(seq->num_tokens() - cached, budget);
-      if (!blocks_.can_grow(seq->kv, cached + n)) {
+      if (!blocks_.can_allocate_slots(seq->kv, cached, cached + n)) {
         blocks_.release(seq->kv);
         break;
       }
-      blocks_.grow(seq->kv, cached + n);
+      blocks_.allocate_slots(seq->kv, cached, cached + n, out.block_copies);
       seq->num_computed_tokens = cached;
       if (!seq->admitted_once) seq->num_cached_prompt_tokens = std::min(cached, seq->num_prompt_tokens);
       seq->admitted_once = true;

@@ -5,6 +5,9 @@
 // recently admitted running sequence is preempted: its blocks are released and
 // it goes back to the front of the waiting queue to be recomputed (its full
 // blocks usually survive in the prefix cache, so recompute is cheap).
+// Samples 1..n-1 of a request fork sample 0's prompt blocks once it has
+// computed them, its partial last block included, and recompute only the last
+// prompt token (for their own first sample); blocks are copied on first write.
 #pragma once
 #include <deque>
 #include <vector>
@@ -30,6 +33,8 @@ struct ScheduledSeq {
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;
   std::vector<Sequence*> preempted;
+  // Copy-on-write: the runner copies these blocks before the step runs.
+  std::vector<BlockCopy> block_copies;
   int num_batched_tokens = 0;
   bool empty() const { return seqs.empty(); }
 };

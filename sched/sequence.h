@@ -25,7 +25,8 @@ struct Sequence {
   bool admitted_once = false;
   SeqStatus status = SeqStatus::Waiting;
   // n > 1: samples 1..n-1 wait until sample 0 has computed its prompt, then
-  // share its prompt blocks through the prefix cache instead of recomputing.
+  // fork its prompt blocks (copy-on-write) instead of recomputing them; if
+  // sample 0 holds none by then (finished), they use the prefix cache.
   const Sequence* wait_for_prompt_of = nullptr;
   KVBlocks kv;
 

@@ -139,6 +139,12 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::synchronize() { DI_CUDA(cudaStreamSynchronize(stream_), "synchronize"); }
 
+Backend::MemoryInfo CudaBackend::memory_info() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  DI_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes), "memory_info (cudaMemGetInfo)");
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 void CudaBackend::check_launch(const char* op, const std::string& shapes) {
   DI_CUDA(cudaGetLastError(), op, " ", shapes);
   if (sync_each_op_ && !capturing()) DI_CUDA(cudaStreamSynchronize(stream_), op, " ", shapes);

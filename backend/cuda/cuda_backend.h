@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) override;
   void copy(const Tensor& src, Tensor& dst) override;
   void synchronize() override;
+  MemoryInfo memory_info() const override;
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;

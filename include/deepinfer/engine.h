@@ -34,8 +34,13 @@ struct EngineConfig {
   int max_num_batched_tokens = 8192;  // tokens per step (prefill chunks + decodes)
   int max_model_len = 0;          // 0: the model's max_position_embeddings
   int kv_block_size = 64;         // tokens per KV block
-  int num_kv_blocks = 0;          // 0: from kv_cache_num_bytes
-  int64_t kv_cache_num_bytes = 0; // 0: 4 GiB, capped at what max_num_seqs full-length sequences need
+  int num_kv_blocks = 0;          // 0: from kv_cache_num_bytes, else device memory, else 4 GiB
+  // > 0: that many bytes of KV cache, capped at what max_num_seqs full-length sequences need.
+  // 0: on a device that reports its memory (CUDA), gpu_memory_utilization decides; else 4 GiB.
+  int64_t kv_cache_num_bytes = 0;
+  // Fraction of device memory the engine may hold (weights, buffers, KV cache); after the
+  // weights load and a profile step, the rest of it becomes KV blocks (vLLM's flag).
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   bool async_scheduling = true;   // CUDA: prepare step N+1 while step N runs (not yet implemented)
   uint64_t seed = 0;              // seeds requests whose SamplingParams have none
@@ -98,6 +103,7 @@ struct EngineStats {
   int64_t num_generated_tokens = 0;
   int64_t num_cached_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_kv_block_copies = 0;  // copy-on-write copies of shared KV blocks (n > 1)
   int num_kv_blocks = 0;
   int kv_block_size = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <random>
 #include <set>
+#include <string>
 
 #include "engine_fixture.h"
 
@@ -133,16 +134,61 @@ TEST(Engine, SamplesOfOneRequestShareThePromptBlocks) {
   p.ignore_eos = true;
   EngineConfig cfg;
   cfg.kv_block_size = 16;
-  auto engine = make_fake_engine(cfg);
-  auto out = engine->generate({Prompt::from_tokens(prompt)}, {p});
-  ASSERT_EQ(out[0].outputs.size(), 4u);
-  EXPECT_EQ(out[0].num_cached_tokens, 96);
-  EXPECT_EQ(out[0].num_output_tokens, 40);
-  std::set<std::vector<int32_t>> distinct;
-  for (auto& c : out[0].outputs) distinct.insert(c.token_ids);
-  EXPECT_GT(distinct.size(), 1u);  // different streams per sample
-  // Prompt tokens computed once (plus the recomputed partial block for 3 samples).
-  EXPECT_EQ(engine->stats().num_prompt_tokens_computed, 100 + 3 * 4);
+  for (bool prefix_caching : {true, false}) {
+    cfg.enable_prefix_caching = prefix_caching;
+    auto engine = make_fake_engine(cfg);
+    auto out = engine->generate({Prompt::from_tokens(prompt)}, {p});
+    ASSERT_EQ(out[0].outputs.size(), 4u);
+    EXPECT_EQ(out[0].num_cached_tokens, 99);  // samples 1..3 fork all but the last prompt token
+    EXPECT_EQ(out[0].num_output_tokens, 40);
+    std::set<std::vector<int32_t>> distinct;
+    for (auto& c : out[0].outputs) distinct.insert(c.token_ids);
+    EXPECT_GT(distinct.size(), 1u);  // different streams per sample
+    // Prompt computed once, plus its last token once per other sample (its own first
+    // token's logits); the partial block (tokens 96..99) is copied once per other sample.
+    EXPECT_EQ(engine->stats().num_prompt_tokens_computed, 100 + 3);
+    EXPECT_EQ(engine->stats().num_kv_block_copies, 3);
+  }
+}
+
+// n = 4 with a seed: sample i draws from stream seq_seed + i, so it must give
+// exactly what a solo request with seq_seed + i gives; the shared partial block
+// and its copies must not change a token. Greedy: all four equal the reference.
+TEST(Engine, ForkedSamplesEqualSoloRunsWithTheirSeeds) {
+  std::mt19937 rng(16);
+  for (int len : {1, 37, 48, 49, 130}) {
+    auto prompt = random_tokens(rng, len);
+    EngineConfig cfg;
+    cfg.kv_block_size = 16;
+    cfg.max_num_batched_tokens = 40;  // chunked prefill; samples join during decodes
+    SamplingParams p;
+    p.n = 4;
+    p.max_tokens = 12;
+    p.temperature = 0.8f;
+    p.seed = 99;
+    p.seq_seed = 5;
+    p.ignore_eos = true;
+    auto engine = make_fake_engine(cfg);
+    // Another request in the batch, so forks happen beside unrelated work.
+    auto out = engine->generate({Prompt::from_tokens(prompt), Prompt::from_tokens(random_tokens(rng, 20))},
+                                {p, greedy(15)});
+    ASSERT_EQ(out[0].outputs.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      SamplingParams solo = p;
+      solo.n = 1;
+      solo.seq_seed = p.seq_seed + static_cast<uint64_t>(i);
+      auto one = make_fake_engine(cfg)->generate({Prompt::from_tokens(prompt)}, {solo});
+      EXPECT_EQ(out[0].outputs[i].token_ids, one[0].outputs[0].token_ids) << "len " << len << " sample " << i;
+    }
+    EXPECT_EQ(engine->stats().num_kv_block_copies, (len - 1) % 16 != 0 ? 3 : 0) << "len " << len;
+
+    SamplingParams g = greedy(12);
+    g.n = 4;
+    g.ignore_eos = true;
+    auto greedy_out = make_fake_engine(cfg)->generate({Prompt::from_tokens(prompt)}, {g});
+    const auto ref = reference_greedy(prompt, 12, kVocab, kEos, /*ignore_eos=*/true);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(greedy_out[0].outputs[i].token_ids, ref) << "len " << len;
+  }
 }
 
 TEST(Engine, BadRequestsFailAloneWhileOthersFinish) {
@@ -224,6 +270,21 @@ TEST(Engine, StreamingAddStepAbort) {
   EXPECT_TRUE(engine->abort("a"));
   EXPECT_FALSE(engine->abort("a"));
   EXPECT_FALSE(engine->has_unfinished());
+}
+
+// Checked before any weights load, so it is cheap; the message names the field.
+TEST(Engine, RejectsGpuMemoryUtilizationOutsideZeroToOne) {
+  for (double u : {0.0, 1.5, -0.1}) {
+    EngineConfig cfg;
+    cfg.random_weights_config = DEEPINFER_SOURCE_DIR "/tests/data/tiny_v3/config.json";
+    cfg.gpu_memory_utilization = u;
+    try {
+      Engine engine(cfg);
+      ADD_FAILURE() << "accepted gpu_memory_utilization " << u;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gpu_memory_utilization"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

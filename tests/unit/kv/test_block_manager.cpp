@@ -16,17 +16,27 @@ std::vector<int32_t> iota_tokens(int n, int start = 0) {
   return t;
 }
 
+// Makes room for tokens up to `num_tokens` after those the blocks already hold
+// (no sharing involved: no copies expected).
+void grow(BlockManager& bm, KVBlocks& seq, int64_t num_tokens) {
+  std::vector<BlockCopy> copies;
+  const int64_t held = static_cast<int64_t>(seq.block_ids.size()) * bm.block_size();
+  bm.allocate_slots(seq, std::min(held, num_tokens), num_tokens, copies);
+  ASSERT_TRUE(copies.empty());
+}
+
 TEST(BlockManager, GrowTakesBlocksAndReleaseReturnsThem) {
   BlockManager bm(8, 4, true);
   KVBlocks a;
-  EXPECT_TRUE(bm.can_grow(a, 9));
-  bm.grow(a, 9);  // 3 blocks
+  EXPECT_TRUE(bm.can_allocate_slots(a, 0, 9));
+  grow(bm, a, 9);  // 3 blocks
   EXPECT_EQ(a.block_ids.size(), 3u);
   EXPECT_EQ(bm.num_free_blocks(), 5);
-  bm.grow(a, 12);  // still 3
+  grow(bm, a, 12);  // still 3
   EXPECT_EQ(a.block_ids.size(), 3u);
-  EXPECT_FALSE(bm.can_grow(a, 33));
-  EXPECT_THROW(bm.grow(a, 33), Error);
+  EXPECT_FALSE(bm.can_allocate_slots(a, 12, 33));
+  std::vector<BlockCopy> copies;
+  EXPECT_THROW(bm.allocate_slots(a, 12, 33, copies), Error);
   bm.release(a);
   EXPECT_EQ(bm.num_free_blocks(), 8);
   EXPECT_TRUE(a.block_ids.empty());
@@ -37,7 +47,7 @@ TEST(BlockManager, PrefixHitSharesBlocksAndLeavesOneTokenToCompute) {
   auto tokens = iota_tokens(10);
   KVBlocks a;
   EXPECT_EQ(bm.acquire_cached_prefix(tokens, a), 0);
-  bm.grow(a, 10);
+  grow(bm, a, 10);
   bm.commit(tokens, 10, a);  // blocks 0,1 full; block 2 partial
   EXPECT_EQ(a.block_hashes.size(), 2u);
 
@@ -67,7 +77,7 @@ TEST(BlockManager, ChainedHashDependsOnParent) {
   std::vector<int32_t> x = {1, 2, 3, 4, 5};
   std::vector<int32_t> y = {9, 9, 3, 4, 5};  // same second block, different first
   KVBlocks a;
-  bm.grow(a, 5);
+  grow(bm, a, 5);
   bm.commit(x, 5, a);
   KVBlocks b;
   EXPECT_EQ(bm.acquire_cached_prefix(y, b), 0);
@@ -77,7 +87,7 @@ TEST(BlockManager, FreedCachedBlocksAreHitUntilEvictedLeastRecentlyUsedFirst) {
   BlockManager bm(4, 2, true);
   auto t1 = iota_tokens(5, 100);
   KVBlocks a;
-  bm.grow(a, 5);
+  grow(bm, a, 5);
   bm.commit(t1, 5, a);  // blocks for [100,101],[102,103] cached; 3rd partial
   bm.release(a);
   EXPECT_EQ(bm.num_free_blocks(), 4);
@@ -86,14 +96,14 @@ TEST(BlockManager, FreedCachedBlocksAreHitUntilEvictedLeastRecentlyUsedFirst) {
   bm.release(b);
   // Take 2 blocks: the never-cached ones go first, the cached ones survive.
   KVBlocks c;
-  bm.grow(c, 4);
+  grow(bm, c, 4);
   KVBlocks d;
   EXPECT_EQ(bm.acquire_cached_prefix(t1, d), 4);
   bm.release(d);
   // Taking one more evicts the least recently used cached block (the tail block
   // was freed first), which breaks the chain after block 0.
   KVBlocks e;
-  bm.grow(e, 2);
+  grow(bm, e, 2);
   KVBlocks f;
   int hit = bm.acquire_cached_prefix(t1, f);
   EXPECT_EQ(hit, 2);
@@ -107,7 +117,7 @@ TEST(BlockManager, DisabledPrefixCachingNeverHits) {
   BlockManager bm(8, 2, false);
   auto t = iota_tokens(6);
   KVBlocks a;
-  bm.grow(a, 6);
+  grow(bm, a, 6);
   bm.commit(t, 6, a);
   KVBlocks b;
   EXPECT_EQ(bm.acquire_cached_prefix(t, b), 0);
@@ -117,14 +127,158 @@ TEST(BlockManager, DuplicateComputeStaysPrivate) {
   BlockManager bm(8, 2, true);
   auto t = iota_tokens(5);
   KVBlocks a, b;
-  bm.grow(a, 5);
-  bm.grow(b, 5);
+  grow(bm, a, 5);
+  grow(bm, b, 5);
   bm.commit(t, 5, a);
   bm.commit(t, 5, b);
   bm.release(b);  // b's blocks are unhashed: they go to the front
   KVBlocks c;
   EXPECT_EQ(bm.acquire_cached_prefix(t, c), 4);
   EXPECT_EQ(c.block_ids[0], a.block_ids[0]);
+}
+
+// n > 1: a fork shares the partial last block; the first write into it by
+// either holder goes to a fresh block after a copy of the shared one.
+TEST(BlockManager, ForkSharesPartialBlockAndChildCopiesOnFirstWrite) {
+  BlockManager bm(16, 4, true);
+  auto tokens = iota_tokens(10);
+  KVBlocks parent;
+  grow(bm, parent, 10);
+  bm.commit(tokens, 10, parent);  // blocks 0,1 full and hashed; block 2 holds tokens 8,9
+  KVBlocks child;
+  EXPECT_EQ(bm.fork(parent, 9, child), 9);
+  ASSERT_EQ(child.block_ids, parent.block_ids);
+  EXPECT_EQ(child.block_hashes, parent.block_hashes);
+  for (int32_t b : parent.block_ids) EXPECT_EQ(bm.ref_count(b), 2);
+  EXPECT_EQ(bm.num_free_blocks(), 13);
+  // The child recomputes token 9 (its own logits): block 2 is shared -> one copy.
+  EXPECT_EQ(bm.blocks_needed(child, 9, 10), 1);
+  std::vector<BlockCopy> copies;
+  bm.allocate_slots(child, 9, 10, copies);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src_block_id, parent.block_ids[2]);
+  EXPECT_EQ(copies[0].dst_block_id, child.block_ids[2]);
+  EXPECT_NE(child.block_ids[2], parent.block_ids[2]);
+  EXPECT_EQ(child.block_ids[0], parent.block_ids[0]);
+  EXPECT_EQ(bm.ref_count(parent.block_ids[2]), 1);
+  EXPECT_EQ(bm.ref_count(child.block_ids[2]), 1);
+  // Now private to each: further writes copy nothing, the next block is fresh.
+  copies.clear();
+  bm.allocate_slots(parent, 10, 13, copies);
+  bm.allocate_slots(child, 10, 13, copies);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_NE(parent.block_ids[3], child.block_ids[3]);
+  bm.release(child);
+  bm.release(parent);
+  EXPECT_EQ(bm.num_free_blocks(), 16);
+  for (int b = 0; b < 16; ++b) EXPECT_EQ(bm.ref_count(b), 0);
+}
+
+TEST(BlockManager, ParentWritingFirstCopiesAndChildKeepsTheOriginal) {
+  BlockManager bm(8, 4, false);
+  KVBlocks parent, child;
+  grow(bm, parent, 6);
+  bm.fork(parent, 5, child);  // shares blocks 0 and 1 (tokens 4, 5 in block 1)
+  const int32_t shared = parent.block_ids[1];
+  std::vector<BlockCopy> copies;
+  EXPECT_EQ(bm.blocks_needed(parent, 6, 7), 1);
+  bm.allocate_slots(parent, 6, 7, copies);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src_block_id, shared);
+  EXPECT_EQ(child.block_ids[1], shared);
+  EXPECT_EQ(parent.block_ids[1], copies[0].dst_block_id);
+  EXPECT_EQ(bm.ref_count(shared), 1);
+  EXPECT_EQ(bm.ref_count(parent.block_ids[0]), 2);  // the full block stays shared
+  copies.clear();
+  bm.allocate_slots(child, 5, 6, copies);  // sole holder now: no copy
+  EXPECT_TRUE(copies.empty());
+}
+
+TEST(BlockManager, ForkAtBlockBoundaryCopiesNothing) {
+  BlockManager bm(8, 4, true);
+  KVBlocks parent, child;
+  grow(bm, parent, 9);
+  bm.fork(parent, 8, child);  // two full blocks; token 8 goes to a fresh block
+  EXPECT_EQ(child.block_ids.size(), 2u);
+  std::vector<BlockCopy> copies;
+  EXPECT_EQ(bm.blocks_needed(child, 8, 9), 1);
+  bm.allocate_slots(child, 8, 9, copies);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_NE(child.block_ids[2], parent.block_ids[2]);
+  KVBlocks too_long;
+  EXPECT_THROW(bm.fork(parent, 13, too_long), Error);
+  EXPECT_THROW(bm.fork(parent, 4, child), Error);  // child not empty
+}
+
+TEST(BlockManager, CopyNeedsAFreeBlock) {
+  BlockManager bm(2, 4, false);
+  KVBlocks parent, child;
+  grow(bm, parent, 6);  // both blocks
+  bm.fork(parent, 5, child);
+  EXPECT_FALSE(bm.can_allocate_slots(child, 5, 6));
+  std::vector<BlockCopy> copies;
+  EXPECT_THROW(bm.allocate_slots(child, 5, 6, copies), Error);
+  bm.release(parent);  // the child is the only holder: writes in place
+  EXPECT_TRUE(bm.can_allocate_slots(child, 5, 6));
+}
+
+// Random forks and writes against a slot-level model of the cache: every copy
+// is applied to the model, every write goes to the writer's blocks; a holder
+// must always read back its own tokens, so no write ever lands in a block
+// another sequence still reads.
+TEST(BlockManager, RandomForksAndWritesNeverClobberASharedBlock) {
+  const int num_blocks = 24, bs = 4;
+  BlockManager bm(num_blocks, bs, false);
+  std::vector<std::vector<int32_t>> slots(num_blocks, std::vector<int32_t>(bs, -1));
+  struct Seq {
+    KVBlocks kv;
+    std::vector<int32_t> tokens;  // written so far
+  };
+  std::vector<Seq> live;
+  std::mt19937 rng(21);
+  int next_token = 0, num_copies = 0;
+  auto write = [&](Seq& s, int n) {
+    const int64_t begin = static_cast<int64_t>(s.tokens.size());
+    if (!bm.can_allocate_slots(s.kv, begin, begin + n)) return;
+    std::vector<BlockCopy> copies;
+    bm.allocate_slots(s.kv, begin, begin + n, copies);
+    for (const BlockCopy& c : copies) slots[c.dst_block_id] = slots[c.src_block_id];
+    num_copies += static_cast<int>(copies.size());
+    for (int i = 0; i < n; ++i) {
+      const int64_t p = begin + i;
+      slots[s.kv.block_ids[p / bs]][p % bs] = next_token;
+      s.tokens.push_back(next_token++);
+    }
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0 && live.size() < 8) {
+      live.push_back({});
+      write(live.back(), 1 + static_cast<int>(rng() % 9));
+    } else if (op == 1 && !live.empty() && live.size() < 8) {
+      Seq& p = live[rng() % live.size()];
+      if (p.tokens.empty()) continue;
+      Seq c;
+      const int64_t n = 1 + static_cast<int64_t>(rng() % p.tokens.size());
+      bm.fork(p.kv, n, c.kv);
+      c.tokens.assign(p.tokens.begin(), p.tokens.begin() + n);
+      live.push_back(std::move(c));
+    } else if (op == 2 && !live.empty()) {
+      write(live[rng() % live.size()], 1 + static_cast<int>(rng() % 5));
+    } else if (!live.empty()) {
+      const size_t i = rng() % live.size();
+      bm.release(live[i].kv);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    std::vector<int> holders(num_blocks, 0);
+    for (const Seq& s : live) {
+      for (int32_t b : s.kv.block_ids) holders[b]++;
+      for (size_t p = 0; p < s.tokens.size(); ++p)
+        ASSERT_EQ(slots[s.kv.block_ids[p / bs]][p % bs], s.tokens[p]) << "step " << step;
+    }
+    for (int b = 0; b < num_blocks; ++b) ASSERT_EQ(bm.ref_count(b), holders[b]) << "block " << b;
+  }
+  EXPECT_GT(num_copies, 50);
 }
 
 // Random workload against an independent model of the invariants: reference
@@ -150,11 +304,11 @@ TEST(BlockManager, RandomWorkloadKeepsCountsConsistent) {
       int hit = bm.acquire_cached_prefix(tokens, s);
       ASSERT_LT(hit, static_cast<int>(tokens.size()));
       ASSERT_EQ(hit % block_size, 0);
-      if (!bm.can_grow(s, tokens.size())) {
+      if (!bm.can_allocate_slots(s, hit, tokens.size())) {
         bm.release(s);
         continue;
       }
-      bm.grow(s, tokens.size());
+      grow(bm, s, tokens.size());
       bm.commit(tokens, tokens.size(), s);
       live.push_back(s);
       live_tokens.push_back(tokens);

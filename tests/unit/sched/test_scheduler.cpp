@@ -4,6 +4,7 @@
 // referenced, a wrong prefix hit or a lost token shows up as a mismatch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -21,7 +22,7 @@ struct Sim {
   std::vector<int32_t> slots;  // [num_blocks * block_size] token written there, -1 empty
   std::vector<std::unique_ptr<Sequence>> seqs;
   std::vector<int> target_outputs;
-  int steps = 0, preemptions = 0, max_step_tokens = 0, max_step_seqs = 0;
+  int steps = 0, preemptions = 0, max_step_tokens = 0, max_step_seqs = 0, num_copies = 0;
 
   Sim(int num_blocks, int bs, SchedulerConfig cfg, bool prefix = true)
       : block_size(bs), blocks(num_blocks, bs, prefix), sched(cfg, blocks),
@@ -50,6 +51,11 @@ struct Sim {
   void step() {
     SchedulerOutput out = sched.schedule();
     preemptions += static_cast<int>(out.preempted.size());
+    for (const BlockCopy& c : out.block_copies) {  // copy-on-write, before the "forward"
+      std::copy_n(slots.begin() + int64_t{c.src_block_id} * block_size, block_size,
+                  slots.begin() + int64_t{c.dst_block_id} * block_size);
+      ++num_copies;
+    }
     ASSERT_FALSE(out.empty()) << "no progress at step " << steps;
     ASSERT_LE(out.num_batched_tokens, cfg_tokens());
     int total = 0;
@@ -229,6 +235,58 @@ TEST(Scheduler, SamplesWaitForTheFirstPromptThenShareIt) {
   EXPECT_EQ(second->token_ids, first->token_ids);
 }
 
+// n = 3 on a prompt of 23 tokens (block size 4: block 5 holds tokens 20..22):
+// the samples fork the first one's blocks once its prompt is computed, compute
+// only token 22 themselves, and each copies the shared partial block 5.
+TEST(Scheduler, SamplesForkThePromptAndCopyThePartialBlock) {
+  for (bool prefix_caching : {true, false}) {
+    SchedulerConfig cfg{8, 1000};
+    Sim sim(64, 4, cfg, prefix_caching);
+    sim.cfg_tokens_ = cfg.max_num_batched_tokens;
+    std::mt19937 rng(9);
+    auto prompt = random_prompt(rng, 23);
+    Sequence* first = sim.add(prompt, 4);
+    Sequence* second = sim.add(prompt, 4);
+    Sequence* third = sim.add(prompt, 4);
+    second->wait_for_prompt_of = first;
+    third->wait_for_prompt_of = first;
+    sim.step();  // the first's prompt only
+    EXPECT_EQ(first->num_computed_tokens, 23);
+    EXPECT_EQ(second->status, SeqStatus::Waiting);
+    SchedulerOutput out = sim.sched.schedule();
+    ASSERT_EQ(out.seqs.size(), 3u);
+    for (const ScheduledSeq& ss : out.seqs) EXPECT_EQ(ss.num_new_tokens, 1);
+    EXPECT_EQ(second->num_computed_tokens, 22);
+    ASSERT_EQ(out.block_copies.size(), 2u);
+    EXPECT_EQ(out.block_copies[0].src_block_id, first->kv.block_ids[5]);
+    EXPECT_EQ(out.block_copies[1].src_block_id, first->kv.block_ids[5]);
+    EXPECT_EQ(second->kv.block_ids[4], first->kv.block_ids[4]);  // full blocks stay shared
+    EXPECT_NE(second->kv.block_ids[5], first->kv.block_ids[5]);
+    EXPECT_NE(third->kv.block_ids[5], second->kv.block_ids[5]);
+    EXPECT_EQ(second->num_cached_prompt_tokens, 22);
+    // Finish the run through the simulator (copies applied, contexts checked).
+    for (Sequence* s : {first, second, third}) sim.sched.finish(s);
+    EXPECT_EQ(sim.blocks.num_free_blocks(), 64);
+  }
+}
+
+TEST(Scheduler, ForkedSamplesMatchSoloRuns) {
+  for (int len : {1, 4, 5, 8, 23, 40}) {
+    SchedulerConfig cfg{6, 7};  // chunked prefill; samples join mid-stream
+    Sim sim(40, 4, cfg, len % 2 == 0);
+    sim.cfg_tokens_ = cfg.max_num_batched_tokens;
+    std::mt19937 rng(static_cast<uint32_t>(len));
+    auto prompt = random_prompt(rng, len);
+    Sequence* first = sim.add(prompt, 6);
+    for (int i = 1; i < 4; ++i) sim.add(prompt, 6)->wait_for_prompt_of = first;
+    sim.run();
+    if (HasFatalFailure()) return;
+    for (auto& s : sim.seqs) EXPECT_EQ(s->token_ids, Sim::solo(prompt, 6)) << "prompt " << len;
+    EXPECT_EQ(sim.num_copies, (len - 1) % 4 != 0 ? 3 : 0) << "prompt " << len;  // token len-1 lands in a shared block
+    EXPECT_EQ(sim.blocks.num_free_blocks(), 40);
+  }
+}
+
 TEST(Scheduler, RejectsSequencesThatCanNeverFit) {
   BlockManager blocks(4, 4, true);
   Scheduler sched({4, 16}, blocks);
@@ -258,6 +316,7 @@ TEST(Scheduler, AbortWhileWaitingOrRunningReleasesBlocks) {
 // Random adversarial mixes: tiny caches, tiny budgets, long prompts, shared prefixes.
 TEST(Scheduler, RandomConfigurationsMatchSoloRuns) {
   std::mt19937 rng(8);
+  int total_copies = 0;
   for (int trial = 0; trial < 30; ++trial) {
     int bs = 1 + static_cast<int>(rng() % 5);
     SchedulerConfig cfg{1 + static_cast<int>(rng() % 8), 1 + static_cast<int>(rng() % 40)};
@@ -272,14 +331,21 @@ TEST(Scheduler, RandomConfigurationsMatchSoloRuns) {
       auto tail = random_prompt(rng, 1 + static_cast<int>(rng() % max_len), 5);
       p.insert(p.end(), tail.begin(), tail.end());
       if (static_cast<int>(p.size()) > max_len) p.resize(max_len);
+      const int num_outputs = 1 + static_cast<int>(rng() % std::max(1, num_blocks * bs - max_len));
+      Sequence* first = sim.add(p, num_outputs);
       prompts.push_back(p);
-      sim.add(p, 1 + static_cast<int>(rng() % std::max(1, num_blocks * bs - max_len)));
+      for (int k = rng() % 4 == 0 ? 1 + static_cast<int>(rng() % 3) : 0; k > 0; --k, ++i) {
+        sim.add(p, num_outputs)->wait_for_prompt_of = first;  // n > 1: forked samples
+        prompts.push_back(p);
+      }
     }
     sim.run();
     if (HasFatalFailure()) return;
     expect_all_match_solo(sim, prompts);
     EXPECT_EQ(sim.blocks.num_free_blocks(), num_blocks);
+    total_copies += sim.num_copies;
   }
+  EXPECT_GT(total_copies, 0);
 }
 
 }  // namespace
