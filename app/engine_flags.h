@@ -31,6 +31,9 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_option("--num-kv-blocks", c.num_kv_blocks, "KV blocks (0 = from --kv-cache-gib)");
   app.add_option("--kv-cache-bytes", c.kv_cache_num_bytes, "KV cache bytes (0 = 4 GiB)");
   app.add_flag("!--no-prefix-caching", c.enable_prefix_caching, "disable prefix reuse");
+  app.add_flag("--enforce-eager", c.enforce_eager, "no CUDA graphs for decode steps");
+  app.add_flag("!--no-async-scheduling", c.async_scheduling,
+               "one step at a time (no preparing step N+1 while step N runs)");
 }
 
 // Resolves --model / --random-weights / --config into the EngineConfig.

@@ -215,6 +215,20 @@ class Backend {
   virtual int graph_capture_end() { fail(name(), " backend: graphs are not supported"); }
   virtual void graph_replay(int graph_id) { fail(name(), " backend: graphs are not supported"); }
   virtual void graph_release(int graph_id) {}
+  // Changes whenever the backend reallocates a scratch workspace: graphs captured before
+  // then hold stale pointers and must be released (runner/).
+  virtual uint64_t workspace_epoch() const { return 0; }
+
+  // --- asynchronous steps (runner/; the defaults are synchronous, as the CPU is) -------
+  // Host memory that copy_async may read or fill while the host goes on (CUDA: page-locked).
+  // The tensor's device is CPU. Default: plain host memory (backend/backend.cpp).
+  virtual DeviceBuffer alloc_host(DType dtype, const std::vector<int64_t>& dims);
+  // copy() that may return before the transfer is done: host memory must come from
+  // alloc_host and stay untouched until a fence recorded after the copy has been waited for.
+  virtual void copy_async(const Tensor& src, Tensor& dst) { copy(src, dst); }
+  // Marks the work issued so far; wait_fence(fence) returns once all of it has finished.
+  virtual int64_t record_fence() { return 0; }
+  virtual void wait_fence(int64_t fence) { (void)fence; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});

@@ -7,6 +7,10 @@
 namespace deepinfer {
 namespace {
 
+// Token id of a sequence's last entry while the step that samples it is in flight
+// (asynchronous scheduling); collect() replaces it with the sampled token.
+constexpr int32_t kPlaceholderToken = -1;
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -59,6 +63,7 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   rc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   rc.max_num_seqs = cfg.max_num_seqs;
   rc.max_model_len = max_model_len;
+  rc.use_graphs = !cfg.enforce_eager;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   sampler_ = std::make_unique<Sampler>(model->vocab_size());
 }
@@ -156,6 +161,11 @@ bool Engine::Impl::is_stop_token(const RequestState& r, int32_t token) const {
 
 void Engine::Impl::finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason) {
   if (seq.finish_reason != FinishReason::None) return;
+  // Steps already issued may still compute this sequence: drop it from them.
+  for (InFlight& f : in_flight_)
+    for (ScheduledSeq& s : f.plan.seqs)
+      if (s.seq == &seq) s.seq = nullptr;
+  std::erase_if(deferred_.seqs, [&seq](const ScheduledSeq& s) { return s.seq == &seq; });
   seq.finish_reason = reason;
   seq.stop_reason = std::move(stop_reason);
   if (seq.decoder && reason != FinishReason::Stop) seq.text += seq.decoder->flush();
@@ -167,7 +177,10 @@ void Engine::Impl::finish_seq(SeqState& seq, FinishReason reason, std::string st
 void Engine::Impl::append_token(SeqState& seq, const SampleResult& sample) {
   RequestState& r = *seq.request;
   const int32_t token = sample.token_id;
-  seq.token_ids.push_back(token);
+  if (!seq.token_ids.empty() && seq.token_ids.back() == kPlaceholderToken)
+    seq.token_ids.back() = token;  // issued ahead (run_ahead)
+  else
+    seq.token_ids.push_back(token);
   stats.num_generated_tokens++;
   if (r.time_first_token_s < 0) r.time_first_token_s = now_s();
   if (r.params.logprobs >= 0) seq.logprobs.push_back({token, sample.logprob, sample.top_logprobs});
@@ -233,9 +246,28 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
 }
 
 std::vector<RequestOutput> Engine::Impl::step() {
-  SchedulerOutput plan = scheduler_->schedule();
-  stats.num_preemptions += static_cast<int64_t>(plan.preempted.size());
-  if (plan.empty()) return {};
+  // A step whose sequences all finished while it ran is only waited for.
+  while (!in_flight_.empty() &&
+         std::all_of(in_flight_.front().plan.seqs.begin(), in_flight_.front().plan.seqs.end(),
+                     [](const ScheduledSeq& s) { return s.seq == nullptr; }))
+    collect();
+  if (in_flight_.empty()) {
+    SchedulerOutput plan = scheduler_->schedule();
+    stats.num_preemptions += static_cast<int64_t>(plan.preempted.size());
+    if (plan.empty()) return {};
+    submit(std::move(plan), false);
+  }
+  if (config.async_scheduling) run_ahead();
+  std::vector<RequestOutput> outputs = collect();
+  if (!deferred_.empty()) {  // scheduled ahead but not issued: its tokens are known now
+    SchedulerOutput next = std::move(deferred_);
+    deferred_ = SchedulerOutput{};
+    submit(std::move(next), false);
+  }
+  return outputs;
+}
+
+void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<RunSeq> run;
   for (const ScheduledSeq& s : plan.seqs) {
     const Sequence& q = *s.seq;
@@ -257,22 +289,76 @@ std::vector<RequestOutput> Engine::Impl::step() {
   }
   runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
   stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
+  runner_->submit(run, argmax_only, tokens_from_previous);
+  stats.num_steps++;
+  stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
+  stats.num_graph_steps = runner_->stats().num_graph_steps;
+  in_flight_.push_back({std::move(plan), argmax_only, false});
+}
+
+// Issues the next step before the running one's tokens are read, when that cannot change
+// any output: the running step is greedy (its tokens stay on the device), it holds every
+// running sequence and each gets a token (one more decode step follows for each), none
+// can finish by length, nothing waits for admission (so the next plan is the same
+// sequences in the same order, one token each) and there are free blocks for all (no
+// preemption). A sequence that then stops on an EOS or stop token has one discarded
+// extra step. Anything else waits for collect().
+void Engine::Impl::run_ahead() {
+  if (in_flight_.size() != 1 || !deferred_.empty()) return;
+  InFlight& cur = in_flight_.front();
+  if (!cur.argmax_only || cur.step_done || scheduler_->num_waiting() > 0 ||
+      static_cast<int>(cur.plan.seqs.size()) != scheduler_->num_running() ||
+      blocks_->num_free_blocks() < scheduler_->num_running())
+    return;
+  for (const ScheduledSeq& s : cur.plan.seqs) {
+    if (s.seq == nullptr || !s.needs_sample) return;
+    const SeqState& seq = static_cast<const SeqState&>(*s.seq);
+    if (seq.num_output_tokens() + 1 >= seq.request->params.max_tokens ||
+        seq.num_tokens() + 1 >= max_model_len)
+      return;
+  }
+  scheduler_->on_step_done(cur.plan);
+  cur.step_done = true;
+  for (const ScheduledSeq& s : cur.plan.seqs) s.seq->token_ids.push_back(kPlaceholderToken);
+  SchedulerOutput next = scheduler_->schedule();
+  stats.num_preemptions += static_cast<int64_t>(next.preempted.size());
+  if (next.empty()) return;
+  bool same_rows = next.preempted.empty() && next.seqs.size() == cur.plan.seqs.size();
+  for (size_t i = 0; same_rows && i < next.seqs.size(); ++i)
+    same_rows = next.seqs[i].seq == cur.plan.seqs[i].seq && next.seqs[i].num_new_tokens == 1 &&
+                next.seqs[i].needs_sample;
+  if (same_rows) {
+    submit(std::move(next), true);
+  } else {
+    deferred_ = std::move(next);
+  }
+}
+
+std::vector<RequestOutput> Engine::Impl::collect() {
+  InFlight cur = std::move(in_flight_.front());
+  in_flight_.pop_front();
   const Tensor* logits = nullptr;
   const std::vector<int32_t>* argmax_ids = nullptr;
-  if (argmax_only) argmax_ids = &runner_->execute_argmax(run);
-  else logits = &runner_->execute(run);
-  scheduler_->on_step_done(plan);
-  stats.num_steps++;
+  if (cur.argmax_only) argmax_ids = &runner_->collect_argmax();
+  else logits = &runner_->collect_logits();
+  if (!cur.step_done) {
+    SchedulerOutput live;
+    for (const ScheduledSeq& s : cur.plan.seqs)
+      if (s.seq != nullptr) live.seqs.push_back(s);
+    scheduler_->on_step_done(live);
+  }
 
   std::vector<RequestState*> touched;
   int row = 0;
-  for (const ScheduledSeq& s : plan.seqs) {
+  for (const ScheduledSeq& s : cur.plan.seqs) {
     if (!s.needs_sample) continue;
+    const int this_row = row++;
+    if (s.seq == nullptr) continue;  // finished while the step ran: its token is dropped
     SeqState& seq = static_cast<SeqState&>(*s.seq);
     RequestState& r = *seq.request;
     SampleResult result;
-    if (argmax_only) {
-      result.token_id = (*argmax_ids)[row];
+    if (cur.argmax_only) {
+      result.token_id = (*argmax_ids)[this_row];
     } else {
       SampleRow sr;
       sr.params = &r.params;
@@ -291,9 +377,8 @@ std::vector<RequestOutput> Engine::Impl::step() {
         seq.matcher->fill_mask(bitmask_.data());
         sr.allowed_bitmask = bitmask_.data();
       }
-      result = sampler_->sample(logits->ptr<float>() + int64_t{row} * logits->size(1), sr);
+      result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
     }
-    ++row;
     append_token(seq, result);
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }

@@ -3,6 +3,7 @@
 // fake deterministic model on the CPU backend).
 #pragma once
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,25 @@ struct Engine::Impl {
   void finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason = "");
   bool is_stop_token(const RequestState& r, int32_t token) const;
   RequestOutput make_output(RequestState& r);
+
+  // Asynchronous scheduling (engine/engine.cpp): a submitted step and what the engine
+  // needs to take its results. Sequences finished while their step is in flight are
+  // set to null in `plan` (their row's token is discarded).
+  struct InFlight {
+    SchedulerOutput plan;
+    bool argmax_only = false;
+    bool step_done = false;  // scheduler_->on_step_done(plan) already called
+  };
+  void submit(SchedulerOutput plan, bool tokens_from_previous);
+  // While the oldest step runs, schedules the next one assuming each of its sequences
+  // gets one more token (a placeholder until collected) and submits it with its tokens
+  // taken from the running step's argmax on the device. Only in the steady decode state
+  // where that is safe (see the definition); otherwise does nothing.
+  void run_ahead();
+  std::vector<RequestOutput> collect();
+
+  std::deque<InFlight> in_flight_;
+  SchedulerOutput deferred_;  // scheduled by run_ahead, submitted after the next collect
 
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<BlockManager> blocks_;

@@ -47,6 +47,7 @@ void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
   mla_ws_ = make_mla_workspace(config_, backend_, cap);
   ffn_ws_ = make_ffn_workspace(config_, backend_, cap);
   capacity_ = cap;
+  ++workspace_epoch_;
 }
 
 void DeepseekV3Model::check_batch(const StepBatch& b, const std::vector<Tensor>& kv_cache,

@@ -34,6 +34,7 @@ class DeepseekV3Model final : public Model {
   int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
   void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
+  uint64_t workspace_epoch() const override { return workspace_epoch_; }
 
   const ModelWeights& weights() const { return weights_; }
 
@@ -51,6 +52,7 @@ class DeepseekV3Model final : public Model {
 
   // Workspaces, grown to the largest step seen (allocated once per capacity).
   int64_t capacity_ = 0;
+  uint64_t workspace_epoch_ = 0;  // bumped by each reallocation
   MlaWorkspace mla_ws_;
   FfnWorkspace ffn_ws_;
   std::vector<DeviceBuffer> buffers_;

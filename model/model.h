@@ -39,6 +39,9 @@ class Model {
   // [num_logits, hidden] (for MTP drafting).
   virtual void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
                        Tensor* hidden_out = nullptr) = 0;
+  // Changes whenever forward reallocates its workspaces: CUDA graphs captured over
+  // forward before then hold stale pointers (runner/ releases them).
+  virtual uint64_t workspace_epoch() const { return 0; }
 };
 
 // Loads `dir` (config.json + safetensors) onto `backend`. Throws Error naming the

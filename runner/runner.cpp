@@ -13,8 +13,10 @@ int64_t Runner::kv_bytes_per_block(const Model& model, DType dtype, int block_si
 
 Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
     : model_(model), backend_(backend), config_(config) {
-  DI_CHECK(config.num_kv_blocks > 0 && config.kv_block_size > 0 && config.max_model_len > 0,
-           "runner: num_kv_blocks, kv_block_size and max_model_len must be > 0");
+  DI_CHECK(config.num_kv_blocks > 0 && config.kv_block_size > 0 && config.max_model_len > 0 &&
+               config.max_num_seqs > 0 && config.max_num_batched_tokens > 0,
+           "runner: num_kv_blocks, kv_block_size, max_model_len, max_num_seqs and "
+           "max_num_batched_tokens must be > 0");
   const DType kv_dtype = backend.activation_dtype();
   for (int l = 0; l < model.num_kv_layers(); ++l) {
     kv_memory_.push_back(
@@ -22,100 +24,184 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
     kv_cache_.push_back(kv_memory_.back().tensor());
   }
   const int64_t max_tokens = config.max_num_batched_tokens, max_seqs = config.max_num_seqs;
-  const int64_t max_blocks_per_seq =
-      (config.max_model_len + config.kv_block_size - 1) / config.kv_block_size;
-  token_ids_ = backend.alloc(DType::I32, {max_tokens});
-  positions_ = backend.alloc(DType::I32, {max_tokens});
-  slot_mapping_ = backend.alloc(DType::I32, {max_tokens});
-  query_start_ = backend.alloc(DType::I32, {max_seqs + 1});
-  seq_lens_ = backend.alloc(DType::I32, {max_seqs});
-  logits_indices_ = backend.alloc(DType::I32, {max_seqs});
-  block_tables_ = backend.alloc(DType::I32, {max_seqs * max_blocks_per_seq});
-  logits_ = backend.alloc(DType::F32, {max_seqs, model.vocab_size()});
+  max_blocks_per_seq_ = (config.max_model_len + config.kv_block_size - 1) / config.kv_block_size;
+  const int64_t capacity =
+      StepLayout::make(max_tokens, max_seqs, max_seqs, max_blocks_per_seq_).total;
+  inputs_ = backend.alloc(DType::I32, {capacity});
+  for (DeviceBuffer& s : staging_) s = backend.alloc_host(DType::I32, {capacity});
+  const int64_t vocab = model.vocab_size();
+  logits_ = backend.alloc(DType::F32, {max_seqs, vocab});
   argmax_ids_ = backend.alloc(DType::I32, {max_seqs});
-  host_logits_ = HostBuffer(DType::F32, {max_seqs, model.vocab_size()});
+  for (DeviceBuffer& h : host_ids_) h = backend.alloc_host(DType::I32, {max_seqs});
+  host_logits_ = backend.alloc_host(DType::F32, {max_seqs, vocab});
+  // A graph step has as many rows as tokens: buckets stay within both capacities.
+  const int graph_rows = std::min(config.max_num_seqs, config.max_num_batched_tokens);
+  graphs_ = DecodeGraphs(graph_rows, max_blocks_per_seq_, config.kv_block_size);
 }
 
-Tensor Runner::upload(const std::vector<int32_t>& host, DeviceBuffer& buffer,
-                      std::initializer_list<int64_t> dims) {
-  Tensor dst(buffer.tensor().data, DType::I32, dims, buffer.tensor().device);
-  DI_CHECK(dst.numel() <= buffer.tensor().numel(), "runner: step needs ", dst.numel(),
-           " entries, buffer holds ", buffer.tensor().numel());
-  if (dst.numel() == 0) return dst;
-  Tensor src(const_cast<int32_t*>(host.data()), DType::I32, dims);
-  backend_.copy(src, dst);
-  return dst;
-}
-
-Tensor Runner::forward(std::span<const RunSeq> seqs) {
-  const int bs = config_.kv_block_size;
-  const int num_seqs = static_cast<int>(seqs.size());
-  DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
-           " sequences in a step (max ", config_.max_num_seqs, ")");
+Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decode_graph) {
+  const Tensor& in = inputs_.tensor();
+  auto view = [&](int64_t offset, std::initializer_list<int64_t> dims) {
+    return Tensor(in.ptr<int32_t>() + offset, DType::I32, dims, in.device);
+  };
   StepBatch batch;
-  std::vector<int32_t> token_ids, positions, slots, query_start{0}, seq_lens, logits_indices;
-  size_t max_blocks = 1;
-  for (const RunSeq& s : seqs) max_blocks = std::max(max_blocks, s.block_ids.size());
-  std::vector<int32_t> block_tables(static_cast<size_t>(num_seqs) * max_blocks, 0);
-  for (int i = 0; i < num_seqs; ++i) {
-    const RunSeq& s = seqs[i];
-    const int end = s.num_computed + s.num_new;
-    DI_CHECK(s.num_new > 0 && end <= static_cast<int>(s.token_ids.size()) &&
-                 static_cast<int64_t>(s.block_ids.size()) * bs >= end,
-             "runner: sequence ", i, " computes tokens [", s.num_computed, ", ", end, ") of ",
-             s.token_ids.size(), " with ", s.block_ids.size(), " blocks");
-    for (int p = s.num_computed; p < end; ++p) {
-      token_ids.push_back(s.token_ids[p]);
-      positions.push_back(p);
-      slots.push_back(s.block_ids[p / bs] * bs + p % bs);
-    }
-    std::copy(s.block_ids.begin(), s.block_ids.end(), block_tables.begin() + i * max_blocks);
-    query_start.push_back(static_cast<int32_t>(token_ids.size()));
-    seq_lens.push_back(end);
-    if (s.needs_logits) logits_indices.push_back(static_cast<int32_t>(token_ids.size()) - 1);
-    batch.max_query_len = std::max(batch.max_query_len, s.num_new);
-    batch.max_seq_len = std::max(batch.max_seq_len, end);
+  batch.num_tokens = static_cast<int>(l.num_tokens);
+  batch.num_seqs = static_cast<int>(l.num_seqs);
+  batch.max_query_len = info.max_query_len;
+  batch.max_seq_len = info.max_seq_len;
+  batch.token_ids = view(l.token_ids, {l.num_tokens});
+  batch.positions = view(l.positions, {l.num_tokens});
+  batch.slot_mapping = view(l.slots, {l.num_tokens});
+  batch.query_start = view(l.query_start, {l.num_seqs + 1});
+  batch.seq_lens = view(l.seq_lens, {l.num_seqs});
+  batch.block_tables = view(l.block_tables, {l.num_seqs, l.max_blocks});
+  batch.logits_indices = view(l.logits_indices, {l.num_logits});
+  batch.host_query_start = info.host_query_start;
+  batch.host_seq_lens = info.host_seq_lens;
+  Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
+                logits_.tensor().device);
+  if (!decode_graph) {
+    model_.forward(batch, kv_cache_, logits);
+    return logits;
   }
-  const int64_t num_tokens = static_cast<int64_t>(token_ids.size());
-  const int64_t num_logits = static_cast<int64_t>(logits_indices.size());
-  batch.num_tokens = static_cast<int>(num_tokens);
-  batch.num_seqs = num_seqs;
-  batch.token_ids = upload(token_ids, token_ids_, {num_tokens});
-  batch.positions = upload(positions, positions_, {num_tokens});
-  batch.slot_mapping = upload(slots, slot_mapping_, {num_tokens});
-  batch.query_start = upload(query_start, query_start_, {num_seqs + 1});
-  batch.seq_lens = upload(seq_lens, seq_lens_, {num_seqs});
-  batch.block_tables = upload(block_tables, block_tables_, {num_seqs, static_cast<int64_t>(max_blocks)});
-  batch.logits_indices = upload(logits_indices, logits_indices_, {num_logits});
-  batch.host_query_start = std::move(query_start);
-  batch.host_seq_lens = std::move(seq_lens);
-
-  const int64_t vocab = model_.vocab_size();
-  Tensor logits(logits_.tensor().data, DType::F32, {num_logits, vocab}, logits_.tensor().device);
+  const DecodePadding shape{static_cast<int>(l.num_seqs), static_cast<int>(l.max_blocks),
+                            info.max_seq_len};
+  auto epoch = [&] { return std::make_pair(backend_.workspace_epoch(), model_.workspace_epoch()); };
+  const int graph = graphs_.find(backend_, shape, epoch());
+  if (graph >= 0) {
+    backend_.graph_replay(graph);
+    ++stats_.num_graph_steps;
+    return logits;
+  }
+  // First step of this shape (or after a workspace reallocation): run it eagerly, which
+  // also grows every workspace to this shape, then record it for the next steps.
   model_.forward(batch, kv_cache_, logits);
+  if (graphs_.failed(shape)) return logits;
+  try {
+    backend_.graph_capture_begin();
+    try {
+      model_.forward(batch, kv_cache_, logits);
+    } catch (...) {
+      try {
+        backend_.graph_release(backend_.graph_capture_end());
+      } catch (const Error&) {
+      }
+      throw;
+    }
+    graphs_.add(backend_, shape, backend_.graph_capture_end(), epoch());
+    ++stats_.num_graphs_captured;
+  } catch (const Error&) {
+    // A shape that cannot be captured (e.g. an op that must grow a workspace or copy
+    // through the host) runs eagerly from now on; the step's result is already computed.
+    graphs_.mark_failed(shape);
+    ++stats_.num_capture_failures;
+  }
   return logits;
 }
 
+void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous) {
+  const int num_seqs = static_cast<int>(seqs.size());
+  DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
+           " sequences in a step (max ", config_.max_num_seqs, ")");
+  DI_CHECK(in_flight_.size() < 2, "runner: two steps are in flight; collect one first");
+  DI_CHECK(argmax_only || in_flight_.empty() || in_flight_.front().argmax_only,
+           "runner: at most one step returning logits may be in flight");
+  bool decode = true;
+  int max_seq_len = 0;
+  int64_t num_tokens = 0;
+  for (const RunSeq& s : seqs) {
+    decode = decode && s.num_new == 1 && s.num_computed > 0 && s.needs_logits;
+    max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
+    num_tokens += s.num_new;
+  }
+  DI_CHECK(num_tokens <= config_.max_num_batched_tokens, "runner: step of ", num_tokens,
+           " tokens (max_num_batched_tokens ", config_.max_num_batched_tokens, ")");
+  DI_CHECK(!tokens_from_previous || (num_tokens == num_seqs && last_argmax_rows_ >= num_seqs),
+           "runner: tokens_from_previous needs one new token per sequence and a previous "
+           "argmax step of at least ", num_seqs, " rows (had ", last_argmax_rows_, ")");
+
+  DecodePadding pad;
+  if (decode && config_.use_graphs && backend_.supports_graphs())
+    pad = graphs_.shape_for(num_seqs, max_seq_len);
+  const bool graph = pad.num_seqs > 0;
+
+  const int slot = next_slot_;
+  next_slot_ ^= 1;
+  Tensor& host = staging_[slot].tensor();
+  StepHostInfo info;
+  const StepLayout l = build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr,
+                                         host.ptr<int32_t>(), host.numel(), info);
+  const Tensor& dev = inputs_.tensor();
+  Tensor src(host.data, DType::I32, {l.total}, host.device);
+  Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
+  backend_.copy_async(src, dst);
+  if (tokens_from_previous) {
+    // Sequence i's token is row i of the previous step's argmax (issued before on the
+    // same stream, so this copy reads it once that step is done).
+    Tensor prev(argmax_ids_.tensor().data, DType::I32, {num_seqs}, argmax_ids_.tensor().device);
+    Tensor ids(dev.ptr<int32_t>() + l.token_ids, DType::I32, {num_seqs}, dev.device);
+    backend_.copy_async(prev, ids);
+  }
+
+  Tensor logits = forward(l, info, graph);
+  // The real rows that need logits come first (padding rows follow them).
+  int64_t rows = 0;
+  for (const RunSeq& s : seqs) rows += s.needs_logits ? 1 : 0;
+  Pending p;
+  p.argmax_only = argmax_only;
+  p.num_rows = rows;
+  p.slot = slot;
+  if (argmax_only) {
+    if (rows > 0) {
+      Tensor ids(argmax_ids_.tensor().data, DType::I32, {rows}, argmax_ids_.tensor().device);
+      backend_.argmax(logits.slice_rows(0, rows), ids);
+      Tensor out(host_ids_[slot].tensor().data, DType::I32, {rows});
+      backend_.copy_async(ids, out);
+    }
+    last_argmax_rows_ = rows;
+  } else {
+    if (rows > 0) {
+      Tensor out(host_logits_.tensor().data, DType::F32, {rows, model_.vocab_size()});
+      backend_.copy_async(logits.slice_rows(0, rows), out);
+    }
+    last_argmax_rows_ = -1;
+  }
+  p.fence = backend_.record_fence();
+  in_flight_.push_back(p);
+  ++stats_.num_steps;
+}
+
+const std::vector<int32_t>& Runner::collect_argmax() {
+  DI_CHECK(!in_flight_.empty() && in_flight_.front().argmax_only,
+           "runner: collect_argmax without an argmax step in flight");
+  const Pending p = in_flight_.front();
+  in_flight_.pop_front();
+  backend_.wait_fence(p.fence);
+  const int32_t* ids = host_ids_[p.slot].tensor().ptr<int32_t>();
+  ids_out_.assign(ids, ids + p.num_rows);
+  return ids_out_;
+}
+
+const Tensor& Runner::collect_logits() {
+  DI_CHECK(!in_flight_.empty() && !in_flight_.front().argmax_only,
+           "runner: collect_logits without a logits step in flight");
+  const Pending p = in_flight_.front();
+  in_flight_.pop_front();
+  backend_.wait_fence(p.fence);
+  logits_out_ = Tensor(host_logits_.tensor().data, DType::F32, {p.num_rows, model_.vocab_size()});
+  return logits_out_;
+}
+
 const Tensor& Runner::execute(std::span<const RunSeq> seqs) {
-  Tensor logits = forward(seqs);
-  host_logits_view_ = Tensor(host_logits_.tensor().data, DType::F32, logits.dims());
-  if (logits.size(0) > 0) backend_.copy(logits, host_logits_view_);
-  backend_.synchronize();
-  return host_logits_view_;
+  DI_CHECK(in_flight_.empty(), "runner: execute while asynchronous steps are in flight");
+  submit(seqs, false);
+  return collect_logits();
 }
 
 const std::vector<int32_t>& Runner::execute_argmax(std::span<const RunSeq> seqs) {
-  Tensor logits = forward(seqs);
-  const int64_t rows = logits.size(0);
-  host_ids_.assign(static_cast<size_t>(rows), 0);
-  if (rows > 0) {
-    Tensor ids(argmax_ids_.tensor().data, DType::I32, {rows}, argmax_ids_.tensor().device);
-    backend_.argmax(logits, ids);
-    Tensor host(host_ids_.data(), DType::I32, {rows});
-    backend_.copy(ids, host);
-  }
-  backend_.synchronize();
-  return host_ids_;
+  DI_CHECK(in_flight_.empty(), "runner: execute_argmax while asynchronous steps are in flight");
+  submit(seqs, true);
+  return collect_argmax();
 }
 
 }  // namespace deepinfer

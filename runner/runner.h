@@ -1,14 +1,28 @@
 // Runner: turns the scheduler's decision into a StepBatch on the model's
 // backend, owns the paged KV cache memory and the step's device buffers, runs
-// the forward and hands back the logits rows that will be sampled.
+// the forward and hands back the logits rows (or their argmax) that will be sampled.
+//
+// Two ways to run a step:
+//  - execute / execute_argmax: run and wait (the synchronous engine loop);
+//  - submit, then collect_logits / collect_argmax: the step is issued on the backend's
+//    stream and the host goes on (asynchronous scheduling). Up to two steps may be in
+//    flight, collected in submission order; the second may take its input tokens from
+//    the first one's argmax on the device (tokens_from_previous), so the engine can issue
+//    step N+1 before it has read step N's tokens.
+//
+// Pure decode steps (every sequence computes one new token after cached context and needs
+// its logits) replay a CUDA graph where the backend has them (runner/decode_graphs.h).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
 #include "kv/block_manager.h"
 #include "model/model.h"
+#include "runner/decode_graphs.h"
+#include "runner/step_inputs.h"
 
 namespace deepinfer {
 
@@ -18,28 +32,41 @@ struct RunnerConfig {
   int max_num_batched_tokens = 8192;  // capacity of the step buffers
   int max_num_seqs = 256;
   int max_model_len = 0;              // capacity of one block table row (in tokens)
+  // CUDA graphs for pure decode steps when the backend supports them; false runs every
+  // step eagerly (EngineConfig::enforce_eager, --enforce-eager).
+  bool use_graphs = true;
 };
 
-// One sequence's part of a step: tokens [num_computed, num_computed + num_new)
-// of token_ids are computed; their KV rows go to the slots of block_ids.
-struct RunSeq {
-  std::span<const int32_t> token_ids;
-  int num_computed = 0;
-  int num_new = 0;
-  std::span<const int32_t> block_ids;
-  bool needs_logits = false;  // logits of its last new token are returned
+struct RunnerStats {
+  int64_t num_steps = 0;
+  int64_t num_graph_steps = 0;     // steps that replayed a captured graph
+  int64_t num_graphs_captured = 0;  // captures, re-captures after workspace growth included
+  int64_t num_capture_failures = 0;
 };
 
 class Runner {
  public:
   Runner(Model& model, Backend& backend, const RunnerConfig& config);
 
-  // Runs one step. Returns host F32 logits [number of seqs with needs_logits, vocab],
-  // in the order of `seqs`; valid until the next call.
+  // Runs one step and waits. Returns host F32 logits [number of seqs with needs_logits,
+  // vocab], in the order of `seqs`; valid until the next call.
   const Tensor& execute(std::span<const RunSeq> seqs);
   // Same step, but only the argmax of each logits row comes back (lowest id on
   // ties): greedy batches skip copying [rows, vocab] logits to the host.
   const std::vector<int32_t>& execute_argmax(std::span<const RunSeq> seqs);
+
+  // Issues one step without waiting for it. argmax_only: collect_argmax gives its result,
+  // else collect_logits. tokens_from_previous: every sequence computes one token, and the
+  // token of sequence i is row i of the previous submitted step's argmax (that step must be
+  // argmax_only with at least as many rows); token_ids' last entry is then not read.
+  // At most two steps in flight, at most one of them not argmax_only.
+  void submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous = false);
+  // Waits for the oldest submitted step and returns its result (valid until the next collect).
+  const std::vector<int32_t>& collect_argmax();
+  const Tensor& collect_logits();
+  int num_in_flight() const { return static_cast<int>(in_flight_.size()); }
+
+  const RunnerStats& stats() const { return stats_; }
   // KV copy-on-write: copies every layer's rows of each src block to its dst block,
   // in order, before the next submitted step (runner/block_copy.cpp).
   void copy_blocks(std::span<const BlockCopy> copies);
@@ -47,21 +74,34 @@ class Runner {
   static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size);
 
  private:
-  // Builds the StepBatch, runs the model; returns the device logits [num_logits, vocab].
-  Tensor forward(std::span<const RunSeq> seqs);
-  Tensor upload(const std::vector<int32_t>& host, DeviceBuffer& buffer,
-                std::initializer_list<int64_t> dims);
+  struct Pending {
+    bool argmax_only = false;
+    int64_t num_rows = 0;  // logits rows the host reads
+    int64_t fence = 0;
+    int slot = 0;  // host staging / result slot
+  };
+  // Runs the model on the inputs in inputs_ (eagerly, or by a graph for decode steps);
+  // returns the device logits [num_logits, vocab].
+  Tensor forward(const StepLayout& layout, const StepHostInfo& info, bool decode_graph);
 
   Model& model_;
   Backend& backend_;
   RunnerConfig config_;
+  int max_blocks_per_seq_ = 0;
   std::vector<DeviceBuffer> kv_memory_;  // per layer [num_blocks, block_size, kv_row_dim]
   std::vector<Tensor> kv_cache_;
-  DeviceBuffer token_ids_, positions_, query_start_, seq_lens_, block_tables_, slot_mapping_,
-      logits_indices_, logits_, argmax_ids_;
-  std::vector<int32_t> host_ids_;
-  HostBuffer host_logits_;
-  Tensor host_logits_view_;
+  DeviceBuffer inputs_;      // I32 device: every step input in one buffer (StepLayout)
+  DeviceBuffer staging_[2];  // I32 host (page-locked on CUDA): inputs being built / in flight
+  DeviceBuffer logits_, argmax_ids_;  // device [max_seqs, vocab] F32, [max_seqs] I32
+  DeviceBuffer host_ids_[2];          // I32 host [max_seqs] per slot
+  DeviceBuffer host_logits_;          // F32 host [max_seqs, vocab]
+  std::vector<int32_t> ids_out_;
+  Tensor logits_out_;
+  DecodeGraphs graphs_;
+  std::deque<Pending> in_flight_;
+  int next_slot_ = 0;
+  int64_t last_argmax_rows_ = -1;  // rows of the last submitted step's argmax (-1: not argmax)
+  RunnerStats stats_;
 };
 
 }  // namespace deepinfer

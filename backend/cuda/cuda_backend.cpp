@@ -89,6 +89,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : fence_events_) cudaEventDestroy(e);
   for (cudaGraphExec_t g : graphs_) {
     if (g) cudaGraphExecDestroy(g);
   }
@@ -137,6 +138,51 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
   if (host) DI_CUDA(cudaStreamSynchronize(stream_), "copy ", src.describe(), " -> ", dst.describe());
 }
 
+DeviceBuffer CudaBackend::alloc_host(DType dtype, const std::vector<int64_t>& dims) {
+  Tensor t(nullptr, dtype, dims, Device::CPU);
+  const size_t num_bytes = (t.num_bytes() + 255) / 256 * 256;
+  void* p = nullptr;
+  cudaError_t err = cudaHostAlloc(&p, num_bytes ? num_bytes : 256, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("out of page-locked host memory allocating ", t.describe(), " (", num_bytes, " bytes): ",
+         cudaGetErrorString(err));
+  }
+  t.data = p;
+  return DeviceBuffer(t, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); }));
+}
+
+void CudaBackend::copy_async(const Tensor& src, Tensor& dst) {
+  DI_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy_async: ", src.describe(),
+           " -> ", dst.describe(), " must have equal dtype and numel");
+  if (src.numel() == 0) return;
+  if (!src.is_contiguous() || !dst.is_contiguous() ||
+      (src.device == Device::CPU && dst.device == Device::CPU)) {
+    copy(src, dst);
+    return;
+  }
+  DI_CUDA(cudaMemcpyAsync(dst.data, src.data, src.num_bytes(), cudaMemcpyDefault, stream_),
+          "copy_async ", src.describe(), " -> ", dst.describe());
+}
+
+int64_t CudaBackend::record_fence() {
+  constexpr size_t kRing = 8;
+  if (fence_events_.empty()) {
+    fence_events_.resize(kRing, nullptr);
+    for (cudaEvent_t& e : fence_events_)
+      DI_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "record_fence (event)");
+  }
+  const int64_t fence = next_fence_++;
+  DI_CUDA(cudaEventRecord(fence_events_[fence % kRing], stream_), "record_fence ", fence);
+  return fence;
+}
+
+void CudaBackend::wait_fence(int64_t fence) {
+  DI_CHECK(fence >= 0 && fence < next_fence_, "wait_fence: fence ", fence, " was never recorded");
+  const cudaEvent_t e = fence_events_[static_cast<size_t>(fence) % fence_events_.size()];
+  DI_CUDA(cudaEventSynchronize(e), "wait_fence ", fence);
+}
+
 void CudaBackend::synchronize() { DI_CUDA(cudaStreamSynchronize(stream_), "synchronize"); }
 
 Backend::MemoryInfo CudaBackend::memory_info() const {
@@ -175,6 +221,7 @@ void* CudaBackend::scratch(Slot slot, size_t num_bytes, const char* op) {
          " bytes free of ", total_bytes);
   }
   s.num_bytes = want;
+  ++workspace_epoch_;
   return s.ptr;
 }
 

@@ -79,6 +79,11 @@ class CudaBackend final : public Backend {
   int graph_capture_end() override;
   void graph_replay(int graph_id) override;
   void graph_release(int graph_id) override;
+  uint64_t workspace_epoch() const override { return workspace_epoch_; }
+  DeviceBuffer alloc_host(DType dtype, const std::vector<int64_t>& dims) override;
+  void copy_async(const Tensor& src, Tensor& dst) override;
+  int64_t record_fence() override;
+  void wait_fence(int64_t fence) override;
 
   // --- for the op files -------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
@@ -152,6 +157,11 @@ class CudaBackend final : public Backend {
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, LtPlan> lt_plans_;
   std::map<std::pair<const void*, size_t>, ExpertTable> expert_tables_;
   std::vector<cudaGraphExec_t> graphs_;
+  uint64_t workspace_epoch_ = 0;  // bumped by each scratch reallocation
+  // Fences are events recorded on stream_ in a ring: fence f uses events_[f % size]. Waiting
+  // on a fence whose event was recorded again waits for later work, never less.
+  std::vector<cudaEvent_t> fence_events_;
+  int64_t next_fence_ = 0;
   std::map<const void*, size_t> smem_limits_;
 };
 

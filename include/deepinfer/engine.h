@@ -42,7 +42,10 @@ struct EngineConfig {
   // weights load and a profile step, the rest of it becomes KV blocks (vLLM's flag).
   double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
-  bool async_scheduling = true;   // CUDA: prepare step N+1 while step N runs (not yet implemented)
+  // Prepare and issue step N+1 while step N runs on the device (steady decode; outputs are
+  // identical either way). Off: one step at a time (debugging).
+  bool async_scheduling = true;
+  bool enforce_eager = false;     // no CUDA graphs for decode steps (debugging, A/B)
   uint64_t seed = 0;              // seeds requests whose SamplingParams have none
 };
 
@@ -104,6 +107,8 @@ struct EngineStats {
   int64_t num_cached_tokens = 0;
   int64_t num_preemptions = 0;
   int64_t num_kv_block_copies = 0;  // copy-on-write copies of shared KV blocks (n > 1)
+  int64_t num_steps_ahead = 0;   // issued before the previous step's tokens were read (async)
+  int64_t num_graph_steps = 0;   // decode steps that replayed a CUDA graph
   int num_kv_blocks = 0;
   int kv_block_size = 0;
 };
