@@ -10,11 +10,16 @@
 // Counted per step: weight bytes read (dense + attention + expected distinct
 // experts for B tokens: E * (1 - (1 - k/E)^B) per MoE layer), KV bytes read,
 // and FLOPs (2 * active parameters + attention over the context).
+// throughput (--throughput RxPxG, e.g. 1000x512x128): R requests of P random
+//          prompt tokens, G generated each (EOS ignored), all given to the engine
+//          at once (continuous batching under the real scheduler); one record with
+//          output and total tokens/s over the wall time and the raw quantities.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -69,6 +74,70 @@ Counts count_step(const ModelConfig& c, double bytes_per_param, int batch, int t
   return r;
 }
 
+struct ThroughputSpec {
+  int num_requests = 0;
+  int prompt_len = 0;
+  int gen_len = 0;
+};
+
+// "1000x512x128" -> {1000, 512, 128}; every part >= 1.
+ThroughputSpec parse_throughput(const std::string& text) {
+  ThroughputSpec t;
+  char tail = 0;
+  const int n = std::sscanf(text.c_str(), "%dx%dx%d%c", &t.num_requests, &t.prompt_len, &t.gen_len, &tail);
+  DI_CHECK(n == 3 && t.num_requests >= 1 && t.prompt_len >= 1 && t.gen_len >= 1,
+           "--throughput: expected REQUESTSxPROMPT_LENxGEN_LEN with each >= 1 (e.g. 1000x512x128), got '",
+           text, "'");
+  return t;
+}
+
+// Offline throughput: every request queued at once, the engine's own batching
+// decides the steps. Returns the record (the caller adds the common fields).
+json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParams& sampling, int warmup,
+                    const std::function<Prompt(int)>& random_prompt) {
+  SamplingParams p = sampling;
+  p.max_tokens = t.gen_len;
+  p.ignore_eos = true;
+  // Warm-up: a few short requests so first-step allocations are not timed.
+  for (int run = 0; run < warmup; ++run) {
+    SamplingParams w = p;
+    w.max_tokens = std::min(t.gen_len, 2);
+    std::vector<Prompt> few;
+    for (int i = 0; i < std::min(t.num_requests, 8); ++i) few.push_back(random_prompt(t.prompt_len));
+    engine.generate(few, {w});
+  }
+  std::vector<Prompt> prompts;
+  prompts.reserve(static_cast<size_t>(t.num_requests));
+  for (int i = 0; i < t.num_requests; ++i) prompts.push_back(random_prompt(t.prompt_len));
+  const EngineStats before = engine.stats();
+  const auto t0 = Clock::now();
+  std::vector<RequestOutput> out = engine.generate(prompts, {p});
+  const double elapsed_s = seconds_since(t0);
+  const EngineStats& after = engine.stats();
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    DI_CHECK(out[i].error.empty(), "throughput request ", i, ": ", out[i].error);
+    prompt_tokens += out[i].num_prompt_tokens;
+    output_tokens += out[i].num_output_tokens;
+  }
+  return {{"kind", "throughput"},
+          {"requests", t.num_requests},
+          {"prompt_len", t.prompt_len},
+          {"gen_len", t.gen_len},
+          {"temperature", p.temperature},
+          {"prompt_tokens", prompt_tokens},
+          {"output_tokens", output_tokens},
+          {"elapsed_s", elapsed_s},
+          {"output_tokens_per_s", output_tokens / elapsed_s},
+          {"total_tokens_per_s", (prompt_tokens + output_tokens) / elapsed_s},
+          {"requests_per_s", t.num_requests / elapsed_s},
+          {"steps", after.num_steps - before.num_steps},
+          {"prompt_tokens_computed", after.num_prompt_tokens_computed - before.num_prompt_tokens_computed},
+          {"preemptions", after.num_preemptions - before.num_preemptions},
+          {"kv_blocks", after.num_kv_blocks},
+          {"kv_block_size", after.kv_block_size}};
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -76,40 +145,54 @@ int cmd_bench(int argc, char** argv) {
   EngineConfig config;
   ModelFlags model;
   add_engine_flags(app, config, model);
+  // Throughput requests sample with these (greedy unless --temperature is given);
+  // --throughput sets max_tokens and ignore_eos itself.
+  SamplingFlags sampling;
+  sampling.p.temperature = 0.0f;
+  add_sampling_flags(app, sampling);
   std::vector<int> prefill_lens, batches;
   int prompt_len = 512, gen_len = 128, repeats = 3, warmup = 1;
   uint64_t seed = 0;
-  std::string output;
-  double roofline_gbps = 0, peak_tflops = 0;
+  std::string output, throughput;
+  double roofline_gbps = 0, peak_tflops = 0, peer_tokens_per_s = 0;
   app.add_option("--prefill", prefill_lens, "prefill lengths at batch 1 (comma list)")->delimiter(',');
   app.add_option("--batch", batches, "decode batch sizes (comma list)")->delimiter(',');
   app.add_option("--prompt-len", prompt_len, "decode: prompt tokens per sequence");
   app.add_option("--gen-len", gen_len, "decode: generated tokens per sequence");
   app.add_option("--repeats", repeats, "timed runs per measurement (median reported)");
   app.add_option("--warmup", warmup, "untimed runs first");
-  app.add_option("--seed", seed, "seed of the random prompts");
+  app.add_option("--prompt-seed", seed, "seed of the random prompts");
   app.add_option("--output", output, "append records to this file (default stdout)");
   app.add_option("--roofline-gbps", roofline_gbps, "memory bandwidth for the roofline ratio (GB/s)");
   app.add_option("--peak-tflops", peak_tflops, "compute peak for the roofline ratio (TFLOP/s)");
+  app.add_option("--throughput", throughput,
+                 "offline throughput: REQUESTSxPROMPT_LENxGEN_LEN random-token requests at once (e.g. 1000x512x128)");
+  app.add_option("--peer-tokens-per-s", peer_tokens_per_s,
+                 "throughput: a peer's output tokens/s (e.g. llama.cpp's batched figure) for the ratio");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  DI_CHECK(!prefill_lens.empty() || !batches.empty(), "give --prefill and/or --batch");
+  DI_CHECK(!prefill_lens.empty() || !batches.empty() || !throughput.empty(),
+           "give --prefill, --batch and/or --throughput");
   DI_CHECK(gen_len >= 2 && prompt_len >= 1 && repeats >= 1, "--gen-len >= 2, --prompt-len >= 1, --repeats >= 1");
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
   const std::string config_file =
       !config.random_weights_config.empty() ? config.random_weights_config : config.model_dir;
   const ModelConfig mc = load_model_config(config_file);
 
+  const ThroughputSpec tp = throughput.empty() ? ThroughputSpec{} : parse_throughput(throughput);
   const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   const int max_prefill = prefill_lens.empty() ? 1 : *std::max_element(prefill_lens.begin(), prefill_lens.end());
   config.max_num_seqs = std::max(config.max_num_seqs, max_batch);
   config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, max_prefill);
-  config.max_model_len = std::max({config.max_model_len, max_prefill + 1, prompt_len + gen_len});
+  config.max_model_len =
+      std::max({config.max_model_len, max_prefill + 1, prompt_len + gen_len, tp.prompt_len + tp.gen_len});
   config.enable_prefix_caching = false;  // every run computes its prompt
-  if (config.num_kv_blocks == 0) {
+  // Throughput sizes the KV cache as serving does (free device memory, or
+  // --num-kv-blocks / --kv-cache-bytes); the other modes need only their batch.
+  if (config.num_kv_blocks == 0 && throughput.empty()) {
     const int64_t tokens = std::max<int64_t>(int64_t{max_batch} * (prompt_len + gen_len), max_prefill + 1);
     config.num_kv_blocks = static_cast<int>((tokens + config.kv_block_size - 1) / config.kv_block_size) + 1;
   }
@@ -131,14 +214,22 @@ int cmd_bench(int argc, char** argv) {
     file.open(output, std::ios::app);
     DI_CHECK(file.good(), "--output: cannot write ", output);
   }
-  auto emit = [&](json rec, const Counts& per_step, double steps, double tokens, double elapsed) {
+  auto write = [&](json rec) {
     rec["backend"] = config.backend;
     rec["model"] = config_file;
     rec["dtype"] = config.random_weights_config.empty() ? "checkpoint" : config.random_weights_dtype;
     rec["random_weights"] = !config.random_weights_config.empty();
     rec["batch_invariant"] = config.batch_invariant;
-    rec["repeats"] = repeats;
+    rec["max_num_seqs"] = config.max_num_seqs;
+    rec["max_num_batched_tokens"] = config.max_num_batched_tokens;
     rec["load_s"] = load_s;
+    const std::string line = rec.dump();
+    if (file.is_open()) file << line << "\n" << std::flush;
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  auto emit = [&](json rec, const Counts& per_step, double steps, double tokens, double elapsed) {
+    rec["repeats"] = repeats;
     rec["steps"] = steps;
     rec["tokens"] = tokens;
     rec["elapsed_s"] = elapsed;
@@ -157,10 +248,7 @@ int cmd_bench(int argc, char** argv) {
       rec["roofline_tokens_per_s"] = tokens / floor_s;
       rec["fraction_of_roofline"] = floor_s / elapsed;
     }
-    const std::string line = rec.dump();
-    if (file.is_open()) file << line << "\n" << std::flush;
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
+    write(std::move(rec));
   };
 
   for (int n : prefill_lens) {
@@ -211,6 +299,21 @@ int cmd_bench(int argc, char** argv) {
                 {"prefill_elapsed_s", median(prefill_times)}};
     emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
          median(times));
+  }
+  if (!throughput.empty()) {
+    json rec = run_throughput(engine, tp, sampling.params(), warmup, random_prompt);
+    const double out_tps = rec["output_tokens_per_s"].get<double>();
+    if (peer_tokens_per_s > 0) {
+      rec["peer_output_tokens_per_s"] = peer_tokens_per_s;
+      rec["output_ratio_to_peer"] = out_tps / peer_tokens_per_s;
+    }
+    std::fprintf(stderr, "throughput %s: %.0f output tok/s, %.0f total tok/s in %.2f s (%lld steps, %lld preemptions, %d KV blocks)",
+                 throughput.c_str(), out_tps, rec["total_tokens_per_s"].get<double>(),
+                 rec["elapsed_s"].get<double>(), static_cast<long long>(rec["steps"].get<int64_t>()),
+                 static_cast<long long>(rec["preemptions"].get<int64_t>()), rec["kv_blocks"].get<int>());
+    if (peer_tokens_per_s > 0) std::fprintf(stderr, "; %.2fx the peer's %.0f output tok/s", out_tps / peer_tokens_per_s, peer_tokens_per_s);
+    std::fprintf(stderr, "\n");
+    write(std::move(rec));
   }
   return 0;
 }

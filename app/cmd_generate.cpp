@@ -22,12 +22,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  DI_CHECK(in.good(), "cannot read ", path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // One JSONL line -> prompt + params. Throws Error naming the line and field.
 void parse_line(const std::string& text, int line_no, const SamplingParams& defaults, Prompt& prompt,
                 SamplingParams& p) {
@@ -202,35 +196,20 @@ int cmd_generate(int argc, char** argv) {
   EngineConfig config;
   ModelFlags model;
   add_engine_flags(app, config, model);
-  std::string prompt_text, input, output, regex, schema_file, ebnf_file;
+  SamplingFlags sampling;
+  add_sampling_flags(app, sampling);
+  std::string prompt_text, input, output;
   bool chat = false;
-  SamplingParams p;
-  int seed = -1;
   app.add_option("--prompt", prompt_text, "prompt text (streamed mode)");
   app.add_flag("--chat", chat, "apply the model's chat template to --prompt as a user message");
   app.add_option("--input", input, "JSONL of requests (batch mode)");
   app.add_option("--output", output, "JSONL of results (batch mode)");
-  app.add_option("--max-tokens", p.max_tokens, "new tokens at most");
-  app.add_option("--temperature", p.temperature, "0 = greedy");
-  app.add_option("--top-p", p.top_p, "nucleus mass in (0, 1]");
-  app.add_option("--top-k", p.top_k, "0 = all");
-  app.add_option("--min-p", p.min_p, "minimum probability relative to the most likely");
-  app.add_option("--repetition-penalty", p.repetition_penalty, "> 0; 1 = off");
-  app.add_option("--seed", seed, "sampling seed (default: engine-chosen)");
-  app.add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS");
-  app.add_option("--stop", p.stop, "stop string (repeatable)");
-  app.add_option("--regex", regex, "constrain output to a regular expression");
-  app.add_option("--json-schema", schema_file, "constrain output to a JSON Schema file");
-  app.add_option("--ebnf", ebnf_file, "constrain output to an EBNF/GBNF grammar file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
-  if (!regex.empty()) p.so_args = {"regex", regex};
-  if (!schema_file.empty()) p.so_args = {"json_schema", read_file(schema_file)};
-  if (!ebnf_file.empty()) p.so_args = {"ebnf", read_file(ebnf_file)};
+  const SamplingParams p = sampling.params();
   DI_CHECK(input.empty() != prompt_text.empty(), "give exactly one of --prompt or --input");
   DI_CHECK(input.empty() || !output.empty(), "--input needs --output");
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);

@@ -1,8 +1,13 @@
-// Engine flags shared by `deepinfer generate` and `deepinfer bench`.
+// The one place for flags shared by `deepinfer generate` and `deepinfer bench`:
+// engine and model flags (add_engine_flags, apply_model_flags) and sampling
+// flags (add_sampling_flags, SamplingFlags::params).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <fstream>
+#include <iterator>
 #include <string>
 
+#include "core/error.h"
 #include "deepinfer/engine.h"
 
 namespace deepinfer::app {
@@ -28,8 +33,13 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "tokens per step");
   app.add_option("--max-model-len", c.max_model_len, "context length (0 = the model's)");
   app.add_option("--kv-block-size", c.kv_block_size, "tokens per KV block");
-  app.add_option("--num-kv-blocks", c.num_kv_blocks, "KV blocks (0 = from --kv-cache-gib)");
-  app.add_option("--kv-cache-bytes", c.kv_cache_num_bytes, "KV cache bytes (0 = 4 GiB)");
+  app.add_option("--num-kv-blocks", c.num_kv_blocks,
+                 "KV blocks (0 = from --kv-cache-bytes, else device memory, else 4 GiB)");
+  app.add_option("--kv-cache-bytes", c.kv_cache_num_bytes,
+                 "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 4 GiB on CPU)");
+  app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                 "fraction of device memory for weights, buffers and KV cache (the rest of it is KV)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("!--no-prefix-caching", c.enable_prefix_caching, "disable prefix reuse");
   app.add_flag("--enforce-eager", c.enforce_eager, "no CUDA graphs for decode steps");
   app.add_flag("!--no-async-scheduling", c.async_scheduling,
@@ -42,6 +52,43 @@ inline void apply_model_flags(const ModelFlags& m, const std::string& default_di
   if (m.random_weights || !m.config_path.empty()) {
     c.random_weights_config = !m.config_path.empty() ? m.config_path : c.model_dir + "/config.json";
   }
+}
+
+inline std::string read_text_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  DI_CHECK(in.good(), flag, ": cannot read ", path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Sampling flags; params() resolves them (reading grammar files) after parsing.
+struct SamplingFlags {
+  SamplingParams p;
+  int seed = -1;
+  std::string regex, schema_file, ebnf_file;
+
+  SamplingParams params() const {
+    SamplingParams out = p;
+    if (seed >= 0) out.seed = static_cast<uint64_t>(seed);
+    if (!regex.empty()) out.so_args = {"regex", regex};
+    if (!schema_file.empty()) out.so_args = {"json_schema", read_text_file(schema_file, "--json-schema")};
+    if (!ebnf_file.empty()) out.so_args = {"ebnf", read_text_file(ebnf_file, "--ebnf")};
+    return out;
+  }
+};
+
+inline void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
+  app.add_option("--max-tokens", f.p.max_tokens, "new tokens at most");
+  app.add_option("--temperature", f.p.temperature, "0 = greedy");
+  app.add_option("--top-p", f.p.top_p, "nucleus mass in (0, 1]");
+  app.add_option("--top-k", f.p.top_k, "0 = all");
+  app.add_option("--min-p", f.p.min_p, "minimum probability relative to the most likely");
+  app.add_option("--repetition-penalty", f.p.repetition_penalty, "> 0; 1 = off");
+  app.add_option("--seed", f.seed, "sampling seed (default: engine-chosen)");
+  app.add_flag("--ignore-eos", f.p.ignore_eos, "do not stop at EOS");
+  app.add_option("--stop", f.p.stop, "stop string (repeatable)");
+  app.add_option("--regex", f.regex, "constrain output to a regular expression");
+  app.add_option("--json-schema", f.schema_file, "constrain output to a JSON Schema file");
+  app.add_option("--ebnf", f.ebnf_file, "constrain output to an EBNF/GBNF grammar file");
 }
 
 }  // namespace deepinfer::app

@@ -22,29 +22,34 @@ int resolve_max_model_len(const EngineConfig& config, const ModelConfig& mc) {
       std::min<int64_t>(mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096, 1 << 20));
 }
 
-// Runs one step of max_num_batched_tokens prompt tokens (model workspaces and
-// backend scratch grow to their largest), then sizes the KV cache from the
-// memory left. The profile's own small cache is counted as reclaimable.
+// Runs one step of max_num_batched_tokens prompt tokens (sequences of at most
+// max_model_len; model workspaces and backend scratch grow to their largest),
+// then sizes the KV cache from the memory left. The profile's own small cache
+// is counted as reclaimable.
 int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, Model& model,
                                  Backend& backend) {
   const int bs = config.kv_block_size;
   DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
-  const int num_tokens = std::max(1, std::min(config.max_num_batched_tokens, max_model_len));
-  const int num_blocks = (num_tokens + bs - 1) / bs;
+  const int num_tokens = std::max(1, config.max_num_batched_tokens);
+  const int tokens_per_seq = std::max(1, std::min(num_tokens, max_model_len));
+  const int num_seqs = std::max(1, std::min(config.max_num_seqs, (num_tokens + tokens_per_seq - 1) / tokens_per_seq));
+  const int blocks_per_seq = (tokens_per_seq + bs - 1) / bs;
+  const int num_blocks = num_seqs * blocks_per_seq;
   const int64_t bytes_per_block = Runner::kv_bytes_per_block(model, backend.activation_dtype(), bs);
   KvMemoryBudget budget;
   {
-    RunnerConfig rc;
-    rc.num_kv_blocks = num_blocks;
-    rc.kv_block_size = bs;
-    rc.max_num_batched_tokens = config.max_num_batched_tokens;
-    rc.max_num_seqs = config.max_num_seqs;
-    rc.max_model_len = max_model_len;
-    Runner runner(model, backend, rc);
-    std::vector<int32_t> token_ids(static_cast<size_t>(num_tokens), 0), block_ids(static_cast<size_t>(num_blocks));
+    Runner runner(model, backend,
+                  RunnerConfig{.num_kv_blocks = num_blocks, .kv_block_size = bs,
+                               .max_num_batched_tokens = config.max_num_batched_tokens,
+                               .max_num_seqs = config.max_num_seqs, .max_model_len = max_model_len});
+    const std::vector<int32_t> token_ids(static_cast<size_t>(tokens_per_seq), 0);
+    std::vector<int32_t> block_ids(static_cast<size_t>(num_blocks));  // [num_seqs, blocks_per_seq]
     std::iota(block_ids.begin(), block_ids.end(), 0);
-    const RunSeq seq{token_ids, 0, num_tokens, block_ids, true};
-    runner.execute(std::span(&seq, 1));
+    std::vector<RunSeq> seqs;
+    for (int i = 0, left = num_tokens; i < num_seqs && left > 0; ++i, left -= tokens_per_seq)
+      seqs.push_back({token_ids, 0, std::min(left, tokens_per_seq),
+                      std::span(block_ids).subspan(static_cast<size_t>(i) * blocks_per_seq, blocks_per_seq), true});
+    runner.execute(seqs);
     backend.synchronize();
     const Backend::MemoryInfo mem = backend.memory_info();
     budget.total_bytes = mem.total_bytes;

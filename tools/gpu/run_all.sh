@@ -8,6 +8,8 @@
 #   4. op-sequence bench of the bench model (bench/cuda/layer_bench.cpp): bf16 with graphs,
 #      bf16 on own GEMMs only, fp8, bf16 batch-invariant
 #   5. `deepinfer bench` on the bench config (when the CLI implements it)
+#   6. offline throughput through the engine (`deepinfer bench --throughput`; stage
+#      "throughput", not in the default set: THROUGHPUT=RxPxG overrides 1000x512x128)
 # Each stage is time-boxed, logs to $OUT/<stage>.log, and a failure never stops the script.
 # The whole run stays under ~9.5 minutes (the device tool's per-command limit is 10).
 set -u
@@ -25,8 +27,8 @@ py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidi
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
 
 # STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_own bench_inv
-# bench_cublas deepinfer_bench" (default: all but bench_cublas); BENCH_ARGS: extra flags for the
-# op bench (e.g. --decode-only).
+# bench_cublas deepinfer_bench throughput" (default: all but bench_cublas and throughput);
+# BENCH_ARGS: extra flags for the op bench (e.g. --decode-only).
 STAGES="${STAGES:-parity golden bench_bf16 bench_fp8 bench_own bench_inv deepinfer_bench}"
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 BENCH_ARGS="${BENCH_ARGS:-}"
@@ -124,6 +126,20 @@ if want deepinfer_bench && [[ -x "$bin/deepinfer" ]]; then
     --dtype fp8 --peak-tflops 1419 --output "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
 else
   rows+=("deepinfer_bench|not available|0")
+fi
+
+# 6. offline throughput (issue #5 item 8): 1,000 requests of 512 random prompt tokens, 128
+#    generated each (EOS ignored), all queued at once; the engine's continuous batching and
+#    KV cache sized by --gpu-memory-utilization (default 0.9). The peer figure is llama.cpp's
+#    best batched one in PERFORMANCE.md (decode batch 64, prompt 512 + 128: 6,307 output tok/s).
+if want throughput && [[ -x "$bin/deepinfer" ]]; then
+  stage throughput 280 "$bin/deepinfer" bench --config "$cfg" --random-weights --backend cuda \
+    --dtype bf16 --throughput "${THROUGHPUT:-1000x512x128}" --max-num-seqs 256 \
+    --max-num-batched-tokens 8192 --peer-tokens-per-s 6307 --output "$OUT/throughput.jsonl" \
+    ${DEEPINFER_BENCH_ARGS:-}
+  grep -h "throughput" "$OUT/throughput.log" | tail -2
+elif want throughput; then
+  rows+=("throughput|no binary|0")
 fi
 
 # Short table last.
