@@ -3,7 +3,8 @@
 # Safe to run repeatedly: only missing packages are installed.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip)
+      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip
+      python3-jsonschema)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -40,7 +40,9 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 
 
 def _hostname(s):
-    return len(s) <= 253 and re.fullmatch(rf"{_LABEL}(?:\.{_LABEL})*", s, re.ASCII) is not None
+    # The RFC 1123 total length limit (253) is not checked: our grammar does not enforce it
+    # (a documented approximation in grammar/README.md); labels are checked (<= 63).
+    return re.fullmatch(rf"{_LABEL}(?:\.{_LABEL})*", s, re.ASCII) is not None
 
 
 def _email(s):
