@@ -6,10 +6,6 @@
 namespace deepinfer::grammar {
 namespace {
 
-// Reachable DFAs past this many states are not shared: their key would cost more to build than
-// they are likely to be met again (e.g. a string with maxLength 4000).
-constexpr int32_t kMaxSharedDfaStates = 512;
-
 template <typename T>
 void append_raw(std::string& out, T x) {
   char buf[sizeof(T)];

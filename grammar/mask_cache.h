@@ -29,15 +29,18 @@ namespace deepinfer::grammar {
 // max_bytes: once full, new forms are no longer stored (the common ones come first).
 class SharedMaskCache {
  public:
-  explicit SharedMaskCache(size_t max_bytes) : max_bytes_(max_bytes) {}
+  explicit SharedMaskCache(size_t max_bytes) : max_bytes_(max_bytes), subtrees_(max_bytes / 4) {}
   std::shared_ptr<const MaskEntry> find(const std::string& key) const;
   // Stores e under key unless present or full; returns the stored entry (or e).
   std::shared_ptr<const MaskEntry> insert(const std::string& key, std::shared_ptr<const MaskEntry> e);
   size_t num_entries() const;
   size_t num_bytes() const;
+  // Depth-1 subtrees below a call-free DFA state, keyed by first byte and canonical DFA.
+  SubtreeCache& subtrees() { return subtrees_; }
 
  private:
   const size_t max_bytes_;
+  SubtreeCache subtrees_;
   mutable std::mutex mu_;
   size_t num_bytes_ = 0;
   std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> entries_;
@@ -47,6 +50,9 @@ class SharedMaskCache {
 // finality, edges), prefixed by `rooted`. False (key unspecified) when a reachable state has a
 // call or more than max_states states are reachable.
 bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, std::string& key);
+// Reachable DFAs past this many states are not shared: their key would cost more to build than
+// they are likely to be met again (e.g. a string with maxLength 4000).
+constexpr int32_t kMaxSharedDfaStates = 512;
 
 class MaskCache {
  public:

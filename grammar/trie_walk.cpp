@@ -1,8 +1,10 @@
 // The trie walk behind every mask entry (see trie_walk.h).
 #include "grammar/trie_walk.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "grammar/mask_cache.h"
 #include "grammar/stack.h"
 
 namespace deepinfer::grammar {
@@ -54,7 +56,7 @@ class Candidates {
 
 template <bool kRestricted>
 void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& states, bool rooted,
-          const std::vector<int32_t>* candidates, SubtreeCache* subtrees, MaskEntry& e) {
+          const std::vector<int32_t>* candidates, SubtreeCache* subtrees, SubtreeCache* shared, MaskEntry& e) {
   Candidates<kRestricted> cand(candidates);
   StackArena arena;
   StepScratch scratch;
@@ -69,15 +71,19 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   // Depth 0: only s1's own byte edges (its calls were expanded into other elements).
   fast[0] = states[0];
   fast_parent[0] = arena[top].parent;
-  // Recording of one depth-1 subtree [record_begin, record_end) for the subtree cache.
+  // Depth-1 subtrees of a single element (X, P) are walked as X over the sentinel: the result
+  // depends on X alone (cached); tokens in which X's rule ends before their end depend on P and
+  // are `deferred`, then classified by one restricted walk from the real stack at the end.
+  std::vector<int32_t> deferred, deferred_in_record;
+  std::unordered_map<int32_t, std::string> dfa_keys;  // X -> canonical DFA key ("" when none)
+  std::vector<int32_t>* uncertain_out = &e.uncertain;
   std::shared_ptr<SubtreeResult> record;
+  SubtreeCache* record_cache = nullptr;
   std::string record_key;
   int32_t record_end = -1;
-  size_t record_uncertain_begin = 0;
   auto finish_record = [&] {
-    record->uncertain.assign(e.uncertain.begin() + static_cast<std::ptrdiff_t>(record_uncertain_begin),
-                             e.uncertain.end());
-    subtrees->insert(record_key, std::move(record));
+    record->uncertain = std::move(deferred_in_record);
+    record_cache->insert(record_key, std::move(record));
     record = nullptr;
   };
   const int32_t n = t.num_nodes();
@@ -89,7 +95,13 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
         continue;
       }
     } else {
-      if (record && i >= record_end) finish_record();
+      if (uncertain_out != &e.uncertain && i >= record_end) {
+        // Leaving a deferred subtree.
+        deferred.insert(deferred.end(), deferred_in_record.begin(), deferred_in_record.end());
+        if (record) finish_record();
+        deferred_in_record.clear();
+        uncertain_out = &e.uncertain;
+      }
     }
     const int32_t d = t.depth[i];
     const uint8_t b = t.byte[i];
@@ -136,38 +148,59 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
         set_bit(e.accepted, t.sorted_tokens[k]);
         if (!kRestricted && record) record->accepted_ids.push_back(t.sorted_tokens[k]);
       } else if (popped_before) {
-        e.uncertain.push_back(k);
+        uncertain_out->push_back(k);
       }
     });
-    if (!kRestricted && subtrees && alive && d == 1 && fast[1] >= 0 &&
+    if (!kRestricted && alive && d == 1 && fast[1] >= 0 && !rooted && !popped[1] &&
         t.tok_begin[t.end[i]] - t.tok_begin[i + 1] >= kMinCachedSubtreeTokens) {
-      // Situation: first byte (node i), the fast element's stack, whether the sentinel popped.
+      // Key: the first byte (node i) and X, by its canonical DFA when no call is reachable from
+      // it (then the vocabulary's cache serves every grammar), else by its state number.
       std::string key;
       append_i32(key, i);
-      append_i32(key, fast[1]);
-      int32_t x = fast_parent[1];
-      for (; x >= 0; x = arena[x].parent) append_i32(key, arena[x].state);
-      append_i32(key, x);
-      key.push_back(popped[1] ? 'p' : '-');
-      if (auto hit = subtrees->find(key)) {
+      SubtreeCache* cache = subtrees;
+      auto [it, inserted] = dfa_keys.try_emplace(fast[1]);
+      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSharedDfaStates, it->second)) it->second.clear();
+      if (shared && !it->second.empty()) {
+        cache = shared;
+        key += it->second;
+      } else {
+        append_i32(key, fast[1]);
+      }
+      fast_parent[1] = kSentinel;
+      if (auto hit = cache ? cache->find(key) : nullptr) {
         for (int32_t id : hit->accepted_ids) set_bit(e.accepted, id);
-        e.uncertain.insert(e.uncertain.end(), hit->uncertain.begin(), hit->uncertain.end());
+        deferred.insert(deferred.end(), hit->uncertain.begin(), hit->uncertain.end());
         i = t.end[i];
         continue;
       }
-      record = std::make_shared<SubtreeResult>();
-      record_key = std::move(key);
+      uncertain_out = &deferred_in_record;
       record_end = t.end[i];
-      record_uncertain_begin = e.uncertain.size();
+      if (cache) {
+        record = std::make_shared<SubtreeResult>();
+        record_cache = cache;
+        record_key = std::move(key);
+      }
     }
     if (alive) {
       ++i;
     } else {
-      if (popped[d]) cand.for_each(t.tok_begin[i + 1], t.tok_begin[t.end[i]], [&](int32_t k) { e.uncertain.push_back(k); });
+      if (popped[d]) cand.for_each(t.tok_begin[i + 1], t.tok_begin[t.end[i]], [&](int32_t k) { uncertain_out->push_back(k); });
       i = t.end[i];
     }
   }
-  if (record) finish_record();
+  if (uncertain_out != &e.uncertain) {
+    deferred.insert(deferred.end(), deferred_in_record.begin(), deferred_in_record.end());
+    if (record) finish_record();
+  }
+  if (deferred.empty()) return;
+  // Deferred tokens, exactly, from the real stack (ascending: collected in preorder).
+  MaskEntry r;
+  r.accepted.assign(e.accepted.size(), 0);
+  walk<true>(a, t, states, rooted, &deferred, nullptr, nullptr, r);
+  for (size_t w = 0; w < r.accepted.size(); ++w) e.accepted[w] |= r.accepted[w];
+  std::vector<int32_t> merged(e.uncertain.size() + r.uncertain.size());
+  std::merge(e.uncertain.begin(), e.uncertain.end(), r.uncertain.begin(), r.uncertain.end(), merged.begin());
+  e.uncertain = std::move(merged);
 }
 
 }  // namespace
@@ -177,9 +210,9 @@ MaskEntry walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<i
   MaskEntry e;
   e.accepted.assign(v.num_mask_words(), 0);
   if (candidates)
-    walk<true>(a, v.trie(), states, rooted, candidates, nullptr, e);
+    walk<true>(a, v.trie(), states, rooted, candidates, nullptr, nullptr, e);
   else
-    walk<false>(a, v.trie(), states, rooted, nullptr, subtrees, e);
+    walk<false>(a, v.trie(), states, rooted, nullptr, subtrees, &v.shared_masks().subtrees(), e);
   return e;
 }
 

@@ -1,7 +1,9 @@
 // The mask against brute force: on small vocabularies, along random walks, bit t is set
 // exactly when accept_bytes(token t) would succeed from the same state (byte-level stepping,
 // independent of the mask cache), and EOS exactly when the grammar can terminate. Strings
-// sampled under the mask are checked by std::regex. Rollback restores earlier masks.
+// sampled under the mask are checked by std::regex. Rollback restores earlier masks. Large random
+// vocabularies exercise what small ones never reach: subtree reuse (needs >= 64 tokens below a
+// first byte) and entries shared by grammars of one vocabulary.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -92,6 +94,82 @@ TEST(GrammarMask, AnyJsonMaskIsExact) {
   auto vocab = small_vocab(kJsonTokens);
   auto g = CompiledGrammar::compile({GrammarSpec::Kind::JsonObject, ""}, vocab);
   check_walks(g, 20, 20, 4, nullptr);
+}
+
+// Every single byte plus num_tokens random strings (length 2..7) over JSON-ish bytes, so many
+// tokens share each first byte.
+std::shared_ptr<const Vocabulary> random_vocab(int num_tokens, uint32_t seed) {
+  const std::string alphabet = "\"{}[]:, abcnm01\\-.e\xc3\xa9";
+  std::mt19937 rng(seed);
+  std::vector<std::string> extra;
+  for (int k = 0; k < num_tokens; ++k) {
+    std::string t;
+    const size_t len = 2 + rng() % 6;
+    while (t.size() < len) t.push_back(alphabet[rng() % alphabet.size()]);
+    extra.push_back(t);
+  }
+  return small_vocab(extra);
+}
+
+const char* kKeyedSchema = R"({
+  "type": "object",
+  "properties": {"name": {"type": "string"}, "nab": {"type": "integer"}, "m": {"type": "string", "maxLength": 3}},
+  "required": ["name"],
+  "additionalProperties": {"type": "array", "items": {"type": "number"}}
+})";
+
+TEST(GrammarMask, LargeVocabMaskIsExact) {
+  // Extra keys (a trie over the declared names that leaves into plain string content) make many
+  // states reach the same situation after their first byte: the subtree reuse path.
+  auto vocab = random_vocab(2000, 5);
+  auto g = CompiledGrammar::compile({GrammarSpec::Kind::JsonSchema, kKeyedSchema}, vocab);
+  check_walks(g, 6, 25, 6, nullptr);
+}
+
+TEST(GrammarMask, SharedEntriesAcrossGrammarsAreExact) {
+  // The second grammar meets the first one's string and number states: its level-1 entries for
+  // them come from the vocabulary's shared cache and must still be exact in its own context.
+  auto vocab = random_vocab(2000, 7);
+  auto g1 = CompiledGrammar::compile({GrammarSpec::Kind::JsonSchema, kKeyedSchema}, vocab);
+  check_walks(g1, 4, 30, 8, nullptr);
+  const size_t num_shared = vocab->shared_masks().num_entries();
+  EXPECT_GT(num_shared, 0u);
+  auto g2 = CompiledGrammar::compile({GrammarSpec::Kind::JsonObject, ""}, vocab);
+  check_walks(g2, 6, 30, 9, nullptr);
+  EXPECT_GT(g2->mask_cache().num_shared_hits(), 0u);
+  // A rooted regex whose whole stack is one call-free DFA: shared under the rooted key.
+  auto r1 = CompiledGrammar::compile({GrammarSpec::Kind::Regex, "[a-c]+(-[0-9]+)?"}, vocab);
+  auto r2 = CompiledGrammar::compile({GrammarSpec::Kind::Regex, "[a-c]+(-[0-9]+)?"}, vocab);
+  std::regex re("[a-c]+(-[0-9]+)?");
+  check_walks(r1, 4, 10, 10, &re);
+  check_walks(r2, 4, 10, 11, &re);
+  EXPECT_GT(r2->mask_cache().num_shared_hits(), 0u);
+}
+
+TEST(GrammarMask, CanonicalKeyIgnoresStateNumbering) {
+  // The same DFA at different state numbers (after a different prefix) gets the same key; a
+  // different DFA a different one; a state that reaches a call none.
+  auto vocab = small_vocab({});
+  auto a = CompiledGrammar::from_ir(parse_regex_grammar("x[0-9]+"), vocab);
+  auto b = CompiledGrammar::from_ir(parse_regex_grammar("yyy[0-9]+"), vocab);
+  auto c = CompiledGrammar::from_ir(parse_regex_grammar("x[0-8]+"), vocab);
+  auto after = [](const Automaton& au, const std::string& text) {
+    int32_t s = au.root_start();
+    for (char ch : text) s = au.next(s, static_cast<uint8_t>(ch));
+    return s;
+  };
+  std::string ka, kb, kc;
+  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), false, 64, ka));
+  ASSERT_TRUE(canonical_dfa_key(b->automaton(), after(b->automaton(), "yyy"), false, 64, kb));
+  ASSERT_TRUE(canonical_dfa_key(c->automaton(), after(c->automaton(), "x"), false, 64, kc));
+  EXPECT_EQ(ka, kb);
+  EXPECT_NE(ka, kc);
+  std::string kr;
+  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), true, 64, kr));
+  EXPECT_NE(ka, kr);
+  auto e = CompiledGrammar::compile({GrammarSpec::Kind::Ebnf, "root ::= \"(\" (root | \"a\")* \")\""}, vocab);
+  std::string ke;
+  EXPECT_FALSE(canonical_dfa_key(e->automaton(), after(e->automaton(), "("), false, 64, ke));
 }
 
 TEST(GrammarMask, RollbackRestoresState) {
