@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -18,6 +19,13 @@ class EbnfParser {
   explicit EbnfParser(const std::string& s) : s_(s) {}
 
   GrammarIR parse() {
+    // Validated once here (the tokenizer's UTF-8 rules: no overlongs, surrogates or truncation),
+    // so read_cp below decodes without checks.
+    const size_t bad = tokenizer_detail::find_invalid_utf8(s_);
+    if (bad != std::string::npos) {
+      pos_ = bad;
+      error("invalid UTF-8");
+    }
     skip_space();
     if (eof()) error("empty grammar");
     int32_t first = -1;
@@ -187,15 +195,9 @@ class EbnfParser {
   }
 
   uint32_t read_cp() {
-    unsigned char c = static_cast<unsigned char>(s_[pos_++]);
-    if (c < 0x80) return c;
-    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0) error("invalid UTF-8");
-    uint32_t cp = c & (0x3F >> n);
-    for (int i = 0; i < n; ++i) {
-      if (eof() || (static_cast<unsigned char>(peek()) & 0xC0) != 0x80) error("invalid UTF-8");
-      cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_++]) & 0x3F);
-    }
+    size_t num_bytes = 0;
+    const uint32_t cp = tokenizer_detail::decode_code_point(s_, pos_, num_bytes);
+    pos_ += num_bytes;
     return cp;
   }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 
@@ -38,23 +39,7 @@ std::vector<std::pair<uint32_t, uint32_t>> complement_ranges(const std::vector<s
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_utf8(std::string& out, uint32_t cp) { tokenizer_detail::append_code_point(cp, out); }
 
 int32_t GrammarIR::byte_ranges(std::vector<std::pair<uint32_t, uint32_t>> ranges) {
   ranges = normalize_ranges(std::move(ranges));

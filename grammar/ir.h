@@ -86,7 +86,7 @@ std::vector<std::pair<uint32_t, uint32_t>> normalize_ranges(std::vector<std::pai
 // Complement within [0, max_value].
 std::vector<std::pair<uint32_t, uint32_t>> complement_ranges(const std::vector<std::pair<uint32_t, uint32_t>>& r,
                                                              uint32_t max_value);
-// Appends the UTF-8 encoding of a code point.
+// Appends the UTF-8 encoding of a code point (the tokenizer's encoder, tokenizer/utf8.h).
 void append_utf8(std::string& out, uint32_t cp);
 
 }  // namespace deepinfer::grammar
