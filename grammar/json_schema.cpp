@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -234,7 +235,7 @@ class SchemaCompiler {
     if (depth > 64) refuse(path, "schema nested too deeply (more than 64 levels without $ref)");
     if (s.is_boolean()) return s.get<bool>() ? ir_.ref(value_rule()) : ir_.nothing();
     if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
-    static const char* kRefused[] = {"not", "if", "then", "else", "patternProperties", "propertyNames",
+    static const char* kRefused[] = {"not", "if", "then", "else", "propertyNames",
                                      "dependencies", "dependentSchemas", "dependentRequired", "contains",
                                      "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
                                      "multipleOf"};
@@ -293,7 +294,8 @@ class SchemaCompiler {
         for (const auto& t : s["type"]) types.push_back(t.is_string() ? t.get<std::string>() : "");
       else
         refuse(path + "/type", "type must be a string or an array of strings");
-    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required") ||
+               s.contains("patternProperties")) {
       types = {"object"};
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
       types = {"array"};
@@ -374,7 +376,11 @@ class SchemaCompiler {
     if (!has_len) return ir_.ref(string_rule());
     int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
     if (lo < 0 || (hi >= 0 && hi < lo)) refuse(path, "invalid minLength/maxLength");
-    if (lo > 4096 || hi > 4096) refuse(path, "minLength/maxLength above 4096 is not supported (grammar size)");
+    if (lo > 4096) refuse(path, "minLength above 4096 is not supported (grammar size)");
+    // maxLength above 2048 is capped at 2048 (grammar size: ~20 automaton states per
+    // character, CompileLimits' 60000): longer valid strings are not generated (documented
+    // under-approximation), never invalid ones.
+    if (hi > 2048) hi = std::max<int64_t>(lo, 2048);
     return ir_.seq({lit("\""), ir_.repeat(string_char(), static_cast<int32_t>(lo),
                                           hi < 0 ? GrammarIR::kUnbounded : static_cast<int32_t>(hi)),
                     lit("\"")});
@@ -585,6 +591,44 @@ class SchemaCompiler {
     return ir_.alt(std::move(alts));
   }
 
+  // patternProperties, one pattern P with schema S. Matching every key (".*", "^.*$", ""):
+  // declared properties get allOf(their schema, S), every other key S (additionalProperties
+  // never applies). Otherwise no declared or required name may match P (checked with
+  // std::regex, ECMAScript like JSON Schema), extra keys are the JSON strings matching P with
+  // value S; with additionalProperties false that is exact, otherwise keys matching no pattern
+  // are not generated (documented under-approximation). Several patterns are refused.
+  struct PatternProps {
+    const json* schema = nullptr;
+    std::string pattern;
+    bool match_all = false;
+  };
+  PatternProps pattern_properties(const json& s, const std::string& path, const std::set<std::string>& required) {
+    PatternProps out;
+    if (!s.contains("patternProperties")) return out;
+    const json& pp = s["patternProperties"];
+    if (!pp.is_object()) refuse(path + "/patternProperties", "patternProperties must be an object");
+    if (pp.empty()) return out;
+    if (pp.size() > 1) refuse(path + "/patternProperties", "patternProperties with more than one pattern is not supported");
+    out.pattern = pp.begin().key();
+    out.schema = &pp.begin().value();
+    out.match_all = out.pattern == ".*" || out.pattern == "^.*$" || out.pattern == "^.*" || out.pattern.empty();
+    if (out.match_all) return out;
+    std::regex re;
+    try {
+      re = std::regex(out.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      refuse(path + "/patternProperties", "pattern '" + out.pattern + "' is not a valid regex");
+    }
+    std::vector<std::string> names(required.begin(), required.end());
+    if (s.contains("properties") && s["properties"].is_object())
+      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) names.push_back(it.key());
+    for (const auto& n : names)
+      if (std::regex_search(n, re))
+        refuse(path + "/patternProperties", "property '" + n + "' matches patternProperties pattern '" + out.pattern +
+                                                "' (both schemas would apply): not supported");
+    return out;
+  }
+
   int32_t compile_object(const json& s, const std::string& path, int depth) {
     for (const char* k : {"minProperties", "maxProperties"})
       if (s.contains(k)) refuse(path, std::string("keyword '") + k + "' is not supported");
@@ -598,10 +642,14 @@ class SchemaCompiler {
       }
     }
     std::vector<char> is_required;
+    const PatternProps pat = pattern_properties(s, path, required);
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) refuse(path + "/properties", "properties must be an object");
       for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
-        int32_t v = compile(it.value(), path + "/properties/" + it.key(), depth + 1);
+        // With a match-all pattern a declared property must satisfy both schemas.
+        int32_t v = pat.match_all ? compile(merge(it.value(), *pat.schema, path + "/properties/" + it.key(), 0),
+                                            path + "/properties/" + it.key(), depth + 1)
+                                  : compile(it.value(), path + "/properties/" + it.key(), depth + 1);
         props.push_back({json(it.key()).dump(), v});
         is_required.push_back(required.count(it.key()) ? 1 : 0);
         required.erase(it.key());
@@ -610,12 +658,22 @@ class SchemaCompiler {
     // Additional properties: false, a schema, or anything (absent / true).
     int32_t extra_value = -1;
     const json ap = s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
-    if (!(ap.is_boolean() && !ap.get<bool>())) extra_value = compile(ap, path + "/additionalProperties", depth + 1);
+    if (pat.schema) {
+      // Extra keys are the pattern's (see pattern_properties); additionalProperties then
+      // applies to no generated key.
+      extra_value = compile(*pat.schema, path + "/patternProperties", depth + 1);
+    } else if (!(ap.is_boolean() && !ap.get<bool>())) {
+      extra_value = compile(ap, path + "/additionalProperties", depth + 1);
+    }
     if (!required.empty()) {
-      if (extra_value < 0) refuse(path + "/required", "required property '" + *required.begin() + "' is not allowed");
-      // Required but undeclared: declared with the additionalProperties schema.
+      // Required but undeclared: declared with the additionalProperties schema (the pattern's
+      // when it matches every key; a name matching another pattern was refused above).
+      int32_t required_value = extra_value;
+      if (pat.schema && !pat.match_all)
+        required_value = ap.is_boolean() && !ap.get<bool>() ? -1 : compile(ap, path + "/additionalProperties", depth + 1);
+      if (required_value < 0) refuse(path + "/required", "required property '" + *required.begin() + "' is not allowed");
       for (const auto& r : required) {
-        props.push_back({json(r).dump(), extra_value});
+        props.push_back({json(r).dump(), required_value});
         is_required.push_back(1);
       }
     }
@@ -626,8 +684,10 @@ class SchemaCompiler {
     int32_t extra_member = -1;
     if (extra_value >= 0) {
       int32_t rule = ir_.add_rule("extra_member");
-      ir_.set_body(rule, ir_.seq({declared.empty() ? ir_.ref(string_rule()) : other_key(declared), ws(), lit(":"), ws(),
-                                  extra_value}));
+      int32_t key = pat.schema && !pat.match_all ? pattern_string(pat.pattern, path + "/patternProperties")
+                    : declared.empty()                ? ir_.ref(string_rule())
+                                                      : other_key(declared);
+      ir_.set_body(rule, ir_.seq({key, ws(), lit(":"), ws(), extra_value}));
       extra_member = ir_.ref(rule);
     }
     // first[i]: members i.. with none emitted yet; rest[i]: members i.. after one was emitted.
