@@ -110,7 +110,9 @@ def make_validator(schema):
     for name, check in CHECKS.items():
         ours.checks(name)(check)
     schema = openapi_nullable(schema)
-    return [cls(schema, format_checker=base.FORMAT_CHECKER), cls(schema, format_checker=ours)]
+    # FORMAT_CHECKER (the draft's own checkers) is jsonschema >= 4.12; Debian 12 ships 4.10.
+    theirs = getattr(base, "FORMAT_CHECKER", None) or jsonschema.FormatChecker()
+    return [cls(schema, format_checker=theirs), cls(schema, format_checker=ours)]
 
 
 def reject_constant(name):
