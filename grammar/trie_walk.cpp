@@ -14,6 +14,10 @@ inline void set_bit(std::vector<uint32_t>& mask, int32_t id) { mask[id >> 5] |= 
 
 // Subtrees with fewer tokens are walked again rather than cached.
 constexpr int32_t kMinCachedSubtreeTokens = 64;
+// X's DFA must be small to key the vocabulary-wide subtree cache: a counting state (a string
+// with maxLength) is rarely met again, and its subtrees (up to 4 bytes per token of the
+// vocabulary) would fill the cache before the common forms (string content, numbers) arrive.
+constexpr int32_t kMaxSubtreeDfaStates = 64;
 
 void append_i32(std::string& out, int32_t x) {
   char buf[sizeof(x)];
@@ -159,7 +163,7 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       append_i32(key, i);
       SubtreeCache* cache = subtrees;
       auto [it, inserted] = dfa_keys.try_emplace(fast[1]);
-      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSharedDfaStates, it->second)) it->second.clear();
+      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, it->second)) it->second.clear();
       if (shared && !it->second.empty()) {
         cache = shared;
         key += it->second;

@@ -123,7 +123,7 @@ TEST(GrammarMask, LargeVocabMaskIsExact) {
   // states reach the same situation after their first byte: the subtree reuse path.
   auto vocab = random_vocab(2000, 5);
   auto g = CompiledGrammar::compile({GrammarSpec::Kind::JsonSchema, kKeyedSchema}, vocab);
-  check_walks(g, 6, 25, 6, nullptr);
+  check_walks(g, 4, 20, 6, nullptr);
 }
 
 TEST(GrammarMask, SharedEntriesAcrossGrammarsAreExact) {
@@ -131,18 +131,18 @@ TEST(GrammarMask, SharedEntriesAcrossGrammarsAreExact) {
   // them come from the vocabulary's shared cache and must still be exact in its own context.
   auto vocab = random_vocab(2000, 7);
   auto g1 = CompiledGrammar::compile({GrammarSpec::Kind::JsonSchema, kKeyedSchema}, vocab);
-  check_walks(g1, 4, 30, 8, nullptr);
+  check_walks(g1, 2, 20, 8, nullptr);
   const size_t num_shared = vocab->shared_masks().num_entries();
   EXPECT_GT(num_shared, 0u);
   auto g2 = CompiledGrammar::compile({GrammarSpec::Kind::JsonObject, ""}, vocab);
-  check_walks(g2, 6, 30, 9, nullptr);
+  check_walks(g2, 3, 20, 9, nullptr);
   EXPECT_GT(g2->mask_cache().num_shared_hits(), 0u);
   // A rooted regex whose whole stack is one call-free DFA: shared under the rooted key.
   auto r1 = CompiledGrammar::compile({GrammarSpec::Kind::Regex, "[a-c]+(-[0-9]+)?"}, vocab);
   auto r2 = CompiledGrammar::compile({GrammarSpec::Kind::Regex, "[a-c]+(-[0-9]+)?"}, vocab);
   std::regex re("[a-c]+(-[0-9]+)?");
-  check_walks(r1, 4, 10, 10, &re);
-  check_walks(r2, 4, 10, 11, &re);
+  check_walks(r1, 2, 8, 10, &re);
+  check_walks(r2, 2, 8, 11, &re);
   EXPECT_GT(r2->mask_cache().num_shared_hits(), 0u);
 }
 
