@@ -15,3 +15,10 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The property test validates with `jsonschema` under whichever python3 comes first on PATH
+# (CMake's FindPython3 picks that one, e.g. a pyenv interpreter rather than /usr/bin/python3).
+if ! python3 -c "import jsonschema" 2>/dev/null; then
+  echo "setup: pip install jsonschema for $(command -v python3)" >&2
+  python3 -m pip install --quiet jsonschema 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages jsonschema
+fi
