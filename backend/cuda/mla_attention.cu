@@ -3,11 +3,11 @@
 //
 // Paged (absorbed): all heads share one cached row per token (K = the row, V = its first
 // v_dim values), so a block takes one query token, 16 heads and one fixed chunk of its
-// context (16, 32 or 64 positions: DEEPINFER_CUDA_ATTN_CHUNK, default 64): the chunk's rows
+// context (16, 32 or 64 positions; see paged_chunk below): the chunk's rows
 // are read once into shared memory, S = Q·K^T, P = exp(S - max) and O = P·V are written as
 // a partial with (max, sum); a combine kernel merges the chunks of each (token, head) in
-// chunk order. The chunk size is fixed for the process (it never depends on the batch or on
-// the split count), so this is batch-invariant as it stands. Smaller chunks give more blocks
+// chunk order. In batch-invariant mode the chunk size is fixed for the process (it never
+// depends on the batch or on the split count); the default mode picks it per launch. Smaller chunks give more blocks
 // at batch 1 (ctx 576: 9 of 64, 36 of 16) but re-read the query and write more partials:
 // H200 2026-11-30, graphs: chunk 16 = 64 at bs1 (438 tok/s both), -1.5% bs8, -3.5% bs32/64.
 //
@@ -380,11 +380,22 @@ size_t paged_smem_bytes(int D, int chunk) {
   return size_t{2} * (kHeadsPerBlock + chunk) * Dp + 4 * 8 * 256 + 2 * 16 * (chunk + 8);
 }
 
-// Fixed for the process (batch invariance needs one chunk size for every batch).
-int paged_chunk() {
-  const char* env = std::getenv("DEEPINFER_CUDA_ATTN_CHUNK");
-  const int c = env ? std::atoi(env) : kDefaultChunk;
-  return c == 16 || c == 32 || c == 64 ? c : kDefaultChunk;
+// DEEPINFER_CUDA_ATTN_CHUNK (16, 32 or 64) fixes the chunk for the process; otherwise the
+// batch-invariant mode keeps kDefaultChunk for every launch (one chunk size whatever the
+// batch), and the default mode takes kSmallChunk when a launch has few (token, 16-head
+// block) work items, where the grid is max_splits x items blocks on a 132-SM chip, and
+// kDefaultChunk otherwise. The choice depends on the launch's shape only, so a CUDA graph
+// captured per batch bucket replays the same kernel.
+constexpr int kSmallChunk = 32;
+constexpr int kSmallChunkMaxItems = 4;  // token x head-block work items (decode at batch <= 4)
+
+int paged_chunk(int num_work_items, bool batch_invariant) {
+  if (const char* env = std::getenv("DEEPINFER_CUDA_ATTN_CHUNK")) {
+    const int c = std::atoi(env);
+    if (c == 16 || c == 32 || c == 64) return c;
+  }
+  if (batch_invariant) return kDefaultChunk;
+  return num_work_items <= kSmallChunkMaxItems ? kSmallChunk : kDefaultChunk;
 }
 
 size_t prefill_smem_bytes(int Dq, int Dv) {
@@ -443,7 +454,7 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   a.H = H;
   a.D = D;
   a.V = v_dim;
-  const int chunk = paged_chunk();
+  const int chunk = paged_chunk(T * ((H + 15) / 16), options_.batch_invariant);
   a.max_splits = (kv.max_seq_len + chunk - 1) / chunk;
   a.h_pad = (H + 15) / 16 * 16;
   a.v_pad = (v_dim + 15) / 16 * 16;

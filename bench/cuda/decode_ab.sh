@@ -4,6 +4,9 @@
 # issue's batches), run on the H200 from the repo root (carry: ["$GPU_BIN"]):
 #   graphs+async (default) | graphs, no async (--no-async-scheduling) | eager (--enforce-eager)
 # ARMS picks arms (default all three), BATCHES the batch list, REPEATS the timed runs.
+# Kernel A/B arms (default flags): old = $GPU_BIN/bin/deepinfer_old (a baseline binary copied
+# there by hand), chunk64 = DEEPINFER_CUDA_ATTN_CHUNK=64 (attention chunk fixed at 64, as
+# before the per-launch choice). An arm may repeat in ARMS for an interleaved A/B.
 # Records go to $OUT/decode_ab.jsonl with an "arm" field added; a table is printed last.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -17,14 +20,18 @@ cfg="$root/../shared/models/bench-v3-7b/config.json"
 ARMS="${ARMS:-default no_async eager}"
 BATCHES="${BATCHES:-1,8,32,64}"
 for arm in $ARMS; do
+  exe="$bin/deepinfer"
+  envs=()
   case "$arm" in
     default) flags=() ;;
+    old) flags=(); exe="$bin/deepinfer_old" ;;
+    chunk64) flags=(); envs=(DEEPINFER_CUDA_ATTN_CHUNK=64) ;;
     no_async) flags=(--no-async-scheduling) ;;
     eager) flags=(--enforce-eager --no-async-scheduling) ;;
     *) echo "unknown arm $arm"; continue ;;
   esac
   echo "=== arm $arm: ${flags[*]}"
-  timeout -k 5 "${ARM_LIMIT_S:-120}" "$bin/deepinfer" bench --config "$cfg" --random-weights \
+  env "${envs[@]}" timeout -k 5 "${ARM_LIMIT_S:-120}" "$exe" bench --config "$cfg" --random-weights \
     --backend cuda --dtype "${DTYPE:-bf16}" --batch "$BATCHES" --prompt-len 512 --gen-len 128 \
     --repeats "${REPEATS:-2}" --warmup 1 --max-num-seqs 64 --max-num-batched-tokens 8192 \
     --roofline-gbps 4160 "${flags[@]}" 2> "$OUT/decode_ab_$arm.err" |

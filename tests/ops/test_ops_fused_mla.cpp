@@ -152,7 +152,8 @@ TEST_F(FusedMla, RopeStore) {
 }
 
 // Paged attention at every chunk size (DEEPINFER_CUDA_ATTN_CHUNK, read per call) against
-// the CPU reference, and each chunk size batch-invariant: a token alone == in a batch.
+// the CPU reference, and each chunk size batch-invariant: a token alone == in a batch; then
+// the default mode's per-launch chunk against the CPU reference.
 TEST_F(FusedMla, PagedAttentionChunkSizes) {
   const int64_t heads = 16, row = 576, L = 512, bs = 64;
   const std::vector<int32_t> lens = {1, 17, 64, 65, 300, 577};
@@ -203,10 +204,22 @@ TEST_F(FusedMla, PagedAttentionChunkSizes) {
     expect_same_bits(alone, std::vector<float>(batch.end() - heads * L, batch.end()),
                      std::string("paged attention chunk ") + chunk + ": alone vs in batch");
   }
-  if (saved)
-    setenv("DEEPINFER_CUDA_ATTN_CHUNK", saved_value.c_str(), 1);
-  else
-    unsetenv("DEEPINFER_CUDA_ATTN_CHUNK");
+  // No override: the default mode picks the chunk per launch (32 for a launch of <= 4
+  // token x head-block items, 64 above), so the 6-token batch and the token alone take
+  // different chunks: each must still match the CPU reference.
+  unsetenv("DEEPINFER_CUDA_ATTN_CHUNK");
+  {
+    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, heads, L});
+    gpu_->mla_attention_paged(q_g, kv_for(gpu_.get(), cache_g, 0, T), scale, static_cast<int>(L), og);
+    expect_close(download(*gpu_, og), values(oc), kTolAttention, "paged attention, per-launch chunk, batch");
+    Tensor o1 = gpu_poisoned(*gpu_, DType::BF16, {1, heads, L});
+    gpu_->mla_attention_paged(q_g.slice_rows(T - 1, T), kv_for(gpu_.get(), cache_g, T - 1, 1), scale,
+                              static_cast<int>(L), o1);
+    const std::vector<float> want = values(oc);
+    expect_close(download(*gpu_, o1), std::vector<float>(want.end() - heads * L, want.end()), kTolAttention,
+                 "paged attention, per-launch chunk, last token alone");
+  }
+  if (saved) setenv("DEEPINFER_CUDA_ATTN_CHUNK", saved_value.c_str(), 1);
 }
 
 }  // namespace
