@@ -1,6 +1,7 @@
 // Mask entries per grammar, and the per-vocabulary store of grammar-independent ones.
 #include "grammar/mask_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace deepinfer::grammar {
@@ -46,21 +47,31 @@ size_t SharedMaskCache::num_bytes() const {
   return num_bytes_;
 }
 
-bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, std::string& key) {
+bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
+                       std::string& key) {
   key.clear();
   key.push_back(rooted ? 'r' : 's');
   std::unordered_map<int32_t, int32_t> index{{state, 0}};
-  std::vector<int32_t> order{state};
+  // Breadth-first, so depth[i] (bytes from `state`) is the least depth of order[i] and is
+  // non-decreasing along `order`.
+  std::vector<int32_t> order{state}, depth{0};
   for (size_t i = 0; i < order.size(); ++i) {
     const AutomatonState& st = a.states[order[i]];
     if (!st.calls.empty()) return false;
     key.push_back(st.final ? 'F' : 'N');
+    if (depth[i] >= max_depth) {
+      // Cut: no token reaches past this node, so only what the walk tests at a token's last
+      // byte (final, has bytes) is part of the key, not where the edges lead.
+      key.push_back(st.bytes.empty() ? 'x' : 'C');
+      continue;
+    }
     append_raw(key, static_cast<uint16_t>(st.bytes.size()));
     for (const ByteEdge& e : st.bytes) {
       auto [it, inserted] = index.try_emplace(e.to, static_cast<int32_t>(order.size()));
       if (inserted) {
         if (static_cast<int32_t>(order.size()) >= max_states) return false;
         order.push_back(e.to);
+        depth.push_back(depth[i] + 1);
       }
       key.push_back(static_cast<char>(e.lo));
       key.push_back(static_cast<char>(e.hi));
@@ -91,16 +102,40 @@ const MaskEntry& MaskCache::get(const std::vector<int32_t>& states, bool rooted,
   // Computed outside the lock; a concurrent duplicate computation is harmless.
   std::shared_ptr<const MaskEntry> e;
   std::string shared_key;
-  bool shareable = states.size() == 1 && canonical_dfa_key(a_, states[0], rooted, kMaxSharedDfaStates, shared_key);
+  const TokenTrie& t = v_.trie();
+  const bool shareable =
+      states.size() == 1 && canonical_dfa_key(a_, states[0], rooted, kMaxSharedDfaStates, kShortTokenBytes, shared_key);
   bool hit = false;
   if (shareable) {
-    e = v_.shared_masks().find(shared_key);
-    hit = e != nullptr;
+    if (auto short_entry = v_.shared_masks().find(shared_key)) {
+      // The shared entry decides the tokens of at most kShortTokenBytes (the key covers that
+      // depth); the long ones are walked from this state.
+      hit = true;
+      MaskEntry r = walk_trie(a_, v_, states, rooted, &t.long_positions);
+      auto mine = std::make_shared<MaskEntry>();
+      mine->accepted = short_entry->accepted;
+      for (size_t w = 0; w < r.accepted.size(); ++w) mine->accepted[w] |= r.accepted[w];
+      mine->uncertain.resize(short_entry->uncertain.size() + r.uncertain.size());
+      std::merge(short_entry->uncertain.begin(), short_entry->uncertain.end(), r.uncertain.begin(), r.uncertain.end(),
+                 mine->uncertain.begin());
+      e = std::move(mine);
+    }
   }
   if (!e) {
     e = std::make_shared<const MaskEntry>(states.size() == 1 ? walk_trie(a_, v_, states, rooted, nullptr, &subtrees_)
                                                              : walk_trie(a_, v_, states, rooted, &prev->uncertain));
-    if (shareable) e = v_.shared_masks().insert(shared_key, e);
+    if (shareable) {
+      // Shared without the long tokens: another state with this key may differ on them.
+      auto short_entry = std::make_shared<MaskEntry>(*e);
+      for (int32_t k : t.long_positions) {
+        const int32_t id = t.sorted_tokens[k];
+        short_entry->accepted[id >> 5] &= ~(1u << (id & 31));
+      }
+      std::erase_if(short_entry->uncertain, [&](int32_t k) {
+        return v_.token_bytes(t.sorted_tokens[k]).size() > static_cast<size_t>(kShortTokenBytes);
+      });
+      v_.shared_masks().insert(shared_key, std::move(short_entry));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   num_shared_hits_ += hit;

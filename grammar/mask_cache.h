@@ -8,9 +8,10 @@
 //
 // Level-1 entries of a state from which no call is reachable (JSON string content, numbers,
 // literals, regex tails) depend only on the DFA reachable from that state and on the
-// vocabulary, not on the grammar: they are also kept in the vocabulary's SharedMaskCache under
-// a canonical form of that DFA, so the first grammar that meets (say) string content pays the
-// full trie walk and every later grammar of the same vocabulary reuses it.
+// vocabulary, not on the grammar: their tokens of at most kShortTokenBytes are also kept in the
+// vocabulary's SharedMaskCache under a canonical form of that DFA up to that depth, so the first
+// grammar that meets (say) string content, or a string with maxLength far from its bounds, pays
+// the full trie walk and every later state with that key only walks the few long tokens.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -46,13 +47,19 @@ class SharedMaskCache {
   std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> entries_;
 };
 
-// Canonical form of the DFA reachable from `state` by byte edges (breadth-first numbering;
-// finality, edges), prefixed by `rooted`. False (key unspecified) when a reachable state has a
-// call or more than max_states states are reachable.
-bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, std::string& key);
-// Reachable DFAs past this many states are not shared: their key would cost more to build than
-// they are likely to be met again (e.g. a string with maxLength 4000).
-constexpr int32_t kMaxSharedDfaStates = 512;
+// Canonical form of the DFA reachable from `state` by byte edges within max_depth bytes
+// (breadth-first numbering; finality, edges; nodes at depth max_depth keep only finality and
+// whether they have edges), prefixed by `rooted`. Two states with equal keys classify every
+// token of at most max_depth bytes alike. MaskCache keys at kShortTokenBytes (vocab.h), so the
+// count positions of a bounded repetition (a string with maxLength) more than 16 bytes from
+// either bound share one key, in every grammar of the vocabulary. False (key unspecified) when
+// a recorded state has a call or more than max_states states are recorded.
+bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
+                       std::string& key);
+// Past this many recorded states a form is not shared: its key would cost more to build than it
+// is likely to be met again. A JSON string with maxLength records ~10 states per character
+// within 16 bytes (escapes, UTF-8 continuations), so this admits them.
+constexpr int32_t kMaxSharedDfaStates = 1024;
 
 class MaskCache {
  public:

@@ -163,7 +163,7 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       append_i32(key, i);
       SubtreeCache* cache = subtrees;
       auto [it, inserted] = dfa_keys.try_emplace(fast[1]);
-      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, it->second)) it->second.clear();
+      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, t.max_depth, it->second)) it->second.clear();
       if (shared && !it->second.empty()) {
         cache = shared;
         key += it->second;

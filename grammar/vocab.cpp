@@ -35,6 +35,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std
   std::vector<int32_t> token_node(ids.size());
   for (size_t k = 0; k < ids.size(); ++k) {
     const std::string& s = token_bytes_[ids[k]];
+    if (s.size() > static_cast<size_t>(kShortTokenBytes)) t.long_positions.push_back(static_cast<int32_t>(k));
     size_t lcp = 0;
     if (prev)
       while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;

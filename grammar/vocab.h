@@ -15,6 +15,8 @@ namespace deepinfer::grammar {
 
 class SharedMaskCache;
 
+constexpr int32_t kShortTokenBytes = 16;
+
 // Trie in preorder: node i has byte[i] at depth[i] (1-based); its subtree is nodes
 // [i, end[i]); the tokens ending at node i are sorted_tokens[tok_begin[i] .. tok_begin[i+1]),
 // so a subtree's tokens are sorted_tokens[tok_begin[i] .. tok_begin[end[i]]).
@@ -25,6 +27,10 @@ struct TokenTrie {
   std::vector<int32_t> tok_begin;  // num_nodes + 1
   std::vector<int32_t> sorted_tokens;
   int32_t max_depth = 0;
+  // Positions k (ascending) of tokens longer than kShortTokenBytes: shared level-1 entries are
+  // keyed by the DFA up to that depth and hold only the shorter tokens; these few (914 of
+  // DeepSeek-V3's 128,815, up to 128 bytes) are re-walked per state (mask_cache.cpp).
+  std::vector<int32_t> long_positions;
   int32_t num_nodes() const { return static_cast<int32_t>(byte.size()); }
 };
 

@@ -97,14 +97,14 @@ TEST(GrammarMask, AnyJsonMaskIsExact) {
 }
 
 // Every single byte plus num_tokens random strings (length 2..7) over JSON-ish bytes, so many
-// tokens share each first byte.
-std::shared_ptr<const Vocabulary> random_vocab(int num_tokens, uint32_t seed) {
+// tokens share each first byte, plus num_long longer than kShortTokenBytes (17..40 bytes).
+std::shared_ptr<const Vocabulary> random_vocab(int num_tokens, uint32_t seed, int num_long = 0) {
   const std::string alphabet = "\"{}[]:, abcnm01\\-.e\xc3\xa9";
   std::mt19937 rng(seed);
   std::vector<std::string> extra;
-  for (int k = 0; k < num_tokens; ++k) {
+  for (int k = 0; k < num_tokens + num_long; ++k) {
     std::string t;
-    const size_t len = 2 + rng() % 6;
+    const size_t len = k < num_tokens ? 2 + rng() % 6 : kShortTokenBytes + 1 + rng() % 24;
     while (t.size() < len) t.push_back(alphabet[rng() % alphabet.size()]);
     extra.push_back(t);
   }
@@ -146,6 +146,23 @@ TEST(GrammarMask, SharedEntriesAcrossGrammarsAreExact) {
   EXPECT_GT(r2->mask_cache().num_shared_hits(), 0u);
 }
 
+TEST(GrammarMask, BoundedStringsShareEntriesAndStayExact) {
+  // Count positions of strings with maxLength far from both bounds share one entry keyed to
+  // kShortTokenBytes, within a grammar and across grammars; tokens longer than that (which may
+  // cross a bound) are walked from each real state. Long tokens here include quotes, so a long
+  // token can close the string early, late or not at all.
+  auto vocab = random_vocab(1500, 12, 300);
+  auto g1 = CompiledGrammar::compile(
+      {GrammarSpec::Kind::JsonSchema,
+       R"({"type": "object", "properties": {"s": {"type": "string", "minLength": 3, "maxLength": 45},
+           "t": {"type": "string", "maxLength": 60}}, "required": ["s", "t"], "additionalProperties": false})"},
+      vocab);
+  check_walks(g1, 3, 24, 13, nullptr);
+  auto g2 = CompiledGrammar::compile({GrammarSpec::Kind::JsonSchema, R"({"type": "string", "maxLength": 50})"}, vocab);
+  check_walks(g2, 3, 16, 14, nullptr);
+  EXPECT_GT(g2->mask_cache().num_shared_hits(), 0u);
+}
+
 TEST(GrammarMask, CanonicalKeyIgnoresStateNumbering) {
   // The same DFA at different state numbers (after a different prefix) gets the same key; a
   // different DFA a different one; a state that reaches a call none.
@@ -159,17 +176,17 @@ TEST(GrammarMask, CanonicalKeyIgnoresStateNumbering) {
     return s;
   };
   std::string ka, kb, kc;
-  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), false, 64, ka));
-  ASSERT_TRUE(canonical_dfa_key(b->automaton(), after(b->automaton(), "yyy"), false, 64, kb));
-  ASSERT_TRUE(canonical_dfa_key(c->automaton(), after(c->automaton(), "x"), false, 64, kc));
+  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), false, 64, 64, ka));
+  ASSERT_TRUE(canonical_dfa_key(b->automaton(), after(b->automaton(), "yyy"), false, 64, 64, kb));
+  ASSERT_TRUE(canonical_dfa_key(c->automaton(), after(c->automaton(), "x"), false, 64, 64, kc));
   EXPECT_EQ(ka, kb);
   EXPECT_NE(ka, kc);
   std::string kr;
-  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), true, 64, kr));
+  ASSERT_TRUE(canonical_dfa_key(a->automaton(), after(a->automaton(), "x"), true, 64, 64, kr));
   EXPECT_NE(ka, kr);
   auto e = CompiledGrammar::compile({GrammarSpec::Kind::Ebnf, "root ::= \"(\" (root | \"a\")* \")\""}, vocab);
   std::string ke;
-  EXPECT_FALSE(canonical_dfa_key(e->automaton(), after(e->automaton(), "("), false, 64, ke));
+  EXPECT_FALSE(canonical_dfa_key(e->automaton(), after(e->automaton(), "("), false, 64, 64, ke));
 }
 
 TEST(GrammarMask, RollbackRestoresState) {
