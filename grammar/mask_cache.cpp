@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace deepinfer::grammar {
 namespace {
@@ -48,7 +49,9 @@ size_t SharedMaskCache::num_bytes() const {
 }
 
 bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
-                       std::string& key) {
+                       std::string& key, bool with_calls) {
+  // Call edges are not bytes, so a depth reached through them would not be a least depth.
+  if (with_calls) max_depth = std::numeric_limits<int32_t>::max();
   key.clear();
   key.push_back(rooted ? 'r' : 's');
   std::unordered_map<int32_t, int32_t> index{{state, 0}};
@@ -57,7 +60,7 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
   std::vector<int32_t> order{state}, depth{0};
   for (size_t i = 0; i < order.size(); ++i) {
     const AutomatonState& st = a.states[order[i]];
-    if (!st.calls.empty()) return false;
+    if (!st.calls.empty() && !with_calls) return false;
     key.push_back(st.final ? 'F' : 'N');
     if (depth[i] >= max_depth) {
       // Cut: no token reaches past this node, so only what the walk tests at a token's last
@@ -76,6 +79,20 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
       key.push_back(static_cast<char>(e.lo));
       key.push_back(static_cast<char>(e.hi));
       append_raw(key, it->second);
+    }
+    if (!with_calls) continue;
+    // A call: the callee's start and the return point, numbered like byte targets.
+    append_raw(key, static_cast<uint16_t>(st.calls.size()));
+    for (const CallEdge& c : st.calls) {
+      for (int32_t to : {a.rule_start[c.rule], c.to}) {
+        auto [it, inserted] = index.try_emplace(to, static_cast<int32_t>(order.size()));
+        if (inserted) {
+          if (static_cast<int32_t>(order.size()) >= max_states) return false;
+          order.push_back(to);
+          depth.push_back(depth[i]);
+        }
+        append_raw(key, it->second);
+      }
     }
   }
   return true;

@@ -54,8 +54,12 @@ class SharedMaskCache {
 // count positions of a bounded repetition (a string with maxLength) more than 16 bytes from
 // either bound share one key, in every grammar of the vocabulary. False (key unspecified) when
 // a recorded state has a call or more than max_states states are recorded.
+// with_calls: call edges are recorded too (callee start, return point) and the callees' states
+// with them, so the key covers the pushdown automaton reachable from `state` (no depth bound):
+// equal keys behave alike over any stack bottom, e.g. the equivalent mid-character states of
+// every node of a key trie that leaves into a string rule.
 bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
-                       std::string& key);
+                       std::string& key, bool with_calls = false);
 // Past this many recorded states a form is not shared: its key would cost more to build than it
 // is likely to be met again. A JSON string with maxLength records ~10 states per character
 // within 16 bytes (escapes, UTF-8 continuations), so this admits them.

@@ -157,13 +157,14 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
     });
     if (!kRestricted && alive && d == 1 && fast[1] >= 0 && !rooted && !popped[1] &&
         t.tok_begin[t.end[i]] - t.tok_begin[i + 1] >= kMinCachedSubtreeTokens) {
-      // Key: the first byte (node i) and X, by its canonical DFA when no call is reachable from
-      // it (then the vocabulary's cache serves every grammar), else by its state number.
+      // Key: the first byte (node i) and X, by the canonical form of the (small) pushdown
+      // automaton reachable from X, calls included (then the vocabulary's cache serves every
+      // state and grammar with an equal form), else by its state number.
       std::string key;
       append_i32(key, i);
       SubtreeCache* cache = subtrees;
       auto [it, inserted] = dfa_keys.try_emplace(fast[1]);
-      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, t.max_depth, it->second)) it->second.clear();
+      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, t.max_depth, it->second, true)) it->second.clear();
       if (shared && !it->second.empty()) {
         cache = shared;
         key += it->second;
