@@ -687,6 +687,14 @@ class SchemaCompiler {
       int32_t key = pat.schema && !pat.match_all ? pattern_string(pat.pattern, path + "/patternProperties")
                     : declared.empty()                ? ir_.ref(string_rule())
                                                       : other_key(declared);
+      if (!(declared.empty() && !pat.schema)) {
+        // The key in a rule of its own: from its states no call is reachable, so their mask
+        // entries and subtrees are shared through the vocabulary's caches (mask_cache.h)
+        // instead of each state walking the whole vocabulary once per grammar.
+        int32_t key_rule = ir_.add_rule("extra_key");
+        ir_.set_body(key_rule, key);
+        key = ir_.ref(key_rule);
+      }
       ir_.set_body(rule, ir_.seq({key, ws(), lit(":"), ws(), extra_value}));
       extra_member = ir_.ref(rule);
     }
