@@ -163,6 +163,22 @@ TEST(GrammarMask, BoundedStringsShareEntriesAndStayExact) {
   EXPECT_GT(g2->mask_cache().num_shared_hits(), 0u);
 }
 
+TEST(GrammarMask, SubtreesWithCallsKeepTheirReturnPoints) {
+  // After "n" and after "m" the byte 'a' leads to two states that, after 'b', call w alike but
+  // return to different continuations ("{" vs "}"): their first-byte subtrees (>= 64 tokens
+  // below 'a') must not be shared. r, not root, so the walks are over the sentinel where
+  // subtrees are cached.
+  std::vector<std::string> tokens;
+  for (std::string mid : {"", "a", "c", "ca", "bb", "abc"})
+    for (std::string end : {"", "{", "}", "{a", "}c", "{{", "0"}) tokens.push_back("ab" + mid + end);
+  for (int k = 0; k < 40; ++k) tokens.push_back("a" + std::to_string(k));
+  auto vocab = small_vocab(tokens);
+  auto g = CompiledGrammar::compile(
+      {GrammarSpec::Kind::Ebnf, "root ::= r\nr ::= \"n\" \"ab\" w \"{\" [a-z]* | \"m\" \"ab\" w \"}\" [a-z]*\nw ::= [abc]*"},
+      vocab);
+  check_walks(g, 12, 5, 16, nullptr);
+}
+
 TEST(GrammarMask, CanonicalKeyIgnoresStateNumbering) {
   // The same DFA at different state numbers (after a different prefix) gets the same key; a
   // different DFA a different one; a state that reaches a call none.
