@@ -3,7 +3,7 @@
 //
 // out[r, n] = sum_k A[r, k] W[n, k]. One block = KS warps on one 8 * NT column tile; warp w
 // owns K range [w * kpw, (w + 1) * kpw) (kpw a multiple of 64 fixed by K alone) and reads
-// its weight rows once per 16 * MT rows with 16-byte loads, kDepth 64-wide K chunks in flight.
+// its weight rows once per 16 * MT rows with 16-byte loads, two 64-wide K chunks in flight.
 // The warps' partial sums are added in warp order through shared memory (no atomics).
 //
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate). Lane l (group g = l / 4, q = l % 4) loads
@@ -27,7 +27,6 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kChunk = 64;  // K values per warp step (4 MMAs)
-constexpr int kDepth = 4;   // chunks whose weight loads are in flight together per warp
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -202,71 +201,75 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    // kDepth chunks' weight loads are issued before any of them is used: with 256-384 K
-    // values per warp (the dense decode GEMMs) that is the warp's whole slice in one or two
-    // memory latencies, where a two-chunk double buffer took about one latency per two
-    // chunks. The chunks are still summed in K order, so the bits do not change.
-    for (int k = kb; k < ke; k += kDepth * kChunk) {
-      WRaw<WK> wv[kDepth][NT];
-      float sv[kDepth][NT];  // FP8: each chunk's block scale per n tile
+    WRaw<WK> cur[NT], nxt[NT];
+    float scur[NT], snxt[NT];  // FP8: the chunk's block scale per n tile, loaded with the weights
+    if (kb < ke) {
 #pragma unroll
-      for (int d = 0; d < kDepth; ++d)
-        if (k + d * kChunk < ke) {
+      for (int j = 0; j < NT; ++j) {
+        cur[j] = load_w<WK>(wr[j], kb + 16 * q);
+        scur[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), kb);
+      }
+    }
+    for (int k = kb; k < ke; k += kChunk) {
+      const bool more = k + kChunk < ke;
+      if (more) {
 #pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            wv[d][j] = load_w<WK>(wr[j], k + d * kChunk + 16 * q);
-            sv[d][j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), k + d * kChunk);
+        for (int j = 0; j < NT; ++j) {
+          nxt[j] = load_w<WK>(wr[j], k + kChunk + 16 * q);
+          snxt[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), k + kChunk);
+        }
+      }
+      // Activations: rows g and g + 8 of each m tile, 16 values each.
+      Chunk16 av16[MT][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (av[i][h]) {
+            if constexpr (SW)
+              av16[i][h] = load16_swiglu(ar[i][h] + k + 16 * q, p.a_up_offset);
+            else
+              av16[i][h] = load16_bf16(ar[i][h] + k + 16 * q);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) av16[i][h].w[e] = 0u;
           }
         }
 #pragma unroll
-      for (int d = 0; d < kDepth; ++d) {
-        const int kc = k + d * kChunk;
-        if (kc >= ke) break;
-        // Activations: rows g and g + 8 of each m tile, 16 values each.
-        Chunk16 av16[MT][2];
+      for (int j = 0; j < NT; ++j) {
+        uint32_t w[8];
+        w_words<WK>(cur[j], w);
+        float part[MT][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (av[i][h]) {
-              if constexpr (SW)
-                av16[i][h] = load16_swiglu(ar[i][h] + kc + 16 * q, p.a_up_offset);
-              else
-                av16[i][h] = load16_bf16(ar[i][h] + kc + 16 * q);
-            } else {
+          for (int e = 0; e < 4; ++e) part[i][e] = 0.0f;
 #pragma unroll
-              for (int e = 0; e < 8; ++e) av16[i][h].w[e] = 0u;
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+          for (int i = 0; i < MT; ++i) {
+            if constexpr (WK == kWeightFP8) {
+              mma_bf16(part[i], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
+                       av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
+            } else {
+              mma_bf16(acc[i][j], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
+                       av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
             }
           }
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          uint32_t w[8];
-          w_words<WK>(wv[d][j], w);
-          float part[MT][4];
+        }
+        if constexpr (WK == kWeightFP8) {
+          const float sc = scur[j];
 #pragma unroll
           for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) part[i][e] = 0.0f;
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += sc * part[i][e];
+        }
+      }
+      if (more) {
 #pragma unroll
-          for (int s = 0; s < 4; ++s) {
-#pragma unroll
-            for (int i = 0; i < MT; ++i) {
-              if constexpr (WK == kWeightFP8) {
-                mma_bf16(part[i], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
-                         av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
-              } else {
-                mma_bf16(acc[i][j], av16[i][0].w[2 * s], av16[i][1].w[2 * s], av16[i][0].w[2 * s + 1],
-                         av16[i][1].w[2 * s + 1], w[2 * s], w[2 * s + 1]);
-              }
-            }
-          }
-          if constexpr (WK == kWeightFP8) {
-            const float sc = sv[d][j];
-#pragma unroll
-            for (int i = 0; i < MT; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc[i][j][e] += sc * part[i][e];
-          }
+        for (int j = 0; j < NT; ++j) {
+          cur[j] = nxt[j];
+          scur[j] = snxt[j];
         }
       }
     }

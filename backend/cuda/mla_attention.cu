@@ -3,13 +3,14 @@
 //
 // Paged (absorbed): all heads share one cached row per token (K = the row, V = its first
 // v_dim values), so a block takes one query token, 16 heads and one fixed chunk of its
-// context (16, 32 or 64 positions; see paged_chunk below): the chunk's rows
-// are read once into shared memory, S = Q·K^T, P = exp(S - max) and O = P·V are written as
-// a partial with (max, sum); a combine kernel merges the chunks of each (token, head) in
-// chunk order. In batch-invariant mode the chunk size is fixed for the process (it never
-// depends on the batch or on the split count); the default mode picks it per launch. Smaller chunks give more blocks
-// at batch 1 (ctx 576: 9 of 64, 36 of 16) but re-read the query and write more partials:
-// H200 2026-11-30, graphs: chunk 16 = 64 at bs1 (438 tok/s both), -1.5% bs8, -3.5% bs32/64.
+// context (16, 32 or 64 positions; see paged_chunk below): the chunk's rows are read once
+// into shared memory, S = Q·K^T, P = exp(S - max) and O = P·V are written as a partial with
+// (max, sum); a combine kernel merges the chunks of each (token, head) in chunk order. In
+// batch-invariant mode the chunk size is fixed for the process (it never depends on the
+// batch or on the split count); the default mode picks it per launch. Smaller chunks give
+// more blocks at batch 1 (ctx 576: 9 of 64, 36 of 16) but re-read the query and write more
+// partials: H200 2026-11-30, graphs: chunk 16 = 64 at bs1 (438 tok/s both), -1.5% bs8,
+// -3.5% bs32/64; chunk 32 for launches of <= 4 items: bs1 +1.6% (bench/NOTES.md).
 //
 // Prefill (direct, per head): a block takes 64 queries of one sequence and one head and
 // walks the causal key tiles of 64 with an online softmax (flash-attention style).
