@@ -1,5 +1,7 @@
 #pragma once
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "backend/backend.h"
 #include "deepinfer/engine.h"
@@ -17,6 +19,13 @@ inline std::unique_ptr<Engine> make_fake_engine(EngineConfig cfg, int max_len = 
   auto impl = std::make_unique<Engine::Impl>(cfg, make_cpu_backend(bo),
                                              std::make_unique<FakeModel>(kVocab, kEos, max_len), nullptr);
   return std::make_unique<Engine>(std::move(impl));
+}
+
+// Token ids in [2, kVocab): never EOS (1) or 0.
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, int len) {
+  std::vector<int32_t> t(len);
+  for (auto& x : t) x = 2 + static_cast<int32_t>(rng() % (kVocab - 2));
+  return t;
 }
 
 inline SamplingParams greedy(int max_tokens) {

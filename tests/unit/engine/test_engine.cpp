@@ -9,12 +9,6 @@
 namespace deepinfer::testing {
 namespace {
 
-std::vector<int32_t> random_tokens(std::mt19937& rng, int len) {
-  std::vector<int32_t> t(len);
-  for (auto& x : t) x = 2 + static_cast<int32_t>(rng() % (kVocab - 2));
-  return t;
-}
-
 TEST(Engine, GreedyMatchesReferenceAndStopsAtEos) {
   EngineConfig cfg;
   cfg.kv_block_size = 4;
