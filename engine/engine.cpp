@@ -57,14 +57,7 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   blocks_ = std::make_unique<BlockManager>(num_blocks, bs, cfg.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
-  RunnerConfig rc;
-  rc.num_kv_blocks = num_blocks;
-  rc.kv_block_size = bs;
-  rc.max_num_batched_tokens = cfg.max_num_batched_tokens;
-  rc.max_num_seqs = cfg.max_num_seqs;
-  rc.max_model_len = max_model_len;
-  rc.use_graphs = !cfg.enforce_eager;
-  runner_ = std::make_unique<Runner>(*model, *backend, rc);
+  runner_ = std::make_unique<Runner>(*model, *backend, runner_config(cfg, num_blocks, max_model_len));
   sampler_ = std::make_unique<Sampler>(model->vocab_size());
 }
 

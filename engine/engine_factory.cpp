@@ -38,10 +38,7 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
   const int64_t bytes_per_block = Runner::kv_bytes_per_block(model, backend.activation_dtype(), bs);
   KvMemoryBudget budget;
   {
-    Runner runner(model, backend,
-                  RunnerConfig{.num_kv_blocks = num_blocks, .kv_block_size = bs,
-                               .max_num_batched_tokens = config.max_num_batched_tokens,
-                               .max_num_seqs = config.max_num_seqs, .max_model_len = max_model_len});
+    Runner runner(model, backend, runner_config(config, num_blocks, max_model_len));
     const std::vector<int32_t> token_ids(static_cast<size_t>(tokens_per_seq), 0);
     std::vector<int32_t> block_ids(static_cast<size_t>(num_blocks));  // [num_seqs, blocks_per_seq]
     std::iota(block_ids.begin(), block_ids.end(), 0);

@@ -22,6 +22,19 @@
 
 namespace deepinfer {
 
+// The runner's sizes from the engine's config (the engine's runner and the KV-sizing profile
+// step use the same one).
+inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, int max_model_len) {
+  RunnerConfig rc;
+  rc.num_kv_blocks = num_kv_blocks;
+  rc.kv_block_size = cfg.kv_block_size;
+  rc.max_num_batched_tokens = cfg.max_num_batched_tokens;
+  rc.max_num_seqs = cfg.max_num_seqs;
+  rc.max_model_len = max_model_len;
+  rc.use_graphs = !cfg.enforce_eager;
+  return rc;
+}
+
 struct Engine::Impl {
   // `tokenizer` may be null (token-id prompts only, empty text).
   Impl(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
