@@ -68,6 +68,19 @@ struct PagedKV {
   int max_seq_len = 0;
 };
 
+// Per-row parameters of Backend::sample (plain data: uploaded as I32 words, read by kernels).
+struct SampleRowParams {
+  float temperature = 1.0f;  // 0: greedy (argmax, lowest id on ties)
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  int32_t top_k = 0;         // <= 0: off
+  uint64_t seed = 0;         // Philox key
+  uint64_t stream = 0;       // seq_seed + sample index
+  uint64_t position = 0;     // index in its sequence of the token being sampled
+};
+inline constexpr int kSampleRowWords = static_cast<int>(sizeof(SampleRowParams) / 4);
+static_assert(sizeof(SampleRowParams) == 40, "SampleRowParams is uploaded as 10 I32 words");
+
 // Owning device allocation; the view is valid while the buffer lives.
 class DeviceBuffer {
  public:
@@ -140,6 +153,18 @@ class Backend {
   // gemm + add would give). CUDA applies the gate in the GEMM's activation load.
   virtual void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate);
 
+  // --- fp8 activations (CPU reference defaults in backend/cpu/fp8.cpp; CUDA fp8_gemm.cu) ---
+  // DeepSeek-V3's 1x128 activation quantization: for row m and 128-column block b of x [M, K]
+  // (F32/BF16, any row stride), amax = max |x[m, 128b : 128b + 128]|, scale = amax / 448 (1 when
+  // amax == 0), q[m, k] = e4m3(x[m, k] / scale) (RNE, saturating). q F8_E4M3 [M, K] contiguous;
+  // scales F32 [ceil(K/128), M] contiguous (block-major: the layout cuBLASLt's VEC128 reads).
+  virtual void quantize_fp8_1x128(const Tensor& x, Tensor& q, Tensor& scales);
+  // out[M, N] (F32/BF16) = sum_k (q[m, k] scales[k/128, m]) (W[n, k] W.scale_inv[n/128, k/128])
+  // with fp32 accumulation: the FP8 x FP8 GEMM on q and scales from quantize_fp8_1x128 and a
+  // 128x128 block-scaled F8_E4M3 weight. gemm() on an FP8 weight may take this path for many
+  // rows on a backend where it is faster (CUDA: prefill); the CPU gemm stays W8A32.
+  virtual void gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const Weight& w, Tensor& out);
+
   // --- rope ---------------------------------------------------------------
   // Rotates x[t, h, rope_offset : rope_offset + rope_dim] in place at positions[t].
   // cos_sin: F32 [max_positions, rope_dim] = [cos(f_0..f_{d/2-1}) | sin(...)] (YaRN folded in).
@@ -198,6 +223,13 @@ class Backend {
   // --- sampling -------------------------------------------------------------
   // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).
   virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
+  // ids I32 [R]: row r sampled from logits [R, V] (F32) with row_params [R] (SampleRowParams
+  // viewed as I32 [R, kSampleRowWords], on this backend's device) by the rule in
+  // backend/sample_rule.h (temperature, min-p, top-k, top-p, Philox draw keyed by (seed,
+  // stream, position); greedy rows are argmax). Every backend gives the same token bit for
+  // bit; a row's token does not depend on the other rows. The default (backend/cpu/
+  // sampling_rows.cpp) copies both to the host and runs the reference there.
+  virtual void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids);
 
   // --- random (backend/random.h; CPU default in cpu/random.cpp, CUDA in cuda/) --------
   // Fills t (contiguous F32, BF16 or F8_E4M3) with element i = scale * random_uniform(seed, i),
