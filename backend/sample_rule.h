@@ -7,7 +7,8 @@
 //   0. greedy (temperature 0): argmax, lowest id on ties, NaN never wins.
 //   1. s_v = l_v / T; candidates are the finite s_v (-inf, +inf, NaN are dropped).
 //   2. e_v = exp_neg(s_v - max s) in [0, 1] (our own exp: same bits on both sides;
-//      0 below x = -23), weight W_v = floor(e_v * 2^32) (an integer; the max has 2^32).
+//      0 below x = -23), weight W_v = floor(e_v * 2^26) (an integer; the max has 2^26, so
+//      32 weights add up in 32 bits: the device sums a warp's equal buckets in one step).
 //   3. min_p: keep e_v >= min_p.
 //   4. top_k: keep the k first in the order (s desc, id asc) — ties at the cut go to
 //      the lower ids.
@@ -18,15 +19,15 @@
 //      needs a prefix sum, not a sort).
 // Masses are integers, so the sum order does not matter and no near-tie can split the
 // host from the device. Tokens whose probability is below 2^-32 of the most likely one
-// are never drawn (weight 0).
+// are never drawn (weight 0); that is below 1.5e-8 times the most likely one's.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define DI_SAMPLE_HD __host__ __device__ __forceinline__
 #else
-#include <cmath>
-#include <cstring>
 #define DI_SAMPLE_HD inline
 #endif
 
@@ -93,7 +94,7 @@ DI_SAMPLE_HD uint64_t philox_bits53(uint64_t seed, uint64_t stream, uint64_t pos
 }
 
 // exp(x) for x <= 0 (Cody-Waite reduction, Cephes' expf polynomial), 0 below -23
-// (exp(-23) * 2^32 < 1: such a token's weight is 0 anyway). Relative error ~1e-7.
+// (exp(-23) * 2^26 < 1: such a token's weight is 0 anyway). Relative error ~1e-7.
 DI_SAMPLE_HD float exp_neg(float x) {
   if (!(x >= -23.0f)) return 0.0f;
 #if defined(__CUDA_ARCH__)
@@ -122,9 +123,10 @@ DI_SAMPLE_HD float exp_neg(float x) {
   return e < 1.0f ? e : 1.0f;
 }
 
-// Weight of a candidate at x = s - max (<= 0): floor(exp_neg(x) * 2^32), the max has 2^32.
-DI_SAMPLE_HD uint64_t weight(float x) {
-  return static_cast<uint64_t>(fmul(exp_neg(x), 4294967296.0f));
+// Weight of a candidate at x = s - max (<= 0): floor(exp_neg(x) * 2^26), the max has 2^26.
+inline constexpr uint32_t kMaxWeight = 1u << 26;
+DI_SAMPLE_HD uint32_t weight(float x) {
+  return static_cast<uint32_t>(fmul(exp_neg(x), 67108864.0f));
 }
 
 // A key whose unsigned order is the float order (larger s -> larger key).

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "sample/philox.h"
+#include "backend/sample_rule.h"
 
 namespace deepinfer {
 namespace {
@@ -34,6 +34,24 @@ void raw_logprobs(const float* logits, int vocab, int k, SampleResult& r,
 }
 
 }  // namespace
+
+bool device_samplable(const SamplingParams& p) {
+  return p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f && p.logprobs < 0;
+}
+
+SampleRowParams device_params(const SamplingParams& p, uint64_t seed, uint64_t stream,
+                              int64_t position) {
+  SampleRowParams r;
+  r.temperature = p.temperature;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.top_k = p.top_k;
+  r.seed = seed;
+  r.stream = stream;
+  r.position = static_cast<uint64_t>(position);
+  return r;
+}
 
 SampleResult Sampler::sample(const float* logits, const SampleRow& row) {
   const SamplingParams& p = *row.params;
@@ -71,46 +89,12 @@ SampleResult Sampler::sample(const float* logits, const SampleRow& row) {
     // First maximum: lowest id on ties, matching backend argmax.
     result.token_id = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
   } else {
-    cand_.clear();
-    for (int v = 0; v < vocab; ++v)
-      if (work_[v] != kNegInf) cand_.emplace_back(work_[v] / p.temperature, v);
-    DI_CHECK(!cand_.empty(), "sampler: every token is masked at position ", row.position);
-    float max_logit = std::max_element(cand_.begin(), cand_.end())->first;
-    if (p.min_p > 0.0f) {
-      // p_v / p_max = exp(l_v - l_max) >= min_p
-      const float threshold = max_logit + std::log(p.min_p);
-      std::erase_if(cand_, [&](const auto& c) { return c.first < threshold; });
-    }
-    size_t keep = cand_.size();
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = p.top_k;
-    if (p.top_p < 1.0f || keep < cand_.size()) {
-      std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), more_likely);
-      cand_.resize(keep);
-    }
-    double total = 0.0;
-    for (auto& c : cand_) total += std::exp(static_cast<double>(c.first - max_logit));
-    if (p.top_p < 1.0f) {
-      double mass = 0.0;
-      size_t i = 0;
-      while (i < cand_.size()) {
-        mass += std::exp(static_cast<double>(cand_[i].first - max_logit));
-        ++i;
-        if (mass >= p.top_p * total) break;
-      }
-      cand_.resize(i);
-      total = mass;
-    }
-    const double u = philox_uniform(row.seed, row.stream, static_cast<uint64_t>(row.position));
-    const double target = u * total;
-    double cum = 0.0;
-    result.token_id = cand_.back().second;  // rounding fallback
-    for (auto& c : cand_) {
-      cum += std::exp(static_cast<double>(c.first - max_logit));
-      if (cum > target) {
-        result.token_id = c.second;
-        break;
-      }
-    }
+    // Temperature, min_p, top_k, top_p and the draw: the rule the device op runs too
+    // (backend/sample_rule.h), so a row gives the same token on either path.
+    const int32_t id = sample_rule::sample_row(work_.data(), vocab, device_params(p, row.seed, row.stream,
+                                                                                  row.position));
+    DI_CHECK(id >= 0, "sampler: every token is masked at position ", row.position);
+    result.token_id = id;
   }
   if (p.logprobs >= 0) raw_logprobs(logits, vocab, p.logprobs, result, cand_);
   return result;

@@ -7,12 +7,9 @@
 //      multiply negative ones), then frequency (x count) and presence (once),
 //      over output tokens
 //   4. greedy (temperature 0): argmax, lowest id on ties; done
-//   5. temperature: logits / T
-//   6. min_p: drop tokens whose probability < min_p * max probability
-//   7. top_k, then top_p (smallest set of most likely tokens with mass >= top_p)
-//   8. draw u = philox_uniform(seed, stream, position); the token is the first
-//      candidate (by id, or most likely first once top-k/top-p sorted them)
-//      whose cumulative probability exceeds u * total.
+//   5. temperature, min_p, top_k, top_p and the Philox draw keyed by (seed, stream,
+//      position): backend/sample_rule.h, the rule Backend::sample runs on the device, so
+//      a seeded row gives the same token on the host and on the device.
 // Each row is independent of the others, so results never depend on the batch.
 #pragma once
 #include <cstdint>
@@ -20,9 +17,17 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend.h"
 #include "deepinfer/sampling_params.h"
 
 namespace deepinfer {
+
+// True when the device op (Backend::sample) covers p: no penalties, no logprobs. The
+// engine adds its own conditions (no grammar mask, min_tokens reached).
+bool device_samplable(const SamplingParams& p);
+// The op's per-row parameters for a request's row.
+SampleRowParams device_params(const SamplingParams& p, uint64_t seed, uint64_t stream,
+                              int64_t position);
 
 struct SampleRow {
   const SamplingParams* params = nullptr;

@@ -14,7 +14,7 @@ namespace {
 struct Cand {
   uint32_t key;  // order_key(s)
   int32_t id;
-  uint64_t weight;
+  uint32_t weight;
 };
 // The rule's order: most likely first, lower id first on ties.
 bool before(const Cand& a, const Cand& b) { return a.key > b.key || (a.key == b.key && a.id < b.id); }

@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
+  void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
 
   bool supports_graphs() const override { return true; }

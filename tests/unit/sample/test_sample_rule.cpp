@@ -1,0 +1,193 @@
+// The sampling rule (backend/sample_rule.h) on the host: its exp, its distribution against
+// an independent double-precision computation, its cut points at ties, and Backend::sample
+// on the CPU backend (the reference the CUDA op is compared with in tests/ops).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/sample_rule.h"
+#include "core/error.h"
+#include "sample/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+TEST(SampleRule, ExpNegIsCloseToExp) {
+  EXPECT_EQ(sample_rule::exp_neg(0.0f), 1.0f);
+  EXPECT_EQ(sample_rule::exp_neg(-24.0f), 0.0f);
+  EXPECT_EQ(sample_rule::exp_neg(-INFINITY), 0.0f);
+  EXPECT_EQ(sample_rule::weight(0.0f), sample_rule::kMaxWeight);
+  double worst = 0.0;
+  for (float x = 0.0f; x >= -23.0f; x -= 0.000731f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(sample_rule::exp_neg(x) - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);
+}
+
+// The rule's distribution computed independently in double: sort most likely first (lower
+// id on ties), min_p, top_k, the shortest top_p prefix, renormalise.
+std::vector<double> expected_probs(const std::vector<float>& logits, const SampleRowParams& p) {
+  const int n = static_cast<int>(logits.size());
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  const double m = logits[order[0]] / static_cast<double>(p.temperature);
+  std::vector<double> w(n, 0.0);
+  for (int v = 0; v < n; ++v) w[v] = std::exp(logits[v] / static_cast<double>(p.temperature) - m);
+  std::vector<int> kept;
+  for (int v : order)
+    if (w[v] >= p.min_p) kept.push_back(v);
+  if (p.top_k > 0 && p.top_k < static_cast<int>(kept.size())) kept.resize(p.top_k);
+  double total = 0.0;
+  for (int v : kept) total += w[v];
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    size_t i = 0;
+    while (i < kept.size()) {
+      mass += w[kept[i++]];
+      if (mass >= p.top_p * total) break;
+    }
+    kept.resize(i);
+    total = mass;
+  }
+  std::vector<double> probs(n, 0.0);
+  for (int v : kept) probs[v] = w[v] / total;
+  return probs;
+}
+
+TEST(SampleRule, FrequenciesFollowTheRule) {
+  // Cut points are kept away from the thresholds (mass 0.8 vs prefix masses .60/.83/...).
+  const std::vector<float> logits = {0.3f, 2.0f, -1.0f, 1.1f, 2.6f, 0.0f, 1.7f, -3.0f, 0.9f};
+  std::vector<SampleRowParams> cases(5);
+  cases[0].temperature = 0.7f;
+  cases[1].top_k = 3;
+  cases[2].top_p = 0.8f;
+  cases[3].min_p = 0.2f;
+  cases[4].temperature = 1.6f, cases[4].top_k = 6, cases[4].top_p = 0.9f, cases[4].min_p = 0.05f;
+  const int draws = 40000;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    SampleRowParams p = cases[c];
+    p.seed = 17 + c;
+    const std::vector<double> want = expected_probs(logits, p);
+    std::vector<int> counts(logits.size(), 0);
+    for (int i = 0; i < draws; ++i) {
+      p.position = static_cast<uint64_t>(i);
+      const int32_t t = sample_rule::sample_row(logits.data(), static_cast<int64_t>(logits.size()), p);
+      ASSERT_GE(t, 0);
+      counts[t]++;
+    }
+    for (size_t v = 0; v < logits.size(); ++v) {
+      if (want[v] == 0.0) {
+        EXPECT_EQ(counts[v], 0) << "case " << c << ": token " << v << " is outside the support";
+        continue;
+      }
+      const double sigma = std::sqrt(draws * want[v] * (1 - want[v]));
+      EXPECT_NEAR(counts[v], draws * want[v], 5 * sigma + 1) << "case " << c << " token " << v;
+    }
+  }
+}
+
+TEST(SampleRule, NarrowCutsGiveTheArgmaxLowestIdOnTies) {
+  const std::vector<float> logits = {0.5f, 3.0f, -2.0f, 3.0f, 1.0f};
+  SampleRowParams k1, p0, m1;
+  k1.top_k = 1;
+  p0.top_p = 1e-6f;
+  m1.min_p = 1.0f;
+  for (SampleRowParams p : {k1, p0}) {
+    for (uint64_t pos = 0; pos < 50; ++pos) {
+      p.position = pos;
+      EXPECT_EQ(sample_rule::sample_row(logits.data(), 5, p), 1);
+    }
+  }
+  // min_p 1 keeps both maxima (e = 1 for each): the draw picks among ids 1 and 3 only.
+  int seen[5] = {};
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    m1.position = pos;
+    seen[sample_rule::sample_row(logits.data(), 5, m1)]++;
+  }
+  EXPECT_GT(seen[1], 50);
+  EXPECT_GT(seen[3], 50);
+  EXPECT_EQ(seen[0] + seen[2] + seen[4], 0);
+  // No finite logit: -1 for the caller to handle.
+  const std::vector<float> masked(4, -INFINITY);
+  EXPECT_EQ(sample_rule::sample_row(masked.data(), 4, SampleRowParams{}), -1);
+}
+
+// The host sampler's non-greedy rows are the rule itself (the engine's host and device paths
+// agree because of this).
+TEST(SampleRule, HostSamplerFollowsTheRule) {
+  std::mt19937 rng(5);
+  const int vocab = 300;
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+  Sampler sampler(vocab);
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.95f;
+  sp.top_k = 40;
+  for (int64_t pos = 0; pos < 200; ++pos) {
+    SampleRow row;
+    row.params = &sp;
+    row.seed = 11;
+    row.stream = 2;
+    row.position = pos;
+    EXPECT_EQ(sampler.sample(logits.data(), row).token_id,
+              sample_rule::sample_row(logits.data(), vocab, device_params(sp, 11, 2, pos)));
+  }
+}
+
+// Backend::sample on the CPU backend: row by row the rule, a row's token independent of the
+// other rows, greedy rows the argmax; bad shapes are errors naming the argument.
+TEST(SampleRule, CpuOpIsTheRulePerRow) {
+  auto cpu = make_cpu_backend();
+  std::mt19937_64 rng(9);
+  const int64_t rows = 6, vocab = 1001;
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  for (float& x : logits) x = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+  std::vector<SampleRowParams> params(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    params[r].temperature = r == 2 ? 0.0f : 0.5f + 0.3f * r;
+    params[r].top_k = r == 3 ? 10 : 0;
+    params[r].top_p = r == 4 ? 0.7f : 1.0f;
+    params[r].seed = rng();
+    params[r].position = r * 7;
+  }
+  auto run = [&](int64_t first, int64_t n) {
+    std::vector<int32_t> ids(static_cast<size_t>(n), -5);
+    std::vector<int32_t> words(static_cast<size_t>(n * kSampleRowWords));
+    std::memcpy(words.data(), params.data() + first, words.size() * sizeof(int32_t));
+    Tensor l(logits.data() + first * vocab, DType::F32, {n, vocab});
+    Tensor p(words.data(), DType::I32, {n, kSampleRowWords});
+    Tensor i(ids.data(), DType::I32, {n});
+    cpu->sample(l, p, i);
+    return ids;
+  };
+  const std::vector<int32_t> batch = run(0, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(batch[r], sample_rule::sample_row(logits.data() + r * vocab, vocab, params[r])) << r;
+    EXPECT_EQ(run(r, 1)[0], batch[r]) << "row " << r << " alone";
+  }
+  EXPECT_EQ(batch[2], std::max_element(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab) -
+                          (logits.begin() + 2 * vocab));
+
+  std::vector<int32_t> ids(rows), short_words(rows * kSampleRowWords - 1);
+  Tensor l(logits.data(), DType::F32, {rows, vocab});
+  Tensor bad_p(short_words.data(), DType::I32, {static_cast<int64_t>(short_words.size())});
+  Tensor i(ids.data(), DType::I32, {rows});
+  try {
+    cpu->sample(l, bad_p, i);
+    FAIL() << "short row_params accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("row_params"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
