@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/json_schema_multiple.h"
+#include "grammar/json_schema_object.h"
 #include "grammar/regex.h"
 
 namespace deepinfer::grammar {
@@ -235,10 +237,10 @@ class SchemaCompiler {
     if (depth > 64) refuse(path, "schema nested too deeply (more than 64 levels without $ref)");
     if (s.is_boolean()) return s.get<bool>() ? ir_.ref(value_rule()) : ir_.nothing();
     if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
-    static const char* kRefused[] = {"not", "if", "then", "else", "propertyNames",
-                                     "dependencies", "dependentSchemas", "dependentRequired", "contains",
-                                     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
-                                     "multipleOf"};
+    if (s.contains("not") || (s.contains("oneOf") && presence_only(s["oneOf"])))
+      return compile(lower_not(s, path), path, depth + 1);
+    static const char* kRefused[] = {"if", "then", "else", "propertyNames", "contains",
+                                     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"};
     for (const char* k : kRefused)
       if (s.contains(k)) refuse(path, std::string("keyword '") + k + "' is not supported");
     if (s.contains("$ref")) {
@@ -301,12 +303,102 @@ class SchemaCompiler {
       types = {"array"};
     } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
       types = {"string"};
+    } else if (s.contains("$presence") || s.contains("minProperties") || s.contains("maxProperties") ||
+               s.contains("dependencies") || s.contains("dependentRequired") || s.contains("dependentSchemas")) {
+      types = {"object"};
+    } else if (s.contains("$not_types") || s.contains("multipleOf") || s.contains("minimum") ||
+               s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
+      // Numeric keywords constrain numbers only; other values pass.
+      types = {"null", "boolean", "object", "array", "string", "number"};
     } else {
       return ir_.ref(value_rule());
     }
+    if (s.contains("$presence")) {  // not/oneOf over `required`: only objects (lower_not)
+      bool has_object = std::find(types.begin(), types.end(), "object") != types.end();
+      types.assign(has_object ? 1 : 0, "object");
+    }
+    if (s.contains("$not_types")) types = remove_types(types, s["$not_types"], path);
+    if (types.empty()) refuse(path, "no type is left after 'not': no value matches");
     std::vector<int32_t> alts;
     for (const auto& t : types) alts.push_back(compile_type(s, t, path, depth));
     return with_null(ir_.alt(std::move(alts)));
+  }
+
+  // A list of schemas that only constrain which properties are present (presence_formula).
+  static bool presence_only(const json& list) {
+    if (!list.is_array() || list.empty()) return false;
+    std::vector<std::string> names;
+    PresenceFormula f;
+    for (const auto& sub : list)
+      if (!presence_formula(sub, &names, &f)) return false;
+    return true;
+  }
+
+  // Rewrites `not` (and oneOf over `required` only) into internal keys compile() reads:
+  // "$presence" (schemas over property presence that must hold; objects only) and
+  // "$not_types" (types excluded). Other forms of `not` are refused.
+  json lower_not(const json& s, const std::string& path) {
+    json t = s;
+    json presence = t.contains("$presence") ? t["$presence"] : json::array();
+    auto add_presence = [&](json sub, const char* what) {
+      std::vector<std::string> names;
+      PresenceFormula f;
+      presence_formula(sub, &names, &f);
+      if (holds_for_non_objects(f))
+        refuse(path, std::string(what) + " over 'required' that non-objects satisfy is not supported");
+      presence.push_back(std::move(sub));
+    };
+    if (t.contains("oneOf") && presence_only(t["oneOf"])) {
+      add_presence(json{{"oneOf", t["oneOf"]}}, "oneOf");
+      t.erase("oneOf");
+    }
+    if (t.contains("not")) {
+      const json n = t["not"];
+      t.erase("not");
+      std::vector<std::string> names;
+      PresenceFormula f;
+      if (n.is_boolean()) {
+        if (n.get<bool>()) refuse(path + "/not", "'not: true': no value matches");
+      } else if (presence_formula(n, &names, &f)) {
+        add_presence(json{{"not", n}}, "not");
+      } else if (n.is_object() && n.contains("type") && only_annotations(without(n, "type"))) {
+        json excluded = t.contains("$not_types") ? t["$not_types"] : json::array();
+        for (const auto& x : n["type"].is_array() ? n["type"] : json::array({n["type"]})) excluded.push_back(x);
+        t["$not_types"] = excluded;
+      } else {
+        refuse(path + "/not", "'not' is supported only over 'type' or over 'required' (with allOf/anyOf/oneOf/not), "
+                              "or beside enum/const");
+      }
+    }
+    if (!presence.empty()) t["$presence"] = presence;
+    return t;
+  }
+  static bool only_annotations(const json& s) {
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != "title" && it.key() != "description" && it.key() != "$comment") return false;
+    return true;
+  }
+  static json without(json s, const char* key) {
+    s.erase(key);
+    return s;
+  }
+  // types minus the excluded ones; "number" excluded removes "integer" too; excluding only
+  // "integer" from "number" (non-integral numbers) is refused.
+  std::vector<std::string> remove_types(const std::vector<std::string>& types, const json& excluded,
+                                        const std::string& path) {
+    std::set<std::string> out_of;
+    for (const auto& x : excluded) {
+      if (!x.is_string()) refuse(path + "/not/type", "type must be a string or an array of strings");
+      out_of.insert(x.get<std::string>());
+    }
+    if (out_of.count("number")) out_of.insert("integer");
+    std::vector<std::string> kept;
+    for (const auto& t : types) {
+      if (t == "number" && out_of.count("integer") && !out_of.count("number"))
+        refuse(path + "/not", "'not: {type: integer}' beside type number (non-integral numbers) is not supported");
+      if (!out_of.count(t)) kept.push_back(t);
+    }
+    return kept;
   }
 
   int32_t compile_type(const json& s, const std::string& t, const std::string& path, int depth) {
@@ -421,6 +513,19 @@ class SchemaCompiler {
   }
 
   int32_t compile_number(const json& s, bool integer, const std::string& path) {
+    // multipleOf k (integral k): only integers are generated, for `number` too (documented
+    // under-approximation: "4.0", "1e2" are left out), so bounds round as for integers.
+    int64_t step = 0;
+    if (s.contains("multipleOf")) {
+      const json& m = s["multipleOf"];
+      if (!m.is_number() || m.get<double>() <= 0) refuse(path + "/multipleOf", "must be a positive number");
+      double k = m.get<double>();
+      if (k != std::floor(k) || k > 1e6)
+        refuse(path + "/multipleOf", "a fractional step is not supported (validators divide in binary floating "
+                                     "point: jsonschema rejects 0.07 for multipleOf 0.01)");
+      step = static_cast<int64_t>(k);
+      integer = true;
+    }
     bool has_lo = false, has_hi = false;
     double lo = 0, hi = 0;
     auto bound = [&](const char* key, bool is_lo, bool exclusive) {
@@ -443,8 +548,11 @@ class SchemaCompiler {
     bound("exclusiveMinimum", true, true);
     bound("maximum", false, false);
     bound("exclusiveMaximum", false, true);
-    if (!has_lo && !has_hi) return ir_.ref(integer ? integer_rule() : number_rule());
     if (std::fabs(lo) > 1e18 || std::fabs(hi) > 1e18) refuse(path, "numeric bound beyond 1e18 is not supported");
+    if (step > 1)
+      return integer_multiples(ir_, step, has_lo ? std::optional<int64_t>(static_cast<int64_t>(lo)) : std::nullopt,
+                               has_hi ? std::optional<int64_t>(static_cast<int64_t>(hi)) : std::nullopt, path);
+    if (!has_lo && !has_hi) return ir_.ref(integer ? integer_rule() : number_rule());
     if (!integer) return bounded_decimal(s, path);
     if (has_lo && has_hi && lo > hi) refuse(path, "minimum above maximum: no number matches");
     int64_t ilo = static_cast<int64_t>(lo), ihi = static_cast<int64_t>(hi);
@@ -629,9 +737,53 @@ class SchemaCompiler {
     return out;
   }
 
+  // Presence constraints of an object schema: `dependencies` / `dependentRequired` (and
+  // dependentSchemas whose schemas only list `required`), "$presence" (lower_not),
+  // min/maxProperties. Formulas' leaves index `names`.
+  PresenceRules presence_rules(const json& s, const std::string& path, std::vector<std::string>* names) {
+    PresenceRules rules;
+    for (const char* k : {"minProperties", "maxProperties"}) {
+      if (!s.contains(k)) continue;
+      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0) refuse(path + "/" + k, "must be a non-negative integer");
+      (k[1] == 'i' ? rules.min_members : rules.max_members) = s[k].get<int64_t>();
+    }
+    auto name_leaf = [&](const json& n, const std::string& where) {
+      if (!n.is_string()) refuse(where, "property names must be strings");
+      std::vector<std::string> one{n.get<std::string>()};
+      PresenceFormula f;
+      presence_formula(json{{"required", one}}, names, &f);
+      return f.children.at(0).children.at(0);
+    };
+    for (const char* k : {"dependencies", "dependentRequired", "dependentSchemas"}) {
+      if (!s.contains(k)) continue;
+      if (!s[k].is_object()) refuse(path + "/" + k, std::string(k) + " must be an object");
+      for (auto it = s[k].begin(); it != s[k].end(); ++it) {
+        const std::string where = path + "/" + k + "/" + it.key();
+        // key present => the dependency holds: Any(Not(Has key), dependency).
+        PresenceFormula implied{PresenceFormula::Kind::Any, -1, {}};
+        PresenceFormula absent{PresenceFormula::Kind::Not, -1, {name_leaf(json(it.key()), where)}};
+        PresenceFormula then;
+        if (it.value().is_array() && std::string(k) != "dependentSchemas") {
+          for (const auto& r : it.value()) then.children.push_back(name_leaf(r, where));
+        } else if (it.value().is_boolean()) {
+          if (it.value().get<bool>()) continue;
+          then.kind = PresenceFormula::Kind::Any;  // false: the key may not be present
+        } else if (std::string(k) == "dependentRequired" || !presence_formula(it.value(), names, &then)) {
+          refuse(where, "a dependency schema is supported only when it lists 'required' properties");
+        }
+        implied.children = {absent, then};
+        rules.constraints.push_back(implied);
+      }
+    }
+    if (s.contains("$presence"))
+      for (const auto& sub : s["$presence"]) {
+        rules.constraints.emplace_back();
+        presence_formula(sub, names, &rules.constraints.back());
+      }
+    return rules;
+  }
+
   int32_t compile_object(const json& s, const std::string& path, int depth) {
-    for (const char* k : {"minProperties", "maxProperties"})
-      if (s.contains(k)) refuse(path, std::string("keyword '") + k + "' is not supported");
     std::vector<std::pair<std::string, int32_t>> props;  // key literal, value expr
     std::set<std::string> required;
     if (s.contains("required")) {
@@ -641,8 +793,12 @@ class SchemaCompiler {
         required.insert(r.get<std::string>());
       }
     }
-    std::vector<char> is_required;
-    const PatternProps pat = pattern_properties(s, path, required);
+    std::vector<std::string> names;  // properties named by presence constraints
+    PresenceRules rules = presence_rules(s, path, &names);
+    std::set<std::string> mentioned(required.begin(), required.end());
+    mentioned.insert(names.begin(), names.end());
+    std::vector<ObjectMembers::Presence> presence;
+    const PatternProps pat = pattern_properties(s, path, mentioned);
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) refuse(path + "/properties", "properties must be an object");
       for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
@@ -651,8 +807,10 @@ class SchemaCompiler {
                                             path + "/properties/" + it.key(), depth + 1)
                                   : compile(it.value(), path + "/properties/" + it.key(), depth + 1);
         props.push_back({json(it.key()).dump(), v});
-        is_required.push_back(required.count(it.key()) ? 1 : 0);
+        presence.push_back(required.count(it.key()) ? ObjectMembers::Presence::Required
+                                                    : ObjectMembers::Presence::Optional);
         required.erase(it.key());
+        mentioned.erase(it.key());
       }
     }
     // Additional properties: false, a schema, or anything (absent / true).
@@ -665,23 +823,33 @@ class SchemaCompiler {
     } else if (!(ap.is_boolean() && !ap.get<bool>())) {
       extra_value = compile(ap, path + "/additionalProperties", depth + 1);
     }
-    if (!required.empty()) {
-      // Required but undeclared: declared with the additionalProperties schema (the pattern's
-      // when it matches every key; a name matching another pattern was refused above).
-      int32_t required_value = extra_value;
+    if (!mentioned.empty()) {
+      // Required or constrained but undeclared: declared with the additionalProperties schema
+      // (the pattern's when it matches every key; a name matching another pattern was refused
+      // above), so extra keys cannot repeat them.
+      int32_t undeclared_value = extra_value;
       if (pat.schema && !pat.match_all)
-        required_value = ap.is_boolean() && !ap.get<bool>() ? -1 : compile(ap, path + "/additionalProperties", depth + 1);
-      if (required_value < 0) refuse(path + "/required", "required property '" + *required.begin() + "' is not allowed");
-      for (const auto& r : required) {
-        props.push_back({json(r).dump(), required_value});
-        is_required.push_back(1);
+        undeclared_value = ap.is_boolean() && !ap.get<bool>() ? -1 : compile(ap, path + "/additionalProperties", depth + 1);
+      for (const auto& r : mentioned) {
+        if (undeclared_value < 0 && required.count(r))
+          refuse(path + "/required", "required property '" + r + "' is not allowed");
+        props.push_back({json(r).dump(), undeclared_value < 0 ? ir_.nothing() : undeclared_value});
+        presence.push_back(required.count(r) ? ObjectMembers::Presence::Required
+                           : undeclared_value < 0 ? ObjectMembers::Presence::Absent
+                                                  : ObjectMembers::Presence::Optional);
       }
     }
-    auto member = [&](size_t i) { return ir_.seq({lit(props[i].first), ws(), lit(":"), ws(), props[i].second}); };
-    int32_t sep = ir_.seq({ws(), lit(","), ws()});
+    std::vector<int32_t> member_of_name(names.size());
+    for (size_t k = 0; k < names.size(); ++k)
+      for (size_t i = 0; i < props.size(); ++i)
+        if (props[i].first == json(names[k]).dump()) member_of_name[k] = static_cast<int32_t>(i);
+    for (auto& f : rules.constraints) remap_members(&f, member_of_name);
     std::vector<std::string> declared;
     for (const auto& p : props) declared.push_back(p.first.substr(1, p.first.size() - 2));
-    int32_t extra_member = -1;
+    ObjectMembers members;
+    members.sep = ir_.seq({ws(), lit(","), ws()});
+    for (const auto& [key, value] : props) members.member.push_back(ir_.seq({lit(key), ws(), lit(":"), ws(), value}));
+    members.presence = std::move(presence);
     if (extra_value >= 0) {
       int32_t rule = ir_.add_rule("extra_member");
       int32_t key = pat.schema && !pat.match_all ? pattern_string(pat.pattern, path + "/patternProperties")
@@ -696,31 +864,9 @@ class SchemaCompiler {
         key = ir_.ref(key_rule);
       }
       ir_.set_body(rule, ir_.seq({key, ws(), lit(":"), ws(), extra_value}));
-      extra_member = ir_.ref(rule);
+      members.extra_member = ir_.ref(rule);
     }
-    // first[i]: members i.. with none emitted yet; rest[i]: members i.. after one was emitted.
-    const size_t n = props.size();
-    std::vector<int32_t> first(n + 1), rest(n + 1);
-    for (size_t i = 0; i <= n; ++i) {
-      first[i] = ir_.add_rule("obj_first");
-      rest[i] = ir_.add_rule("obj_rest");
-    }
-    int32_t extras_rest = extra_member >= 0 ? ir_.star(ir_.seq({sep, extra_member})) : ir_.empty();
-    ir_.set_body(rest[n], extras_rest);
-    ir_.set_body(first[n], extra_member >= 0 ? ir_.opt(ir_.seq({extra_member, ir_.star(ir_.seq({sep, extra_member}))}))
-                                             : ir_.empty());
-    for (size_t i = n; i-- > 0;) {
-      int32_t take_first = ir_.seq({member(i), ir_.ref(rest[i + 1])});
-      int32_t take_rest = ir_.seq({sep, member(i), ir_.ref(rest[i + 1])});
-      if (is_required[i]) {
-        ir_.set_body(first[i], take_first);
-        ir_.set_body(rest[i], take_rest);
-      } else {
-        ir_.set_body(first[i], ir_.alt({take_first, ir_.ref(first[i + 1])}));
-        ir_.set_body(rest[i], ir_.alt({take_rest, ir_.ref(rest[i + 1])}));
-      }
-    }
-    return ir_.seq({lit("{"), ws(), ir_.ref(first[0]), ws(), lit("}")});
+    return ir_.seq({lit("{"), ws(), object_content(ir_, members, rules, path), ws(), lit("}")});
   }
 
   // A JSON string key other than the declared ones (their escaped contents, `names`): a trie
