@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   void gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
                  Tensor& out2) override;
   void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) override;
+  void quantize_fp8_1x128(const Tensor& x, Tensor& q, Tensor& scales) override;
+  void gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const Weight& w, Tensor& out) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
   void rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1, const Tensor& x2,
@@ -120,6 +122,19 @@ class CudaBackend final : public Backend {
   bool dense_rows_on_stream(int64_t M, const Weight& w) const;
   // FP8 weight with the 128x128 block scales the kernels read (else false).
   static bool fp8_scales_fit(const Weight& w);
+  // FP8 activations (fp8_gemm.cu): out = x · W^T for an FP8 weight as 1x128 quantization of x
+  // + cuBLASLt's block-scaled FP8 x FP8 GEMM, when enabled for M rows and cuBLASLt takes the
+  // shape; false otherwise (the caller keeps W8A16). x BF16 rows (ldx), out rows of ov.
+  bool gemm_fp8_act(const void* x, int64_t ldx, int64_t M, const Weight& w, const RowView& ov);
+  // cuBLASLt FP8 GEMM on quantized rows (q [M, K], act_scales [ceil(K/128), M]); false when
+  // no algorithm fits. q == nullptr: only finds (and caches) the plan. When ceil(K/128) % 4 != 0
+  // the weight scales are copied with rows padded to a multiple of 4 into w_scale_space
+  // (ceil(N/128) x that many floats).
+  bool cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w, void* out,
+                    int64_t ldo, DType out_dtype, float* w_scale_space);
+  struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
+  Fp8State& fp8_state();
+  std::shared_ptr<Fp8State> fp8_;
 
   BackendOptions options_;
   int device_ = 0;

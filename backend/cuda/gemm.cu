@@ -7,7 +7,8 @@
 // FP8 weights (e4m3, 128x128 block scales): e4m3 values are exact in bf16, so tiles are
 // converted without scaling and each 128-wide K block's partial product is scaled in
 // fp32 before it joins the accumulator (DeepGEMM's promotion). Activations stay BF16
-// (W8A16); the 1x128 FP8 activation path is a later step.
+// (W8A16) up to 128 rows; from fp8 min_rows rows (default 129) gemm() quantizes them to
+// 1x128-scaled e4m3 and runs cuBLASLt's FP8 x FP8 block-scaled GEMM (fp8_gemm.cu).
 //
 // Batch invariance: tc_gemm_kernel accumulates every output element over K in the same
 // order (16-wide MMA steps, 128-wide FP8 promotion blocks) whatever the tile shape or M,
@@ -452,6 +453,8 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
     a = tmp;
     lda = K;
   }
+  // FP8 weight, many rows (prefill): FP8 activations on cuBLASLt when it takes the shape.
+  if (fp8 && gemm_fp8_act(a, lda, M, w, ov)) return;
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.
   // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64

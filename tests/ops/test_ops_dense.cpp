@@ -43,7 +43,10 @@ class DenseOps : public Parity {
     Tensor xg = gpu_float(gpu, x, {M, K}, DType::BF16);
     Tensor og = gpu_poisoned(gpu, out_dtype, {M, N});
     gpu.gemm(xg, w.gpu, og);
-    expect_close(download(gpu, og), values(oc), kTolBF16, what);
+    // FP8 weights from 129 rows (fast mode): CUDA quantizes x to 1x128 e4m3 (fp8_gemm.cu), ~2.6%
+    // normalised error against this W8A32 reference; test_ops_fp8.cpp checks that path exactly.
+    const bool fp8_act = fp8 && M > 128 && !gpu.batch_invariant();
+    expect_close(download(gpu, og), values(oc), fp8_act ? 4e-2 : kTolBF16, what);
   }
 };
 
