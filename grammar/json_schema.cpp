@@ -411,8 +411,17 @@ class SchemaCompiler {
     refuse(path + "/type", "unknown type '" + t + "'");
   }
 
-  int32_t pattern_string(const std::string& pattern, const std::string& path) {
+  // A JSON string containing a match of `pattern` (anchored where it says so). With length
+  // bounds (code points) they must be implied by the pattern's own length range (a grammar
+  // cannot intersect the two in general); otherwise refused.
+  int32_t pattern_string(const std::string& pattern, const std::string& path, int64_t min_chars = 0,
+                         int64_t max_chars = -1) {
     RegexResult r = parse_regex(ir_, pattern, true, "json schema: pattern at " + path);
+    const bool bounded = r.anchored_start && r.anchored_end && r.max_chars >= 0;
+    if (r.min_chars < min_chars || (max_chars >= 0 && !(bounded && r.max_chars <= max_chars)))
+      refuse(path, "minLength/maxLength (" + std::to_string(min_chars) + ".." +
+                       (max_chars < 0 ? std::string("") : std::to_string(max_chars)) +
+                       ") beside a pattern whose lengths they do not contain is not supported");
     int32_t any = ir_.star(string_char());
     return ir_.seq({lit("\""), r.anchored_start ? ir_.empty() : any, r.expr, r.anchored_end ? ir_.empty() : any,
                     lit("\"")});
@@ -455,14 +464,14 @@ class SchemaCompiler {
     bool has_len = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) refuse(path + "/pattern", "pattern must be a string");
-      if (has_len) refuse(path, "pattern together with minLength/maxLength is not supported");
-      return pattern_string(s["pattern"].get<std::string>(), path + "/pattern");
+      return pattern_string(s["pattern"].get<std::string>(), path + "/pattern", s.value("minLength", int64_t{0}),
+                            s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1);
     }
     if (s.contains("format") && s["format"].is_string()) {
       auto it = kFormats.find(s["format"].get<std::string>());
       if (it != kFormats.end()) {
-        if (has_len) refuse(path, "format together with minLength/maxLength is not supported");
-        return pattern_string(it->second, path + "/format");
+        return pattern_string(it->second, path + "/format", s.value("minLength", int64_t{0}),
+                              s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1);
       }
     }
     if (!has_len) return ir_.ref(string_rule());

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "grammar/grammar.h"
@@ -26,6 +28,7 @@ class RegexParser {
     RegexResult r;
     r.expr = parse_alt(0, &r);
     if (pos_ < s_.size()) error("unbalanced ')'");
+    std::tie(r.min_chars, r.max_chars) = length_of(r.expr);
     return r;
   }
 
@@ -50,7 +53,18 @@ class RegexParser {
     return cp;
   }
 
-  int32_t chars(Ranges r) { return json_ ? json_string_char(ir_, std::move(r)) : ir_.char_ranges(std::move(r)); }
+  int32_t chars(Ranges r) {
+    return with_length(json_ ? json_string_char(ir_, std::move(r)) : ir_.char_ranges(std::move(r)), 1, 1);
+  }
+  // Length ranges (code points; max -1: unbounded) of the expressions built here.
+  int32_t with_length(int32_t expr, int64_t lo, int64_t hi) {
+    lengths_[expr] = {std::min<int64_t>(lo, kLengthCap), hi < 0 ? -1 : std::min<int64_t>(hi, kLengthCap)};
+    return expr;
+  }
+  std::pair<int64_t, int64_t> length_of(int32_t expr) const {
+    auto it = lengths_.find(expr);
+    return it == lengths_.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+  }
 
   int32_t parse_alt(int depth, RegexResult* top) {
     if (depth > 200) error("groups nested too deeply");
@@ -59,7 +73,13 @@ class RegexParser {
       ++pos_;
       alts.push_back(parse_seq(depth, top));
     }
-    return ir_.alt(std::move(alts));
+    int64_t lo = length_of(alts[0]).first, hi = 0;
+    for (int32_t a : alts) {
+      auto [alo, ahi] = length_of(a);
+      lo = std::min(lo, alo);
+      hi = hi < 0 || ahi < 0 ? -1 : std::max(hi, ahi);
+    }
+    return with_length(ir_.alt(std::move(alts)), lo, hi);
   }
 
   int32_t parse_seq(int depth, RegexResult* top) {
@@ -80,7 +100,13 @@ class RegexParser {
       int32_t atom = parse_atom(depth);
       items.push_back(parse_quantifiers(atom));
     }
-    return ir_.seq(std::move(items));
+    int64_t lo = 0, hi = 0;
+    for (int32_t e : items) {
+      auto [elo, ehi] = length_of(e);
+      lo += elo;
+      hi = hi < 0 || ehi < 0 ? -1 : hi + ehi;
+    }
+    return with_length(ir_.seq(std::move(items)), lo, hi);
   }
 
   bool read_int(int32_t* out) {
@@ -127,7 +153,9 @@ class RegexParser {
       }
       if (!eof() && peek() == '?') ++pos_;  // lazy: same language
       else if (!eof() && peek() == '+') error("possessive quantifiers are not supported");
-      atom = ir_.repeat(atom, lo, hi);
+      auto [alo, ahi] = length_of(atom);
+      atom = with_length(ir_.repeat(atom, lo, hi), alo * lo,
+                         hi == GrammarIR::kUnbounded || ahi < 0 ? (ahi == 0 ? 0 : -1) : ahi * hi);
     }
     return atom;
   }
@@ -284,6 +312,8 @@ class RegexParser {
     return negate ? complement_ranges(set, kMaxCp) : normalize_ranges(set);
   }
 
+  static constexpr int64_t kLengthCap = int64_t{1} << 40;  // saturates; lengths above it are "long"
+  std::unordered_map<int32_t, std::pair<int64_t, int64_t>> lengths_;
   GrammarIR& ir_;
   const std::string& s_;
   bool json_;

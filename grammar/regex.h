@@ -12,6 +12,10 @@ struct RegexResult {
   int32_t expr = -1;
   bool anchored_start = false;  // began with ^
   bool anchored_end = false;    // ended with $
+  // Length range, in code points, of the strings `expr` matches (anchors aside);
+  // max_chars -1: unbounded.
+  int64_t min_chars = 0;
+  int64_t max_chars = -1;
 };
 
 // Parses `regex` into expressions of `ir`. json_escape: the regex describes a decoded JSON
