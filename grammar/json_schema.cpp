@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -13,6 +14,7 @@
 #include "grammar/grammar.h"
 #include "grammar/json_schema_multiple.h"
 #include "grammar/json_schema_object.h"
+#include "grammar/json_schema_validate.h"
 #include "grammar/regex.h"
 
 namespace deepinfer::grammar {
@@ -237,6 +239,14 @@ class SchemaCompiler {
     if (depth > 64) refuse(path, "schema nested too deeply (more than 64 levels without $ref)");
     if (s.is_boolean()) return s.get<bool>() ? ir_.ref(value_rule()) : ir_.nothing();
     if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    if (auto values = finite_values(s, path)) {
+      // enum/const: the listed values the whole schema accepts (exact for every keyword
+      // beside them: not, oneOf, bounds, ...).
+      std::vector<int32_t> alts;
+      for (const auto& v : *values)
+        if (schema_accepts(root_, s, v, path)) alts.push_back(literal_value(v));
+      return alts.empty() ? ir_.nothing() : ir_.alt(std::move(alts));  // none: no value matches
+    }
     if (s.contains("not") || (s.contains("oneOf") && presence_only(s["oneOf"])))
       return compile(lower_not(s, path), path, depth + 1);
     static const char* kRefused[] = {"if", "then", "else", "propertyNames", "contains",
@@ -282,13 +292,6 @@ class SchemaCompiler {
     }
     int32_t nullable = s.value("nullable", false) ? lit("null") : -1;
     auto with_null = [&](int32_t e) { return nullable >= 0 ? ir_.alt({e, nullable}) : e; };
-    if (s.contains("const")) return with_null(literal_value(s["const"]));
-    if (s.contains("enum")) {
-      if (!s["enum"].is_array() || s["enum"].empty()) refuse(path + "/enum", "enum must be a non-empty array");
-      std::vector<int32_t> alts;
-      for (const auto& v : s["enum"]) alts.push_back(literal_value(v));
-      return with_null(ir_.alt(std::move(alts)));
-    }
     std::vector<std::string> types;
     if (s.contains("type")) {
       if (s["type"].is_string()) types.push_back(s["type"].get<std::string>());
@@ -322,6 +325,29 @@ class SchemaCompiler {
     std::vector<int32_t> alts;
     for (const auto& t : types) alts.push_back(compile_type(s, t, path, depth));
     return with_null(ir_.alt(std::move(alts)));
+  }
+
+  // The values of `const` / `enum` at this level or in a direct allOf member (OpenAPI
+  // `nullable` adds null), or none.
+  std::optional<json> finite_values(const json& s, const std::string& path) {
+    const json* found = &s;
+    if (!s.contains("const") && !s.contains("enum")) {
+      found = nullptr;
+      if (s.contains("allOf") && s["allOf"].is_array())
+        for (const auto& sub : s["allOf"])
+          if (sub.is_object() && (sub.contains("const") || sub.contains("enum"))) found = &sub;
+      if (!found) return std::nullopt;
+    }
+    json values = json::array();
+    if (found->contains("const")) {
+      values.push_back((*found)["const"]);
+    } else {
+      if (!(*found)["enum"].is_array() || (*found)["enum"].empty())
+        refuse(path + "/enum", "enum must be a non-empty array");
+      values = (*found)["enum"];
+    }
+    if (s.value("nullable", false)) values.push_back(nullptr);
+    return values;
   }
 
   // A list of schemas that only constrain which properties are present (presence_formula).
