@@ -142,6 +142,8 @@ class SchemaCompiler {
       parts.insert(parts.end(), {ws(), lit("]")});
       return ir_.seq(std::move(parts));
     }
+    if (v.is_number_integer())  // 2 and 2.0 are the same JSON number
+      return ir_.seq({lit(v.dump()), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
     if (v.is_number_float()) {
       double d = v.get<double>();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
