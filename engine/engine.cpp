@@ -269,20 +269,27 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
     run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample});
   }
-  // Plain greedy rows need only the argmax; if every row is plain, the runner
+  // Rows the device can finish need only their token: plain greedy rows the argmax, other
+  // rows Backend::sample when device_sampling is on. If every row is such, the runner
   // returns ids instead of copying [rows, vocab] logits to the host.
-  bool argmax_only = true;
+  bool argmax_only = true, all_greedy = true;
+  std::vector<SampleRowParams> sample_rows;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.needs_sample) continue;
     const SeqState& seq = static_cast<const SeqState&>(*s.seq);
-    const SamplingParams& p = seq.request->params;
-    argmax_only = argmax_only && p.greedy() && p.repetition_penalty == 1.0f &&
-                  p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
-                  !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
+    const RequestState& r = *seq.request;
+    const SamplingParams& p = r.params;
+    const bool plain = device_samplable(p) && !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
+    argmax_only = argmax_only && plain && (p.greedy() || config.device_sampling);
+    all_greedy = all_greedy && p.greedy();
+    // The token goes to index num_tokens() (a run-ahead placeholder already holds the
+    // previous step's index), as the host sampler's position at collect time.
+    sample_rows.push_back(device_params(p, r.seed, seq.stream, seq.num_tokens()));
   }
+  if (!argmax_only || all_greedy) sample_rows.clear();
   runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
   stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
-  runner_->submit(run, argmax_only, tokens_from_previous);
+  runner_->submit(run, argmax_only, tokens_from_previous, sample_rows);
   stats.num_steps++;
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
@@ -290,7 +297,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
 }
 
 // Issues the next step before the running one's tokens are read, when that cannot change
-// any output: the running step is greedy (its tokens stay on the device), it holds every
+// any output: the running step's tokens are chosen on the device (argmax or Backend::sample), it holds every
 // running sequence and each gets a token (one more decode step follows for each), none
 // can finish by length, nothing waits for admission (so the next plan is the same
 // sequences in the same order, one token each) and there are free blocks for all (no

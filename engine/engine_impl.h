@@ -67,13 +67,13 @@ struct Engine::Impl {
   // set to null in `plan` (their row's token is discarded).
   struct InFlight {
     SchedulerOutput plan;
-    bool argmax_only = false;
+    bool argmax_only = false;  // the runner returns token ids (argmax or sampled on the device)
     bool step_done = false;  // scheduler_->on_step_done(plan) already called
   };
   void submit(SchedulerOutput plan, bool tokens_from_previous);
   // While the oldest step runs, schedules the next one assuming each of its sequences
   // gets one more token (a placeholder until collected) and submits it with its tokens
-  // taken from the running step's argmax on the device. Only in the steady decode state
+  // taken from the running step's device-chosen tokens (argmax or Backend::sample). Only in the steady decode state
   // where that is safe (see the definition); otherwise does nothing.
   void run_ahead();
   std::vector<RequestOutput> collect();

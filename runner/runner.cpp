@@ -1,6 +1,7 @@
 #include "runner/runner.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -33,6 +34,8 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   logits_ = backend.alloc(DType::F32, {max_seqs, vocab});
   argmax_ids_ = backend.alloc(DType::I32, {max_seqs});
   for (DeviceBuffer& h : host_ids_) h = backend.alloc_host(DType::I32, {max_seqs});
+  sample_params_ = backend.alloc(DType::I32, {max_seqs, kSampleRowWords});
+  for (DeviceBuffer& h : host_sample_params_) h = backend.alloc_host(DType::I32, {max_seqs, kSampleRowWords});
   host_logits_ = backend.alloc_host(DType::F32, {max_seqs, vocab});
   // A graph step has as many rows as tokens: buckets stay within both capacities.
   const int graph_rows = std::min(config.max_num_seqs, config.max_num_batched_tokens);
@@ -99,7 +102,8 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
   return logits;
 }
 
-void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous) {
+void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous,
+                    std::span<const SampleRowParams> sample_rows) {
   const int num_seqs = static_cast<int>(seqs.size());
   DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
            " sequences in a step (max ", config_.max_num_seqs, ")");
@@ -119,6 +123,12 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   DI_CHECK(!tokens_from_previous || (num_tokens == num_seqs && last_argmax_rows_ >= num_seqs),
            "runner: tokens_from_previous needs one new token per sequence and a previous "
            "argmax step of at least ", num_seqs, " rows (had ", last_argmax_rows_, ")");
+
+  int64_t rows = 0;  // logits rows: the real rows that need logits come first
+  for (const RunSeq& s : seqs) rows += s.needs_logits ? 1 : 0;
+  DI_CHECK(sample_rows.empty() || (argmax_only && static_cast<int64_t>(sample_rows.size()) == rows),
+           "runner: sample_rows needs an argmax_only step and one entry per logits row (",
+           sample_rows.size(), " entries, ", rows, " rows)");
 
   DecodePadding pad;
   if (decode && config_.use_graphs && backend_.supports_graphs())
@@ -144,9 +154,6 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   }
 
   Tensor logits = forward(l, info, graph);
-  // The real rows that need logits come first (padding rows follow them).
-  int64_t rows = 0;
-  for (const RunSeq& s : seqs) rows += s.needs_logits ? 1 : 0;
   Pending p;
   p.argmax_only = argmax_only;
   p.num_rows = rows;
@@ -154,7 +161,18 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   if (argmax_only) {
     if (rows > 0) {
       Tensor ids(argmax_ids_.tensor().data, DType::I32, {rows}, argmax_ids_.tensor().device);
-      backend_.argmax(logits.slice_rows(0, rows), ids);
+      if (sample_rows.empty()) {
+        backend_.argmax(logits.slice_rows(0, rows), ids);
+      } else {
+        // The rows' parameters travel like the step inputs: staged in this slot's host
+        // memory (untouched until the step's fence), copied on the stream.
+        Tensor host_params(host_sample_params_[slot].tensor().data, DType::I32, {rows, kSampleRowWords});
+        std::memcpy(host_params.data, sample_rows.data(), sample_rows.size_bytes());
+        Tensor dev_params(sample_params_.tensor().data, DType::I32, {rows, kSampleRowWords},
+                          sample_params_.tensor().device);
+        backend_.copy_async(host_params, dev_params);
+        backend_.sample(logits.slice_rows(0, rows), dev_params, ids);
+      }
       Tensor out(host_ids_[slot].tensor().data, DType::I32, {rows});
       backend_.copy_async(ids, out);
     }

@@ -1,6 +1,7 @@
 // Runner: turns the scheduler's decision into a StepBatch on the model's
 // backend, owns the paged KV cache memory and the step's device buffers, runs
-// the forward and hands back the logits rows (or their argmax) that will be sampled.
+// the forward and hands back the logits rows that will be sampled, or the tokens
+// themselves (argmax, or Backend::sample with per-row parameters) chosen on the device.
 //
 // Two ways to run a step:
 //  - execute / execute_argmax: run and wait (the synchronous engine loop);
@@ -55,12 +56,15 @@ class Runner {
   // ties): greedy batches skip copying [rows, vocab] logits to the host.
   const std::vector<int32_t>& execute_argmax(std::span<const RunSeq> seqs);
 
-  // Issues one step without waiting for it. argmax_only: collect_argmax gives its result,
-  // else collect_logits. tokens_from_previous: every sequence computes one token, and the
-  // token of sequence i is row i of the previous submitted step's argmax (that step must be
+  // Issues one step without waiting for it. argmax_only: collect_argmax gives its result
+  // (one token per logits row), else collect_logits. sample_rows (argmax_only only): one
+  // SampleRowParams per logits row; the tokens are then Backend::sample's (greedy rows
+  // argmax) instead of the argmax of every row. tokens_from_previous: every sequence computes one token, and the
+  // token of sequence i is row i of the previous submitted step's tokens (that step must be
   // argmax_only with at least as many rows); token_ids' last entry is then not read.
   // At most two steps in flight, at most one of them not argmax_only.
-  void submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous = false);
+  void submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous = false,
+              std::span<const SampleRowParams> sample_rows = {});
   // Waits for the oldest submitted step and returns its result (valid until the next collect).
   const std::vector<int32_t>& collect_argmax();
   const Tensor& collect_logits();
@@ -93,14 +97,16 @@ class Runner {
   DeviceBuffer inputs_;      // I32 device: every step input in one buffer (StepLayout)
   DeviceBuffer staging_[2];  // I32 host (page-locked on CUDA): inputs being built / in flight
   DeviceBuffer logits_, argmax_ids_;  // device [max_seqs, vocab] F32, [max_seqs] I32
+  DeviceBuffer sample_params_;        // device I32 [max_seqs, kSampleRowWords]
   DeviceBuffer host_ids_[2];          // I32 host [max_seqs] per slot
+  DeviceBuffer host_sample_params_[2];  // I32 host [max_seqs, kSampleRowWords] per slot
   DeviceBuffer host_logits_;          // F32 host [max_seqs, vocab]
   std::vector<int32_t> ids_out_;
   Tensor logits_out_;
   DecodeGraphs graphs_;
   std::deque<Pending> in_flight_;
   int next_slot_ = 0;
-  int64_t last_argmax_rows_ = -1;  // rows of the last submitted step's argmax (-1: not argmax)
+  int64_t last_argmax_rows_ = -1;  // token rows of the last submitted step (-1: logits step)
   RunnerStats stats_;
 };
 

@@ -46,6 +46,11 @@ struct EngineConfig {
   // identical either way). Off: one step at a time (debugging).
   bool async_scheduling = true;
   bool enforce_eager = false;     // no CUDA graphs for decode steps (debugging, A/B)
+  // Sample on the device (Backend::sample) when every row of a step allows it (no penalties,
+  // logprobs, grammar or min_tokens mask): the step returns token ids, not logits, and the
+  // next step can be issued before they are read. Same tokens as the host sampler; false:
+  // the host samples every non-greedy row (A/B, debugging).
+  bool device_sampling = true;
   uint64_t seed = 0;              // seeds requests whose SamplingParams have none
 };
 
