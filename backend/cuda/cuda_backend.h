@@ -154,6 +154,13 @@ class CudaBackend final : public Backend {
   // (2026-11-30, bench/NOTES.md v3) the pair gained 2-4%; the SwiGLU loads lost (MoE's -12%
   // at bs64: every column block recomputes silu for its rows).
   int fuse_mask_ = 1;
+  // DEEPINFER_CUDA_PIPE: chunk copies in flight per warp in the shared-memory-staged MoE
+  // expert GEMM (gemm_pipe.cu: 4 or 8; 0, the default = the register-staged stream kernel);
+  // DEEPINFER_CUDA_PIPE_TOKENS: moe_experts calls of at most this many tokens use it;
+  // DEEPINFER_CUDA_PIPE_BPS: cap on its resident blocks per SM (0 = as many as fit).
+  int pipe_stages_ = 0;
+  int64_t pipe_max_tokens_ = 16;
+  int pipe_blocks_per_sm_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

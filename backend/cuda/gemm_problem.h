@@ -7,6 +7,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace deepinfer::cuda {
@@ -73,6 +74,24 @@ struct GemmProblem {
 // (launching nothing) when the problem does not fit it (K % 64, alignment).
 bool stream_gemm_supported(const GemmProblem& p);
 void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
+
+// The same GEMM with the weights staged through shared memory by cp.async in a D-stage
+// pipeline per warp, over a grid of about (SMs x resident blocks) blocks that walk the
+// (row entry, 16-column tile) items (gemm_pipe.cu). Same bits as the stream kernel. Grouped
+// problems only, with `tiles` built for tile_rows 16 (entries of at most 16 rows).
+struct PipePlan {
+  const void* kernel = nullptr;
+  int stages = 4;    // 4 or 8 chunk copies in flight per warp
+  int threads = 0;   // ks warps
+  int kpw = 0;       // K values per warp
+  size_t smem_bytes = 0;  // dynamic shared memory (the caller raises the kernel's limit)
+  int64_t max_items = 0;  // grid bound: max_tiles x column tiles
+};
+bool pipe_gemm_supported(const GemmProblem& p);
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
+// max_blocks_per_sm: cap on the blocks per SM (0: as many as fit).
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, int max_blocks_per_sm,
+                      cudaStream_t stream);
 
 // Rows per tile of the tensor-core kernel for a problem with about rows_per_group rows.
 inline int tc_tile_rows(int64_t rows_per_group) { return rows_per_group > 48 ? 128 : 32; }

@@ -22,104 +22,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
+#include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kChunk = 64;  // K values per warp step (4 MMAs)
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// 16 e4m3 bytes -> 8 words of bf16 pairs (exact: e4m3 fits in bf16).
-__device__ __forceinline__ void fp8x16_to_bf16x16(const uint4& v, uint32_t (&out)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
-      const float2 f = __half22float2(__half2(hr));
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-}
-
-struct Chunk16 {  // 16 bf16 values as 8 words (pairs)
-  uint32_t w[8];
-};
-
-__device__ __forceinline__ Chunk16 load16_bf16(const bf16* p) {
-  Chunk16 c;
-  const uint4 u0 = *reinterpret_cast<const uint4*>(p);
-  const uint4 u1 = *reinterpret_cast<const uint4*>(p + 8);
-  c.w[0] = u0.x; c.w[1] = u0.y; c.w[2] = u0.z; c.w[3] = u0.w;
-  c.w[4] = u1.x; c.w[5] = u1.y; c.w[6] = u1.z; c.w[7] = u1.w;
-  return c;
-}
-
-// 16 SwiGLU activations silu(g) * u rounded to bf16 (the formula of silu_mul_kernel, so the
-// fused load gives the bits the separate silu_mul would have stored).
-__device__ __forceinline__ Chunk16 load16_swiglu(const bf16* g, int64_t up_offset) {
-  const Chunk16 gc = load16_bf16(g), uc = load16_bf16(g + up_offset);
-  Chunk16 c;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gc.w[i]));
-    const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc.w[i]));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(gv.x / (1.0f + __expf(-gv.x)) * uv.x,
-                                                   gv.y / (1.0f + __expf(-gv.y)) * uv.y);
-    c.w[i] = *reinterpret_cast<const uint32_t*>(&b);
-  }
-  return c;
-}
-
-// Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
-template <int WK>
-struct WRaw {
-  uint4 u[WK == kWeightFP8 ? 1 : 2];
-};
-
-template <int WK>
-__device__ __forceinline__ WRaw<WK> load_w(const void* row, int k) {
-  WRaw<WK> r;
-  if constexpr (WK == kWeightFP8) {
-    r.u[0] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(row) + k));
-  } else {
-    const bf16* p = static_cast<const bf16*>(row) + k;
-    r.u[0] = __ldg(reinterpret_cast<const uint4*>(p));
-    r.u[1] = __ldg(reinterpret_cast<const uint4*>(p + 8));
-  }
-  return r;
-}
-
-template <int WK>
-__device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8]) {
-  if constexpr (WK == kWeightFP8) {
-    fp8x16_to_bf16x16(r.u[0], w);
-  } else {
-    w[0] = r.u[0].x; w[1] = r.u[0].y; w[2] = r.u[0].z; w[3] = r.u[0].w;
-    w[4] = r.u[1].x; w[5] = r.u[1].y; w[6] = r.u[1].z; w[7] = r.u[1].w;
-  }
-}
-
-// FP8 block scale of weight row `wrow` at K offset k (the tile's 8 rows share one 128-row
-// block: tiles start at multiples of 8); 1 for BF16.
-template <int WK>
-__device__ __forceinline__ float chunk_scale(const float* s, int scale_cols, int wrow, int k) {
-  if constexpr (WK == kWeightFP8)
-    return __ldg(s + (wrow / 128) * scale_cols + k / 128);
-  else
-    return 1.0f;
-}
+using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
 // SW: SwiGLU activation load (a compile-time choice: a run-time flag in the inner loop cost
@@ -143,30 +51,10 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
   r1 = min(r1, r0 + rows_per_z);
   if (r0 >= r1) return;
   const int n0 = blockIdx.x * 8 * NT;  // first output column of the tile
-  // Weight source and the tile's first weight row.
-  const void* wbase;
-  const float* sbase;
-  int wrow0 = n0, wrows = p.N;
-  if (p.w_ptrs) {
-    const bool second = p.w2_ptrs != nullptr && n0 >= p.n_half;
-    wbase = second ? p.w2_ptrs[grp] : p.w_ptrs[grp];
-    sbase = second ? (p.s2_ptrs ? p.s2_ptrs[grp] : nullptr) : (p.s_ptrs ? p.s_ptrs[grp] : nullptr);
-    if (p.w2_ptrs) {
-      wrow0 = second ? n0 - p.n_half : n0;
-      wrows = second ? p.N - p.n_half : p.n_half;
-    }
-  } else {
-    const int64_t wel = static_cast<int64_t>(grp) * p.w_head_stride;
-    const bool second = p.w2 != nullptr && n0 >= p.n_half;  // gemm_pair: second weight
-    const void* wsrc = second ? p.w2 : p.w;
-    wbase = WK == kWeightFP8 ? static_cast<const void*>(static_cast<const uint8_t*>(wsrc) + wel)
-                             : static_cast<const void*>(static_cast<const bf16*>(wsrc) + wel);
-    sbase = second ? p.s2 : p.s;
-    if (p.w2) {
-      wrow0 = second ? n0 - p.n_half : n0;
-      wrows = second ? p.N - p.n_half : p.n_half;
-    }
-  }
+  const WeightSource ws = weight_source<WK>(p, grp, n0);
+  const void* wbase = ws.base;
+  const float* sbase = ws.s;
+  const int wrow0 = ws.wrow0, wrows = ws.wrows;
   const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
   const int K = p.K;
   const int kb = warp * kpw, ke = min(K, kb + kpw);
@@ -293,39 +181,17 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
           for (int w = 1; w < ks; ++w) sum += red[(w * V + v) * 32 + lane];
           const int r = rb + i * 16 + g + (e >= 2 ? 8 : 0);
           const int n = n0 + j * 8 + 2 * q + (e & 1);
-          if (r < r1 && n < p.N) {
-            void* c = p.c;
-            int64_t off = static_cast<int64_t>(grp) * p.c_head_stride + static_cast<int64_t>(r) * p.ldc + n;
-            if (p.c2 && n >= p.n_half) {  // gemm_pair: second output
-              c = p.c2;
-              off = static_cast<int64_t>(r) * p.ldc2 + (n - p.n_half);
-            }
-            if (p.c_bf16) {
-              bf16* cp = static_cast<bf16*>(c) + off;
-              // accumulate: the product rounded first, then added (as gemm + add would)
-              *cp = p.c_accumulate ? __float2bfloat16_rn(__bfloat162float(*cp) +
-                                                         __bfloat162float(__float2bfloat16_rn(sum)))
-                                   : __float2bfloat16_rn(sum);
-            } else {
-              float* cp = static_cast<float*>(c) + off;
-              *cp = p.c_accumulate ? *cp + sum : sum;
-            }
-          }
+          if (r < r1 && n < p.N) store_out(p, grp, r, n, sum);
         }
     }
     __syncthreads();
   }
 }
 
-constexpr int kNT = 2;  // n8 tiles per block: 16 output columns
-
-// Warps splitting K: about 256 K values each, at most 8; depends on K only.
-int k_split(int K) { return std::clamp(K / 256, 1, 8); }
-
 template <int WK, int MT>
 void launch(const GemmProblem& p, cudaStream_t stream) {
   const int ks = k_split(p.K);
-  const int kpw = ceil_div(ceil_div(p.K, ks), kChunk) * kChunk;
+  const int kpw = stream_kpw(p.K);
   int groups = p.group_offsets ? p.num_groups : (p.heads > 0 ? p.heads : 1);
   if (p.group_offsets && p.active_groups) groups = std::min(p.num_groups, std::max(1, p.max_rows));
   // Row slices of 4 passes (grid.z) so that large M (batch-invariant prefill) fills the chip;

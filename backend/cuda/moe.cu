@@ -340,7 +340,15 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // Routing bookkeeping: rank, counts, offsets, row_token, entry_pos, tiles.
   // Decode: at most ~16 rows per expert on average; weight-read bound (stream kernel).
   const bool few_rows = P <= 16 * E;
-  const int tile_rows = tc_tile_rows(P / E);
+  // Decode steps of few tokens: expert GEMMs on the shared-memory-staged pipeline kernel
+  // (gemm_pipe.cu; same bits as the stream kernel), whose row entries are 16-row tiles.
+  // (Shapes it takes: K of both GEMMs a multiple of 64, aligned rows; otherwise the 16-row
+  // tiles only reach the stream kernel or the gemv, which do not read them.)
+  const bool x_aligned = xv.dtype == DType::F32 ||
+                         (xv.row_stride % 8 == 0 && (reinterpret_cast<uintptr_t>(xv.data) & 15) == 0);
+  const bool pipe = pipe_stages_ > 0 && stream_gemm_ && T <= pipe_max_tokens_ && few_rows &&
+                    H % 64 == 0 && I % 64 == 0 && x_aligned;
+  const int tile_rows = pipe ? 16 : tc_tile_rows(P / E);
   const int max_tiles = (P + tile_rows - 1) / tile_rows + E;
   const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles) + E + 2;
   int32_t* ib = static_cast<int32_t*>(scratch(kSlotMoeIndex, index_ints * 4, "moe_experts"));
@@ -419,7 +427,17 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   pair.w2_ptrs = ptrs + static_cast<size_t>(E);
   pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
   pair.c = hidden;
-  if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
+  // One expert GEMM on the pipeline kernel; false when it does not take the problem.
+  auto launch_pipe = [&](const GemmProblem& q, const char* op) {
+    if (!pipe || !pipe_gemm_supported(q)) return false;
+    const PipePlan plan = plan_pipe_gemm(q, pipe_stages_);
+    set_smem_limit(plan.kernel, plan.smem_bytes, op);
+    launch_pipe_gemm(q, plan, num_sms_, pipe_blocks_per_sm_, stream_);
+    check_launch(op, shapes);
+    return true;
+  };
+  if (launch_pipe(pair, "moe_experts (gate|up)")) {
+  } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
     launch_gemm(pair, "moe_experts (gate|up)", few_rows);
   } else {
     for (int j = 0; j < 2; ++j) {
@@ -446,8 +464,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   fused.lda = 2 * I;
   fused.a_swiglu = 1;
   fused.a_up_offset = I;
-  if ((few_rows || options_.batch_invariant) && stream_gemm_ && (fuse_mask_ & 4) &&
-      stream_gemm_supported(fused)) {
+  if ((fuse_mask_ & 4) && launch_pipe(fused, "moe_experts (swiglu|down)")) {
+  } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && (fuse_mask_ & 4) &&
+             stream_gemm_supported(fused)) {
     launch_gemm(fused, "moe_experts (swiglu|down)", few_rows);
   } else {
     Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
@@ -455,7 +474,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
     silu_mul(hid, actt);
     p.a = act;
     p.lda = I;
-    launch_gemm(p, "moe_experts (down)", few_rows);
+    if (!launch_pipe(p, "moe_experts (down)")) launch_gemm(p, "moe_experts (down)", few_rows);
   }
   moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);

@@ -7,6 +7,8 @@
 # Kernel A/B arms (default flags): old = $GPU_BIN/bin/deepinfer_old (a baseline binary copied
 # there by hand), chunk64 = DEEPINFER_CUDA_ATTN_CHUNK=64 (attention chunk fixed at 64, as
 # before the per-launch choice). An arm may repeat in ARMS for an interleaved A/B.
+# Env arms: NAME:VAR=VALUE[,VAR=VALUE...] runs the default flags with those variables set,
+# e.g. "stream:DEEPINFER_CUDA_PIPE=0 pipe8:DEEPINFER_CUDA_PIPE=8" (MoE expert GEMM A/B).
 # Records go to $OUT/decode_ab.jsonl with an "arm" field added; a table is printed last.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -19,10 +21,16 @@ cfg="$root/../shared/models/bench-v3-7b/config.json"
 [[ -f "$cfg" ]] || cfg="$root/bench/cuda/bench-v3-7b.config.json"
 ARMS="${ARMS:-default no_async eager}"
 BATCHES="${BATCHES:-1,8,32,64}"
-for arm in $ARMS; do
+for spec in $ARMS; do
   exe="$bin/deepinfer"
   envs=()
-  case "$arm" in
+  arm="${spec%%:*}"
+  if [[ "$spec" == *:* ]]; then
+    IFS=',' read -r -a envs <<< "${spec#*:}"
+    spec=env
+  fi
+  case "$spec" in
+    env) flags=() ;;
     default) flags=() ;;
     old) flags=(); exe="$bin/deepinfer_old" ;;
     chunk64) flags=(); envs=(DEEPINFER_CUDA_ATTN_CHUNK=64) ;;
@@ -30,7 +38,7 @@ for arm in $ARMS; do
     eager) flags=(--enforce-eager --no-async-scheduling) ;;
     *) echo "unknown arm $arm"; continue ;;
   esac
-  echo "=== arm $arm: ${flags[*]}"
+  echo "=== arm $arm: ${envs[*]} ${flags[*]}"
   env "${envs[@]}" timeout -k 5 "${ARM_LIMIT_S:-120}" "$exe" bench --config "$cfg" --random-weights \
     --backend cuda --dtype "${DTYPE:-bf16}" --batch "$BATCHES" --prompt-len 512 --gen-len 128 \
     --repeats "${REPEATS:-2}" --warmup 1 --max-num-seqs 64 --max-num-batched-tokens 8192 \

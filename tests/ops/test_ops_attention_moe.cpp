@@ -1,6 +1,7 @@
 // Parity of MLA attention (paged absorbed and direct prefill), MoE routing and MoE experts,
 // and the batch-invariance property of the CUDA kernels: a row's result is bit-identical
 // whether it runs alone or inside a larger batch (batch-invariant configuration).
+#include <cstdlib>
 #include <map>
 #include <numeric>
 
@@ -217,7 +218,10 @@ TEST_F(AttentionMoe, MoeExperts) {
                     MoeCase{3, 256, 136, 6, 2, true}, MoeCase{90, 256, 136, 6, 2, true},
                     MoeCase{1, 256, 128, 16, 6, false}, MoeCase{40, 256, 192, 16, 6, false},
                     MoeCase{2, 256, 128, 16, 6, true}, MoeCase{40, 512, 256, 16, 6, true},
-                    MoeCase{130, 256, 128, 8, 4, false}}) {
+                    MoeCase{130, 256, 128, 8, 4, false},
+                    // shapes the pipeline kernel takes when on (<= 16 tokens, K % 64): one warp
+                    // (K 192), 5 experts, 16 tokens at bench-like K
+                    MoeCase{7, 192, 64, 5, 4, false}, MoeCase{16, 1024, 704, 8, 6, false}}) {
     MoeData d = make_moe(c);
     Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
     cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
@@ -267,6 +271,47 @@ TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
   d1.max_seq_len = 333;
   const std::vector<float> one = run_paged_gpu(*gpu_inv_, d1, alone, 0.1f);
   for (int64_t i = 0; i < 16 * 512; ++i) ASSERT_EQ(one[i], all[16 * 512 + i]) << "attention element " << i;
+}
+
+// The shared-memory-staged expert GEMM (gemm_pipe.cu, for steps of <= 16 tokens) gives the
+// stream kernel's bits: DEEPINFER_CUDA_PIPE=4 and its 8-stage, one-block-per-SM variant
+// (many items per block: the pipeline crosses item boundaries) against DEEPINFER_CUDA_PIPE=0,
+// with the SwiGLU-fused down GEMM too (DEEPINFER_CUDA_FUSE=5). Shapes: bench-like K 1024 / 704
+// (down: 2 warps of unequal K), K 2112 (8 warps, the last with no chunk), 16 tokens, FP8.
+TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
+  auto backend_with = [](const std::vector<std::pair<const char*, const char*>>& env) {
+    for (const auto& [k, v] : env) setenv(k, v, 1);
+    std::unique_ptr<Backend> b = make_cuda_backend(BackendOptions{});
+    for (const auto& [k, v] : env) unsetenv(k);
+    return b;
+  };
+  const auto stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}});
+  const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "4"}});
+  const auto deep = backend_with({{"DEEPINFER_CUDA_PIPE", "8"}, {"DEEPINFER_CUDA_PIPE_BPS", "1"}});
+  const auto fused_stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}, {"DEEPINFER_CUDA_FUSE", "5"}});
+  const auto fused = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "4"}});
+  const auto fused_deep = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "8"}});
+  for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
+                    MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
+                    MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true}}) {
+    MoeData d = make_moe(c);
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
+                             std::to_string(c.I) + " E " + std::to_string(c.E) + (c.fp8 ? " fp8" : " bf16");
+    const std::vector<float> ref = run_moe_gpu(*stream, d.gpu, d, c, 0, c.T);
+    const std::vector<float> ref_fused = run_moe_gpu(*fused_stream, d.gpu, d, c, 0, c.T);
+    const std::pair<const char*, std::vector<float>> runs[] = {
+        {"pipe 4", run_moe_gpu(*pipe, d.gpu, d, c, 0, c.T)},
+        {"pipe 8, 1 block/SM", run_moe_gpu(*deep, d.gpu, d, c, 0, c.T)},
+        {"pipe 4 swiglu|down", run_moe_gpu(*fused, d.gpu, d, c, 0, c.T)},
+        {"pipe 8 swiglu|down", run_moe_gpu(*fused_deep, d.gpu, d, c, 0, c.T)}};
+    for (const auto& [name, out] : runs) {
+      const std::vector<float>& want = std::string(name).find("swiglu") != std::string::npos ? ref_fused : ref;
+      ASSERT_EQ(out.size(), want.size());
+      for (size_t i = 0; i < out.size(); ++i)
+        ASSERT_TRUE(std::memcmp(&out[i], &want[i], sizeof(float)) == 0 && !std::isnan(out[i]))
+            << name << ", " << what << ": element " << i << " = " << out[i] << ", stream kernel " << want[i];
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,263 @@
+// Weight-streaming grouped GEMM with the weights staged through shared memory (cp.async),
+// for MoE experts at decode: few rows per expert, every expert's weights read once.
+//
+// Why: the register-staged stream kernel (gemm_stream.cu) gives each block one 16-column
+// tile (64 KB of weights at K 2048) and 2 chunks in flight per warp; a block's life is a
+// chain of dependent loads (tile list, offsets, pointers) and 2-3 memory round trips, and
+// holding more in flight in registers costs occupancy (bench/NOTES: -16..-36%). Here a
+// grid of about (SMs x resident blocks) blocks walks the (row entry, column tile) items
+// round-robin, and each warp keeps D chunk copies in flight in shared memory across item
+// boundaries, so the stream never drains between tiles and the registers stay free.
+//
+// Same bits as the stream kernel (stream_mma.cuh): the same fragments, the same K split
+// over ks warps (K alone fixes it), the same chunk order and MMA order, the warps' partial
+// sums added in warp order. Rows come in entries of at most 16 rows (one m16 tile) listed
+// by the caller (GemmProblem::tiles with tile_rows 16: (group, first row)).
+//
+// Shared memory per block: stages [ks][D][PW][32] x 16 B (PW = 16-byte pieces per lane per
+// chunk: 4 for BF16, 2 for FP8; piece-major so 8 consecutive lanes read 128 contiguous
+// bytes), the split-K sums [2][ks][8][32] floats (double-buffered by item parity: one block
+// barrier per item), FP8 chunk scales [ks][D][2] floats.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_problem.h"
+#include "backend/cuda/stream_mma.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
+
+constexpr int kEntryRows = 16;      // rows per entry: one m16 MMA tile (MT = 1)
+constexpr int kValues = kNT * 4;    // accumulator values per lane (MT 1 x NT 2 x 4)
+
+template <int WK>
+constexpr int pieces_per_chunk() {  // 16-byte pieces per lane per 64-wide chunk
+  return kNT * (WK == kWeightFP8 ? 1 : 2);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
+// block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
+template <int WK, int D, bool SW>
+__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
+  constexpr int PW = pieces_per_chunk<WK>();
+  extern __shared__ uint4 smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  uint4* stages = smem + warp * D * PW * 32;  // this warp's [D][PW][32]
+  float* red = reinterpret_cast<float*>(smem + ks * D * PW * 32);  // [2][ks][kValues][32]
+  float* scales = red + 2 * ks * kValues * 32 + warp * D * kNT;  // this warp's [D][kNT] (FP8)
+  (void)scales;
+
+  const int n_tiles = (p.N + 8 * kNT - 1) / (8 * kNT);
+  const int total = *p.num_tiles * n_tiles;
+  const int first = blockIdx.x, stride = gridDim.x;
+  if (first >= total) return;  // uniform over the block
+  const int num_items = (total - first + stride - 1) / stride;
+  const int K = p.K;
+  const int kb = warp * kpw, ke = min(K, kb + kpw);
+  const int nch = ke > kb ? (ke - kb) / kChunk : 0;  // this warp's chunks per item
+  const int steps = num_items * nch;
+  const int esz = WK == kWeightFP8 ? 1 : 2;
+
+  // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D. The item's
+  // weight rows are looked up once per item.
+  int issue_item = -1;
+  const char* wrow[kNT] = {};
+  const float* wscale[kNT] = {};  // FP8: the scale row of each n8 tile's 128-row block
+  auto issue = [&](int s) {
+    const int n = s / nch, c = s - n * nch;
+    if (n != issue_item) {
+      issue_item = n;
+      const int item = first + n * stride;
+      const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
+      const WeightSource w = weight_source<WK>(p, p.tiles[e].x, n0);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        const int r = min(w.wrow0 + j * 8 + g, w.wrows - 1);  // clamp: columns past N are not stored
+        wrow[j] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * K * esz;
+        if constexpr (WK == kWeightFP8)
+          wscale[j] = w.s + (min(w.wrow0 + j * 8, w.wrows - 1) / 128) * p.scale_cols;
+      }
+    }
+    const int k = kb + c * kChunk;
+    uint4* st = stages + (s % D) * PW * 32;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      const char* src = wrow[j] + static_cast<int64_t>(k + 16 * q) * esz;
+      if constexpr (WK == kWeightFP8) {
+        cp_async16(st + j * 32 + lane, src);
+        if (lane == j) cp_async4(scales + (s % D) * kNT + j, wscale[j] + k / 128);
+      } else {
+        cp_async16(st + (2 * j) * 32 + lane, src);
+        cp_async16(st + (2 * j + 1) * 32 + lane, src + 16);
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if (s < steps) issue(s);
+    cp_async_commit();  // empty groups keep the count uniform for wait_group
+  }
+
+  int s = 0;
+  for (int n = 0; n < num_items; ++n) {
+    const int item = first + n * stride;
+    const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
+    const int2 entry = p.tiles[e];
+    const int grp = entry.x, r0 = entry.y;
+    const int r1 = min(p.group_offsets[grp + 1], r0 + kEntryRows);
+    const bf16* ar[2];
+    bool av[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + h * 8 + g;
+      av[h] = r < r1;
+      const int rr = av[h] ? r : r0;
+      ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
+    }
+    float acc[kNT][4];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
+
+    for (int c = 0; c < nch; ++c, ++s) {
+      const int k = kb + c * kChunk;
+      Chunk16 a16[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (av[h]) {
+          if constexpr (SW)
+            a16[h] = load16_swiglu(ar[h] + k + 16 * q, p.a_up_offset);
+          else
+            a16[h] = load16_bf16(ar[h] + k + 16 * q);
+        } else {
+#pragma unroll
+          for (int v = 0; v < 8; ++v) a16[h].w[v] = 0u;
+        }
+      }
+      cp_async_wait<D - 1>();  // this lane's copies of step s have landed
+      if constexpr (WK == kWeightFP8) __syncwarp();  // the scales were copied by lanes 0..kNT-1
+      const uint4* st = stages + (s % D) * PW * 32;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        WRaw<WK> raw;
+        if constexpr (WK == kWeightFP8) {
+          raw.u[0] = st[j * 32 + lane];
+        } else {
+          raw.u[0] = st[(2 * j) * 32 + lane];
+          raw.u[1] = st[(2 * j + 1) * 32 + lane];
+        }
+        uint32_t w[8];
+        w_words<WK>(raw, w);
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          if constexpr (WK == kWeightFP8)
+            mma_bf16(part, a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1],
+                     w[2 * m], w[2 * m + 1]);
+          else
+            mma_bf16(acc[j], a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1],
+                     w[2 * m], w[2 * m + 1]);
+        }
+        if constexpr (WK == kWeightFP8) {
+          const float sc = scales[(s % D) * kNT + j];
+#pragma unroll
+          for (int v = 0; v < 4; ++v) acc[j][v] += sc * part[v];
+        }
+      }
+      // Stage s % D is refilled only after every lane has read it (the FP8 scales are
+      // read across lanes; a lane's own pieces are consumed by the MMAs above).
+      if constexpr (WK == kWeightFP8) __syncwarp();
+      if (s + D < steps) issue(s + D);
+      cp_async_commit();
+    }
+
+    // Split-K sum in warp order; value v (n8 tile v / 4, element v % 4) by warp v % ks.
+    float* rb = red + (n & 1) * ks * kValues * 32;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) rb[(warp * kValues + j * 4 + v) * 32 + lane] = acc[j][v];
+    __syncthreads();
+    for (int v = warp; v < kValues; v += ks) {
+      float sum = rb[v * 32 + lane];
+      for (int w = 1; w < ks; ++w) sum += rb[(w * kValues + v) * 32 + lane];
+      const int r = r0 + g + ((v & 3) >= 2 ? 8 : 0);
+      const int col = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+      if (r < r1 && col < p.N) store_out(p, grp, r, col, sum);
+    }
+    // The next item writes the other half of red; the one after it waits for this
+    // item's readers at the next item's barrier.
+  }
+}
+
+template <int WK, int D, bool SW>
+const void* kernel_of() {
+  return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, SW>);
+}
+
+const void* pick_kernel(int w_kind, int stages, bool swiglu) {
+  const bool fp8 = w_kind == kWeightFP8;
+  if (stages >= 8) {
+    if (fp8) return swiglu ? kernel_of<kWeightFP8, 8, true>() : kernel_of<kWeightFP8, 8, false>();
+    return swiglu ? kernel_of<kWeightBF16, 8, true>() : kernel_of<kWeightBF16, 8, false>();
+  }
+  if (fp8) return swiglu ? kernel_of<kWeightFP8, 4, true>() : kernel_of<kWeightFP8, 4, false>();
+  return swiglu ? kernel_of<kWeightBF16, 4, true>() : kernel_of<kWeightBF16, 4, false>();
+}
+
+}  // namespace
+
+bool pipe_gemm_supported(const GemmProblem& p) {
+  return stream_gemm_supported(p) && p.group_offsets != nullptr && p.w_ptrs != nullptr &&
+         p.tiles != nullptr && p.num_tiles != nullptr && p.tile_rows == kEntryRows && p.max_tiles > 0 &&
+         p.heads == 0;
+}
+
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
+  PipePlan plan;
+  plan.stages = stages >= 8 ? 8 : 4;
+  plan.kernel = pick_kernel(p.w_kind, plan.stages, p.a_swiglu != 0);
+  const int ks = k_split(p.K);
+  const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
+  plan.threads = ks * 32;
+  plan.kpw = stream_kpw(p.K);
+  plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * kValues * 32 +
+                    size_t{4} * ks * plan.stages * kNT;
+  const int n_tiles = ceil_div(p.N, 8 * kNT);
+  plan.max_items = static_cast<int64_t>(p.max_tiles) * n_tiles;
+  return plan;
+}
+
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, int max_blocks_per_sm,
+                      cudaStream_t stream) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan.kernel, plan.threads, plan.smem_bytes) !=
+          cudaSuccess ||
+      per_sm < 1)
+    per_sm = 1;
+  if (max_blocks_per_sm > 0) per_sm = std::min(per_sm, max_blocks_per_sm);
+  const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
+  if (blocks <= 0) return;
+  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};
+  cudaLaunchKernel(plan.kernel, dim3(static_cast<unsigned>(blocks)), dim3(plan.threads), args,
+                   plan.smem_bytes, stream);
+}
+
+}  // namespace deepinfer::cuda
