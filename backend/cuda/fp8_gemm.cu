@@ -4,8 +4,10 @@
 //
 // gemm() on an FP8 weight takes this path for at least fp8 min_rows rows (default 129: up to
 // 128 rows the weight-streaming W8A16 kernel runs, decode) and never in batch-invariant mode
-// (cuBLASLt's reduction order is its own). DEEPINFER_CUDA_FP8_ACT_MIN_ROWS sets the threshold;
-// 0 turns the path off (W8A16 everywhere, for A/B timing).
+// (cuBLASLt's reduction order is its own). cuBLASLt gets a multiple of 4 rows (16-byte aligned
+// activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel.
+// DEEPINFER_CUDA_FP8_ACT_MIN_ROWS sets the threshold; 0 turns the path off (W8A16 everywhere,
+// for A/B timing).
 //
 // cuBLASLt's column-major view of out[M, N] = x[M, K] · W[N, K]^T: D [N, M] = op(A) · B with
 // A = W as K x N (ld K, transposed) carrying BLK128x128 scales and B = q as K x M (ld K) carrying
@@ -19,6 +21,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemm_problem.h"
 
 namespace deepinfer::cuda {
 
@@ -131,8 +134,9 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
   const int64_t kb = (K + kBlock - 1) / kBlock, nb = (N + kBlock - 1) / kBlock, kb4 = round_up(kb, 4);
   const size_t out_elem = dtype_size(out_dtype);
   // FP8 tensor-core GEMMs need 16-byte rows and bases; the scale vectors 16-byte aligned.
-  if (K % 16 || !aligned16(w.w.data) || !aligned16(out) || (ldo * static_cast<int64_t>(out_elem)) % 16 ||
-      !fp8_scales_fit(w) || M <= 0 || N <= 0)
+  // M % 4: each 128-column block's M activation scales start 16-byte aligned.
+  if (K % 16 || M % 4 || !aligned16(w.w.data) || !aligned16(out) ||
+      (ldo * static_cast<int64_t>(out_elem)) % 16 || !fp8_scales_fit(w) || M <= 0 || N <= 0)
     return false;
   if (!plan_only && (!aligned16(q) || !aligned16(act_scales))) return false;
   Fp8State& st = fp8_state();
@@ -197,11 +201,30 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
   return true;
 }
 
-bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M, const Weight& w, const RowView& ov) {
+bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M_all, const Weight& w, const RowView& ov) {
   const int64_t min_rows = fp8_state().min_rows;
-  if (min_rows <= 0 || M < min_rows || options_.batch_invariant) return false;
-  if (!cublaslt_fp8(nullptr, nullptr, M, w, ov.data, ov.row_stride, ov.dtype, nullptr)) return false;  // plan only
+  if (min_rows <= 0 || M_all < min_rows || options_.batch_invariant) return false;
+  // cuBLASLt takes a multiple of 4 rows; the last 1-3 rows run W8A16 on the stream kernel.
+  const int64_t M = M_all / 4 * 4;
+  if (M == 0 || !cublaslt_fp8(nullptr, nullptr, M, w, ov.data, ov.row_stride, ov.dtype, nullptr)) return false;
   const int64_t N = w.w.shape[0], K = w.w.shape[1], kb = (K + kBlock - 1) / kBlock;
+  if (M < M_all) {
+    GemmProblem p;
+    p.a = static_cast<const bf16*>(x) + M * ldx;
+    p.lda = ldx;
+    p.M = static_cast<int>(M_all - M);
+    p.max_rows = p.M;
+    p.w = w.w.data;
+    p.s = w.scale_inv.ptr<float>();
+    p.w_kind = kWeightFP8;
+    p.N = static_cast<int>(N);
+    p.K = static_cast<int>(K);
+    p.scale_cols = static_cast<int>(kb);
+    p.c = static_cast<char*>(ov.data) + M * ov.row_stride * static_cast<int64_t>(dtype_size(ov.dtype));
+    p.ldc = ov.row_stride;
+    p.c_bf16 = ov.dtype == DType::BF16;
+    launch_gemm(p, "gemm (fp8 tail rows)", /*prefer_gemv=*/true);
+  }
   // kSlotGemmW: [q: M x K bytes | act scales: kb x M floats | padded weight scales], each part
   // 256-byte aligned (x itself may sit in kSlotGemmA, converted from F32).
   const size_t q_bytes = static_cast<size_t>(round_up(M * K, 256));
