@@ -16,6 +16,7 @@
 #include "grammar/json_schema_object.h"
 #include "grammar/json_schema_validate.h"
 #include "grammar/regex.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -311,7 +312,7 @@ class SchemaCompiler {
     } else if (s.contains("$presence") || s.contains("minProperties") || s.contains("maxProperties") ||
                s.contains("dependencies") || s.contains("dependentRequired") || s.contains("dependentSchemas")) {
       types = {"object"};
-    } else if (s.contains("$not_types") || s.contains("multipleOf") || s.contains("minimum") ||
+    } else if (s.contains("$not_types") || s.contains("$not_strings") || s.contains("multipleOf") || s.contains("minimum") ||
                s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum")) {
       // Numeric keywords constrain numbers only; other values pass.
       types = {"null", "boolean", "object", "array", "string", "number"};
@@ -389,17 +390,29 @@ class SchemaCompiler {
         if (n.get<bool>()) refuse(path + "/not", "'not: true': no value matches");
       } else if (presence_formula(n, &names, &f)) {
         add_presence(json{{"not", n}}, "not");
+      } else if (n.is_object() && (n.contains("enum") || n.contains("const")) &&
+                 only_annotations(without(without(n, "enum"), "const")) && all_strings(n)) {
+        json excluded = t.contains("$not_strings") ? t["$not_strings"] : json::array();
+        for (const auto& x : n.contains("const") ? json::array({n["const"]}) : n["enum"]) excluded.push_back(x);
+        t["$not_strings"] = excluded;
       } else if (n.is_object() && n.contains("type") && only_annotations(without(n, "type"))) {
         json excluded = t.contains("$not_types") ? t["$not_types"] : json::array();
         for (const auto& x : n["type"].is_array() ? n["type"] : json::array({n["type"]})) excluded.push_back(x);
         t["$not_types"] = excluded;
       } else {
-        refuse(path + "/not", "'not' is supported only over 'type' or over 'required' (with allOf/anyOf/oneOf/not), "
-                              "or beside enum/const");
+        refuse(path + "/not", "'not' is supported only over 'type', over an enum/const of strings, over 'required' "
+                              "(with allOf/anyOf/oneOf/not), or beside enum/const");
       }
     }
     if (!presence.empty()) t["$presence"] = presence;
     return t;
+  }
+  static bool all_strings(const json& n) {
+    if (n.contains("const")) return n["const"].is_string() && !n.contains("enum");
+    if (!n["enum"].is_array() || n["enum"].empty()) return false;
+    for (const auto& x : n["enum"])
+      if (!x.is_string()) return false;
+    return true;
   }
   static bool only_annotations(const json& s) {
     for (auto it = s.begin(); it != s.end(); ++it)
@@ -490,6 +503,21 @@ class SchemaCompiler {
   int32_t compile_string(const json& s, const std::string& path) {
     static const std::map<std::string, std::string> kFormats = format_regexes();
     bool has_len = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("$not_strings")) {
+      if (s.contains("pattern") || (s.contains("format") && s["format"].is_string() && kFormats.count(s["format"].get<std::string>())))
+        refuse(path + "/not", "'not' over strings beside pattern/format is not supported");
+      int64_t lo = s.value("minLength", int64_t{0}), hi = s.contains("maxLength") ? s["maxLength"].get<int64_t>() : -1;
+      if (lo < 0 || (hi >= 0 && hi < lo) || lo > 4096) refuse(path, "invalid or too large minLength/maxLength");
+      if (hi > 2048) hi = std::max<int64_t>(lo, 2048);  // as below
+      std::vector<std::u32string> excluded;
+      for (const auto& x : s["$not_strings"]) {
+        const std::string& bytes = x.get_ref<const std::string&>();
+        std::u32string cps;
+        for (size_t i = 0, n = 0; i < bytes.size(); i += n) cps.push_back(tokenizer_detail::decode_code_point(bytes, i, n));
+        excluded.push_back(std::move(cps));
+      }
+      return excluded_strings(excluded, lo, hi);
+    }
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) refuse(path + "/pattern", "pattern must be a string");
       return pattern_string(s["pattern"].get<std::string>(), path + "/pattern", s.value("minLength", int64_t{0}),
@@ -943,6 +971,43 @@ class SchemaCompiler {
     };
     std::vector<const std::string*> all;
     for (const auto& n : names) all.push_back(&n);
+    return ir_.seq({lit("\""), node(all, 0)});
+  }
+  // JSON strings of lo..hi code points (hi -1: unbounded) whose value is none of `excluded`:
+  // a trie over the excluded values. Inside it characters are written in canonical form
+  // (json_string_char), so no other spelling of an excluded value (a backslash-u escape of a
+  // letter) gets through; other strings spelled so inside the trie are not generated
+  // (under-approximation).
+  // Leaving the trie (a character no excluded value has there) allows any rest.
+  int32_t excluded_strings(const std::vector<std::u32string>& excluded, int64_t lo, int64_t hi) {
+    std::function<int32_t(const std::vector<const std::u32string*>&, int64_t)> node =
+        [&](const std::vector<const std::u32string*>& group, int64_t depth) -> int32_t {
+      std::map<uint32_t, std::vector<const std::u32string*>> children;
+      bool terminal = false;
+      for (const std::u32string* n : group) {
+        if (static_cast<int64_t>(n->size()) == depth) terminal = true;
+        else children[(*n)[depth]].push_back(n);
+      }
+      std::vector<int32_t> alts;
+      if (!terminal && depth >= lo) alts.push_back(lit("\""));
+      if (hi < 0 || depth < hi) {
+        std::vector<std::pair<uint32_t, uint32_t>> taken;
+        for (const auto& [cp, _] : children) taken.push_back({cp, cp});
+        auto leave = complement_ranges(taken, 0x10FFFF);
+        if (!leave.empty()) {
+          int64_t rest_lo = std::max<int64_t>(0, lo - depth - 1), rest_hi = hi < 0 ? -1 : hi - depth - 1;
+          alts.push_back(ir_.seq({json_string_char(ir_, leave),
+                                  ir_.repeat(string_char(), static_cast<int32_t>(rest_lo),
+                                             rest_hi < 0 ? GrammarIR::kUnbounded : static_cast<int32_t>(rest_hi)),
+                                  lit("\"")}));
+        }
+        for (const auto& [cp, group2] : children)
+          alts.push_back(ir_.seq({json_string_char(ir_, {{cp, cp}}), node(group2, depth + 1)}));
+      }
+      return alts.empty() ? ir_.nothing() : ir_.alt(std::move(alts));
+    };
+    std::vector<const std::u32string*> all;
+    for (const auto& e : excluded) all.push_back(&e);
     return ir_.seq({lit("\""), node(all, 0)});
   }
   int32_t string_char_escape() {

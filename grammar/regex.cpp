@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -25,6 +26,10 @@ class RegexParser {
       : ir_(ir), s_(s), json_(json), where_(where) {}
 
   RegexResult parse() {
+    if (size_t bad = tokenizer_detail::find_invalid_utf8(s_); bad != std::string::npos) {
+      pos_ = bad;
+      error("invalid UTF-8");
+    }
     RegexResult r;
     r.expr = parse_alt(0, &r);
     if (pos_ < s_.size()) error("unbalanced ')'");
@@ -40,16 +45,11 @@ class RegexParser {
   bool eof() const { return pos_ >= s_.size(); }
   char peek() const { return s_[pos_]; }
 
+  // One code point (the regex was checked to be valid UTF-8 in parse()).
   uint32_t read_utf8() {
-    unsigned char c = static_cast<unsigned char>(s_[pos_++]);
-    if (c < 0x80) return c;
-    int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : c >= 0xC0 ? 1 : -1;
-    if (n < 0) error("invalid UTF-8");
-    uint32_t cp = c & (0x3F >> n);
-    for (int i = 0; i < n; ++i) {
-      if (eof() || (static_cast<unsigned char>(s_[pos_]) & 0xC0) != 0x80) error("invalid UTF-8");
-      cp = (cp << 6) | (static_cast<unsigned char>(s_[pos_++]) & 0x3F);
-    }
+    size_t num_bytes = 0;
+    uint32_t cp = tokenizer_detail::decode_code_point(s_, pos_, num_bytes);
+    pos_ += num_bytes;
     return cp;
   }
 
