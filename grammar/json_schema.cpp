@@ -245,9 +245,13 @@ class SchemaCompiler {
     if (auto values = finite_values(s, path)) {
       // enum/const: the listed values the whole schema accepts (exact for every keyword
       // beside them: not, oneOf, bounds, ...).
+      // The list's own membership test is skipped (quadratic in long enums).
+      json rest = s;
+      if (s.contains("const")) rest.erase("const");
+      else if (s.contains("enum")) rest.erase("enum");
       std::vector<int32_t> alts;
       for (const auto& v : *values)
-        if (schema_accepts(root_, s, v, path)) alts.push_back(literal_value(v));
+        if (schema_accepts(root_, rest, v, path)) alts.push_back(literal_value(v));
       return alts.empty() ? ir_.nothing() : ir_.alt(std::move(alts));  // none: no value matches
     }
     if (s.contains("not") || (s.contains("oneOf") && presence_only(s["oneOf"])))
