@@ -457,11 +457,12 @@ class SchemaCompiler {
   }
 
   // A JSON string containing a match of `pattern` (anchored where it says so). With length
-  // bounds (code points) they must be implied by the pattern's own length range (a grammar
-  // cannot intersect the two in general); otherwise refused.
+  // bounds (code points) they must be implied by the pattern's own length range, or the
+  // anchored pattern restricted to them exactly by parse_regex (a grammar cannot intersect
+  // the two in general); otherwise refused.
   int32_t pattern_string(const std::string& pattern, const std::string& path, int64_t min_chars = 0,
                          int64_t max_chars = -1) {
-    RegexResult r = parse_regex(ir_, pattern, true, "json schema: pattern at " + path);
+    RegexResult r = parse_regex(ir_, pattern, true, "json schema: pattern at " + path, min_chars, max_chars);
     const bool bounded = r.anchored_start && r.anchored_end && r.max_chars >= 0;
     if (r.min_chars < min_chars || (max_chars >= 0 && !(bounded && r.max_chars <= max_chars)))
       refuse(path, "minLength/maxLength (" + std::to_string(min_chars) + ".." +

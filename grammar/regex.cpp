@@ -22,8 +22,56 @@ const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x2028, 0x2029},
 
 class RegexParser {
  public:
-  RegexParser(GrammarIR& ir, const std::string& s, bool json, const std::string& where)
-      : ir_(ir), s_(s), json_(json), where_(where) {}
+  RegexParser(GrammarIR& ir, const std::string& s, bool json, const std::string& where, int64_t min_chars,
+              int64_t max_chars)
+      : ir_(ir), s_(s), json_(json), where_(where), min_chars_(min_chars), max_chars_(max_chars) {}
+
+  // The strings of `e` with lo..hi code points (hi -1: unbounded), exact, or -1 where the
+  // structure does not allow it: inside alternatives, a sequence with one variable-length
+  // part, or a repetition of a fixed-length part ([a-z]{1,} with maxLength 8 -> [a-z]{1,8}).
+  int32_t restrict_length(int32_t e, int64_t lo, int64_t hi) {
+    auto [elo, ehi] = length_of(e);
+    if (elo >= lo && (hi < 0 || (ehi >= 0 && ehi <= hi))) return e;
+    if ((ehi >= 0 && ehi < lo) || (hi >= 0 && elo > hi)) return ir_.nothing();
+    const Expr x = ir_.expr(e);  // a copy: adding expressions moves the vector
+    if (x.kind == ExprKind::Alt) {
+      std::vector<int32_t> alts;
+      for (int32_t c : x.children) {
+        int32_t r = restrict_length(c, lo, hi);
+        if (r < 0) return -1;
+        alts.push_back(r);
+      }
+      return ir_.alt(std::move(alts));
+    }
+    if (x.kind == ExprKind::Seq) {
+      int64_t fixed = 0;
+      int variable = -1;
+      for (size_t i = 0; i < x.children.size(); ++i) {
+        auto [clo, chi] = length_of(x.children[i]);
+        if (clo == chi) fixed += clo;
+        else if (variable >= 0) return -1;
+        else variable = static_cast<int>(i);
+      }
+      if (variable < 0) return -1;  // fixed length outside the bounds was handled above
+      int32_t r = restrict_length(x.children[variable], std::max<int64_t>(0, lo - fixed), hi < 0 ? -1 : hi - fixed);
+      if (r < 0) return -1;
+      std::vector<int32_t> items = x.children;
+      items[variable] = r;
+      return ir_.seq(std::move(items));
+    }
+    if (x.kind == ExprKind::Repeat) {
+      auto [clo, chi] = length_of(x.children[0]);
+      if (clo != chi || clo < 1) return -1;
+      int64_t a = std::max<int64_t>(x.min, (lo + clo - 1) / clo);
+      int64_t b = x.max == GrammarIR::kUnbounded ? (hi < 0 ? -1 : hi / clo)
+                                                  : (hi < 0 ? x.max : std::min<int64_t>(x.max, hi / clo));
+      if (b >= 0 && a > b) return ir_.nothing();
+      if (a > kMaxRepeatBound || b > kMaxRepeatBound) return -1;
+      return ir_.repeat(x.children[0], static_cast<int32_t>(a),
+                        b < 0 ? GrammarIR::kUnbounded : static_cast<int32_t>(b));
+    }
+    return -1;
+  }
 
   RegexResult parse() {
     if (size_t bad = tokenizer_detail::find_invalid_utf8(s_); bad != std::string::npos) {
@@ -34,6 +82,16 @@ class RegexParser {
     r.expr = parse_alt(0, &r);
     if (pos_ < s_.size()) error("unbalanced ')'");
     std::tie(r.min_chars, r.max_chars) = length_of(r.expr);
+    if ((r.min_chars < min_chars_ || (max_chars_ >= 0 && (r.max_chars < 0 || r.max_chars > max_chars_))) &&
+        r.anchored_start && r.anchored_end) {
+      // Length bounds the pattern does not imply: restrict it where that is exact.
+      int32_t restricted = restrict_length(r.expr, min_chars_, max_chars_);
+      if (restricted >= 0) {
+        r.expr = restricted;
+        r.min_chars = std::max(r.min_chars, min_chars_);
+        if (max_chars_ >= 0) r.max_chars = r.max_chars < 0 ? max_chars_ : std::min(r.max_chars, max_chars_);
+      }
+    }
     return r;
   }
 
@@ -63,7 +121,7 @@ class RegexParser {
   }
   std::pair<int64_t, int64_t> length_of(int32_t expr) const {
     auto it = lengths_.find(expr);
-    return it == lengths_.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+    return it == lengths_.end() ? std::pair<int64_t, int64_t>{0, -1} : it->second;  // unknown: any
   }
 
   int32_t parse_alt(int depth, RegexResult* top) {
@@ -312,12 +370,14 @@ class RegexParser {
     return negate ? complement_ranges(set, kMaxCp) : normalize_ranges(set);
   }
 
+  static constexpr int64_t kMaxRepeatBound = 4096;  // CompileLimits::max_repeat
   static constexpr int64_t kLengthCap = int64_t{1} << 40;  // saturates; lengths above it are "long"
   std::unordered_map<int32_t, std::pair<int64_t, int64_t>> lengths_;
   GrammarIR& ir_;
   const std::string& s_;
   bool json_;
   std::string where_;
+  int64_t min_chars_, max_chars_;
   size_t pos_ = 0;
 };
 
@@ -355,8 +415,9 @@ int32_t json_string_char(GrammarIR& ir, Ranges ranges) {
   return ir.alt(std::move(alts));
 }
 
-RegexResult parse_regex(GrammarIR& ir, const std::string& regex, bool json_escape, const std::string& where) {
-  return RegexParser(ir, regex, json_escape, where).parse();
+RegexResult parse_regex(GrammarIR& ir, const std::string& regex, bool json_escape, const std::string& where,
+                        int64_t min_chars, int64_t max_chars) {
+  return RegexParser(ir, regex, json_escape, where, min_chars, max_chars).parse();
 }
 
 GrammarIR parse_regex_grammar(const std::string& regex) {

@@ -68,6 +68,12 @@ const std::vector<Case>& cases() {
       {R"({"type":"string","minLength":10,"maxLength":10,"format":"date"})",
        {R"("2024-02-29")"},
        {R"("2023-02-29")", R"("x")"}},
+      {R"({"type":"string","minLength":2,"maxLength":4,"pattern":"^x[a-z]+$"})",
+       {R"("xa")", R"("xabc")"},
+       {R"("x")", R"("xabcd")", R"("ya")"}},
+      {R"({"type":"string","maxLength":7,"pattern":"^v-(ab)*(x|y)$"})",
+       {R"("v-x")", R"("v-aby")", R"("v-ababx")"},
+       {R"("v-abababx")", R"("v-")", R"("v-abyz")"}},
       {R"({"enum":[1,"a",null,2.5],"not":{"type":"string"}})",
        {R"(1)", R"(null)", R"(2.5)"},
        {R"("a")", R"(2)"}},
@@ -103,7 +109,8 @@ TEST(JsonSchemaKeywords, WhitespaceAndSeparatorsUnderPresenceRules) {
 TEST(JsonSchemaKeywords, RefusesWhatAGrammarCannotExpressWithAReason) {
   const std::vector<std::pair<const char*, const char*>> refused = {
       {R"({"type":"number","multipleOf":0.01})", R"(multipleOf)"},
-      {R"({"type":"string","maxLength":3,"pattern":"^[a-z]+$"})", R"(pattern)"},
+      {R"({"type":"string","maxLength":3,"pattern":"^([a-z]|ab)+$"})", R"(pattern)"},
+      {R"({"type":"string","maxLength":3,"pattern":"[a-z]+"})", R"(pattern)"},
       {R"({"not":{"pattern":"x"}})", R"('not')"},
       {R"({"properties":{"a":{}},"dependencies":{"a":{"properties":{"b":{"type":"string"}}}}})", R"(dependencies/a)"},
       {R"({"type":"integer","minimum":5,"multipleOf":3})", R"(multipleOf)"},
