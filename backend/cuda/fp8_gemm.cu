@@ -15,6 +15,7 @@
 // L4 = ceil(K/128) rounded up to 4 (our scale_inv when ceil(K/128) % 4 == 0, else a padded copy
 // made per call); VEC128: [ceil(K/128), M] (M fastest), what quantize_fp8_1x128 writes.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -32,7 +33,11 @@ struct CudaBackend::Fp8State {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    // Weight scales as VEC128 (each 128x128 block's scale repeated for its 128 rows) when
+    // cuBLASLt refused BLK128x128 for this shape: the same products.
+    bool w_vec = false;
   };
+  bool refusal_reported = false;
   // (M, N, K, ldo, out dtype) -> plan; the scale pointers are set per call.
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, Plan> plans;
   ~Fp8State() {
@@ -103,6 +108,14 @@ __global__ void fp8_gemm_simple_kernel(const uint8_t* q, const float* sa, const 
   st(out, static_cast<int64_t>(m) * ldo + n, out_kind, acc);
 }
 
+// W's 128x128 scales [nb, kb] as VEC128 scales [kb, N]: out[b * N + n] = s[(n / 128) * kb + b].
+__global__ void expand_weight_scales_kernel(const float* s, int kb, int N, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(kb) * N) return;
+  const int b = static_cast<int>(i / N), n = static_cast<int>(i % N);
+  out[i] = s[static_cast<int64_t>(n / kBlock) * kb + b];
+}
+
 void launch_quantize(const void* x, DType x_dtype, int64_t ldx, int64_t M, int64_t K, uint8_t* q,
                      float* scales, cudaStream_t stream) {
   const int64_t items = M * ((K + kBlock - 1) / kBlock);
@@ -146,38 +159,71 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
     Fp8State::Plan plan;
     const cudaDataType_t ctype = out_dtype == DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
     const auto ok_ = [](cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; };
-    bool ok = ok_(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-    const cublasLtMatmulMatrixScale_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    ok = ok && ok_(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
-    ok = ok && ok_(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
-    ok = ok && ok_(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                                  sizeof(a_mode)));
-    ok = ok && ok_(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                                  sizeof(b_mode)));
-    ok = ok && ok_(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, K, N, K));
-    ok = ok && ok_(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, K, M, K));
-    ok = ok && ok_(cublasLtMatrixLayoutCreate(&plan.c, ctype, N, M, ldo));
-    cublasLtMatmulPreference_t pref = nullptr;
-    ok = ok && ok_(cublasLtMatmulPreferenceCreate(&pref));
-    ok = ok && ok_(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                        &lt_workspace_bytes_, sizeof(lt_workspace_bytes_)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    ok = ok && ok_(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1,
-                                                  &result, &found)) &&
-         found > 0;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    plan.ok = ok;
-    if (ok) plan.algo = result.algo;
+    cublasStatus_t last = CUBLAS_STATUS_SUCCESS;
+    for (const bool w_vec : {false, true}) {
+      Fp8State::Plan p;
+      p.w_vec = w_vec;
+      bool ok = !(w_vec && N % 4) && ok_(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+      const cublasLtMatmulMatrixScale_t a_mode =
+          w_vec ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      // The heuristic wants scale pointers set; an aligned placeholder until the call.
+      const void* placeholder = lt_workspace_;
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                                    sizeof(a_mode)));
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                                    sizeof(b_mode)));
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                                    sizeof(placeholder)));
+      ok = ok && ok_(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                                    sizeof(placeholder)));
+      ok = ok && ok_(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, K, N, K));
+      ok = ok && ok_(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, K, M, K));
+      ok = ok && ok_(cublasLtMatrixLayoutCreate(&p.c, ctype, N, M, ldo));
+      cublasLtMatmulPreference_t pref = nullptr;
+      ok = ok && ok_(cublasLtMatmulPreferenceCreate(&pref));
+      ok = ok && ok_(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &lt_workspace_bytes_, sizeof(lt_workspace_bytes_)));
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      if (ok) {
+        last = cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+        ok = ok_(last) && found > 0;
+      }
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      p.ok = ok;
+      if (ok) p.algo = result.algo;
+      if (ok || w_vec) {
+        plan = p;
+        break;
+      }
+      if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+      if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+      if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (!plan.ok && !st.refusal_reported) {
+      st.refusal_reported = true;  // once per backend: the W8A16 kernels run instead
+      std::fprintf(stderr, "deepinfer cuda: cuBLASLt block-scaled FP8 GEMM refused (status %d) for M %lld N %lld K %lld\n",
+                   static_cast<int>(last), static_cast<long long>(M), static_cast<long long>(N),
+                   static_cast<long long>(K));
+    }
     it = st.plans.emplace(key, plan).first;
   }
   const Fp8State::Plan& plan = it->second;
   if (!plan.ok || plan_only) return plan.ok;
-  // Weight scales with rows padded to kb4 entries (cuBLASLt's BLK128x128 layout).
+  // Weight scales with rows padded to kb4 entries (cuBLASLt's BLK128x128 layout), or expanded
+  // to VEC128 [kb, N].
   const float* w_scales = w.scale_inv.ptr<float>();
-  if (kb4 != kb) {
+  if (plan.w_vec) {
+    expand_weight_scales_kernel<<<ceil_div(kb * N, 256), 256, 0, stream_>>>(w_scales, static_cast<int>(kb),
+                                                                          static_cast<int>(N), w_scale_space);
+    check_launch("gemm (fp8 weight scales)", w.scale_inv.describe());
+    w_scales = w_scale_space;
+  } else if (kb4 != kb) {
     float* padded = w_scale_space;
     DI_CUDA(cudaMemsetAsync(padded, 0, static_cast<size_t>(nb * kb4) * 4, stream_), "gemm (fp8 scales)");
     DI_CUDA(cudaMemcpy2DAsync(padded, static_cast<size_t>(kb4) * 4, w_scales, static_cast<size_t>(kb) * 4,
@@ -229,7 +275,7 @@ bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M_all, const 
   // 256-byte aligned (x itself may sit in kSlotGemmA, converted from F32).
   const size_t q_bytes = static_cast<size_t>(round_up(M * K, 256));
   const size_t s_bytes = static_cast<size_t>(round_up(kb * M * 4, 256));
-  const size_t w_bytes = static_cast<size_t>(((N + kBlock - 1) / kBlock) * round_up(kb, 4) * 4);
+  const size_t w_bytes = static_cast<size_t>((((N + kBlock - 1) / kBlock) * round_up(kb, 4) + kb * N) * 4);
   char* base = static_cast<char*>(scratch(kSlotGemmW, q_bytes + s_bytes + w_bytes, "gemm (fp8 act)"));
   uint8_t* q = reinterpret_cast<uint8_t*>(base);
   float* scales = reinterpret_cast<float*>(base + q_bytes);
@@ -274,7 +320,7 @@ void CudaBackend::gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const We
   const int64_t N = w.w.shape[0];
   DI_CHECK(ov.rows == M && ov.cols == N, "gemm_fp8_1x128: out ", out.describe(), " must be [", M, ", ", N, "]");
   if (M == 0 || N == 0) return;
-  const size_t w_bytes = static_cast<size_t>(((N + kBlock - 1) / kBlock) * round_up(kb, 4) * 4);
+  const size_t w_bytes = static_cast<size_t>((((N + kBlock - 1) / kBlock) * round_up(kb, 4) + kb * N) * 4);
   float* w_scale_space = static_cast<float*>(scratch(kSlotGemmW, w_bytes, "gemm_fp8_1x128"));
   if (cublaslt_fp8(q.data, scales.ptr<float>(), M, w, ov.data, ov.row_stride, ov.dtype, w_scale_space)) return;
   const int64_t n = M * N;

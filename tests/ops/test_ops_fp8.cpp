@@ -277,7 +277,7 @@ TEST_F(Fp8Ops, RandomFp8WeightsOnDeviceEqualHost) {
                             {"num_attention_heads", 2}, {"q_lora_rank", 128}, {"kv_lora_rank", 64},
                             {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8}, {"v_head_dim", 16},
                             {"n_routed_experts", 4}, {"n_shared_experts", 1}, {"num_experts_per_tok", 2},
-                            {"first_k_dense_replace", 1}, {"max_position_embeddings", 64},
+                            {"first_k_dense_replace", 1}, {"n_group", 1}, {"topk_group", 1}, {"max_position_embeddings", 64},
                             {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"},
                                                      {"weight_block_size", {128, 128}}}}};
   const ModelConfig config = parse_model_config(j.dump(), "fp8-tiny/config.json");
