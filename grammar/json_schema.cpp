@@ -2,6 +2,7 @@
 // Objects list their properties in schema order (optional ones may be skipped); allowed
 // additional properties follow the declared ones. Unsupported keywords that constrain the
 // language (not, if/then/else, patternProperties, ...) are refused with the JSON path.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -221,6 +222,12 @@ class SchemaCompiler {
         out[k] = std::max(out[k], it.value());
       } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "exclusiveMaximum") {
         out[k] = std::min(out[k], it.value());
+      } else if (k == "enum" && out[k].is_array() && it.value().is_array()) {
+        json both = json::array();  // both lists must hold: their intersection (JSON equality)
+        for (const auto& v : out[k])
+          if (std::find(it.value().begin(), it.value().end(), v) != it.value().end()) both.push_back(v);
+        if (both.empty()) refuse(path, "allOf with enums that share no value");
+        out[k] = both;
       } else if (k == "title" || k == "description" || k == "default" || k == "examples" || k == "$comment") {
       } else if (out[k] != it.value()) {
         refuse(path, "allOf with conflicting '" + k + "'");
