@@ -113,8 +113,8 @@ else
 fi
 
 # 5. deepinfer bench (the CLI): the real model through engine/runner on CUDA, random weights
-#    made on the device; the six bf16 figures, then fp8 (FP8 random weights are quantized
-#    on the host: ~170 s of load on the H200, hence its longer time box).
+#    made on the device; the six bf16 figures, then fp8 (its random e4m3 weights are made
+#    on the device too since session 3: the load was ~170 s of host quantization before).
 cfg="$root/../shared/models/bench-v3-7b/config.json"
 [[ -f "$cfg" ]] || cfg="$root/bench/cuda/bench-v3-7b.config.json"
 if want deepinfer_bench && [[ -x "$bin/deepinfer" ]]; then
@@ -123,7 +123,7 @@ if want deepinfer_bench && [[ -x "$bin/deepinfer" ]]; then
           --max-num-batched-tokens 8192 --roofline-gbps 4160)
   stage deepinfer_bench_bf16 150 "$bin/deepinfer" bench "${common[@]}" --dtype bf16 \
     --peak-tflops 777 --output "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
-  want deepinfer_bench_fp8 && stage deepinfer_bench_fp8 240 "$bin/deepinfer" bench "${common[@]}" \
+  want deepinfer_bench_fp8 && stage deepinfer_bench_fp8 150 "$bin/deepinfer" bench "${common[@]}" \
     --dtype fp8 --peak-tflops 1419 --output "$OUT/deepinfer_bench.jsonl" ${DEEPINFER_BENCH_ARGS:-}
 else
   rows+=("deepinfer_bench|not available|0")
