@@ -80,7 +80,10 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   if (!stream_gemm_) stream_max_rows_ = 0;
   const char* fuse = std::getenv("DEEPINFER_CUDA_FUSE");
   if (fuse != nullptr) fuse_mask_ = static_cast<int>(std::strtol(fuse, nullptr, 10));
-  if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE")) pipe_stages_ = static_cast<int>(std::strtol(v, nullptr, 10));
+  if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE")) {
+    pipe_stages_ = static_cast<int>(std::strtol(v, nullptr, 10));
+    pipe_fp8_ = true;
+  }
   if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE_TOKENS")) pipe_max_tokens_ = std::strtoll(v, nullptr, 10);
   if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE_BPS"))
     pipe_blocks_per_sm_ = static_cast<int>(std::strtol(v, nullptr, 10));

@@ -155,10 +155,14 @@ class CudaBackend final : public Backend {
   // at bs64: every column block recomputes silu for its rows).
   int fuse_mask_ = 1;
   // DEEPINFER_CUDA_PIPE: chunk copies in flight per warp in the shared-memory-staged MoE
-  // expert GEMM (gemm_pipe.cu: 4 or 8; 0, the default = the register-staged stream kernel);
+  // expert GEMM (gemm_pipe.cu: 2, 3, 4 or 8; 0 = the register-staged stream kernel). Default
+  // 2 (H200, bench/NOTES session 3: bs1 +4.4%, bs8 +20.7% over the stream kernel; 4 and 8
+  // stages gave fewer resident warps and less). FP8 experts use it only when the variable is
+  // set (pipe_fp8_; not measured on FP8 yet);
   // DEEPINFER_CUDA_PIPE_TOKENS: moe_experts calls of at most this many tokens use it;
   // DEEPINFER_CUDA_PIPE_BPS: cap on its resident blocks per SM (0 = as many as fit).
-  int pipe_stages_ = 0;
+  int pipe_stages_ = 2;
+  bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 16;
   int pipe_blocks_per_sm_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -14,10 +14,13 @@
 // sums added in warp order. Rows come in entries of at most 16 rows (one m16 tile) listed
 // by the caller (GemmProblem::tiles with tile_rows 16: (group, first row)).
 //
-// Shared memory per block: stages [ks][D][PW][32] x 16 B (PW = 16-byte pieces per lane per
-// chunk: 4 for BF16, 2 for FP8; piece-major so 8 consecutive lanes read 128 contiguous
-// bytes), the split-K sums [2][ks][8][32] floats (double-buffered by item parity: one block
-// barrier per item), FP8 chunk scales [ks][D][2] floats.
+// Shared memory per block: stages [ks][D] of 2 KB (BF16: 16 rows x 128-byte chunk, copied
+// as whole row segments into XOR-swizzled 16-byte slots, bf16_slot; FP8: 16 rows x 64 bytes,
+// each lane's own 16 bytes), the split-K sums [2][ks][8][32] floats (double-buffered by item
+// parity: one block barrier per item), FP8 chunk scales [ks][D][2] floats. D = 2 measured
+// best on the H200 (more resident blocks beat more bytes in flight per warp; bench/NOTES).
+#include <algorithm>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
@@ -31,11 +34,18 @@ using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 constexpr int kEntryRows = 16;      // rows per entry: one m16 MMA tile (MT = 1)
 constexpr int kValues = kNT * 4;    // accumulator values per lane (MT 1 x NT 2 x 4)
 
+// BF16 stage slot (16 bytes) of n8 tile j, row r (0..7), segment c (0..7) of the 128-byte
+// chunk: rows of 8 slots, the segment XOR (r & 1) so that the 8 lanes of a quarter warp
+// reading (rows g, g + 1; segments 2q + h) hit 8 different 16-byte bank groups.
+__device__ __forceinline__ int bf16_slot(int j, int r, int c) { return j * 64 + r * 8 + (c ^ (r & 1)); }
+
 template <int WK>
 constexpr int pieces_per_chunk() {  // 16-byte pieces per lane per 64-wide chunk
   return kNT * (WK == kWeightFP8 ? 1 : 2);
 }
 
+// 16 bytes global -> shared, not cached in L1 (every weight byte is read once). (The
+// L2::256B prefetch hint measured 0.5-0.7% slower on the H200, bench/NOTES.)
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
@@ -76,8 +86,14 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
 
   // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D. The item's
   // weight rows are looked up once per item.
+  // BF16: copy instruction (j, half) moves rows half * 4 + lane / 8 of n8 tile j, 16 bytes
+  // at 16 * (lane % 8): 4 whole 128-byte row segments per instruction (the fragment order,
+  // 32-byte stride per lane, would fetch each L2 sector twice). FP8: lane (g, q) copies row
+  // g, 16 bytes at 16 q: whole 64-byte segments already, read back by the same lane.
+  constexpr int kRowPtrs = WK == kWeightFP8 ? kNT : 2 * kNT;
+  const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
   int issue_item = -1;
-  const char* wrow[kNT] = {};
+  const char* wrow[kRowPtrs] = {};
   const float* wscale[kNT] = {};  // FP8: the scale row of each n8 tile's 128-row block
   auto issue = [&](int s) {
     const int n = s / nch, c = s - n * nch;
@@ -87,24 +103,32 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
       const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
       const WeightSource w = weight_source<WK>(p, p.tiles[e].x, n0);
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        const int r = min(w.wrow0 + j * 8 + g, w.wrows - 1);  // clamp: columns past N are not stored
-        wrow[j] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * K * esz;
-        if constexpr (WK == kWeightFP8)
+      for (int i = 0; i < kRowPtrs; ++i) {  // i = j (FP8) or 2 j + half (BF16)
+        const int j = WK == kWeightFP8 ? i : i >> 1;
+        const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
+        const int r = min(w.wrow0 + j * 8 + row, w.wrows - 1);  // clamp: columns past N are not stored
+        wrow[i] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * K * esz;
+      }
+      if constexpr (WK == kWeightFP8) {
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
           wscale[j] = w.s + (min(w.wrow0 + j * 8, w.wrows - 1) / 128) * p.scale_cols;
       }
     }
     const int k = kb + c * kChunk;
     uint4* st = stages + (s % D) * PW * 32;
+    if constexpr (WK == kWeightFP8) {
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      const char* src = wrow[j] + static_cast<int64_t>(k + 16 * q) * esz;
-      if constexpr (WK == kWeightFP8) {
-        cp_async16(st + j * 32 + lane, src);
+      for (int j = 0; j < kNT; ++j) {
+        cp_async16(st + j * 32 + lane, wrow[j] + k + 16 * q);
         if (lane == j) cp_async4(scales + (s % D) * kNT + j, wscale[j] + k / 128);
-      } else {
-        cp_async16(st + (2 * j) * 32 + lane, src);
-        cp_async16(st + (2 * j + 1) * 32 + lane, src + 16);
+      }
+    } else {
+      const int seg = lane & 7;  // 16-byte segment of the row's 128-byte chunk
+#pragma unroll
+      for (int i = 0; i < kRowPtrs; ++i) {
+        const int row = (i & 1) * 4 + copy_row;
+        cp_async16(st + bf16_slot(i >> 1, row, seg), wrow[i] + static_cast<int64_t>(k) * 2 + 16 * seg);
       }
     }
   };
@@ -152,7 +176,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
         }
       }
       cp_async_wait<D - 1>();  // this lane's copies of step s have landed
-      if constexpr (WK == kWeightFP8) __syncwarp();  // the scales were copied by lanes 0..kNT-1
+      __syncwarp();  // and every lane's (BF16 rows and FP8 scales are read across lanes)
       const uint4* st = stages + (s % D) * PW * 32;
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
@@ -160,8 +184,8 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
         if constexpr (WK == kWeightFP8) {
           raw.u[0] = st[j * 32 + lane];
         } else {
-          raw.u[0] = st[(2 * j) * 32 + lane];
-          raw.u[1] = st[(2 * j + 1) * 32 + lane];
+          raw.u[0] = st[bf16_slot(j, g, 2 * q)];
+          raw.u[1] = st[bf16_slot(j, g, 2 * q + 1)];
         }
         uint32_t w[8];
         w_words<WK>(raw, w);
@@ -181,9 +205,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
           for (int v = 0; v < 4; ++v) acc[j][v] += sc * part[v];
         }
       }
-      // Stage s % D is refilled only after every lane has read it (the FP8 scales are
-      // read across lanes; a lane's own pieces are consumed by the MMAs above).
-      if constexpr (WK == kWeightFP8) __syncwarp();
+      __syncwarp();  // stage s % D is refilled only after every lane has read it
       if (s + D < steps) issue(s + D);
       cp_async_commit();
     }
@@ -207,19 +229,24 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   }
 }
 
-template <int WK, int D, bool SW>
-const void* kernel_of() {
-  return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, SW>);
+template <int WK, int D>
+const void* kernel_of(bool swiglu) {
+  return swiglu ? reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, true>)
+                : reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, false>);
+}
+
+template <int WK>
+const void* pick_stages(int stages, bool swiglu) {
+  switch (stages) {
+    case 2: return kernel_of<WK, 2>(swiglu);
+    case 3: return kernel_of<WK, 3>(swiglu);
+    case 8: return kernel_of<WK, 8>(swiglu);
+    default: return kernel_of<WK, 4>(swiglu);
+  }
 }
 
 const void* pick_kernel(int w_kind, int stages, bool swiglu) {
-  const bool fp8 = w_kind == kWeightFP8;
-  if (stages >= 8) {
-    if (fp8) return swiglu ? kernel_of<kWeightFP8, 8, true>() : kernel_of<kWeightFP8, 8, false>();
-    return swiglu ? kernel_of<kWeightBF16, 8, true>() : kernel_of<kWeightBF16, 8, false>();
-  }
-  if (fp8) return swiglu ? kernel_of<kWeightFP8, 4, true>() : kernel_of<kWeightFP8, 4, false>();
-  return swiglu ? kernel_of<kWeightBF16, 4, true>() : kernel_of<kWeightBF16, 4, false>();
+  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(stages, swiglu) : pick_stages<kWeightBF16>(stages, swiglu);
 }
 
 }  // namespace
@@ -232,7 +259,7 @@ bool pipe_gemm_supported(const GemmProblem& p) {
 
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
-  plan.stages = stages >= 8 ? 8 : 4;
+  plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
   plan.kernel = pick_kernel(p.w_kind, plan.stages, p.a_swiglu != 0);
   const int ks = k_split(p.K);
   const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();

@@ -81,7 +81,7 @@ void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
 // problems only, with `tiles` built for tile_rows 16 (entries of at most 16 rows).
 struct PipePlan {
   const void* kernel = nullptr;
-  int stages = 4;    // 4 or 8 chunk copies in flight per warp
+  int stages = 2;    // 2, 3, 4 or 8 chunk copies in flight per warp
   int threads = 0;   // ks warps
   int kpw = 0;       // K values per warp
   size_t smem_bytes = 0;  // dynamic shared memory (the caller raises the kernel's limit)

@@ -346,7 +346,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // tiles only reach the stream kernel or the gemv, which do not read them.)
   const bool x_aligned = xv.dtype == DType::F32 ||
                          (xv.row_stride % 8 == 0 && (reinterpret_cast<uintptr_t>(xv.data) & 15) == 0);
-  const bool pipe = pipe_stages_ > 0 && stream_gemm_ && T <= pipe_max_tokens_ && few_rows &&
+  const bool pipe = pipe_stages_ > 0 && (!fp8 || pipe_fp8_) && stream_gemm_ && T <= pipe_max_tokens_ && few_rows &&
                     H % 64 == 0 && I % 64 == 0 && x_aligned;
   const int tile_rows = pipe ? 16 : tc_tile_rows(P / E);
   const int max_tiles = (P + tile_rows - 1) / tile_rows + E;

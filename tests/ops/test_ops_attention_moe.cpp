@@ -274,7 +274,7 @@ TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
 }
 
 // The shared-memory-staged expert GEMM (gemm_pipe.cu, for steps of <= 16 tokens) gives the
-// stream kernel's bits: DEEPINFER_CUDA_PIPE=4 and its 8-stage, one-block-per-SM variant
+// stream kernel's bits: DEEPINFER_CUDA_PIPE=2, 3, and 8 at one block per SM
 // (many items per block: the pipeline crosses item boundaries) against DEEPINFER_CUDA_PIPE=0,
 // with the SwiGLU-fused down GEMM too (DEEPINFER_CUDA_FUSE=5). Shapes: bench-like K 1024 / 704
 // (down: 2 warps of unequal K), K 2112 (8 warps, the last with no chunk), 16 tokens, FP8.
@@ -286,11 +286,12 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
     return b;
   };
   const auto stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}});
-  const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "4"}});
+  const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "2"}});
   const auto deep = backend_with({{"DEEPINFER_CUDA_PIPE", "8"}, {"DEEPINFER_CUDA_PIPE_BPS", "1"}});
+  const auto shallow = backend_with({{"DEEPINFER_CUDA_PIPE", "3"}});
   const auto fused_stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}, {"DEEPINFER_CUDA_FUSE", "5"}});
-  const auto fused = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "4"}});
-  const auto fused_deep = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "8"}});
+  const auto fused = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "2"}});
+  const auto fused_deep = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "4"}});
   for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
                     MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
                     MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true}}) {
@@ -300,10 +301,11 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
     const std::vector<float> ref = run_moe_gpu(*stream, d.gpu, d, c, 0, c.T);
     const std::vector<float> ref_fused = run_moe_gpu(*fused_stream, d.gpu, d, c, 0, c.T);
     const std::pair<const char*, std::vector<float>> runs[] = {
-        {"pipe 4", run_moe_gpu(*pipe, d.gpu, d, c, 0, c.T)},
+        {"pipe 2", run_moe_gpu(*pipe, d.gpu, d, c, 0, c.T)},
         {"pipe 8, 1 block/SM", run_moe_gpu(*deep, d.gpu, d, c, 0, c.T)},
-        {"pipe 4 swiglu|down", run_moe_gpu(*fused, d.gpu, d, c, 0, c.T)},
-        {"pipe 8 swiglu|down", run_moe_gpu(*fused_deep, d.gpu, d, c, 0, c.T)}};
+        {"pipe 3", run_moe_gpu(*shallow, d.gpu, d, c, 0, c.T)},
+        {"pipe 2 swiglu|down", run_moe_gpu(*fused, d.gpu, d, c, 0, c.T)},
+        {"pipe 4 swiglu|down", run_moe_gpu(*fused_deep, d.gpu, d, c, 0, c.T)}};
     for (const auto& [name, out] : runs) {
       const std::vector<float>& want = std::string(name).find("swiglu") != std::string::npos ? ref_fused : ref;
       ASSERT_EQ(out.size(), want.size());
