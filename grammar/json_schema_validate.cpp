@@ -102,6 +102,7 @@ class Validator {
       return false;
     if (s.contains("multipleOf") && s["multipleOf"].is_number()) {
       const json& k = s["multipleOf"];
+      if (k.get<double>() <= 0) fail("json schema: multipleOf must be positive");
       if (k.is_number_integer() && v.is_number_integer()) return v.get<int64_t>() % k.get<int64_t>() == 0;
       if (k.is_number_integer()) return std::fmod(x, k.get<double>()) == 0;
       double q = x / k.get<double>();  // Python jsonschema: int(quotient) == quotient
