@@ -1,6 +1,7 @@
 // CompiledGrammar and GrammarCache: front-end dispatch, automaton build, shared mask cache.
 #include "core/error.h"
 #include "grammar/grammar.h"
+#include "grammar/lift.h"
 
 namespace deepinfer::grammar {
 
@@ -9,7 +10,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::from_ir(const GrammarIR&
                                                                 const CompileLimits& limits) {
   DI_CHECK(vocab != nullptr, "grammar: no vocabulary");
   std::shared_ptr<CompiledGrammar> g(new CompiledGrammar());
-  g->automaton_ = build_automaton(ir, limits);
+  g->automaton_ = build_automaton(lift_call_free_loops(ir), limits);
   g->vocab_ = std::move(vocab);
   g->cache_ = std::make_unique<MaskCache>(g->automaton_, *g->vocab_);
   return g;

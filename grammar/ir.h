@@ -64,6 +64,8 @@ class GrammarIR {
   // Declares a rule (body set later); returns its index. Names need not be unique.
   int32_t add_rule(std::string name);
   void set_body(int32_t rule, int32_t expr) { rules_[rule].body = expr; }
+  // Replaces child k of expression `expr` (used by rewriting passes such as lift.h).
+  void set_child(int32_t expr, size_t k, int32_t child) { exprs_[expr].children[k] = child; }
   void set_root(int32_t rule) { root_ = rule; }
 
   const std::vector<Expr>& exprs() const { return exprs_; }

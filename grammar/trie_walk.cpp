@@ -79,13 +79,24 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   // depends on X alone (cached); tokens in which X's rule ends before their end depend on P and
   // are `deferred`, then classified by one restricted walk from the real stack at the end.
   std::vector<int32_t> deferred, deferred_in_record;
-  std::unordered_map<int32_t, std::string> dfa_keys;  // X -> canonical DFA key ("" when none)
+  std::unordered_map<int32_t, int32_t> forms;  // X -> form id in `shared` (-1 when none)
+  std::string form;
+  std::vector<int32_t> record_ids;  // accepted ids of the subtree being recorded
   std::vector<int32_t>* uncertain_out = &e.uncertain;
   std::shared_ptr<SubtreeResult> record;
   SubtreeCache* record_cache = nullptr;
   std::string record_key;
   int32_t record_end = -1;
   auto finish_record = [&] {
+    std::sort(record_ids.begin(), record_ids.end());
+    for (int32_t id : record_ids) {
+      const uint32_t bit = 1u << (id & 31);
+      if (!record->accepted_words.empty() && record->accepted_words.back().first == (id >> 5))
+        record->accepted_words.back().second |= bit;
+      else
+        record->accepted_words.push_back({id >> 5, bit});
+    }
+    record_ids.clear();
     record->uncertain = std::move(deferred_in_record);
     record_cache->insert(record_key, std::move(record));
     record = nullptr;
@@ -150,7 +161,7 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
     cand.for_each(t.tok_begin[i], t.tok_begin[i + 1], [&](int32_t k) {
       if (alive || pop) {
         set_bit(e.accepted, t.sorted_tokens[k]);
-        if (!kRestricted && record) record->accepted_ids.push_back(t.sorted_tokens[k]);
+        if (!kRestricted && record) record_ids.push_back(t.sorted_tokens[k]);
       } else if (popped_before) {
         uncertain_out->push_back(k);
       }
@@ -163,17 +174,21 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       std::string key;
       append_i32(key, i);
       SubtreeCache* cache = subtrees;
-      auto [it, inserted] = dfa_keys.try_emplace(fast[1]);
-      if (inserted && !canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, t.max_depth, it->second, true)) it->second.clear();
-      if (shared && !it->second.empty()) {
+      auto [it, inserted] = forms.try_emplace(fast[1], -1);
+      if (inserted && shared && !(subtrees && subtrees->find_state_form(fast[1], it->second))) {
+        if (canonical_dfa_key(a, fast[1], false, kMaxSubtreeDfaStates, t.max_depth, form, true))
+          it->second = shared->form_id(form);
+        if (subtrees) subtrees->insert_state_form(fast[1], it->second);
+      }
+      if (it->second >= 0) {
         cache = shared;
-        key += it->second;
+        append_i32(key, it->second);
       } else {
         append_i32(key, fast[1]);
       }
       fast_parent[1] = kSentinel;
       if (auto hit = cache ? cache->find(key) : nullptr) {
-        for (int32_t id : hit->accepted_ids) set_bit(e.accepted, id);
+        for (auto [w, bits] : hit->accepted_words) e.accepted[w] |= bits;
         deferred.insert(deferred.end(), hit->uncertain.begin(), hit->uncertain.end());
         i = t.end[i];
         continue;
@@ -228,10 +243,33 @@ std::shared_ptr<const SubtreeResult> SubtreeCache::find(const std::string& key) 
 }
 
 void SubtreeCache::insert(const std::string& key, std::shared_ptr<const SubtreeResult> r) {
-  const size_t num_bytes = (r->accepted_ids.size() + r->uncertain.size()) * sizeof(int32_t) + key.size();
+  const size_t num_bytes = r->accepted_words.size() * sizeof(r->accepted_words[0]) +
+                           r->uncertain.size() * sizeof(int32_t) + key.size();
   std::lock_guard<std::mutex> lock(mu_);
   if (num_bytes_ + num_bytes > max_bytes_) return;
   if (results_.try_emplace(key, std::move(r)).second) num_bytes_ += num_bytes;
+}
+
+}  // namespace deepinfer::grammar
+
+namespace deepinfer::grammar {
+
+int32_t SubtreeCache::form_id(const std::string& form) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return form_ids_.try_emplace(form, static_cast<int32_t>(form_ids_.size())).first->second;
+}
+
+bool SubtreeCache::find_state_form(int32_t state, int32_t& form) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = state_forms_.find(state);
+  if (it == state_forms_.end()) return false;
+  form = it->second;
+  return true;
+}
+
+void SubtreeCache::insert_state_form(int32_t state, int32_t form) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_forms_.try_emplace(state, form);
 }
 
 }  // namespace deepinfer::grammar
