@@ -271,8 +271,8 @@ int cmd_bench(int argc, char** argv) {
   }
 
   for (int b : batches) {
-    SamplingParams p;
-    p.temperature = 0;
+    // Greedy unless sampling flags are given (--temperature 0.8 --top-p 0.95 ...).
+    SamplingParams p = sampling.params();
     p.max_tokens = gen_len;
     p.ignore_eos = true;
     std::vector<double> times, prefill_times;
@@ -296,7 +296,8 @@ int cmd_bench(int argc, char** argv) {
     const double steps = gen_len - 1, tokens = static_cast<double>(b) * (gen_len - 1);
     json rec = {{"kind", "decode"}, {"batch", b}, {"prompt_len", prompt_len}, {"gen_len", gen_len},
                 {"context", prompt_len + gen_len / 2.0}, {"runs_s", times},
-                {"prefill_elapsed_s", median(prefill_times)}};
+                {"prefill_elapsed_s", median(prefill_times)}, {"temperature", p.temperature},
+                {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling}};
     emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
          median(times));
   }

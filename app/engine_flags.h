@@ -42,6 +42,8 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("!--no-prefix-caching", c.enable_prefix_caching, "disable prefix reuse");
   app.add_flag("--enforce-eager", c.enforce_eager, "no CUDA graphs for decode steps");
+  app.add_flag("!--host-sampling", c.device_sampling,
+               "sample every non-greedy row on the host (default: on the device when the row allows)");
   app.add_flag("!--no-async-scheduling", c.async_scheduling,
                "one step at a time (no preparing step N+1 while step N runs)");
 }
