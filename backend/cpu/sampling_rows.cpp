@@ -55,8 +55,11 @@ int32_t sample_row(const float* logits, int64_t vocab, const SampleRowParams& p)
     // The cut is a prefix of the rule's order; keep it, then restore id order for the draw.
     std::vector<Cand> sorted = cand;
     size_t keep = top_k ? static_cast<size_t>(p.top_k) : sorted.size();
-    std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(keep), sorted.end(),
-                      before);
+    if (top_k)
+      std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(keep),
+                        sorted.end(), before);
+    else
+      std::sort(sorted.begin(), sorted.end(), before);
     if (p.top_p < 1.0f) {
       uint64_t total = 0;
       for (size_t i = 0; i < keep; ++i) total += sorted[i].weight;
