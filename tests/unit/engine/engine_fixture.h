@@ -1,4 +1,6 @@
 #pragma once
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <random>
 #include <vector>
@@ -26,6 +28,19 @@ inline std::vector<int32_t> random_tokens(std::mt19937& rng, int len) {
   std::vector<int32_t> t(len);
   for (auto& x : t) x = 2 + static_cast<int32_t>(rng() % (kVocab - 2));
   return t;
+}
+
+// Same tokens, finish and stop reasons for every sample of every request.
+inline void expect_same_outputs(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << "request " << i;
+    for (size_t j = 0; j < a[i].outputs.size(); ++j) {
+      EXPECT_EQ(a[i].outputs[j].token_ids, b[i].outputs[j].token_ids) << "request " << i << " sample " << j;
+      EXPECT_EQ(a[i].outputs[j].finish_reason, b[i].outputs[j].finish_reason) << "request " << i;
+      EXPECT_EQ(a[i].outputs[j].stop_reason, b[i].outputs[j].stop_reason) << "request " << i;
+    }
+  }
 }
 
 inline SamplingParams greedy(int max_tokens) {

@@ -42,17 +42,6 @@ Workload sampled_workload(int num_requests, uint32_t seed, bool only_device) {
   return w;
 }
 
-void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << "request " << i;
-    for (size_t j = 0; j < a[i].outputs.size(); ++j) {
-      EXPECT_EQ(a[i].outputs[j].token_ids, b[i].outputs[j].token_ids) << "request " << i << " sample " << j;
-      EXPECT_EQ(a[i].outputs[j].finish_reason, b[i].outputs[j].finish_reason) << "request " << i;
-    }
-  }
-}
-
 EngineConfig config(bool device_sampling) {
   EngineConfig cfg;
   cfg.kv_block_size = 8;
@@ -71,7 +60,7 @@ TEST(EngineDeviceSampling, OutputsEqualTheHostSampler) {
     auto device = make_fake_engine(config(true));
     const auto got = device->generate(w.prompts, w.params);
     SCOPED_TRACE(only_device ? "device rows only" : "mixed with host rows");
-    expect_same(want, got);
+    expect_same_outputs(want, got);
     // The sampled rows really took the device path: their steps were issued ahead.
     EXPECT_GT(device->stats().num_steps_ahead, host->stats().num_steps_ahead);
   }
@@ -93,7 +82,7 @@ TEST(EngineDeviceSampling, SampledDecodeRunsAhead) {
   const auto want = host->generate(prompts, {p});
   auto device = make_fake_engine(config(true));
   const auto got = device->generate(prompts, {p});
-  expect_same(want, got);
+  expect_same_outputs(want, got);
   EXPECT_EQ(host->stats().num_steps_ahead, 0);
   EXPECT_GE(device->stats().num_steps_ahead, 20);
 }

@@ -36,18 +36,6 @@ Workload mixed_workload(int num_requests, uint32_t seed) {
   return w;
 }
 
-void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << "request " << i;
-    for (size_t j = 0; j < a[i].outputs.size(); ++j) {
-      EXPECT_EQ(a[i].outputs[j].token_ids, b[i].outputs[j].token_ids) << "request " << i;
-      EXPECT_EQ(a[i].outputs[j].finish_reason, b[i].outputs[j].finish_reason) << "request " << i;
-      EXPECT_EQ(a[i].outputs[j].stop_reason, b[i].outputs[j].stop_reason) << "request " << i;
-    }
-  }
-}
-
 TEST(EngineAsync, MixedBatchEqualsOneStepAtATime) {
   const Workload w = mixed_workload(40, 5);
   EngineConfig cfg;
@@ -61,7 +49,7 @@ TEST(EngineAsync, MixedBatchEqualsOneStepAtATime) {
   cfg.async_scheduling = true;
   auto async_engine = make_fake_engine(cfg);
   const auto got = async_engine->generate(w.prompts, w.params);
-  expect_same(want, got);
+  expect_same_outputs(want, got);
   EXPECT_GT(async_engine->stats().num_steps_ahead, 0);
   // Greedy rows also match the reference computed without an engine.
   for (size_t i = 0; i < got.size(); ++i) {
@@ -89,7 +77,7 @@ TEST(EngineAsync, SteadyDecodeRunsAheadAndEqualsSync) {
     if (!async) {
       want = out;
     } else {
-      expect_same(want, out);
+      expect_same_outputs(want, out);
       EXPECT_GE(engine->stats().num_steps_ahead, 10);
     }
   }
@@ -148,7 +136,7 @@ TEST(EngineAsync, KvPressureWithPreemptionEqualsSync) {
       want = out;
       EXPECT_GT(engine->stats().num_preemptions, 0);
     } else {
-      expect_same(want, out);
+      expect_same_outputs(want, out);
     }
   }
 }

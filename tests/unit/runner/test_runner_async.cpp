@@ -4,33 +4,10 @@
 // the same ids as running each step after the last one's tokens are known.
 #include <gtest/gtest.h>
 
-#include "../engine/fake_model.h"
-#include "runner/runner.h"
+#include "runner_fixture.h"
 
 namespace deepinfer {
 namespace {
-
-constexpr int kVocab = 64;
-
-struct Fixture {
-  std::unique_ptr<Backend> backend;
-  testing::FakeModel model{kVocab, 1, 256};
-  std::unique_ptr<Runner> runner;
-  Fixture() {
-    BackendOptions bo;
-    bo.num_threads = 1;
-    backend = make_cpu_backend(bo);
-    RunnerConfig rc;
-    rc.num_kv_blocks = 16;
-    rc.kv_block_size = 4;
-    rc.max_num_batched_tokens = 64;
-    rc.max_num_seqs = 4;
-    rc.max_model_len = 64;
-    runner = std::make_unique<Runner>(model, *backend, rc);
-  }
-};
-
-const std::vector<int32_t> kBlocksA = {3, 9, 5}, kBlocksB = {0, 12, 7};
 
 // Three greedy steps (a prefill, two decodes) run one at a time; returns each step's ids.
 std::vector<std::vector<int32_t>> run_sync(std::vector<int32_t> a, std::vector<int32_t> b) {

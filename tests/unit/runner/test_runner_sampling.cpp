@@ -4,26 +4,11 @@
 // sample_rows that do not fit the step are errors.
 #include <gtest/gtest.h>
 
-#include "../engine/fake_model.h"
 #include "backend/sample_rule.h"
-#include "runner/runner.h"
+#include "runner_fixture.h"
 
 namespace deepinfer {
 namespace {
-
-constexpr int kVocab = 64;
-
-std::unique_ptr<Runner> make_runner(Backend& backend, Model& model) {
-  RunnerConfig rc;
-  rc.num_kv_blocks = 16;
-  rc.kv_block_size = 4;
-  rc.max_num_batched_tokens = 64;
-  rc.max_num_seqs = 4;
-  rc.max_model_len = 64;
-  return std::make_unique<Runner>(model, backend, rc);
-}
-
-const std::vector<int32_t> kBlocksA = {3, 9, 5}, kBlocksB = {0, 12, 7};
 
 std::vector<SampleRowParams> rows_at(uint64_t pos_a, uint64_t pos_b) {
   std::vector<SampleRowParams> rows(2);
@@ -34,16 +19,13 @@ std::vector<SampleRowParams> rows_at(uint64_t pos_a, uint64_t pos_b) {
 }
 
 TEST(RunnerSampling, SampledTokensAreTheRuleOverTheLogitsAndFeedTheNextStep) {
-  BackendOptions bo;
-  bo.num_threads = 1;
-  auto backend = make_cpu_backend(bo);
-  testing::FakeModel model{kVocab, 1, 256};
   std::vector<int32_t> a = {4, 8, 15, 16, 23}, b = {42, 7, 3};
 
   // Reference: logits step, the rule on the host, then the next step with known tokens.
   std::vector<int32_t> want1, want2;
   {
-    auto runner = make_runner(*backend, model);
+    Fixture f;
+    Runner* runner = f.runner.get();
     std::vector<RunSeq> s1 = {{a, 0, 5, kBlocksA, true}, {b, 0, 3, kBlocksB, true}};
     const Tensor& logits = runner->execute(s1);
     const auto rows = rows_at(5, 3);
@@ -59,7 +41,8 @@ TEST(RunnerSampling, SampledTokensAreTheRuleOverTheLogitsAndFeedTheNextStep) {
       want2.push_back(sample_rule::sample_row(logits2.ptr<float>() + r * kVocab, kVocab, rows2[r]));
   }
 
-  auto runner = make_runner(*backend, model);
+  Fixture f;
+  Runner* runner = f.runner.get();
   std::vector<RunSeq> s1 = {{a, 0, 5, kBlocksA, true}, {b, 0, 3, kBlocksB, true}};
   const auto rows1 = rows_at(5, 3);
   const auto short_rows = std::vector<SampleRowParams>(1);
