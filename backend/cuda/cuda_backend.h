@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
   // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
   // contents are not kept across growth). Slots let one op hold several buffers.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
-              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotCount };
+              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
