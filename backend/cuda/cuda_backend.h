@@ -130,8 +130,19 @@ class CudaBackend final : public Backend {
   // no algorithm fits. q == nullptr: only finds (and caches) the plan. When ceil(K/128) % 4 != 0
   // the weight scales are copied with rows padded to a multiple of 4 into w_scale_space
   // (ceil(N/128) x that many floats).
+  // w_scales_padded: those padded scales made by the caller (moe_fp8_act), or nullptr.
   bool cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w, void* out,
-                    int64_t ldo, DType out_dtype, float* w_scale_space);
+                    int64_t ldo, DType out_dtype, float* w_scale_space,
+                    const float* w_scales_padded = nullptr);
+  // Routed experts with FP8 activations in prefill (fp8_gemm.cu), called by moe_experts after
+  // the permutation: x BF16 [T, H] (ldx), row_token [P] / offsets [E + 1] / entry_pos [P] its
+  // index (P = T * top_k). Writes the down outputs F32 into *y ([rows, H], each expert's rows
+  // padded to a multiple of 32) and *y_pos [P] (each pair's row there, -1: none) for the
+  // combine; false (nothing done) when off, batch-invariant, capturing or too few rows.
+  bool moe_fp8_act(const void* x, int64_t ldx, int64_t T, int top_k, const int32_t* topk_ids,
+                   const std::vector<ExpertWeights>& experts, const int32_t* row_token,
+                   const int32_t* offsets, const int32_t* entry_pos, const float** y,
+                   const int32_t** y_pos);
   struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
   Fp8State& fp8_state();
   std::shared_ptr<Fp8State> fp8_;

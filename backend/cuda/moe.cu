@@ -391,6 +391,17 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
     a = tmp;
     lda = H;
   }
+  // Prefill on FP8 experts: FP8 activations (1x128) and cuBLASLt's block-scaled GEMM per
+  // expert (fp8_gemm.cu), when enabled and cuBLASLt takes the shapes; never batch-invariant.
+  const float* y_fp8 = nullptr;
+  const int32_t* y_fp8_pos = nullptr;
+  if (fp8 && !few_rows &&
+      moe_fp8_act(a, lda, T, K, topk_ids.ptr<int32_t>(), experts, row_token, offsets, entry_pos, &y_fp8, &y_fp8_pos)) {
+    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+        y_fp8, H, y_fp8_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+    check_launch("moe_experts (combine)", shapes);
+    return;
+  }
   bf16* hidden = static_cast<bf16*>(scratch(kSlotMoeHidden, size_t{2} * P * 2 * I, "moe_experts"));
   bf16* act = static_cast<bf16*>(scratch(kSlotMoeAct, size_t{2} * P * I, "moe_experts"));
   float* y = static_cast<float*>(scratch(kSlotMoeOut, size_t{4} * P * H, "moe_experts"));
