@@ -53,7 +53,18 @@ int32_t sample_row(const float* logits, int64_t vocab, const SampleRowParams& p)
   const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < cand.size();
   if (top_k || p.top_p < 1.0f) {
     // The cut is a prefix of the rule's order; keep it, then restore id order for the draw.
-    std::vector<Cand> sorted = cand;
+    // Top-p alone: zero-weight candidates add no mass and the walk below stops at a candidate
+    // that adds some (the first one, the max, weighs 2^26), so they cannot move the cut and are
+    // never drawn: sort only the rest (a peaked row has few, a 129k-row sort was ~15 ms). With
+    // top-k they keep their places in the first k, so they stay.
+    std::vector<Cand> sorted;
+    if (top_k) {
+      sorted = cand;
+    } else {
+      sorted.reserve(cand.size());
+      for (const Cand& c : cand)
+        if (c.weight > 0) sorted.push_back(c);
+    }
     size_t keep = top_k ? static_cast<size_t>(p.top_k) : sorted.size();
     if (top_k)
       std::partial_sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(keep),

@@ -120,6 +120,65 @@ TEST(SampleRule, NarrowCutsGiveTheArgmaxLowestIdOnTies) {
   EXPECT_EQ(sample_rule::sample_row(masked.data(), 4, SampleRowParams{}), -1);
 }
 
+// Top-p over a peaked row: most of the vocabulary weighs 0 (the host reference sorts only the
+// rest). The token equals the rule written out in full here: every candidate sorted, the cut
+// walked, the draw over the kept ids in id order.
+TEST(SampleRule, PeakedTopPRowsGiveTheFullRulesToken) {
+  using namespace sample_rule;
+  std::mt19937 rng(21);
+  const int vocab = 4000;
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = -40.0f + std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  for (int i = 0; i < 24; ++i)
+    logits[std::uniform_int_distribution<int>(0, vocab - 1)(rng)] = std::normal_distribution<float>(0.0f, 1.5f)(rng);
+  logits[vocab - 1] = -17.5f;  // near the weight-0 edge at T 1
+  for (float top_p : {0.3f, 0.9f, 0.999999f}) {
+    for (float temperature : {0.7f, 1.0f, 2.5f}) {
+      SampleRowParams p;
+      p.temperature = temperature;
+      p.top_p = top_p;
+      p.seed = 3;
+      float max_s = -INFINITY;
+      for (float l : logits) max_s = std::max(max_s, fdiv(l, temperature));
+      struct C { uint32_t key; int32_t id; uint32_t w; };
+      std::vector<C> all;
+      for (int v = 0; v < vocab; ++v) {
+        const float s = fdiv(logits[v], temperature);
+        all.push_back({order_key(s), v, weight(fadd(s, -max_s))});
+      }
+      std::vector<C> order = all;
+      std::sort(order.begin(), order.end(), [](const C& a, const C& b) {
+        return a.key > b.key || (a.key == b.key && a.id < b.id);
+      });
+      uint64_t total = 0;
+      for (const C& c : order) total += c.w;
+      const uint64_t need = top_p_need(top_p, total);
+      uint64_t mass = 0;
+      size_t keep = 0;
+      while (keep < order.size()) {
+        mass += order[keep++].w;
+        if (mass >= need) break;
+      }
+      std::vector<bool> kept(vocab, false);
+      for (size_t i = 0; i < keep; ++i) kept[order[i].id] = true;
+      uint64_t kept_total = 0;
+      for (int v = 0; v < vocab; ++v) kept_total += kept[v] ? all[v].w : 0;
+      for (uint64_t pos = 0; pos < 300; ++pos) {
+        p.position = pos;
+        const uint64_t target = draw_target(philox_bits53(p.seed, p.stream, pos), kept_total);
+        uint64_t cum = 0;
+        int32_t want = -1;
+        for (int v = 0; v < vocab && want < 0; ++v) {
+          cum += kept[v] ? all[v].w : 0;
+          if (cum > target) want = v;
+        }
+        ASSERT_EQ(sample_row(logits.data(), vocab, p), want)
+            << "top_p " << top_p << " T " << temperature << " position " << pos;
+      }
+    }
+  }
+}
+
 // The host sampler's non-greedy rows are the rule itself (the engine's host and device paths
 // agree because of this).
 TEST(SampleRule, HostSamplerFollowsTheRule) {
