@@ -29,8 +29,9 @@ namespace deepinfer::cuda {
 struct CudaBackend::Fp8State {
   int64_t min_rows = 129;
   // Routed experts (moe_fp8_act): on/off (DEEPINFER_CUDA_FP8_MOE_ACT) and the least average
-  // rows per expert (DEEPINFER_CUDA_FP8_MOE_MIN_ROWS).
-  bool moe_act = true;
+  // rows per expert (DEEPINFER_CUDA_FP8_MOE_MIN_ROWS). Off by default until parity and an A/B
+  // on the H200 say otherwise (not run yet: bench/NOTES.md, "moe-fp8").
+  bool moe_act = false;
   int64_t moe_min_rows = 32;
   struct Plan {
     bool ok = false;

@@ -5,6 +5,8 @@
 //    cost against the W8A32 gemm, and its input checks.
 //  - Fp8Ops (CUDA vs CPU): quantization bit for bit, the GEMM by normalised error, gemm() on an
 //    FP8 weight for many rows (the FP8-activation path), random FP8 weights byte for byte.
+#include <stdlib.h>  // setenv, unsetenv
+
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
@@ -15,6 +17,30 @@ namespace deepinfer::ops_test {
 namespace {
 
 int64_t blocks_of(int64_t k) { return (k + 127) / 128; }
+
+// An environment variable set for a scope (the CUDA backend reads its FP8 switches from the
+// environment when it first needs them), restored after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) saved_ = was;
+    had_ = std::getenv(name) != nullptr;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, saved_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
 
 // Random e4m3 weight [N, K] (no NaN codes) with 128x128 scales in [0.5, 2) / (64 sqrt(K)).
 struct HostFp8Weight {
@@ -282,18 +308,14 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
   for (const Case c : {Case{300, 256, 192, 8, 2}, Case{150, 384, 160, 6, 3}}) {
     const std::string what = "moe_experts fp8 T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
                              std::to_string(c.I) + " experts " + std::to_string(c.E);
-    std::vector<ExpertWeights> wg(static_cast<size_t>(c.E)), wi(static_cast<size_t>(c.E)), wc(static_cast<size_t>(c.E));
-    std::vector<HostFp8Weight> host;  // [e * 3 + {gate, up, down}]
+    std::vector<ExpertWeights> wc(static_cast<size_t>(c.E));
     for (int64_t e = 0; e < c.E; ++e) {
       for (int m = 0; m < 3; ++m) {
         const int64_t N = m == 2 ? c.H : c.I, K = m == 2 ? c.I : c.H;
-        host.push_back(random_fp8_weight(rng_, N, K));
-        WeightPair w = upload(host.back(), N, K);
-        (m == 0 ? wg[e].gate : m == 1 ? wg[e].up : wg[e].down) = w.gpu;
-        (m == 0 ? wc[e].gate : m == 1 ? wc[e].up : wc[e].down) = w.cpu;
-        Weight& inv = m == 0 ? wi[e].gate : m == 1 ? wi[e].up : wi[e].down;
-        inv.w = gpu_copy(*gpu_inv_, w.cpu.w);
-        inv.scale_inv = gpu_copy(*gpu_inv_, w.cpu.scale_inv);
+        const HostFp8Weight hw = random_fp8_weight(rng_, N, K);
+        Weight& w = m == 0 ? wc[e].gate : m == 1 ? wc[e].up : wc[e].down;
+        w.w = cpu_raw(DType::F8_E4M3, hw.bytes.data(), {N, K});
+        w.scale_inv = cpu_f32(hw.scales, {blocks_of(N), blocks_of(K)});
       }
     }
     // Distinct experts per token, never expert 1 nor the last (0 rows there).
@@ -352,10 +374,21 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
       }
       return std::sqrt(num / den);
     };
-    for (Backend* b : {gpu_.get(), gpu_inv_.get()}) {
+    // The path is off by default (DEEPINFER_CUDA_FP8_MOE_ACT, read when a backend first
+    // needs its FP8 settings): a backend made and first used with it set.
+    const ScopedEnv moe_act("DEEPINFER_CUDA_FP8_MOE_ACT", "1");
+    std::unique_ptr<Backend> gpu_act = make_cuda_backend(BackendOptions{});
+    for (Backend* b : {gpu_act.get(), gpu_inv_.get()}) {
       const bool inv = b == gpu_inv_.get();
       Tensor og = gpu_poisoned(*b, DType::BF16, {c.T, c.H});
-      const std::vector<ExpertWeights>& experts = inv ? wi : wg;
+      std::vector<ExpertWeights> experts(wc.size());
+      for (size_t e = 0; e < wc.size(); ++e) {
+        for (auto [dst, src] : {std::pair<Weight*, const Weight*>{&experts[e].gate, &wc[e].gate},
+                                {&experts[e].up, &wc[e].up}, {&experts[e].down, &wc[e].down}}) {
+          dst->w = gpu_copy(*b, src->w);
+          dst->scale_inv = gpu_copy(*b, src->scale_inv);
+        }
+      }
       b->moe_experts(gpu_float(*b, x, {c.T, c.H}, DType::BF16), gpu_copy(*b, cpu_i32(ids, {c.T, c.K})),
                      gpu_float(*b, w, {c.T, c.K}, DType::F32), experts, og);
       const std::vector<float> got = download(*b, og);
