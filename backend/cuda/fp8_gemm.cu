@@ -29,10 +29,12 @@ namespace deepinfer::cuda {
 struct CudaBackend::Fp8State {
   int64_t min_rows = 129;
   // Routed experts (moe_fp8_act): on/off (DEEPINFER_CUDA_FP8_MOE_ACT) and the least average
-  // rows per expert (DEEPINFER_CUDA_FP8_MOE_MIN_ROWS). Off by default until parity and an A/B
-  // on the H200 say otherwise (not run yet: bench/NOTES.md, "moe-fp8").
-  bool moe_act = false;
-  int64_t moe_min_rows = 32;
+  // rows per expert (DEEPINFER_CUDA_FP8_MOE_MIN_ROWS). H200, bench model (bench/NOTES.md,
+  // "moe-fp8"): prefill 4096 (384 rows per expert) 27,400 -> 47,000 tok/s, 2048 (192) 29,160 ->
+  // 45,300, but 512 (48) 32,200 -> 17,800: 192 cuBLASLt calls and a host sync per layer cost
+  // more than they save on small slices. Hence on, from 128 rows per expert.
+  bool moe_act = true;
+  int64_t moe_min_rows = 128;
   struct Plan {
     bool ok = false;
     cublasLtMatmulDesc_t desc = nullptr;

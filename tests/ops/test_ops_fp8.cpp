@@ -374,9 +374,11 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
       }
       return std::sqrt(num / den);
     };
-    // The path is off by default (DEEPINFER_CUDA_FP8_MOE_ACT, read when a backend first
-    // needs its FP8 settings): a backend made and first used with it set.
+    // The path's settings are read when a backend first needs them: a backend made and first
+    // used with the path on and a row threshold these shapes (~75 rows per expert) pass (the
+    // default, 128 rows per expert, is set for the bench model's prefill 2048+).
     const ScopedEnv moe_act("DEEPINFER_CUDA_FP8_MOE_ACT", "1");
+    const ScopedEnv moe_rows("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32");
     std::unique_ptr<Backend> gpu_act = make_cuda_backend(BackendOptions{});
     for (Backend* b : {gpu_act.get(), gpu_inv_.get()}) {
       const bool inv = b == gpu_inv_.get();
