@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The one script run on the H200 machine (device tool, repo root, carry: ["$GPU_BIN"]).
+# The one script run on the H200 machine (device tool, repo root, carry: ["$GPU_BIN/bin.tar.xz"] or ["$GPU_BIN"]).
 # Uses the binaries prebuilt on the dev machine by tools/gpu/build_gpu.sh into $GPU_BIN/bin
-# (GPU_BIN defaults to build-gpu):
+# (GPU_BIN defaults to build-gpu; carry ["$GPU_BIN/bin.tar.xz"], unpacked here):
 #   1. environment: GPU, driver, shared libraries the binaries need (ldd)
 #   2. parity: tests/ops (every CUDA op vs the CPU reference) with DEEPINFER_CUDA_SYNC=1
 #   3. golden tests on the GPU backend (when their binary exists)
@@ -19,6 +19,10 @@ OUT="${OUT:-/tmp/deepinfer_out}"
 mkdir -p "$OUT"
 gpu_bin="${GPU_BIN:-build-gpu}"
 bin="$root/$gpu_bin/bin"
+# Binaries carried packed (tools/gpu/build_gpu.sh writes $GPU_BIN/bin.tar.xz): unpack them.
+if [[ ! -d "$bin" && -f "$root/$gpu_bin/bin.tar.xz" ]]; then
+  tar -C "$root/$gpu_bin" -xJf "$root/$gpu_bin/bin.tar.xz" || echo "could not unpack $gpu_bin/bin.tar.xz"
+fi
 budget_s="${RUN_ALL_BUDGET_S:-560}"
 start_s=$(date +%s)
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:$root/$gpu_bin/lib:${LD_LIBRARY_PATH:-}"
