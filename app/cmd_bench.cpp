@@ -192,9 +192,13 @@ int cmd_bench(int argc, char** argv) {
   config.enable_prefix_caching = false;  // every run computes its prompt
   // Throughput sizes the KV cache as serving does (free device memory, or
   // --num-kv-blocks / --kv-cache-bytes); the other modes need only their batch.
+  // Blocks are per sequence: a batch of B needs B * ceil((prompt + gen) / block) of them (sizing
+  // by total tokens left some requests waiting for others to finish at gen 32: the decode
+  // timing then covered only the tail of the run).
   if (config.num_kv_blocks == 0 && throughput.empty()) {
-    const int64_t tokens = std::max<int64_t>(int64_t{max_batch} * (prompt_len + gen_len), max_prefill + 1);
-    config.num_kv_blocks = static_cast<int>((tokens + config.kv_block_size - 1) / config.kv_block_size) + 1;
+    auto blocks = [&](int64_t tokens) { return (tokens + config.kv_block_size - 1) / config.kv_block_size; };
+    const int64_t needed = std::max<int64_t>(int64_t{max_batch} * blocks(prompt_len + gen_len), blocks(max_prefill + 1));
+    config.num_kv_blocks = static_cast<int>(needed) + 1;
   }
   const auto t_load = Clock::now();
   Engine engine(config);
@@ -275,12 +279,16 @@ int cmd_bench(int argc, char** argv) {
     SamplingParams p = sampling.params();
     p.max_tokens = gen_len;
     p.ignore_eos = true;
-    std::vector<double> times, prefill_times;
+    // The timed part starts when every request has its first token; it counts the tokens and
+    // steps made after that point (with chunked prefill, requests admitted first decode while
+    // later prompts are still in prefill: those tokens are not in the timed part).
+    std::vector<double> times, prefill_times, timed_tokens, timed_steps;
     for (int run = 0; run < warmup + repeats; ++run) {
       const auto t0 = Clock::now();
       for (int i = 0; i < b; ++i) engine.add_request(random_prompt(prompt_len), p);
       int have_first = 0;
       Clock::time_point t_decode = Clock::now();
+      EngineStats at_decode = engine.stats();
       bool decoding = false;
       while (engine.has_unfinished()) {
         for (auto& r : engine.step())
@@ -288,15 +296,23 @@ int cmd_bench(int argc, char** argv) {
         if (!decoding && have_first >= b) {
           decoding = true;
           t_decode = Clock::now();
+          at_decode = engine.stats();
           if (run >= warmup) prefill_times.push_back(std::chrono::duration<double>(t_decode - t0).count());
         }
       }
-      if (run >= warmup) times.push_back(seconds_since(t_decode));
+      if (run >= warmup) {
+        times.push_back(seconds_since(t_decode));
+        const EngineStats& end = engine.stats();
+        timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
+        timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
+      }
     }
-    const double steps = gen_len - 1, tokens = static_cast<double>(b) * (gen_len - 1);
+    // Every run makes the same tokens in the same steps (same scheduler, same lengths).
+    const double steps = median(timed_steps), tokens = median(timed_tokens);
     json rec = {{"kind", "decode"}, {"batch", b}, {"prompt_len", prompt_len}, {"gen_len", gen_len},
                 {"context", prompt_len + gen_len / 2.0}, {"runs_s", times},
-                {"prefill_elapsed_s", median(prefill_times)}, {"temperature", p.temperature},
+                {"prefill_elapsed_s", median(prefill_times)}, {"timed_tokens_per_run", timed_tokens},
+                {"temperature", p.temperature},
                 {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling}};
     emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
          median(times));

@@ -26,4 +26,20 @@ with tempfile.TemporaryDirectory() as tmp:
         assert len(x["runs_s"]) == 2 and x["elapsed_s"] > 0
         assert abs(x["tokens_per_s"] - x["tokens"] / x["elapsed_s"]) < 1e-6 * x["tokens_per_s"]
     assert recs[3]["tokens"] == 4 * 7 and recs[3]["steps"] == 7
+    assert recs[3]["timed_tokens_per_run"] == [28, 28], recs[3]
+
+    # Chunked prefill (16 prompt tokens per step): the first request decodes while later prompts
+    # are still in prefill; the timed part (from the last first token) must not count those
+    # tokens, and every request must fit in the KV cache at once (gen 32).
+    out2 = os.path.join(tmp, "bench_chunked.jsonl")
+    r = subprocess.run([binary, "bench", "--config", cfg, "--random-weights", "--batch", "4",
+                        "--prompt-len", "16", "--gen-len", "32", "--repeats", "1", "--warmup", "0",
+                        "--max-num-batched-tokens", "16", "--threads", "2", "--output", out2],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"bench (chunked) failed: {r.stderr}")
+    (rec,) = [json.loads(l) for l in open(out2)]
+    assert 0 < rec["tokens"] < 4 * 31, rec
+    assert rec["tokens"] >= 3 * 31 - 6, rec  # at most a few early tokens per request are left out
+    assert abs(rec["tokens_per_s"] - rec["tokens"] / rec["elapsed_s"]) < 1e-6 * rec["tokens_per_s"]
 print("ok")
