@@ -96,6 +96,26 @@ DI_SAMPLE_HD uint64_t philox_bits53(uint64_t seed, uint64_t stream, uint64_t pos
   return ((static_cast<uint64_t>(ctr[0]) << 21) ^ (ctr[1] >> 11)) & ((uint64_t{1} << 53) - 1);
 }
 
+// Bit casts that compile on host and device (the same bits on both sides).
+DI_SAMPLE_HD uint32_t bits_of_float(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+DI_SAMPLE_HD float float_of_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
 // exp(x) for x <= 0 (Cody-Waite reduction, Cephes' expf polynomial), 0 below -23
 // (exp(-23) * 2^26 < 1: such a token's weight is 0 anyway). Relative error ~1e-7.
 DI_SAMPLE_HD float exp_neg(float x) {
@@ -115,13 +135,7 @@ DI_SAMPLE_HD float exp_neg(float x) {
   p = ffma(p, r, 5.0000001201e-1f);
   const float y = fadd(ffma(p, fmul(r, r), r), 1.0f);
   // 2^n for n in [-34, 0] from its bits (exact scaling of a normal number).
-  const uint32_t scale_bits = static_cast<uint32_t>(static_cast<int>(n) + 127) << 23;
-  float scale;
-#if defined(__CUDA_ARCH__)
-  scale = __uint_as_float(scale_bits);
-#else
-  std::memcpy(&scale, &scale_bits, sizeof(scale));
-#endif
+  const float scale = float_of_bits(static_cast<uint32_t>(static_cast<int>(n) + 127) << 23);
   const float e = fmul(y, scale);
   return e < 1.0f ? e : 1.0f;
 }
@@ -129,17 +143,12 @@ DI_SAMPLE_HD float exp_neg(float x) {
 // Weight of a candidate at x = s - max (<= 0): floor(exp_neg(x) * 2^26), the max has 2^26.
 inline constexpr uint32_t kMaxWeight = 1u << 26;
 DI_SAMPLE_HD uint32_t weight(float x) {
-  return static_cast<uint32_t>(fmul(exp_neg(x), 67108864.0f));
+  return static_cast<uint32_t>(fmul(exp_neg(x), static_cast<float>(kMaxWeight)));
 }
 
 // A key whose unsigned order is the float order (larger s -> larger key).
 DI_SAMPLE_HD uint32_t order_key(float s) {
-  uint32_t bits;
-#if defined(__CUDA_ARCH__)
-  bits = __float_as_uint(s);
-#else
-  std::memcpy(&bits, &s, sizeof(bits));
-#endif
+  const uint32_t bits = bits_of_float(s);
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
