@@ -105,6 +105,7 @@ class GrammarMatcher {
   const std::vector<const MaskEntry*>& entries_for(int32_t element);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
+  std::unique_ptr<WalkScratch> walk_;  // working memory of the mask-cache misses it computes
   StackArena arena_;
   StepScratch scratch_;
   std::vector<State> history_;  // history_[0]: initial state

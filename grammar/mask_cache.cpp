@@ -16,7 +16,8 @@ void append_raw(std::string& out, T x) {
 }
 
 size_t entry_bytes(const MaskEntry& e) {
-  return e.accepted.size() * sizeof(uint32_t) + e.uncertain.size() * sizeof(int32_t) + sizeof(MaskEntry);
+  return e.dense.size() * sizeof(uint32_t) + e.sparse.size() * sizeof(e.sparse[0]) + e.uncertain.size() * sizeof(int32_t) +
+         sizeof(MaskEntry);
 }
 
 }  // namespace
@@ -49,7 +50,8 @@ size_t SharedMaskCache::num_bytes() const {
 }
 
 bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
-                       std::string& key, bool with_calls) {
+                       std::string& key, bool with_calls, bool* complete) {
+  if (complete) *complete = true;
   // Call edges are not bytes, so a depth reached through them would not be a least depth.
   if (with_calls) max_depth = std::numeric_limits<int32_t>::max();
   key.clear();
@@ -63,6 +65,7 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
     if (!st.calls.empty() && !with_calls) return false;
     key.push_back(st.final ? 'F' : 'N');
     if (depth[i] >= max_depth) {
+      if (complete) *complete = false;
       // Cut: no token reaches past this node, so only what the walk tests at a token's last
       // byte (final, has bytes) is part of the key, not where the edges lead.
       key.push_back(st.bytes.empty() ? 'x' : 'C');
@@ -108,7 +111,8 @@ size_t MaskCache::num_shared_hits() const {
   return num_shared_hits_;
 }
 
-const MaskEntry& MaskCache::get(const std::vector<int32_t>& states, bool rooted, const MaskEntry* prev) {
+const MaskEntry& MaskCache::get(const std::vector<int32_t>& states, bool rooted, const MaskEntry* prev,
+                                WalkScratch& ws) {
   std::string key(reinterpret_cast<const char*>(states.data()), states.size() * sizeof(int32_t));
   key.push_back(rooted ? 'r' : 's');
   {
@@ -117,43 +121,58 @@ const MaskEntry& MaskCache::get(const std::vector<int32_t>& states, bool rooted,
     if (it != entries_.end()) return *it->second;
   }
   // Computed outside the lock; a concurrent duplicate computation is harmless.
-  std::shared_ptr<const MaskEntry> e;
-  std::string shared_key;
   const TokenTrie& t = v_.trie();
-  const bool shareable =
-      states.size() == 1 && canonical_dfa_key(a_, states[0], rooted, kMaxSharedDfaStates, kShortTokenBytes, shared_key);
+  std::vector<uint32_t>& bits = ws.bits;  // all zero between walks
+  bits.resize(v_.num_mask_words(), 0);
+  auto e = std::make_shared<MaskEntry>();
   bool hit = false;
-  if (shareable) {
-    if (auto short_entry = v_.shared_masks().find(shared_key)) {
-      // The shared entry decides the tokens of at most kShortTokenBytes (the key covers that
-      // depth); the long ones are walked from this state.
+  if (states.size() > 1) {
+    walk_trie(a_, v_, states, rooted, &prev->uncertain, nullptr, ws, bits.data(), e->uncertain);
+  } else {
+    // The vocabulary-wide key: the DFA reachable from the state within kShortTokenBytes. When
+    // that is the whole reachable DFA (no state cut: string content, numbers, literals), the
+    // entry decides every token ('A'); else only the short ones ('S': a count position of a
+    // string with maxLength far from its bounds; the long tokens are walked per state).
+    std::string shared_key;
+    bool all_tokens = false;
+    const bool shareable = canonical_dfa_key(a_, states[0], rooted, kMaxSharedDfaStates, kShortTokenBytes, shared_key,
+                                             false, &all_tokens);
+    if (shareable) shared_key.push_back(all_tokens ? 'A' : 'S');
+    if (auto found = shareable ? v_.shared_masks().find(shared_key) : nullptr) {
       hit = true;
-      MaskEntry r = walk_trie(a_, v_, states, rooted, &t.long_positions);
-      auto mine = std::make_shared<MaskEntry>();
-      mine->accepted = short_entry->accepted;
-      for (size_t w = 0; w < r.accepted.size(); ++w) mine->accepted[w] |= r.accepted[w];
-      mine->uncertain.resize(short_entry->uncertain.size() + r.uncertain.size());
-      std::merge(short_entry->uncertain.begin(), short_entry->uncertain.end(), r.uncertain.begin(), r.uncertain.end(),
-                 mine->uncertain.begin());
-      e = std::move(mine);
-    }
-  }
-  if (!e) {
-    e = std::make_shared<const MaskEntry>(states.size() == 1 ? walk_trie(a_, v_, states, rooted, nullptr, &subtrees_)
-                                                             : walk_trie(a_, v_, states, rooted, &prev->uncertain));
-    if (shareable) {
-      // Shared without the long tokens: another state with this key may differ on them.
-      auto short_entry = std::make_shared<MaskEntry>(*e);
-      for (int32_t k : t.long_positions) {
-        const int32_t id = t.sorted_tokens[k];
-        short_entry->accepted[id >> 5] &= ~(1u << (id & 31));
+      found->or_into(bits.data());
+      e->uncertain = found->uncertain;
+      if (!all_tokens) {
+        std::vector<int32_t> long_uncertain;
+        walk_trie(a_, v_, states, rooted, &t.long_positions, nullptr, ws, bits.data(), long_uncertain);
+        std::vector<int32_t> merged(e->uncertain.size() + long_uncertain.size());
+        std::merge(e->uncertain.begin(), e->uncertain.end(), long_uncertain.begin(), long_uncertain.end(),
+                   merged.begin());
+        e->uncertain = std::move(merged);
       }
-      std::erase_if(short_entry->uncertain, [&](int32_t k) {
-        return v_.token_bytes(t.sorted_tokens[k]).size() > static_cast<size_t>(kShortTokenBytes);
-      });
-      v_.shared_masks().insert(shared_key, std::move(short_entry));
+    } else {
+      walk_trie(a_, v_, states, rooted, nullptr, &subtrees_, ws, bits.data(), e->uncertain);
+      if (shareable) {
+        // An 'S' entry is shared without the long tokens: another state with this key may
+        // differ on them.
+        auto shared = std::make_shared<MaskEntry>();
+        std::vector<uint32_t> shared_bits = bits;
+        shared->uncertain = e->uncertain;
+        if (!all_tokens) {
+          for (int32_t k : t.long_positions) {
+            const int32_t id = t.sorted_tokens[k];
+            shared_bits[id >> 5] &= ~(1u << (id & 31));
+          }
+          std::erase_if(shared->uncertain, [&](int32_t k) {
+            return v_.token_bytes(t.sorted_tokens[k]).size() > static_cast<size_t>(kShortTokenBytes);
+          });
+        }
+        shared->take_bits(shared_bits);
+        v_.shared_masks().insert(shared_key, std::move(shared));
+      }
     }
   }
+  e->take_bits(bits);
   std::lock_guard<std::mutex> lock(mu_);
   num_shared_hits_ += hit;
   auto [it, inserted] = entries_.try_emplace(std::move(key), std::move(e));

@@ -58,8 +58,10 @@ class SharedMaskCache {
 // with them, so the key covers the pushdown automaton reachable from `state` (no depth bound):
 // equal keys behave alike over any stack bottom, e.g. the equivalent mid-character states of
 // every node of a key trie that leaves into a string rule.
+// complete (optional): set to whether no state was cut at max_depth, i.e. the key is the whole
+// reachable DFA and classifies tokens of any length alike.
 bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t max_states, int32_t max_depth,
-                       std::string& key, bool with_calls = false);
+                       std::string& key, bool with_calls = false, bool* complete = nullptr);
 // Past this many recorded states a form is not shared: its key would cost more to build than it
 // is likely to be met again. A JSON string with maxLength records ~10 states per character
 // within 16 bytes (escapes, UTF-8 continuations), so this admits them.
@@ -69,8 +71,8 @@ class MaskCache {
  public:
   MaskCache(const Automaton& a, const Vocabulary& v) : a_(a), v_(v) {}
   // states: s1..sk (top first); rooted: the k frames are the whole stack; prev: the entry of
-  // s1..s(k-1) (null for k == 1).
-  const MaskEntry& get(const std::vector<int32_t>& states, bool rooted, const MaskEntry* prev);
+  // s1..s(k-1) (null for k == 1); ws: the calling matcher's walk memory.
+  const MaskEntry& get(const std::vector<int32_t>& states, bool rooted, const MaskEntry* prev, WalkScratch& ws);
   size_t num_entries() const;
   // Level-1 entries taken from the vocabulary's shared cache rather than walked here.
   size_t num_shared_hits() const;

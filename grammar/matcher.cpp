@@ -6,7 +6,8 @@
 
 namespace deepinfer::grammar {
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)) {
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : grammar_(std::move(grammar)), walk_(std::make_unique<WalkScratch>()) {
   DI_CHECK(grammar_ != nullptr, "grammar matcher: no compiled grammar");
   reset();
 }
@@ -94,7 +95,7 @@ const std::vector<const MaskEntry*>& GrammarMatcher::entries_for(int32_t element
   for (size_t k = 0; k < chain.size(); ++k) {
     prefix.push_back(chain[k]);
     bool rooted = k + 1 == chain.size();
-    const MaskEntry& e = cache.get(prefix, rooted, prev);
+    const MaskEntry& e = cache.get(prefix, rooted, prev, *walk_);
     entries.push_back(&e);
     prev = &e;
     if (e.uncertain.empty()) break;
@@ -111,10 +112,7 @@ void GrammarMatcher::fill_mask(uint32_t* bitmask) {
     // Copy: entries_for may grow the arena but never touches history_.
     const std::vector<int32_t> elements = s.elements;
     for (int32_t e : elements) {
-      for (const MaskEntry* entry : entries_for(e)) {
-        const uint32_t* src = entry->accepted.data();
-        for (int32_t w = 0; w < num_words; ++w) bitmask[w] |= src[w];
-      }
+      for (const MaskEntry* entry : entries_for(e)) entry->or_into(bitmask);
     }
   }
   if (s.can_terminate && !s.terminated && v.eos_id() >= 0) bitmask[v.eos_id() >> 5] |= 1u << (v.eos_id() & 31);

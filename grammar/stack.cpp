@@ -5,11 +5,41 @@
 
 namespace deepinfer::grammar {
 
+namespace {
+inline uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  return k;
+}
+}  // namespace
+
 int32_t StackArena::make(int32_t state, int32_t parent) {
-  uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 2);
-  auto [it, inserted] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
-  if (inserted) nodes_.push_back({state, parent});
-  return it->second;
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 2);
+  // Load factor <= 1/2.
+  if (2 * (nodes_.size() + 1) > slots_.size()) grow();
+  const size_t m = slots_.size() - 1;
+  for (size_t i = mix(key) & m;; i = (i + 1) & m) {
+    Slot& s = slots_[i];
+    if (s.generation != generation_) {
+      s = {key, static_cast<int32_t>(nodes_.size()), generation_};
+      nodes_.push_back({state, parent});
+      return s.id;
+    }
+    if (s.key == key) return s.id;
+  }
+}
+
+void StackArena::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{0, 0, 0});
+  const size_t m = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.generation != generation_) continue;
+    size_t i = mix(s.key) & m;
+    while (slots_[i].generation == generation_) i = (i + 1) & m;
+    slots_[i] = s;
+  }
 }
 
 namespace {

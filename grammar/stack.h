@@ -4,7 +4,6 @@
 // (used when classifying tokens out of context: popping it means "depends on the caller").
 #pragma once
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "grammar/automaton.h"
@@ -29,14 +28,28 @@ class StackArena {
   int32_t make(int32_t state, int32_t parent);
   const StackNode& operator[](int32_t id) const { return nodes_[id]; }
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
+  // O(1): slots of earlier generations read as empty, so a reused arena (one per trie walk,
+  // thousands per grammar) does not pay for its largest size on every clear.
   void clear() {
     nodes_.clear();
-    index_.clear();
+    if (++generation_ == 0) {  // wrapped: slots of generation 0 would read as live
+      slots_.assign(slots_.size(), Slot{0, 0, 0});
+      generation_ = 1;
+    }
   }
 
  private:
+  void grow();
+  // Open addressing, linear probing over (state, parent) -> node id; a slot is live when its
+  // generation is the arena's (was std::unordered_map: one allocation per node).
+  struct Slot {
+    uint64_t key;
+    int32_t id;
+    uint32_t generation;
+  };
   std::vector<StackNode> nodes_;
-  std::unordered_map<uint64_t, int32_t> index_;
+  std::vector<Slot> slots_;
+  uint32_t generation_ = 1;
 };
 
 // Scratch space for closures (reused to avoid allocation per byte).

@@ -10,7 +10,7 @@
 namespace deepinfer::grammar {
 namespace {
 
-inline void set_bit(std::vector<uint32_t>& mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
+inline void set_bit(uint32_t* mask, int32_t id) { mask[id >> 5] |= 1u << (id & 31); }
 
 // Subtrees with fewer tokens are walked again rather than cached.
 constexpr int32_t kMinCachedSubtreeTokens = 64;
@@ -60,18 +60,26 @@ class Candidates {
 
 template <bool kRestricted>
 void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& states, bool rooted,
-          const std::vector<int32_t>* candidates, SubtreeCache* subtrees, SubtreeCache* shared, MaskEntry& e) {
+          const std::vector<int32_t>* candidates, SubtreeCache* subtrees, SubtreeCache* shared, WalkScratch& ws,
+          uint32_t* accepted, std::vector<int32_t>& uncertain, int32_t num_words) {
   Candidates<kRestricted> cand(candidates);
-  StackArena arena;
-  StepScratch scratch;
+  StackArena& arena = ws.arena;
+  StepScratch& scratch = ws.step;
+  arena.clear();
   int32_t top = rooted ? kRoot : kSentinel;
   for (size_t k = states.size(); k-- > 0;) top = arena.make(states[k], top);
   // Per depth: either a fast element (state, parent) stepped as a plain DFA while it meets no
   // call and no rule end above the bottom, or a general element set (fast[d] == -1).
   const int32_t max_depth = t.max_depth + 1;
-  std::vector<int32_t> fast(max_depth, -1), fast_parent(max_depth, -1);
-  std::vector<std::vector<int32_t>> sets(max_depth);
-  std::vector<char> popped(max_depth, 0);  // the sentinel popped at depth 1..d
+  std::vector<int32_t>& fast = ws.fast;
+  std::vector<int32_t>& fast_parent = ws.fast_parent;
+  std::vector<std::vector<int32_t>>& sets = ws.sets;
+  std::vector<char>& popped = ws.popped;  // the sentinel popped at depth 1..d
+  fast.assign(max_depth, -1);
+  fast_parent.assign(max_depth, -1);
+  popped.assign(max_depth, 0);
+  if (static_cast<int32_t>(sets.size()) < max_depth) sets.resize(max_depth);
+  uncertain.clear();
   // Depth 0: only s1's own byte edges (its calls were expanded into other elements).
   fast[0] = states[0];
   fast_parent[0] = arena[top].parent;
@@ -81,22 +89,21 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   std::vector<int32_t> deferred, deferred_in_record;
   std::unordered_map<int32_t, int32_t> forms;  // X -> form id in `shared` (-1 when none)
   std::string form;
-  std::vector<int32_t> record_ids;  // accepted ids of the subtree being recorded
-  std::vector<int32_t>* uncertain_out = &e.uncertain;
+  // Accepted ids of the subtree being recorded, as a bitmask (ws.record_bits): read out in word
+  // order at the end (sorting the ids was 10% of all walk time).
+  std::vector<uint32_t>& record_bits = ws.record_bits;
+  if (!kRestricted) record_bits.resize(num_words, 0);
+  std::vector<int32_t>* uncertain_out = &uncertain;
   std::shared_ptr<SubtreeResult> record;
   SubtreeCache* record_cache = nullptr;
   std::string record_key;
   int32_t record_end = -1;
   auto finish_record = [&] {
-    std::sort(record_ids.begin(), record_ids.end());
-    for (int32_t id : record_ids) {
-      const uint32_t bit = 1u << (id & 31);
-      if (!record->accepted_words.empty() && record->accepted_words.back().first == (id >> 5))
-        record->accepted_words.back().second |= bit;
-      else
-        record->accepted_words.push_back({id >> 5, bit});
+    for (int32_t w = 0; w < num_words; ++w) {
+      if (record_bits[w] == 0) continue;
+      record->accepted_words.push_back({w, record_bits[w]});
+      record_bits[w] = 0;
     }
-    record_ids.clear();
     record->uncertain = std::move(deferred_in_record);
     record_cache->insert(record_key, std::move(record));
     record = nullptr;
@@ -110,12 +117,12 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
         continue;
       }
     } else {
-      if (uncertain_out != &e.uncertain && i >= record_end) {
+      if (uncertain_out != &uncertain && i >= record_end) {
         // Leaving a deferred subtree.
         deferred.insert(deferred.end(), deferred_in_record.begin(), deferred_in_record.end());
         if (record) finish_record();
         deferred_in_record.clear();
-        uncertain_out = &e.uncertain;
+        uncertain_out = &uncertain;
       }
     }
     const int32_t d = t.depth[i];
@@ -160,8 +167,8 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
     popped[d] = popped_before || (pop && !rooted);
     cand.for_each(t.tok_begin[i], t.tok_begin[i + 1], [&](int32_t k) {
       if (alive || pop) {
-        set_bit(e.accepted, t.sorted_tokens[k]);
-        if (!kRestricted && record) record_ids.push_back(t.sorted_tokens[k]);
+        set_bit(accepted, t.sorted_tokens[k]);
+        if (!kRestricted && record) set_bit(record_bits.data(), t.sorted_tokens[k]);
       } else if (popped_before) {
         uncertain_out->push_back(k);
       }
@@ -188,7 +195,7 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       }
       fast_parent[1] = kSentinel;
       if (auto hit = cache ? cache->find(key) : nullptr) {
-        for (auto [w, bits] : hit->accepted_words) e.accepted[w] |= bits;
+        for (auto [w, bits] : hit->accepted_words) accepted[w] |= bits;
         deferred.insert(deferred.end(), hit->uncertain.begin(), hit->uncertain.end());
         i = t.end[i];
         continue;
@@ -208,32 +215,55 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       i = t.end[i];
     }
   }
-  if (uncertain_out != &e.uncertain) {
+  if (uncertain_out != &uncertain) {
     deferred.insert(deferred.end(), deferred_in_record.begin(), deferred_in_record.end());
     if (record) finish_record();
   }
   if (deferred.empty()) return;
-  // Deferred tokens, exactly, from the real stack (ascending: collected in preorder).
-  MaskEntry r;
-  r.accepted.assign(e.accepted.size(), 0);
-  walk<true>(a, t, states, rooted, &deferred, nullptr, nullptr, r);
-  for (size_t w = 0; w < r.accepted.size(); ++w) e.accepted[w] |= r.accepted[w];
-  std::vector<int32_t> merged(e.uncertain.size() + r.uncertain.size());
-  std::merge(e.uncertain.begin(), e.uncertain.end(), r.uncertain.begin(), r.uncertain.end(), merged.begin());
-  e.uncertain = std::move(merged);
+  // Deferred tokens, exactly, from the real stack (ascending: collected in preorder). This
+  // walk reuses ws: the loop above is done with it.
+  std::vector<int32_t> r;
+  walk<true>(a, t, states, rooted, &deferred, nullptr, nullptr, ws, accepted, r, num_words);
+  std::vector<int32_t> merged(uncertain.size() + r.size());
+  std::merge(uncertain.begin(), uncertain.end(), r.begin(), r.end(), merged.begin());
+  uncertain = std::move(merged);
 }
 
 }  // namespace
 
-MaskEntry walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
-                    const std::vector<int32_t>* candidates, SubtreeCache* subtrees) {
-  MaskEntry e;
-  e.accepted.assign(v.num_mask_words(), 0);
+void walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
+               const std::vector<int32_t>* candidates, SubtreeCache* subtrees, WalkScratch& ws, uint32_t* accepted,
+               std::vector<int32_t>& uncertain) {
   if (candidates)
-    walk<true>(a, v.trie(), states, rooted, candidates, nullptr, nullptr, e);
+    walk<true>(a, v.trie(), states, rooted, candidates, nullptr, nullptr, ws, accepted, uncertain, v.num_mask_words());
   else
-    walk<false>(a, v.trie(), states, rooted, nullptr, subtrees, &v.shared_masks().subtrees(), e);
-  return e;
+    walk<false>(a, v.trie(), states, rooted, nullptr, subtrees, &v.shared_masks().subtrees(), ws, accepted, uncertain,
+                v.num_mask_words());
+}
+
+void MaskEntry::or_into(uint32_t* mask) const {
+  for (size_t w = 0; w < dense.size(); ++w) mask[w] |= dense[w];
+  for (auto [w, b] : sparse) mask[w] |= b;
+}
+
+void MaskEntry::take_bits(std::vector<uint32_t>& bits) {
+  const size_t num_words = bits.size();
+  size_t num_set = 0;
+  for (uint32_t b : bits) num_set += b != 0;
+  dense.clear();
+  sparse.clear();
+  // A pair is two words: sparse while it is at most a quarter of the dense size.
+  if (num_set * 8 > num_words) {
+    dense = bits;
+    std::fill(bits.begin(), bits.end(), 0u);
+    return;
+  }
+  sparse.reserve(num_set);
+  for (size_t w = 0; w < num_words; ++w) {
+    if (bits[w] == 0) continue;
+    sparse.push_back({static_cast<int32_t>(w), bits[w]});
+    bits[w] = 0;
+  }
 }
 
 std::shared_ptr<const SubtreeResult> SubtreeCache::find(const std::string& key) const {

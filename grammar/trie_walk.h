@@ -18,15 +18,25 @@
 #include <vector>
 
 #include "grammar/automaton.h"
+#include "grammar/stack.h"
 #include "grammar/vocab.h"
 
 namespace deepinfer::grammar {
 
 struct MaskEntry {
-  std::vector<uint32_t> accepted;  // bitmask over the vocabulary, num_mask_words words
+  // Accepted token ids: a dense bitmask (num_mask_words words) when they touch many words, else
+  // (mask word, bits) pairs in ascending word order. Most entries past level 1 hold a handful of
+  // ids: as 16 KB bitmasks they were zeroed, stored and ORed into every mask in full.
+  std::vector<uint32_t> dense;
+  std::vector<std::pair<int32_t, uint32_t>> sparse;
   // Uncertain tokens as positions in the trie's sorted_tokens (ascending): a deeper walk
   // restricted to them shares their common prefixes.
   std::vector<int32_t> uncertain;
+
+  void or_into(uint32_t* mask) const;
+  // Takes the set bits of `bits` (a bitmask of num_mask_words words) into dense or sparse form,
+  // whichever is smaller, and leaves `bits` all zero.
+  void take_bits(std::vector<uint32_t>& bits);
 };
 
 // The classification of the tokens below one first byte (not the one-byte token itself) from
@@ -64,10 +74,25 @@ class SubtreeCache {
   std::unordered_map<int32_t, int32_t> state_forms_;
 };
 
-// Classifies the tokens for the stack top `states` (s1 first). candidates: when not null, only
-// these trie positions (ascending) are classified (the others are left rejected), and
-// subtrees holding none are skipped. subtrees (optional, full walks only): reused and filled.
-MaskEntry walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
-                    const std::vector<int32_t>* candidates, SubtreeCache* subtrees = nullptr);
+// Per-walk working memory, reused across the walks of one matcher (a walk allocated its stack
+// arena, per-depth sets and a 16 KB bitmask each time: thousands of walks per grammar).
+struct WalkScratch {
+  StackArena arena;
+  StepScratch step;
+  std::vector<int32_t> fast, fast_parent;
+  std::vector<char> popped;
+  std::vector<std::vector<int32_t>> sets;
+  std::vector<uint32_t> bits;         // an entry being built; all zero between walks
+  std::vector<uint32_t> record_bits;  // the subtree being recorded; all zero between walks
+};
+
+// Classifies the tokens for the stack top `states` (s1 first): accepted ids are ORed into
+// `accepted` (num_mask_words words), uncertain trie positions replace `uncertain` (ascending).
+// candidates: when not null, only these trie positions (ascending) are classified (the others
+// are left rejected), and subtrees holding none are skipped. subtrees (optional, full walks
+// only): reused and filled.
+void walk_trie(const Automaton& a, const Vocabulary& v, const std::vector<int32_t>& states, bool rooted,
+               const std::vector<int32_t>* candidates, SubtreeCache* subtrees, WalkScratch& ws, uint32_t* accepted,
+               std::vector<int32_t>& uncertain);
 
 }  // namespace deepinfer::grammar
