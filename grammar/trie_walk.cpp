@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "grammar/mask_cache.h"
 #include "grammar/stack.h"
@@ -18,11 +19,35 @@ constexpr int32_t kMinCachedSubtreeTokens = 64;
 // with maxLength) is rarely met again, and its subtrees (up to 4 bytes per token of the
 // vocabulary) would fill the cache before the common forms (string content, numbers) arrive.
 constexpr int32_t kMaxSubtreeDfaStates = 64;
+// A walk that meets a form after at least this many first bytes (with cached subtrees) builds
+// its union (FormUnion) for the walks after it.
+constexpr int32_t kMinUnionBytes = 32;
 
 void append_i32(std::string& out, int32_t x) {
   char buf[sizeof(x)];
   std::memcpy(buf, &x, sizeof(x));
   out.append(buf, sizeof(x));
+}
+
+std::string subtree_key(int32_t node, int32_t form_or_state) {
+  std::string key;
+  append_i32(key, node);
+  append_i32(key, form_or_state);
+  return key;
+}
+
+// The union of the cached subtrees under `form` of every first byte (depth-1 node) that has one.
+std::shared_ptr<FormUnion> build_union(const TokenTrie& t, const SubtreeCache& shared, int32_t form,
+                                       int32_t num_words) {
+  auto u = std::make_shared<FormUnion>();
+  u->dense.assign(num_words, 0);
+  for (int32_t i = 0; i < t.num_nodes(); i = t.end[i]) {
+    auto r = shared.find(subtree_key(i, form));
+    if (!r) continue;
+    for (auto [w, bits] : r->accepted_words) u->dense[w] |= bits;
+    u->by_byte[t.byte[i]] = std::move(r);
+  }
+  return u;
 }
 
 // Candidate positions, or all positions when kRestricted is false: `cursor` only moves forward
@@ -89,6 +114,13 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   std::vector<int32_t> deferred, deferred_in_record;
   std::unordered_map<int32_t, int32_t> forms;  // X -> form id in `shared` (-1 when none)
   std::string form;
+  // The union in use (FormUnion), its form, and which of its bytes were covered by it here;
+  // per form, how many first bytes led to it with a cacheable subtree.
+  std::shared_ptr<const FormUnion> union_in_use;
+  int32_t union_form = -1;
+  std::array<bool, 256> union_covered{};
+  std::unordered_map<int32_t, int32_t> form_bytes;
+  std::unordered_set<int32_t> union_tried;
   // Accepted ids of the subtree being recorded, as a bitmask (ws.record_bits): read out in word
   // order at the end (sorting the ids was 10% of all walk time).
   std::vector<uint32_t>& record_bits = ws.record_bits;
@@ -178,8 +210,6 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       // Key: the first byte (node i) and X, by the canonical form of the (small) pushdown
       // automaton reachable from X, calls included (then the vocabulary's cache serves every
       // state and grammar with an equal form), else by its state number.
-      std::string key;
-      append_i32(key, i);
       SubtreeCache* cache = subtrees;
       auto [it, inserted] = forms.try_emplace(fast[1], -1);
       if (inserted && shared && !(subtrees && subtrees->find_state_form(fast[1], it->second))) {
@@ -187,12 +217,24 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
           it->second = shared->form_id(form);
         if (subtrees) subtrees->insert_state_form(fast[1], it->second);
       }
-      if (it->second >= 0) {
+      const int32_t form_id = it->second;
+      if (form_id >= 0) {
         cache = shared;
-        append_i32(key, it->second);
-      } else {
-        append_i32(key, fast[1]);
+        ++form_bytes[form_id];
+        if (!union_in_use) {
+          if (union_tried.insert(form_id).second) {
+            union_in_use = shared->find_union(form_id);
+            if (union_in_use) union_form = form_id;
+          }
+        }
+        if (union_in_use && form_id == union_form && union_in_use->by_byte[b]) {
+          // Covered by the union, applied once at the end.
+          union_covered[b] = true;
+          i = t.end[i];
+          continue;
+        }
       }
+      std::string key = subtree_key(i, form_id >= 0 ? form_id : fast[1]);
       fast_parent[1] = kSentinel;
       if (auto hit = cache ? cache->find(key) : nullptr) {
         for (auto [w, bits] : hit->accepted_words) accepted[w] |= bits;
@@ -218,6 +260,31 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   if (uncertain_out != &uncertain) {
     deferred.insert(deferred.end(), deferred_in_record.begin(), deferred_in_record.end());
     if (record) finish_record();
+  }
+  if constexpr (!kRestricted) {
+    if (union_in_use) {
+      // The union minus its bytes that were not covered here (they were walked, hit, or are
+      // dead from this state): subtrees of distinct first bytes hold disjoint tokens.
+      std::vector<uint32_t>& rest = ws.record_bits;  // all zero here
+      rest = union_in_use->dense;
+      for (int32_t c = 0; c < 256; ++c) {
+        const auto& r = union_in_use->by_byte[c];
+        if (!r) continue;
+        if (union_covered[c]) {
+          deferred.insert(deferred.end(), r->uncertain.begin(), r->uncertain.end());
+        } else {
+          for (auto [w, bits] : r->accepted_words) rest[w] &= ~bits;
+        }
+      }
+      for (int32_t w = 0; w < num_words; ++w) accepted[w] |= rest[w];
+      std::fill(rest.begin(), rest.end(), 0u);
+      std::sort(deferred.begin(), deferred.end());
+    } else if (shared) {
+      // Build the union of a form met after many first bytes, for the walks after this one.
+      for (auto [f, count] : form_bytes)
+        if (count >= kMinUnionBytes && !shared->find_union(f))
+          shared->insert_union(f, build_union(t, *shared, f, num_words));
+    }
   }
   if (deferred.empty()) return;
   // Deferred tokens, exactly, from the real stack (ascending: collected in preorder). This
@@ -300,6 +367,24 @@ bool SubtreeCache::find_state_form(int32_t state, int32_t& form) const {
 void SubtreeCache::insert_state_form(int32_t state, int32_t form) {
   std::lock_guard<std::mutex> lock(mu_);
   state_forms_.try_emplace(state, form);
+}
+
+std::shared_ptr<const FormUnion> SubtreeCache::find_union(int32_t form) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = unions_.find(form);
+  return it == unions_.end() ? nullptr : it->second;
+}
+
+size_t SubtreeCache::num_unions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unions_.size();
+}
+
+void SubtreeCache::insert_union(int32_t form, std::shared_ptr<const FormUnion> u) {
+  const size_t num_bytes = u->dense.size() * sizeof(uint32_t);  // the subtrees are counted already
+  std::lock_guard<std::mutex> lock(mu_);
+  if (num_bytes_ + num_bytes > max_bytes_) return;
+  if (unions_.try_emplace(form, std::move(u)).second) num_bytes_ += num_bytes;
 }
 
 }  // namespace deepinfer::grammar

@@ -183,6 +183,76 @@ TEST(GrammarMask, LiftedLoopsAreExactAndShared) {
   EXPECT_GT(g2->mask_cache().num_shared_hits(), 0u);
 }
 
+// The mask after `prefix` against brute force (as check_walks, at one chosen state).
+void check_after(const std::shared_ptr<const CompiledGrammar>& g, const std::string& prefix) {
+  const Vocabulary& v = g->vocab();
+  GrammarMatcher m(g);
+  ASSERT_TRUE(m.accept_bytes(prefix)) << prefix;
+  std::vector<uint32_t> mask(v.num_mask_words());
+  m.fill_mask(mask.data());
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (id == v.eos_id() || v.is_special(id)) continue;
+    GrammarMatcher probe(g);
+    const bool expected = probe.accept_bytes(prefix) && probe.accept_bytes(v.token_bytes(id));
+    ASSERT_EQ(bit(mask, id), expected) << "token '" << v.token_bytes(id) << "' after '" << prefix << "'";
+  }
+}
+
+// 40 first bytes with 70 tokens below each (a FormUnion needs >= 32 first bytes whose subtrees
+// are cached, i.e. hold >= 64 tokens).
+std::vector<std::string> union_tokens(const std::string& alphabet, uint32_t seed) {
+  const std::string firsts = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN";
+  std::mt19937 rng(seed);
+  std::vector<std::string> tokens;
+  for (char c : firsts)
+    for (int k = 0; k < 70; ++k) {
+      std::string t(1, c);
+      const size_t len = 2 + rng() % 6;
+      while (t.size() < len) t.push_back(alphabet[rng() % alphabet.size()]);
+      tokens.push_back(t);
+    }
+  return tokens;
+}
+
+TEST(GrammarMask, FirstByteUnionsSubtractUncoveredBytes) {
+  // After "<" all 40 first bytes lead to one form (the call of `rest`): that walk builds the
+  // form's union of subtrees. After "<#" only a-f lead to it: the union's other 34 bytes must
+  // be taken out again (their tokens are dead there).
+  auto tokens = union_tokens("abcdefghijklmnopqrstuvwxyz>", 31);
+  for (const char* t : {"<", "#", "<#", "#a"}) tokens.push_back(t);
+  auto vocab = small_vocab(tokens);
+  auto g = CompiledGrammar::compile(
+      {GrammarSpec::Kind::Ebnf, "root ::= \"<\" k \"!\"\nk ::= [a-zA-N] rest | \"#\" [a-f] rest\nrest ::= [a-z]* \">\""},
+      vocab);
+  check_after(g, "<");
+  ASSERT_GT(vocab->shared_masks().subtrees().num_unions(), 0u);
+  check_after(g, "<#");
+  check_after(g, "<#a");
+}
+
+TEST(GrammarMask, FirstByteUnionsAreExactInKeyTries) {
+  // States of an extra-key trie lead to the same "rest of the key" form after most first
+  // bytes: the union built by the first grammar serves the second, whose trie excludes other
+  // bytes.
+  auto tokens = union_tokens("\"{}[]:, abcnm01\\-.eoqz", 23);
+  for (const char* t : {"{\"", "\":", "\",\"", "\"}", "1,", "12"}) tokens.push_back(t);
+  auto vocab = small_vocab(tokens);
+  auto g1 = CompiledGrammar::compile(
+      {GrammarSpec::Kind::JsonSchema, R"({"type": "object", "properties": {"name": {"type": "integer"},
+          "nab": {"type": "integer"}, "bo": {"type": "integer"}}, "additionalProperties": {"type": "integer"}})"},
+      vocab);
+  check_walks(g1, 3, 12, 24, nullptr);
+  EXPECT_GT(vocab->shared_masks().subtrees().num_unions(), 0u);
+  auto g2 = CompiledGrammar::compile(
+      {GrammarSpec::Kind::JsonSchema, R"({"type": "object", "properties": {"cab": {"type": "integer"},
+          "a": {"type": "integer"}, "zz": {"type": "integer"}}, "additionalProperties": {"type": "integer"}})"},
+      vocab);
+  check_after(g2, "{\"");
+  check_after(g2, "{\"c");
+  check_after(g2, "{\"ca");
+  check_walks(g2, 3, 12, 25, nullptr);
+}
+
 TEST(GrammarMask, SubtreesWithCallsKeepTheirReturnPoints) {
   // After "n" and after "m" the byte 'a' leads to two states that, after 'b', call w alike but
   // return to different continuations ("{" vs "}"): their first-byte subtrees (>= 64 tokens
