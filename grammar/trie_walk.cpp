@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "grammar/mask_cache.h"
 #include "grammar/stack.h"
@@ -19,9 +18,10 @@ constexpr int32_t kMinCachedSubtreeTokens = 64;
 // with maxLength) is rarely met again, and its subtrees (up to 4 bytes per token of the
 // vocabulary) would fill the cache before the common forms (string content, numbers) arrive.
 constexpr int32_t kMaxSubtreeDfaStates = 64;
-// A walk that meets a form after at least this many first bytes (with cached subtrees) builds
-// its union (FormUnion) for the walks after it.
-constexpr int32_t kMinUnionBytes = 32;
+// A walk whose cacheable subtrees under one form hold at least this many tokens per mask word
+// (so their (word, bits) pairs outnumber a dense mask's words), after at least 2 first bytes,
+// builds the form's union (FormUnion) for the walks after it.
+constexpr int32_t kMinUnionTokensPerWord = 4;
 
 void append_i32(std::string& out, int32_t x) {
   char buf[sizeof(x)];
@@ -114,13 +114,16 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
   std::vector<int32_t> deferred, deferred_in_record;
   std::unordered_map<int32_t, int32_t> forms;  // X -> form id in `shared` (-1 when none)
   std::string form;
-  // The union in use (FormUnion), its form, and which of its bytes were covered by it here;
-  // per form, how many first bytes led to it with a cacheable subtree.
-  std::shared_ptr<const FormUnion> union_in_use;
-  int32_t union_form = -1;
-  std::array<bool, 256> union_covered{};
-  std::unordered_map<int32_t, int32_t> form_bytes;
-  std::unordered_set<int32_t> union_tried;
+  // Per vocabulary-wide form met after a first byte: its union (FormUnion, null if none yet)
+  // and which of the union's bytes it covered here; how many first bytes and tokens below
+  // them led to the form.
+  struct FormUse {
+    std::shared_ptr<const FormUnion> u;
+    std::array<bool, 256> covered{};
+    int32_t num_bytes = 0;
+    int64_t num_tokens = 0;
+  };
+  std::unordered_map<int32_t, FormUse> form_uses;
   // Accepted ids of the subtree being recorded, as a bitmask (ws.record_bits): read out in word
   // order at the end (sorting the ids was 10% of all walk time).
   std::vector<uint32_t>& record_bits = ws.record_bits;
@@ -220,16 +223,14 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       const int32_t form_id = it->second;
       if (form_id >= 0) {
         cache = shared;
-        ++form_bytes[form_id];
-        if (!union_in_use) {
-          if (union_tried.insert(form_id).second) {
-            union_in_use = shared->find_union(form_id);
-            if (union_in_use) union_form = form_id;
-          }
-        }
-        if (union_in_use && form_id == union_form && union_in_use->by_byte[b]) {
+        auto [use, first_use] = form_uses.try_emplace(form_id);
+        if (first_use) use->second.u = shared->find_union(form_id);
+        FormUse& fu = use->second;
+        ++fu.num_bytes;
+        fu.num_tokens += t.tok_begin[t.end[i]] - t.tok_begin[i + 1];
+        if (fu.u && fu.u->by_byte[b]) {
           // Covered by the union, applied once at the end.
-          union_covered[b] = true;
+          fu.covered[b] = true;
           i = t.end[i];
           continue;
         }
@@ -262,15 +263,24 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
     if (record) finish_record();
   }
   if constexpr (!kRestricted) {
-    if (union_in_use) {
+    bool unions_used = false;
+    for (auto& [f, fu] : form_uses) {
+      if (!fu.u) {
+        // Build the union of a form met after many first bytes, for the walks after this one.
+        if (fu.num_bytes >= 2 && fu.num_tokens >= int64_t{kMinUnionTokensPerWord} * num_words &&
+            !shared->find_union(f))
+          shared->insert_union(f, build_union(t, *shared, f, num_words));
+        continue;
+      }
       // The union minus its bytes that were not covered here (they were walked, hit, or are
       // dead from this state): subtrees of distinct first bytes hold disjoint tokens.
+      unions_used = true;
       std::vector<uint32_t>& rest = ws.record_bits;  // all zero here
-      rest = union_in_use->dense;
+      rest = fu.u->dense;
       for (int32_t c = 0; c < 256; ++c) {
-        const auto& r = union_in_use->by_byte[c];
+        const auto& r = fu.u->by_byte[c];
         if (!r) continue;
-        if (union_covered[c]) {
+        if (fu.covered[c]) {
           deferred.insert(deferred.end(), r->uncertain.begin(), r->uncertain.end());
         } else {
           for (auto [w, bits] : r->accepted_words) rest[w] &= ~bits;
@@ -278,13 +288,8 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       }
       for (int32_t w = 0; w < num_words; ++w) accepted[w] |= rest[w];
       std::fill(rest.begin(), rest.end(), 0u);
-      std::sort(deferred.begin(), deferred.end());
-    } else if (shared) {
-      // Build the union of a form met after many first bytes, for the walks after this one.
-      for (auto [f, count] : form_bytes)
-        if (count >= kMinUnionBytes && !shared->find_union(f))
-          shared->insert_union(f, build_union(t, *shared, f, num_words));
     }
+    if (unions_used) std::sort(deferred.begin(), deferred.end());
   }
   if (deferred.empty()) return;
   // Deferred tokens, exactly, from the real stack (ascending: collected in preorder). This
