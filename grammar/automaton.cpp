@@ -353,6 +353,34 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
     a.flags[s] = static_cast<uint8_t>((st.final ? Automaton::kFinal : 0) | (st.bytes.empty() ? 0 : Automaton::kHasBytes) |
                                       (st.calls.empty() ? 0 : Automaton::kHasCalls));
   }
+  // Bytes to the nearest state with calls: a backward breadth-first search from them over
+  // byte edges.
+  a.call_distance.assign(a.states.size(), Automaton::kFarFromCalls);
+  std::vector<int32_t> rev_begin(a.states.size() + 1, 0), rev;
+  for (const auto& st : a.states)
+    for (const auto& e : st.bytes) ++rev_begin[e.to + 1];
+  for (size_t s = 0; s < a.states.size(); ++s) rev_begin[s + 1] += rev_begin[s];
+  rev.resize(rev_begin.back());
+  {
+    std::vector<int32_t> fill(rev_begin.begin(), rev_begin.end() - 1);
+    for (size_t s = 0; s < a.states.size(); ++s)
+      for (const auto& e : a.states[s].bytes) rev[fill[e.to]++] = static_cast<int32_t>(s);
+  }
+  std::vector<int32_t> frontier;
+  for (size_t s = 0; s < a.states.size(); ++s)
+    if (!a.states[s].calls.empty()) {
+      a.call_distance[s] = 0;
+      frontier.push_back(static_cast<int32_t>(s));
+    }
+  for (size_t i = 0; i < frontier.size(); ++i) {
+    const int32_t s = frontier[i];
+    if (a.call_distance[s] + 1 >= Automaton::kFarFromCalls) break;
+    for (int32_t k = rev_begin[s]; k < rev_begin[s + 1]; ++k)
+      if (a.call_distance[rev[k]] == Automaton::kFarFromCalls) {
+        a.call_distance[rev[k]] = static_cast<uint8_t>(a.call_distance[s] + 1);
+        frontier.push_back(rev[k]);
+      }
+  }
   return a;
 }
 

@@ -41,6 +41,10 @@ struct Automaton {
   // kHasCalls), so the hot loop does not touch the AutomatonState vectors.
   enum : uint8_t { kFinal = 1, kHasBytes = 2, kHasCalls = 4 };
   std::vector<uint8_t> flags;
+  // Per state, the fewest bytes from it to a state with calls (kFarFromCalls: 255 or more, or
+  // none): a mask entry keyed by the call-free DFA within d bytes exists only when this is > d.
+  static constexpr uint8_t kFarFromCalls = 255;
+  std::vector<uint8_t> call_distance;
 
   int32_t root_start() const { return rule_start[root_rule]; }
   // Next state on byte b from s (byte edges only), or -1.

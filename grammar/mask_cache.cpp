@@ -15,6 +15,47 @@ void append_raw(std::string& out, T x) {
   out.append(buf, sizeof(T));
 }
 
+// State -> index in the canonical numbering: open addressing, one allocation per key (was a
+// std::unordered_map: one per recorded state, a fifth of the time of the walks of object
+// states, which compute the form of every state they reach after a first byte).
+class StateIndex {
+ public:
+  StateIndex() : slots_(64, {-1, 0}) {}
+  // The index of `state`, inserting `next` if absent; inserted tells which.
+  int32_t find_or_insert(int32_t state, int32_t next, bool& inserted) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    const size_t m = slots_.size() - 1;
+    for (size_t i = hash(state) & m;; i = (i + 1) & m) {
+      if (slots_[i].first == state) {
+        inserted = false;
+        return slots_[i].second;
+      }
+      if (slots_[i].first < 0) {
+        slots_[i] = {state, next};
+        ++size_;
+        inserted = true;
+        return next;
+      }
+    }
+  }
+
+ private:
+  static size_t hash(int32_t s) { return static_cast<uint32_t>(s) * 0x9E3779B1u >> 7; }
+  void grow() {
+    std::vector<std::pair<int32_t, int32_t>> old = std::move(slots_);
+    slots_.assign(old.size() * 2, {-1, 0});
+    const size_t m = slots_.size() - 1;
+    for (const auto& p : old) {
+      if (p.first < 0) continue;
+      size_t i = hash(p.first) & m;
+      while (slots_[i].first >= 0) i = (i + 1) & m;
+      slots_[i] = p;
+    }
+  }
+  std::vector<std::pair<int32_t, int32_t>> slots_;
+  size_t size_ = 0;
+};
+
 size_t entry_bytes(const MaskEntry& e) {
   return e.dense.size() * sizeof(uint32_t) + e.sparse.size() * sizeof(e.sparse[0]) + e.uncertain.size() * sizeof(int32_t) +
          sizeof(MaskEntry);
@@ -55,11 +96,23 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
   // Call edges are not bytes, so a depth reached through them would not be a least depth.
   if (with_calls) max_depth = std::numeric_limits<int32_t>::max();
   key.clear();
+  // No key when a state with calls lies within max_depth bytes (the search would meet it).
+  if (!with_calls && !a.call_distance.empty() && a.call_distance[state] <= max_depth) return false;
   key.push_back(rooted ? 'r' : 's');
-  std::unordered_map<int32_t, int32_t> index{{state, 0}};
+  StateIndex index;
+  bool inserted;
+  index.find_or_insert(state, 0, inserted);
   // Breadth-first, so depth[i] (bytes from `state`) is the least depth of order[i] and is
   // non-decreasing along `order`.
   std::vector<int32_t> order{state}, depth{0};
+  auto number = [&](int32_t to, int32_t to_depth, int32_t& id) {
+    id = index.find_or_insert(to, static_cast<int32_t>(order.size()), inserted);
+    if (!inserted) return true;
+    if (static_cast<int32_t>(order.size()) >= max_states) return false;
+    order.push_back(to);
+    depth.push_back(to_depth);
+    return true;
+  };
   for (size_t i = 0; i < order.size(); ++i) {
     const AutomatonState& st = a.states[order[i]];
     if (!st.calls.empty() && !with_calls) return false;
@@ -73,28 +126,20 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
     }
     append_raw(key, static_cast<uint16_t>(st.bytes.size()));
     for (const ByteEdge& e : st.bytes) {
-      auto [it, inserted] = index.try_emplace(e.to, static_cast<int32_t>(order.size()));
-      if (inserted) {
-        if (static_cast<int32_t>(order.size()) >= max_states) return false;
-        order.push_back(e.to);
-        depth.push_back(depth[i] + 1);
-      }
+      int32_t id;
+      if (!number(e.to, depth[i] + 1, id)) return false;
       key.push_back(static_cast<char>(e.lo));
       key.push_back(static_cast<char>(e.hi));
-      append_raw(key, it->second);
+      append_raw(key, id);
     }
     if (!with_calls) continue;
     // A call: the callee's start and the return point, numbered like byte targets.
     append_raw(key, static_cast<uint16_t>(st.calls.size()));
     for (const CallEdge& c : st.calls) {
       for (int32_t to : {a.rule_start[c.rule], c.to}) {
-        auto [it, inserted] = index.try_emplace(to, static_cast<int32_t>(order.size()));
-        if (inserted) {
-          if (static_cast<int32_t>(order.size()) >= max_states) return false;
-          order.push_back(to);
-          depth.push_back(depth[i]);
-        }
-        append_raw(key, it->second);
+        int32_t id;
+        if (!number(to, depth[i], id)) return false;
+        append_raw(key, id);
       }
     }
   }
@@ -172,7 +217,10 @@ const MaskEntry& MaskCache::get(const std::vector<int32_t>& states, bool rooted,
       }
     }
   }
-  e->take_bits(bits);
+  if (states.size() > 1)
+    e->take_bits_at(bits, prev->uncertain, t);
+  else
+    e->take_bits(bits);
   std::lock_guard<std::mutex> lock(mu_);
   num_shared_hits_ += hit;
   auto [it, inserted] = entries_.try_emplace(std::move(key), std::move(e));

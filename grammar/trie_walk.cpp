@@ -318,6 +318,22 @@ void MaskEntry::or_into(uint32_t* mask) const {
   for (auto [w, b] : sparse) mask[w] |= b;
 }
 
+void MaskEntry::take_bits_at(std::vector<uint32_t>& bits, const std::vector<int32_t>& positions, const TokenTrie& t) {
+  if (positions.size() * 2 > bits.size()) {
+    take_bits(bits);
+    return;
+  }
+  dense.clear();
+  sparse.clear();
+  for (int32_t k : positions) {
+    const int32_t w = t.sorted_tokens[k] >> 5;
+    if (bits[w] == 0) continue;
+    sparse.push_back({w, bits[w]});
+    bits[w] = 0;
+  }
+  std::sort(sparse.begin(), sparse.end());
+}
+
 void MaskEntry::take_bits(std::vector<uint32_t>& bits) {
   const size_t num_words = bits.size();
   size_t num_set = 0;

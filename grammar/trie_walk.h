@@ -38,6 +38,9 @@ struct MaskEntry {
   // Takes the set bits of `bits` (a bitmask of num_mask_words words) into dense or sparse form,
   // whichever is smaller, and leaves `bits` all zero.
   void take_bits(std::vector<uint32_t>& bits);
+  // As take_bits, when every set bit is the id of one of `positions` (trie positions): visits
+  // their words instead of all of them (a restricted walk sets a handful of bits).
+  void take_bits_at(std::vector<uint32_t>& bits, const std::vector<int32_t>& positions, const TokenTrie& t);
 };
 
 // The classification of the tokens below one first byte (not the one-byte token itself) from
