@@ -62,6 +62,8 @@ class Candidates {
     while (cursor_ < c.size() && c[cursor_] < begin) ++cursor_;
     return cursor_ < c.size() && c[cursor_] < end;
   }
+  // The first candidate not before the last any_in's range; only when not exhausted().
+  int32_t next() const { return (*c_)[cursor_]; }
   bool exhausted() const {
     if constexpr (!kRestricted) return false;
     return cursor_ >= c_->size();
@@ -148,7 +150,13 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
     if constexpr (kRestricted) {
       if (!cand.any_in(t.tok_begin[i], t.tok_begin[t.end[i]])) {
         if (cand.exhausted()) break;
-        i = t.end[i];
+        // Jump to the next node whose subtree holds the next candidate: the shallowest ancestor
+        // of the node where it ends that comes after i (its parent is on the current path).
+        // Stepping over the siblings in between (up to ~250 at depth 1, each two cache misses)
+        // was most of the time of a restricted walk, which visits ~100 nodes.
+        int32_t j = t.node_of_position[cand.next()];
+        while (t.parent[j] > i) j = t.parent[j];
+        i = j;
         continue;
       }
     } else {

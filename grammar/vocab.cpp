@@ -41,6 +41,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std
       while (lcp < s.size() && lcp < prev->size() && s[lcp] == (*prev)[lcp]) ++lcp;
     path.resize(lcp);
     for (size_t d = lcp; d < s.size(); ++d) {
+      t.parent.push_back(d == 0 ? -1 : path[d - 1]);
       path.push_back(t.num_nodes());
       t.byte.push_back(static_cast<uint8_t>(s[d]));
       t.depth.push_back(static_cast<uint16_t>(d + 1));
@@ -49,6 +50,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, int32_t eos_id, std
     t.max_depth = std::max<int32_t>(t.max_depth, static_cast<int32_t>(s.size()));
     prev = &s;
   }
+  t.node_of_position = token_node;
   const int32_t n = t.num_nodes();
   t.end.assign(n, n);
   std::vector<int32_t> open;

@@ -26,6 +26,8 @@ struct TokenTrie {
   std::vector<int32_t> end;
   std::vector<int32_t> tok_begin;  // num_nodes + 1
   std::vector<int32_t> sorted_tokens;
+  std::vector<int32_t> parent;            // per node; -1 at depth 1
+  std::vector<int32_t> node_of_position;  // per position k: the node where sorted_tokens[k] ends
   int32_t max_depth = 0;
   // Positions k (ascending) of tokens longer than kShortTokenBytes: shared level-1 entries are
   // keyed by the DFA up to that depth and hold only the shorter tokens; these few (914 of
