@@ -276,7 +276,7 @@ void walk(const Automaton& a, const TokenTrie& t, const std::vector<int32_t>& st
       if (!fu.u) {
         // Build the union of a form met after many first bytes, for the walks after this one.
         if (fu.num_bytes >= 2 && fu.num_tokens >= int64_t{kMinUnionTokensPerWord} * num_words &&
-            !shared->find_union(f))
+            !shared->union_decided(f))
           shared->insert_union(f, build_union(t, *shared, f, num_words));
         continue;
       }
@@ -406,13 +406,22 @@ std::shared_ptr<const FormUnion> SubtreeCache::find_union(int32_t form) const {
 
 size_t SubtreeCache::num_unions() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return unions_.size();
+  return std::count_if(unions_.begin(), unions_.end(), [](const auto& kv) { return kv.second != nullptr; });
+}
+
+bool SubtreeCache::union_decided(int32_t form) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unions_.count(form) > 0;
 }
 
 void SubtreeCache::insert_union(int32_t form, std::shared_ptr<const FormUnion> u) {
   const size_t num_bytes = u->dense.size() * sizeof(uint32_t);  // the subtrees are counted already
   std::lock_guard<std::mutex> lock(mu_);
-  if (num_bytes_ + num_bytes > max_bytes_) return;
+  // Full: remember the form without a union, so later walks do not build it again each time.
+  if (num_bytes_ + num_bytes > max_bytes_) {
+    unions_.try_emplace(form, nullptr);
+    return;
+  }
   if (unions_.try_emplace(form, std::move(u)).second) num_bytes_ += num_bytes;
 }
 

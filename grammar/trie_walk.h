@@ -79,8 +79,10 @@ class SubtreeCache {
   // instead of once per walk that meets it (0.8 s of MaskBench).
   bool find_state_form(int32_t state, int32_t& form) const;
   void insert_state_form(int32_t state, int32_t form);
-  // Unions by form id (vocabulary-wide forms only).
+  // Unions by form id (vocabulary-wide forms only). A form whose union did not fit is kept
+  // without one (union_decided, find_union null).
   std::shared_ptr<const FormUnion> find_union(int32_t form) const;
+  bool union_decided(int32_t form) const;
   void insert_union(int32_t form, std::shared_ptr<const FormUnion> u);
   size_t num_unions() const;
 

@@ -253,6 +253,23 @@ TEST(GrammarMask, FirstByteUnionsAreExactInKeyTries) {
   check_walks(g2, 3, 12, 25, nullptr);
 }
 
+TEST(GrammarMask, UnionThatDoesNotFitIsDecidedOnce) {
+  // A full cache keeps the form without a union, so walks do not rebuild it every time.
+  SubtreeCache cache(64);
+  auto big = std::make_shared<FormUnion>();
+  big->dense.assign(100, 1u);  // 400 bytes > 64
+  EXPECT_FALSE(cache.union_decided(3));
+  cache.insert_union(3, big);
+  EXPECT_TRUE(cache.union_decided(3));
+  EXPECT_EQ(cache.find_union(3), nullptr);
+  EXPECT_EQ(cache.num_unions(), 0u);
+  auto small = std::make_shared<FormUnion>();
+  small->dense.assign(4, 1u);
+  cache.insert_union(4, small);
+  EXPECT_NE(cache.find_union(4), nullptr);
+  EXPECT_EQ(cache.num_unions(), 1u);
+}
+
 TEST(GrammarMask, SubtreesWithCallsKeepTheirReturnPoints) {
   // After "n" and after "m" the byte 'a' leads to two states that, after 'b', call w alike but
   // return to different continuations ("{" vs "}"): their first-byte subtrees (>= 64 tokens
