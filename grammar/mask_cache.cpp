@@ -15,47 +15,6 @@ void append_raw(std::string& out, T x) {
   out.append(buf, sizeof(T));
 }
 
-// State -> index in the canonical numbering: open addressing, one allocation per key (was a
-// std::unordered_map: one per recorded state, a fifth of the time of the walks of object
-// states, which compute the form of every state they reach after a first byte).
-class StateIndex {
- public:
-  StateIndex() : slots_(64, {-1, 0}) {}
-  // The index of `state`, inserting `next` if absent; inserted tells which.
-  int32_t find_or_insert(int32_t state, int32_t next, bool& inserted) {
-    if (2 * (size_ + 1) > slots_.size()) grow();
-    const size_t m = slots_.size() - 1;
-    for (size_t i = hash(state) & m;; i = (i + 1) & m) {
-      if (slots_[i].first == state) {
-        inserted = false;
-        return slots_[i].second;
-      }
-      if (slots_[i].first < 0) {
-        slots_[i] = {state, next};
-        ++size_;
-        inserted = true;
-        return next;
-      }
-    }
-  }
-
- private:
-  static size_t hash(int32_t s) { return static_cast<uint32_t>(s) * 0x9E3779B1u >> 7; }
-  void grow() {
-    std::vector<std::pair<int32_t, int32_t>> old = std::move(slots_);
-    slots_.assign(old.size() * 2, {-1, 0});
-    const size_t m = slots_.size() - 1;
-    for (const auto& p : old) {
-      if (p.first < 0) continue;
-      size_t i = hash(p.first) & m;
-      while (slots_[i].first >= 0) i = (i + 1) & m;
-      slots_[i] = p;
-    }
-  }
-  std::vector<std::pair<int32_t, int32_t>> slots_;
-  size_t size_ = 0;
-};
-
 size_t entry_bytes(const MaskEntry& e) {
   return e.dense.size() * sizeof(uint32_t) + e.sparse.size() * sizeof(e.sparse[0]) + e.uncertain.size() * sizeof(int32_t) +
          sizeof(MaskEntry);
@@ -99,14 +58,14 @@ bool canonical_dfa_key(const Automaton& a, int32_t state, bool rooted, int32_t m
   // No key when a state with calls lies within max_depth bytes (the search would meet it).
   if (!with_calls && !a.call_distance.empty() && a.call_distance[state] <= max_depth) return false;
   key.push_back(rooted ? 'r' : 's');
-  StateIndex index;
+  IdIndex index;  // state -> index in the canonical numbering
   bool inserted;
-  index.find_or_insert(state, 0, inserted);
+  index.find_or_insert(static_cast<uint32_t>(state), 0, inserted);
   // Breadth-first, so depth[i] (bytes from `state`) is the least depth of order[i] and is
   // non-decreasing along `order`.
   std::vector<int32_t> order{state}, depth{0};
   auto number = [&](int32_t to, int32_t to_depth, int32_t& id) {
-    id = index.find_or_insert(to, static_cast<int32_t>(order.size()), inserted);
+    id = index.find_or_insert(static_cast<uint32_t>(to), static_cast<int32_t>(order.size()), inserted);
     if (!inserted) return true;
     if (static_cast<int32_t>(order.size()) >= max_states) return false;
     order.push_back(to);

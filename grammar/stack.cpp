@@ -14,23 +14,25 @@ inline uint64_t mix(uint64_t k) {
 }
 }  // namespace
 
-int32_t StackArena::make(int32_t state, int32_t parent) {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 2);
-  // Load factor <= 1/2.
-  if (2 * (nodes_.size() + 1) > slots_.size()) grow();
+int32_t IdIndex::find_or_insert(uint64_t key, int32_t next, bool& inserted) {
+  if (2 * (size_ + 1) > slots_.size()) grow();
   const size_t m = slots_.size() - 1;
   for (size_t i = mix(key) & m;; i = (i + 1) & m) {
     Slot& s = slots_[i];
     if (s.generation != generation_) {
-      s = {key, static_cast<int32_t>(nodes_.size()), generation_};
-      nodes_.push_back({state, parent});
+      s = {key, next, generation_};
+      ++size_;
+      inserted = true;
+      return next;
+    }
+    if (s.key == key) {
+      inserted = false;
       return s.id;
     }
-    if (s.key == key) return s.id;
   }
 }
 
-void StackArena::grow() {
+void IdIndex::grow() {
   std::vector<Slot> old = std::move(slots_);
   slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{0, 0, 0});
   const size_t m = slots_.size() - 1;
@@ -40,6 +42,14 @@ void StackArena::grow() {
     while (slots_[i].generation == generation_) i = (i + 1) & m;
     slots_[i] = s;
   }
+}
+
+int32_t StackArena::make(int32_t state, int32_t parent) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | static_cast<uint32_t>(parent + 2);
+  bool inserted;
+  const int32_t id = index_.find_or_insert(key, static_cast<int32_t>(nodes_.size()), inserted);
+  if (inserted) nodes_.push_back({state, parent});
+  return id;
 }
 
 namespace {

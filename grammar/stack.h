@@ -23,15 +23,16 @@ struct StepFlags {
   bool sentinel_pop = false;  // the bottom rule of an out-of-context stack ended
 };
 
-class StackArena {
+// Open-addressing map from 64-bit keys to ids (linear probing, load <= 1/2), cleared in O(1):
+// a slot is live only when its generation is the map's, so a map reused for thousands of trie
+// walks does not pay for its largest size on every clear (was std::unordered_map: one
+// allocation per key). Used by the stack arena and by canonical DFA numbering (mask_cache.cpp).
+class IdIndex {
  public:
-  int32_t make(int32_t state, int32_t parent);
-  const StackNode& operator[](int32_t id) const { return nodes_[id]; }
-  int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
-  // O(1): slots of earlier generations read as empty, so a reused arena (one per trie walk,
-  // thousands per grammar) does not pay for its largest size on every clear.
+  // The id stored for `key`, or `next`, stored now (inserted = true).
+  int32_t find_or_insert(uint64_t key, int32_t next, bool& inserted);
   void clear() {
-    nodes_.clear();
+    size_ = 0;
     if (++generation_ == 0) {  // wrapped: slots of generation 0 would read as live
       slots_.assign(slots_.size(), Slot{0, 0, 0});
       generation_ = 1;
@@ -40,16 +41,30 @@ class StackArena {
 
  private:
   void grow();
-  // Open addressing, linear probing over (state, parent) -> node id; a slot is live when its
-  // generation is the arena's (was std::unordered_map: one allocation per node).
   struct Slot {
     uint64_t key;
     int32_t id;
     uint32_t generation;
   };
-  std::vector<StackNode> nodes_;
   std::vector<Slot> slots_;
+  size_t size_ = 0;
   uint32_t generation_ = 1;
+};
+
+class StackArena {
+ public:
+  int32_t make(int32_t state, int32_t parent);
+  const StackNode& operator[](int32_t id) const { return nodes_[id]; }
+  int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
+  // O(1) (IdIndex::clear).
+  void clear() {
+    nodes_.clear();
+    index_.clear();
+  }
+
+ private:
+  std::vector<StackNode> nodes_;
+  IdIndex index_;  // (state, parent) -> node id
 };
 
 // Scratch space for closures (reused to avoid allocation per byte).
