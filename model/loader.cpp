@@ -1,7 +1,7 @@
 // load_model / random_model: config.json + weights -> a Model on a backend.
 // On the CPU backend the weights are the mmapped (or random host) tensors themselves
 // (zero copy); on other backends they are uploaded once.
-#include "model/deepseek_v3.h"
+#include "model/deepseek_v3/model.h"
 #include "model/layers/mla.h"
 #include "model/model.h"
 

@@ -1,4 +1,4 @@
-#include "model/deepseek_v3.h"
+#include "model/deepseek_v3/model.h"
 
 #include <algorithm>
 
