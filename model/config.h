@@ -138,9 +138,10 @@ struct ModelConfig {
   std::string summary() const;
 };
 
-// Parses config.json text. `source` names the file in errors. Throws Error
-// naming the field for an unknown model_type, a missing/invalid field or an
-// impossible combination (e.g. num_experts_per_tok > n_routed_experts).
+// Parses config.json text with the reader that model/registry.h holds for its
+// model_type. `source` names the file in errors. Throws Error naming the field
+// for an unknown model_type (listing the known ones), a missing/invalid field or
+// an impossible combination (e.g. num_experts_per_tok > n_routed_experts).
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
 // Reads `path`, or `path`/config.json when `path` is a directory.
 ModelConfig load_model_config(const std::string& path);

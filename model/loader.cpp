@@ -1,63 +1,19 @@
-// load_model / random_model: config.json + weights -> a Model on a backend.
-// On the CPU backend the weights are the mmapped (or random host) tensors themselves
-// (zero copy); on other backends they are uploaded once.
-#include "model/deepseek_v3/model.h"
-#include "model/layers/mla.h"
+// load_model / random_model: config.json -> the registered architecture
+// (model/registry.h) builds the model.
+#include "core/error.h"
+#include "model/config.h"
 #include "model/model.h"
+#include "model/registry.h"
 
 namespace deepinfer {
 namespace {
 
-std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& backend) {
-  // Derived absorbed-MLA weights come from the host view, before any upload.
-  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, host, backend);
-  ModelWeights weights =
-      backend.device() == Device::CPU ? std::move(host) : upload_weights(host, backend);
-  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
-                                           std::move(absorbed), backend);
-}
-
-// Random weights on a device backend: made there from the seed (fill_random kernels for the big
-// tensors, BF16 or FP8 e4m3; the small F32 scale/norm tensors on the host), bit-identical to
-// make_random_weights + upload_weights without a host pass over the weights (FP8 bench model:
-// 172 s of host quantization before). The absorbed MLA weights read kv_b_proj from a host copy.
-std::unique_ptr<Model> build_random_on_device(ModelConfig config, const LoadOptions& options,
-                                              Backend& backend) {
-  ModelWeights weights = make_random_weights(config, options.seed, options.random_weight_dtype,
-                                             options.load_mtp, backend);
-  std::vector<MlaAbsorbedWeights> absorbed;
-  for (const LayerWeights& layer : weights.layers) {
-    AttentionWeights host_attn;  // make_mla_absorbed_weights reads kv_b_proj only
-    Weight& kvb = host_attn.kv_b_proj;
-    kvb = layer.attn.kv_b_proj;
-    HostBuffer w(kvb.w.dtype, kvb.w.dims());
-    backend.copy(layer.attn.kv_b_proj.w, w.tensor());
-    kvb.w = w.tensor();
-    HostBuffer s;
-    if (kvb.scale_inv.defined()) {
-      s = HostBuffer(kvb.scale_inv.dtype, kvb.scale_inv.dims());
-      backend.copy(layer.attn.kv_b_proj.scale_inv, s.tensor());
-      kvb.scale_inv = s.tensor();
-    }
-    absorbed.push_back(make_mla_absorbed_weights(config, host_attn, backend));
-  }
-  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
-                                           std::move(absorbed), backend);
-}
-
-std::unique_ptr<Model> build_random(ModelConfig config, const LoadOptions& options,
-                                    Backend& backend) {
-  const DType dt = options.random_weight_dtype;
-  if (backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3))
-    return build_random_on_device(std::move(config), options, backend);
-  ModelWeights host = make_random_weights(config, options.seed, dt, options.load_mtp);
-  return build(std::move(config), std::move(host), backend);
-}
-
-void check_model_type(const ModelConfig& config) {
-  DI_CHECK(config.model_type == "deepseek_v3" || config.model_type == "deepseek_v2",
-           config.source, ": model_type '", config.model_type,
-           "' is not supported by this forward (expected deepseek_v3 or deepseek_v2)");
+std::unique_ptr<Model> build(ModelConfig config, const std::string& dir, Backend& backend,
+                             const LoadOptions& options) {
+  const Architecture& arch = find_architecture(config.model_type, config.source);
+  DI_CHECK(arch.load != nullptr, config.source, ": model_type '", config.model_type, "' (",
+           arch.description, "): its config reads, but this build has no forward for it yet");
+  return arch.load(std::move(config), dir, backend, options);
 }
 
 }  // namespace
@@ -65,17 +21,15 @@ void check_model_type(const ModelConfig& config) {
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend,
                                   const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);
-  check_model_type(config);
-  if (options.random_weights) return build_random(std::move(config), options, backend);
-  ModelWeights host = load_weights(dir, config, options);
-  return build(std::move(config), std::move(host), backend);
+  return build(std::move(config), dir, backend, options);
 }
 
 std::unique_ptr<Model> random_model(const std::string& config_path, Backend& backend,
                                     const LoadOptions& options) {
   ModelConfig config = load_model_config(config_path);
-  check_model_type(config);
-  return build_random(std::move(config), options, backend);
+  LoadOptions random = options;
+  random.random_weights = true;
+  return build(std::move(config), std::string(), backend, random);
 }
 
 }  // namespace deepinfer

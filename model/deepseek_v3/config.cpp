@@ -1,95 +1,24 @@
-#include "model/config.h"
+// Config reading for the DeepSeek-V2/V3 family (model_type deepseek_v3 and
+// deepseek_v2), with the transformers 5.17 defaults of each; the ModelConfig
+// methods (derived quantities, summary) live here too.
+#include "model/deepseek_v3/config.h"
 
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "core/error.h"
-#include "core/mapped_file.h"
+#include "model/config_fields.h"
 
 namespace deepinfer {
 
 namespace {
 
-using json = nlohmann::json;
-
-// Typed access to config.json fields with errors naming the file and field.
-// A field that is absent or null takes the default (transformers semantics).
-class Fields {
- public:
-  Fields(const json& object, std::string source, std::string prefix = "")
-      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
-
-  bool present(const char* key) const {
-    auto it = object_.find(key);
-    return it != object_.end() && !it->is_null();
-  }
-  const json* find(const char* key) const {
-    auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-  [[noreturn]] void bad(const char* key, const char* expected) const {
-    auto it = object_.find(key);
-    fail(source_, ": field '", prefix_, key, "': expected ", expected,
-         it == object_.end() ? std::string(", but it is missing") : ", got " + it->dump());
-  }
-  int64_t integer(const char* key, std::optional<int64_t> fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) {
-      if (!fallback) bad(key, "an integer");
-      return *fallback;
-    }
-    if (v->is_number_integer()) return v->get<int64_t>();
-    // Some configs spell integers as 2.0; accept exact integral floats only.
-    if (v->is_number_float()) {
-      double d = v->get<double>();
-      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
-    }
-    bad(key, "an integer");
-  }
-  int small_int(const char* key, std::optional<int64_t> fallback) const {
-    int64_t v = integer(key, fallback);
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
-      bad(key, "an integer that fits 32 bits");
-    return static_cast<int>(v);
-  }
-  double number(const char* key, std::optional<double> fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) {
-      if (!fallback) bad(key, "a number");
-      return *fallback;
-    }
-    if (!v->is_number()) bad(key, "a number");
-    return v->get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) bad(key, "true or false");
-    return v->get<bool>();
-  }
-  std::string string(const char* key, const std::string& fallback) const {
-    const json* v = find(key);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) bad(key, "a string");
-    return v->get<std::string>();
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  const json& object_;
-  std::string source_;
-  std::string prefix_;
-};
-
-void require(bool ok, const std::string& source, const char* field, const std::string& what) {
-  if (!ok) fail(source, ": field '", field, "': ", what);
-}
-
-std::string str(int64_t v) { return std::to_string(v); }
+using config_fields::Fields;
+using config_fields::json;
+using config_fields::require;
+using config_fields::str;
 
 // YaRN/default rope from either spelling (see config.h).
 void parse_rope(const Fields& top, ModelConfig& c) {
@@ -225,22 +154,13 @@ double yarn_get_mscale(double scale, double mscale) {
 
 }  // namespace
 
-ModelConfig parse_model_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
-  }
-  DI_CHECK(root.is_object(), source, ": expected a JSON object");
+ModelConfig parse_deepseek_v3_config(const json& root, const std::string& source,
+                                     DeepseekV3Family family) {
   Fields f(root, source);
   ModelConfig c;
   c.source = source;
   c.model_type = f.string("model_type", "");
-  const bool v3 = c.model_type == "deepseek_v3";
-  const bool v2 = c.model_type == "deepseek_v2";
-  DI_CHECK(v3 || v2, source, ": field 'model_type': '", c.model_type,
-           "' is not supported (expected 'deepseek_v3' or 'deepseek_v2')");
+  const bool v3 = family == DeepseekV3Family::V3;
 
   // Architecture sizes have no safe default: a missing one is an error.
   c.vocab_size = f.integer("vocab_size", std::nullopt);
@@ -282,9 +202,9 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
     c.topk_method = f.string("topk_method", "noaux_tc");
     c.scoring_func = f.string("scoring_func", "sigmoid");
     require(c.topk_method == "noaux_tc", source, "topk_method",
-            "'" + c.topk_method + "' is not supported for deepseek_v3 (expected 'noaux_tc')");
+            "'" + c.topk_method + "' is not supported for " + c.model_type + " (expected 'noaux_tc')");
     require(c.scoring_func == "sigmoid", source, "scoring_func",
-            "'" + c.scoring_func + "' is not supported for deepseek_v3 (expected 'sigmoid')");
+            "'" + c.scoring_func + "' is not supported for " + c.model_type + " (expected 'sigmoid')");
   } else {
     c.topk_method = f.string("topk_method", "greedy");
     c.scoring_func = f.string("scoring_func", "softmax");
@@ -320,15 +240,6 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& so
   parse_quantization(f, c);
   validate(c);
   return c;
-}
-
-ModelConfig load_model_config(const std::string& path) {
-  struct stat st {};
-  std::string file = path;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    file = path + (path.empty() || path.back() == '/' ? "" : "/") + "config.json";
-  }
-  return parse_model_config(read_text_file(file), file);
 }
 
 bool ModelConfig::is_moe_layer(int layer) const {

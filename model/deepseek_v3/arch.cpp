@@ -1,0 +1,87 @@
+// The deepseek_v3 / deepseek_v2 registry entries: config.json + weights -> a
+// DeepseekV3Model on a backend. On the CPU backend the weights are the mmapped (or
+// random host) tensors themselves (zero copy); on other backends they are uploaded once.
+#include "model/deepseek_v3/arch.h"
+
+#include <nlohmann/json.hpp>
+
+#include "model/deepseek_v3/config.h"
+#include "model/deepseek_v3/model.h"
+#include "model/layers/mla.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& backend) {
+  // Derived absorbed-MLA weights come from the host view, before any upload.
+  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, host, backend);
+  ModelWeights weights =
+      backend.device() == Device::CPU ? std::move(host) : upload_weights(host, backend);
+  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
+                                           std::move(absorbed), backend);
+}
+
+// Random weights on a device backend: made there from the seed (fill_random kernels for the big
+// tensors, BF16 or FP8 e4m3; the small F32 scale/norm tensors on the host), bit-identical to
+// make_random_weights + upload_weights without a host pass over the weights (FP8 bench model:
+// 172 s of host quantization before). The absorbed MLA weights read kv_b_proj from a host copy.
+std::unique_ptr<Model> build_random_on_device(ModelConfig config, const LoadOptions& options,
+                                              Backend& backend) {
+  ModelWeights weights = make_random_weights(config, options.seed, options.random_weight_dtype,
+                                             options.load_mtp, backend);
+  std::vector<MlaAbsorbedWeights> absorbed;
+  for (const LayerWeights& layer : weights.layers) {
+    AttentionWeights host_attn;  // make_mla_absorbed_weights reads kv_b_proj only
+    Weight& kvb = host_attn.kv_b_proj;
+    kvb = layer.attn.kv_b_proj;
+    HostBuffer w(kvb.w.dtype, kvb.w.dims());
+    backend.copy(layer.attn.kv_b_proj.w, w.tensor());
+    kvb.w = w.tensor();
+    HostBuffer s;
+    if (kvb.scale_inv.defined()) {
+      s = HostBuffer(kvb.scale_inv.dtype, kvb.scale_inv.dims());
+      backend.copy(layer.attn.kv_b_proj.scale_inv, s.tensor());
+      kvb.scale_inv = s.tensor();
+    }
+    absorbed.push_back(make_mla_absorbed_weights(config, host_attn, backend));
+  }
+  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
+                                           std::move(absorbed), backend);
+}
+
+std::unique_ptr<Model> build_random(ModelConfig config, const LoadOptions& options,
+                                    Backend& backend) {
+  const DType dt = options.random_weight_dtype;
+  if (backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3))
+    return build_random_on_device(std::move(config), options, backend);
+  ModelWeights host = make_random_weights(config, options.seed, dt, options.load_mtp);
+  return build(std::move(config), std::move(host), backend);
+}
+
+std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
+                            const LoadOptions& options) {
+  if (options.random_weights) return build_random(std::move(config), options, backend);
+  ModelWeights host = load_weights(dir, config, options);
+  return build(std::move(config), std::move(host), backend);
+}
+
+}  // namespace
+
+Architecture deepseek_v3_architecture() {
+  return {"deepseek_v3", "DeepSeek-V3, R1, V3.1 (MLA, sigmoid group-limited MoE, MTP)",
+          [](const nlohmann::json& root, const std::string& source) {
+            return parse_deepseek_v3_config(root, source, DeepseekV3Family::V3);
+          },
+          load};
+}
+
+Architecture deepseek_v2_architecture() {
+  return {"deepseek_v2", "DeepSeek-V2, V2-Lite (MLA, softmax MoE)",
+          [](const nlohmann::json& root, const std::string& source) {
+            return parse_deepseek_v3_config(root, source, DeepseekV3Family::V2);
+          },
+          load};
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,35 @@
+// The architecture registry: model_type (config.json) -> how to read the config
+// and build the forward. Each architecture lives in its folder (model/<arch>/)
+// and adds one line to registry.cpp; nothing else names architectures.
+#pragma once
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct Architecture {
+  std::string model_type;   // config.json "model_type"
+  std::string description;  // e.g. "DeepSeek-V3, R1, V3.1"
+  // Reads and validates the config.json object. Throws Error naming the field.
+  ModelConfig (*parse_config)(const nlohmann::json& root, const std::string& source) = nullptr;
+  // Builds the model from checkpoint `dir` (options.random_weights: from the seed
+  // instead). nullptr: config reading only, no forward yet (load_model refuses).
+  std::unique_ptr<Model> (*load)(ModelConfig config, const std::string& dir, Backend& backend,
+                                 const LoadOptions& options) = nullptr;
+};
+
+// Every registered architecture, in registry order.
+const std::vector<Architecture>& architectures();
+// The entry for `model_type`; throws Error naming `source`, the model_type and
+// the known ones when none is registered.
+const Architecture& find_architecture(const std::string& model_type, const std::string& source);
+// "'deepseek_v2', 'deepseek_v3', ..." (for messages).
+std::string known_model_types();
+
+}  // namespace deepinfer

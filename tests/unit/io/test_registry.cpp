@@ -1,0 +1,94 @@
+// The architecture registry (model/registry.h): model_type -> config reader and
+// forward; unknown model_types are refused with the list of known ones.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <functional>
+#include <set>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "temp_dir.h"
+
+namespace deepinfer {
+namespace {
+
+nlohmann::json official_v3() {
+  return nlohmann::json::parse(read_text_file(std::string(DEEPINFER_SOURCE_DIR) +
+                                              "/tests/unit/io/data/deepseek_v3_official_config.json"));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+}
+
+TEST(Registry, HoldsEachModelTypeOnce) {
+  std::set<std::string> seen;
+  for (const Architecture& a : architectures()) {
+    EXPECT_TRUE(seen.insert(a.model_type).second) << a.model_type << " registered twice";
+    EXPECT_NE(a.parse_config, nullptr) << a.model_type;
+    EXPECT_FALSE(a.description.empty()) << a.model_type;
+  }
+  for (const char* t : {"deepseek_v3", "deepseek_v2"}) {
+    EXPECT_EQ(find_architecture(t, "x").model_type, t);
+    EXPECT_NE(find_architecture(t, "x").load, nullptr) << t << " has a forward";
+  }
+}
+
+TEST(Registry, ReaderIsChosenByModelType) {
+  // The same numbers read as deepseek_v2 take V2's routing defaults (softmax, greedy).
+  nlohmann::json j = official_v3();
+  for (const char* k : {"topk_method", "scoring_func", "n_group", "topk_group", "norm_topk_prob"})
+    j.erase(k);
+  EXPECT_EQ(parse_model_config(j.dump(), "t.json").scoring_func, "sigmoid");
+  j["model_type"] = "deepseek_v2";
+  const ModelConfig v2 = parse_model_config(j.dump(), "t.json");
+  EXPECT_EQ(v2.model_type, "deepseek_v2");
+  EXPECT_EQ(v2.scoring_func, "softmax");
+  EXPECT_EQ(v2.topk_method, "greedy");
+}
+
+TEST(Registry, RefusesUnknownModelTypeListingTheKnownOnes) {
+  nlohmann::json j = official_v3();
+  j["model_type"] = "llama";
+  const std::string msg = error_of([&] { parse_model_config(j.dump(), "dir/config.json"); });
+  expect_contains(msg, {"dir/config.json", "model_type", "'llama'", "'deepseek_v3'", "'deepseek_v2'"});
+  expect_contains(error_of([] { find_architecture("deepseek_v9", "src"); }),
+                  {"src", "'deepseek_v9'", "'deepseek_v3'"});
+  j.erase("model_type");
+  expect_contains(error_of([&] { parse_model_config(j.dump(), "dir/config.json"); }),
+                  {"'model_type'", "missing", "'deepseek_v3'"});
+  j["model_type"] = 3;
+  expect_contains(error_of([&] { parse_model_config(j.dump(), "dir/config.json"); }),
+                  {"'model_type'", "expected a string", "3"});
+}
+
+TEST(Registry, LoadModelRefusesUnknownModelType) {
+  testing::TempDir dir;
+  nlohmann::json j = official_v3();
+  j["model_type"] = "mixtral";
+  dir.write("config.json", j.dump());
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  LoadOptions options;
+  expect_contains(error_of([&] { random_model(dir.file("config.json"), *cpu, options); }),
+                  {"'mixtral'", "'deepseek_v3'"});
+  expect_contains(error_of([&] { load_model(dir.path(), *cpu, options); }),
+                  {"'mixtral'", "'deepseek_v2'"});
+}
+
+}  // namespace
+}  // namespace deepinfer
