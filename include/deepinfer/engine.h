@@ -52,6 +52,9 @@ struct EngineConfig {
   // the host samples every non-greedy row (A/B, debugging).
   bool device_sampling = true;
   uint64_t seed = 0;              // seeds requests whose SamplingParams have none
+  // Loading scans the checkpoint's tensors for NaN/Inf (an error naming the tensor and
+  // element); true skips that for trusted checkpoints (random weights are never scanned).
+  bool skip_weight_check = false;
 };
 
 struct Message {
