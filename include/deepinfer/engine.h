@@ -100,7 +100,9 @@ struct RequestOutput {
   std::vector<int32_t> prompt_token_ids;
   std::vector<CompletionOutput> outputs;  // [n]
   bool finished = false;
-  std::string error;             // set when the request was rejected (finish_reason Error)
+  // Set when the request was rejected, or failed while running (NaN logits: the tokens before
+  // it are kept); finish_reason Error.
+  std::string error;
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;     // over all samples
   int num_cached_tokens = 0;     // prompt tokens served from the prefix cache
