@@ -54,15 +54,17 @@ TEST(WeightCheck, EveryCodeOfEveryFloatDtype) {
       codes.push_back(0x7F7FFFFFu);  // FLT_MAX
     }
     const int64_t n = 37;  // not a multiple of a word: tail elements too
-    for (uint32_t code : codes) {
-      for (int64_t at : {int64_t{0}, int64_t{5}, n - 1}) {
-        std::vector<unsigned char> buf(static_cast<size_t>(n) * es, 0);
-        for (int64_t i = 0; i < n; ++i) put(buf, dt, i, 0x1F);  // small finite
-        put(buf, dt, at, code);
-        const int64_t want = non_finite(dt, code) ? at : -1;
-        ASSERT_EQ(find_non_finite(buf.data(), dt, n), want)
-            << dtype_name(dt) << " code 0x" << std::hex << code << std::dec << " at " << at;
-      }
+    std::vector<unsigned char> buf(static_cast<size_t>(n) * es, 0);
+    for (int64_t i = 0; i < n; ++i) put(buf, dt, i, 0x1F);  // small finite
+    const int64_t positions[] = {0, 5, 14, n - 1};  // word starts, inside, the tail
+    for (size_t k = 0; k < codes.size(); ++k) {
+      const uint32_t code = codes[k];
+      const int64_t at = positions[(k + code / 4) % 4];
+      put(buf, dt, at, code);
+      const int64_t want = non_finite(dt, code) ? at : -1;
+      ASSERT_EQ(find_non_finite(buf.data(), dt, n), want)
+          << dtype_name(dt) << " code 0x" << std::hex << code << std::dec << " at " << at;
+      put(buf, dt, at, 0x1F);
     }
   }
   // FP8 e4m3fn: 0x7F and 0xFF are its NaNs, 0x7E / 0xFE (+-448) finite.
