@@ -231,6 +231,10 @@ int cmd_generate(int argc, char** argv) {
   std::fprintf(stderr, "[%d prompt + %d generated tokens, finish %s, TTFT %.3fs, %.1f tok/s]\n",
                last.num_prompt_tokens, last.num_output_tokens, to_string(last.outputs[0].finish_reason),
                last.time_to_first_token_s, last.decode_tokens_per_s);
+  if (!last.error.empty()) {  // e.g. NaN logits: the request ended with an error
+    std::fprintf(stderr, "deepinfer generate: %s\n", last.error.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -26,6 +26,8 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_option("--dtype", c.random_weights_dtype, "random weight dtype: bf16 | fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--tokenizer", c.tokenizer_dir, "tokenizer directory (default: --model)");
+  app.add_flag("--skip-weight-check", c.skip_weight_check,
+               "do not scan the checkpoint for NaN/Inf weights at load (trusted checkpoints)");
   app.add_option("--backend", c.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)");
   app.add_flag("--batch-invariant", c.batch_invariant, "batch-invariant kernels (DEEPINFER_BATCH_INVARIANT=1)");

@@ -4,7 +4,12 @@
 // rint; a*b+c through double), so the host and the device choose the same token bit for bit:
 //
 //   row logits l[V] (F32), SampleRowParams p
-//   0. greedy (temperature 0): argmax, lowest id on ties, NaN never wins.
+//   -. a row holding a NaN logit has no token: kNoToken (-1), greedy or not (the forward
+//      broke; the engine ends that request with an error). So has a sampled row whose
+//      logits are all -inf / +inf (nothing finite to draw from).
+//   0. greedy (temperature below kMinTemperature, 1e-5 as vLLM's _SAMPLING_EPS; 0 included):
+//      argmax, lowest id on ties. Below the floor l / T overflows or is dominated by the
+//      rounding of the division, so such temperatures mean "greedy" everywhere.
 //   1. s_v = l_v / T; candidates are the finite s_v (-inf, +inf, NaN are dropped).
 //   2. e_v = exp_neg(s_v - max s) in [0, 1] (our own exp: same bits on both sides;
 //      0 below x = -23), weight W_v = floor(e_v * 2^26) (an integer; the max has 2^26, so
@@ -68,6 +73,12 @@ DI_SAMPLE_HD float ffma(float a, float b, float c) {
 }
 DI_SAMPLE_HD bool is_finite(float x) { return x - x == 0.0f; }  // false for inf and NaN
 
+// The token of a row that has none (a NaN logit; nothing finite to sample from).
+inline constexpr int32_t kNoToken = -1;
+// Temperatures below this are greedy (vLLM's _SAMPLING_EPS).
+inline constexpr float kMinTemperature = 1e-5f;
+DI_SAMPLE_HD bool is_greedy(float temperature) { return !(temperature >= kMinTemperature); }
+
 // Philox4x32-10 (Salmon et al., SC'11): counter-based, so a draw is a pure function of
 // (key, counter). ctr is updated in place.
 DI_SAMPLE_HD void philox4x32_10(uint32_t ctr[4], uint32_t key0, uint32_t key1) {
@@ -106,6 +117,8 @@ DI_SAMPLE_HD uint32_t bits_of_float(float x) {
   return bits;
 #endif
 }
+// NaN by its bits (no compiler flag can fold it away).
+DI_SAMPLE_HD bool is_nan(float x) { return (bits_of_float(x) & 0x7fffffffu) > 0x7f800000u; }
 DI_SAMPLE_HD float float_of_bits(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(bits);
@@ -179,7 +192,7 @@ DI_SAMPLE_HD uint64_t draw_target(uint64_t bits53, uint64_t total) {
 namespace deepinfer::sample_rule {
 // The whole rule for one row on the host (backend/cpu/sampling_rows.cpp): the reference
 // of Backend::sample and the host sampler's last stage. logits [vocab] F32.
-// Returns -1 when no logit is finite (callers decide what that means).
+// Returns kNoToken (-1) for a row with a NaN logit, or a sampled row with no finite logit.
 int32_t sample_row(const float* logits, int64_t vocab, const SampleRowParams& p);
 }  // namespace deepinfer::sample_rule
 #endif

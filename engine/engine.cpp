@@ -40,6 +40,15 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
                                         : static_cast<int>(std::min<int64_t>(
                                               mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096,
                                               1 << 20));
+  sample_vocab = model->vocab_size();
+  if (tokenizer) {
+    // A tokenizer id the model has no logit for is a mismatched pair; a smaller tokenizer is
+    // fine (padding rows), and its missing ids are never sampled.
+    DI_CHECK(tokenizer->vocab_size() <= model->vocab_size(), "tokenizer has ",
+             tokenizer->vocab_size(), " ids but the model's vocab_size is ", model->vocab_size(),
+             " (", mc.source, "): they do not belong together");
+    sample_vocab = tokenizer->vocab_size();
+  }
   for (int64_t id : mc.eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (tokenizer && tokenizer->eos_id() >= 0) eos_ids_.push_back(tokenizer->eos_id());
 
@@ -57,8 +66,10 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   blocks_ = std::make_unique<BlockManager>(num_blocks, bs, cfg.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
-  runner_ = std::make_unique<Runner>(*model, *backend, runner_config(cfg, num_blocks, max_model_len));
-  sampler_ = std::make_unique<Sampler>(model->vocab_size());
+  RunnerConfig rc = runner_config(cfg, num_blocks, max_model_len);
+  rc.sample_vocab = sample_vocab;
+  runner_ = std::make_unique<Runner>(*model, *backend, rc);
+  sampler_ = std::make_unique<Sampler>(sample_vocab);
 }
 
 double Engine::Impl::now_s() const {
@@ -167,6 +178,13 @@ void Engine::Impl::finish_seq(SeqState& seq, FinishReason reason, std::string st
   if (++r.num_finished == static_cast<int>(r.seqs.size())) r.time_finished_s = now_s();
 }
 
+void Engine::Impl::fail_seq(SeqState& seq, const std::string& error) {
+  if (!seq.token_ids.empty() && seq.token_ids.back() == kPlaceholderToken)
+    seq.token_ids.pop_back();  // issued ahead (run_ahead): that step's row is discarded
+  seq.error = error;
+  finish_seq(seq, FinishReason::Error);
+}
+
 void Engine::Impl::append_token(SeqState& seq, const SampleResult& sample) {
   RequestState& r = *seq.request;
   const int32_t token = sample.token_id;
@@ -213,6 +231,10 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
     c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end());
     c.finish_reason = s->finish_reason;
     c.stop_reason = s->stop_reason;
+    if (!s->error.empty() && out.error.empty())
+      out.error = "request " + r.request_id +
+                  (r.seqs.size() > 1 ? " sample " + std::to_string(s->index) : std::string()) + ": " +
+                  s->error;
     c.logprobs = s->logprobs;
     // Hold back text that could still become the start of a stop string.
     const bool done = s->finish_reason != FinishReason::None;
@@ -359,6 +381,10 @@ std::vector<RequestOutput> Engine::Impl::collect() {
     SampleResult result;
     if (cur.argmax_only) {
       result.token_id = (*argmax_ids)[this_row];
+      if (result.token_id < 0) {  // the device op's NaN row (sample_rule::kNoToken)
+        const bool ahead = !seq.token_ids.empty() && seq.token_ids.back() == kPlaceholderToken;
+        result.error = nan_logits_error(seq.num_tokens() - (ahead ? 1 : 0));
+      }
     } else {
       SampleRow sr;
       sr.params = &r.params;
@@ -377,9 +403,18 @@ std::vector<RequestOutput> Engine::Impl::collect() {
         seq.matcher->fill_mask(bitmask_.data());
         sr.allowed_bitmask = bitmask_.data();
       }
-      result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
+      try {
+        result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
+      } catch (const Error& e) {  // one row's failure is its request's error, not the batch's
+        result = SampleResult{};
+        result.error = e.what();
+      }
     }
-    append_token(seq, result);
+    if (result.token_id < 0) {
+      fail_seq(seq, result.error.empty() ? "no token could be sampled" : result.error);
+    } else {
+      append_token(seq, result);
+    }
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }
   std::vector<RequestOutput> outputs;

@@ -90,6 +90,7 @@ Engine::Engine(const EngineConfig& config_in) {
   LoadOptions lo;
   lo.load_mtp = false;  // no speculative decoding yet
   lo.seed = config.random_weights_seed;
+  lo.check_finite = !config.skip_weight_check;
   DI_CHECK(config.random_weights_dtype == "bf16" || config.random_weights_dtype == "fp8",
            "EngineConfig.random_weights_dtype: expected bf16 or fp8, got '",
            config.random_weights_dtype, "'");

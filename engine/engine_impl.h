@@ -51,6 +51,10 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   int max_model_len = 0;
+  // Ids the engine samples from: the model's vocabulary, or the tokenizer's when it is smaller
+  // (a model's padding rows, e.g. DeepSeek-V3's 129,280 for a 128,815-id tokenizer, are never
+  // chosen: logits columns from here on are not read).
+  int sample_vocab = 0;
   EngineStats stats;
 
  private:
@@ -59,6 +63,8 @@ struct Engine::Impl {
   // Appends a sampled token, detokenizes, checks stop conditions; finishes the sample if done.
   void append_token(SeqState& seq, const SampleResult& sample);
   void finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason = "");
+  // Ends a sequence whose row had no token (NaN logits, all masked) with FinishReason::Error.
+  void fail_seq(SeqState& seq, const std::string& error);
   bool is_stop_token(const RequestState& r, int32_t token) const;
   RequestOutput make_output(RequestState& r);
 

@@ -26,6 +26,7 @@ struct SeqState : Sequence {
   size_t num_tokens_emitted = 0;  // output tokens already streamed
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;
+  std::string error;  // why it ended with FinishReason::Error (e.g. NaN logits)
   std::vector<TokenLogprob> logprobs;
 };
 

@@ -22,6 +22,9 @@ struct LoadOptions {
   bool random_weights = false;   // ignore files; make weights from `seed` (bench)
   uint64_t seed = 0;
   DType random_weight_dtype = DType::BF16;  // BF16 or F8_E4M3 (block-scaled)
+  // Scan every checkpoint tensor the model uses for NaN/Inf (model/weight_check.h) and fail
+  // naming the first; false skips it (trusted checkpoints). Random weights are never scanned.
+  bool check_finite = true;
 };
 
 class Model {

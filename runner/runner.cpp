@@ -161,8 +161,11 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   if (argmax_only) {
     if (rows > 0) {
       Tensor ids(argmax_ids_.tensor().data, DType::I32, {rows}, argmax_ids_.tensor().device);
+      Tensor chosen = logits.slice_rows(0, rows);  // [rows, sample_vocab] of [rows, vocab]
+      if (config_.sample_vocab > 0 && config_.sample_vocab < chosen.shape[1])
+        chosen.shape[1] = config_.sample_vocab;
       if (sample_rows.empty()) {
-        backend_.argmax(logits.slice_rows(0, rows), ids);
+        backend_.argmax(chosen, ids);
       } else {
         // The rows' parameters travel like the step inputs: staged in this slot's host
         // memory (untouched until the step's fence), copied on the stream.
@@ -171,7 +174,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
         Tensor dev_params(sample_params_.tensor().data, DType::I32, {rows, kSampleRowWords},
                           sample_params_.tensor().device);
         backend_.copy_async(host_params, dev_params);
-        backend_.sample(logits.slice_rows(0, rows), dev_params, ids);
+        backend_.sample(chosen, dev_params, ids);
       }
       Tensor out(host_ids_[slot].tensor().data, DType::I32, {rows});
       backend_.copy_async(ids, out);

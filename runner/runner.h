@@ -36,6 +36,10 @@ struct RunnerConfig {
   // CUDA graphs for pure decode steps when the backend supports them; false runs every
   // step eagerly (EngineConfig::enforce_eager, --enforce-eager).
   bool use_graphs = true;
+  // Tokens are chosen (argmax, Backend::sample) from the first sample_vocab columns of each
+  // logits row; 0: all of them. The engine sets the tokenizer's size when the model's vocab has
+  // padding rows beyond it.
+  int sample_vocab = 0;
 };
 
 struct RunnerStats {

@@ -35,6 +35,12 @@ void raw_logprobs(const float* logits, int vocab, int k, SampleResult& r,
 
 }  // namespace
 
+std::string nan_logits_error(int64_t position) {
+  return "the model's logits hold NaN at position " + std::to_string(position) +
+         " (its forward broke; check the checkpoint: a load without --skip-weight-check scans "
+         "it for NaN/Inf)";
+}
+
 bool device_samplable(const SamplingParams& p) {
   return p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
          p.presence_penalty == 0.0f && p.logprobs < 0;
@@ -56,6 +62,13 @@ SampleRowParams device_params(const SamplingParams& p, uint64_t seed, uint64_t s
 SampleResult Sampler::sample(const float* logits, const SampleRow& row) {
   const SamplingParams& p = *row.params;
   const int vocab = vocab_size_;
+  SampleResult result;
+  bool nan = false;
+  for (int v = 0; v < vocab; ++v) nan |= sample_rule::is_nan(logits[v]);
+  if (nan) {
+    result.error = nan_logits_error(row.position);
+    return result;
+  }
   work_.assign(logits, logits + vocab);
 
   if (row.allowed_bitmask != nullptr) {
@@ -84,7 +97,6 @@ SampleResult Sampler::sample(const float* logits, const SampleRow& row) {
         work_[v] -= p.frequency_penalty * static_cast<float>(counts_[v]) + p.presence_penalty;
   }
 
-  SampleResult result;
   if (p.greedy()) {
     // First maximum: lowest id on ties, matching backend argmax.
     result.token_id = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
@@ -93,7 +105,11 @@ SampleResult Sampler::sample(const float* logits, const SampleRow& row) {
     // (backend/sample_rule.h), so a row gives the same token on either path.
     const int32_t id = sample_rule::sample_row(work_.data(), vocab, device_params(p, row.seed, row.stream,
                                                                                   row.position));
-    DI_CHECK(id >= 0, "sampler: every token is masked at position ", row.position);
+    if (id < 0) {
+      result.error = "every token is masked (or no logit is finite) at position " +
+                     std::to_string(row.position);
+      return result;
+    }
     result.token_id = id;
   }
   if (p.logprobs >= 0) raw_logprobs(logits, vocab, p.logprobs, result, cand_);

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,15 +42,23 @@ struct SampleRow {
 };
 
 struct SampleResult {
+  // -1 (sample_rule::kNoToken) when the row has no token: a NaN logit, or every token masked;
+  // `error` then says which (the engine ends the sequence with that error).
   int32_t token_id = -1;
+  std::string error;
   float logprob = 0.0f;  // of the sampled token under the raw distribution (when logprobs >= 0)
   std::vector<std::pair<int32_t, float>> top_logprobs;  // [params.logprobs], most likely first
 };
 
+// The error of a row whose logits hold NaN (token position `position`), for every path.
+std::string nan_logits_error(int64_t position);
+
 class Sampler {
  public:
+  // vocab_size: the ids it may choose, the first columns of each logits row (the engine
+  // passes the tokenizer's vocabulary when the model has padding rows beyond it).
   explicit Sampler(int vocab_size) : vocab_size_(vocab_size) {}
-  // logits: F32 [vocab_size], read only.
+  // logits: F32 [vocab_size] (the rest of the row is not read), read only.
   SampleResult sample(const float* logits, const SampleRow& row);
 
  private:

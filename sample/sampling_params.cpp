@@ -1,9 +1,12 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "backend/sample_rule.h"
 #include "deepinfer/sampling_params.h"
 
 namespace deepinfer {
+
+bool SamplingParams::greedy() const { return sample_rule::is_greedy(temperature); }
 
 void SamplingParams::validate() const {
   DI_CHECK(n >= 1, "n: must be >= 1, got ", n);

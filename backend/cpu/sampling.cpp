@@ -1,5 +1,7 @@
-// argmax over each logits row (lowest index wins ties; NaN never wins).
+// argmax over each logits row (lowest index wins ties; a row with a NaN gets
+// sample_rule::kNoToken, -1).
 #include "backend/cpu/cpu_backend.h"
+#include "backend/sample_rule.h"
 
 namespace deepinfer::cpu {
 
@@ -14,12 +16,13 @@ void CpuBackend::argmax(const Tensor& logits, Tensor& ids) {
   pool_->parallel_for(l.rows, 1, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float* v = l.f32(r);
-      int64_t best = -1;
+      int64_t best = 0;
+      bool nan = false;
       for (int64_t i = 0; i < l.cols; ++i) {
-        if (v[i] != v[i]) continue;  // NaN
-        if (best < 0 || v[i] > v[best]) best = i;
+        nan |= sample_rule::is_nan(v[i]);
+        if (v[i] > v[best]) best = i;
       }
-      out[r] = static_cast<int32_t>(best < 0 ? 0 : best);
+      out[r] = nan ? sample_rule::kNoToken : static_cast<int32_t>(best);
     }
   });
 }

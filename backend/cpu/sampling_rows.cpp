@@ -19,19 +19,24 @@ struct Cand {
 // The rule's order: most likely first, lower id first on ties.
 bool before(const Cand& a, const Cand& b) { return a.key > b.key || (a.key == b.key && a.id < b.id); }
 
+bool has_nan(const float* l, int64_t vocab) {
+  bool nan = false;
+  for (int64_t i = 0; i < vocab; ++i) nan |= is_nan(l[i]);
+  return nan;
+}
+
 int32_t argmax_row(const float* l, int64_t vocab) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (l[i] != l[i]) continue;  // NaN
-    if (best < 0 || l[i] > l[best]) best = i;
-  }
-  return static_cast<int32_t>(best < 0 ? 0 : best);
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i)
+    if (l[i] > l[best]) best = i;
+  return static_cast<int32_t>(best);
 }
 
 }  // namespace
 
 int32_t sample_row(const float* logits, int64_t vocab, const SampleRowParams& p) {
-  if (p.temperature == 0.0f) return argmax_row(logits, vocab);
+  if (has_nan(logits, vocab)) return kNoToken;
+  if (is_greedy(p.temperature)) return argmax_row(logits, vocab);
   float max_s = 0.0f;
   bool any = false;
   for (int64_t v = 0; v < vocab; ++v) {
@@ -40,7 +45,7 @@ int32_t sample_row(const float* logits, int64_t vocab, const SampleRowParams& p)
     if (!any || s > max_s) max_s = s;
     any = true;
   }
-  if (!any) return -1;
+  if (!any) return kNoToken;
   // [candidates] in id order: finite, and e >= min_p.
   std::vector<Cand> cand;
   for (int64_t v = 0; v < vocab; ++v) {
@@ -134,7 +139,7 @@ void Backend::sample(const Tensor& logits, const Tensor& row_params, Tensor& ids
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t id = sample_rule::sample_row(l + r * ld, vocab, host_params[r]);
-    host_ids[r] = id < 0 ? 0 : id;  // no finite logit: token 0, as argmax gives
+    host_ids[r] = id;  // kNoToken for a NaN row (or nothing finite to sample)
   }
   if (on_host) {
     std::memcpy(ids.data, host_ids.data(), host_ids.size() * sizeof(int32_t));

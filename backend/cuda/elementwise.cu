@@ -100,7 +100,8 @@ __global__ void kv_store_kernel(const void* rows, int rows_kind, int64_t ldr, in
   }
 }
 
-// One block of 1024 threads per row; lowest index wins ties; NaN never wins.
+// One block of 1024 threads per row; lowest index wins ties; a row holding a NaN gets -1
+// (sample_rule::kNoToken, as the CPU op).
 __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
                               int32_t* ids) {
   __shared__ float best_v[32];
@@ -108,6 +109,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int ki
   const int64_t r = blockIdx.x;
   float bv = -INFINITY;
   int64_t bi = V;  // sentinel larger than any index
+  int nan = 0;
   // kUnroll independent loads in flight per thread (one row of 129,280 logits is one block's
   // work: a serial load chain of V / blockDim loads cost ~100 us per step, H200 2026-11-30).
   // Each thread still visits its indices in increasing order, so ties keep the lowest.
@@ -123,6 +125,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int ki
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u * stride;
+      nan |= (__float_as_uint(v[u]) & 0x7fffffffu) > 0x7f800000u;
       if (c < V && (v[u] > bv || (v[u] == bv && c < bi))) {
         bv = v[u];
         bi = c;
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int ki
     best_v[warp] = bv;
     best_i[warp] = bi;
   }
-  __syncthreads();
+  const int any_nan = __syncthreads_or(nan);
   if (threadIdx.x == 0) {
     float v = best_v[0];
     int64_t i = best_i[0];
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int ki
         i = best_i[w];
       }
     }
-    ids[r] = static_cast<int32_t>(i < V ? i : 0);
+    ids[r] = any_nan ? -1 : static_cast<int32_t>(i < V ? i : 0);
   }
 }
 

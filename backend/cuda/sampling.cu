@@ -14,6 +14,8 @@
 // exact fmax, so the token equals the reference's bit for bit, and a row's token depends only
 // on its own row. The packed rows of a step (R x V x 8 bytes: 64 x 1 MB) stay in L2 on the
 // H200 (50 MB) for the ~8 passes of the per-row block. Greedy rows skip the first two launches.
+// A row holding a NaN logit gets sample_rule::kNoToken (-1), as the reference: row_max_kernel
+// marks it with a +inf partial max (greedy rows: the argmax pass sees it).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/sample_rule.h"
 
@@ -115,19 +117,23 @@ __global__ void __launch_bounds__(kPrepThreads)
   __shared__ float warp_max[kPrepThreads / 32];
   const int64_t r = blockIdx.y;
   const float temperature = params[r].temperature;
-  if (temperature == 0.0f) return;  // greedy: sample_kernel reads the logits itself
+  if (rule::is_greedy(temperature)) return;  // greedy: sample_kernel reads the logits itself
   const float* l = logits + r * ld_row;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * kPrepSpan;
   float m = -INFINITY;
+  int nan = 0;
 #pragma unroll
   for (int i = 0; i < kPrepItems; ++i) {
     const int64_t v = base + i * kPrepThreads + threadIdx.x;
     if (v < V) {
+      nan |= rule::is_nan(l[v]);
       const float s = rule::fdiv(l[v], temperature);
       if (rule::is_finite(s)) m = fmaxf(m, s);
     }
   }
   m = block_max(m, warp_max);
+  // A NaN logit marks the block's partial +inf (never a max of finite s): the row has no token.
+  if (__syncthreads_or(nan)) m = INFINITY;
   if (threadIdx.x == 0) partial[r * gridDim.x + blockIdx.x] = m;
 }
 
@@ -139,7 +145,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int64_t r = blockIdx.y;
   const SampleRowParams& p = params[r];
   const float temperature = p.temperature, min_p = p.min_p;
-  if (temperature == 0.0f) return;
+  if (rule::is_greedy(temperature)) return;
   const float max_s = row_max_of(partial + r * gridDim.x, gridDim.x, warp_max);
   const float* l = logits + r * ld_row;
   uint64_t* out = packed + r * V;
@@ -278,26 +284,30 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = blockIdx.x;
   const float* l = logits + r * ld_row;
   const SampleRowParams p = params[r];
-  if (p.temperature == 0.0f) {
-    // Greedy: argmax, lowest id on ties, NaN never wins (as Backend::argmax).
+  if (rule::is_greedy(p.temperature)) {
+    // Greedy: argmax, lowest id on ties; a row with a NaN has no token (as Backend::argmax).
     float best = -INFINITY;
     int64_t best_id = V;
+    int nan = 0;
     for (int64_t v = threadIdx.x; v < V; v += kThreads) {
       const float x = l[v];
+      nan |= rule::is_nan(x);
       if (x > best || (x == best && best_id == V)) best = x, best_id = v;
     }
     const float m = block_max(best, sh.warp_max);
     if (threadIdx.x == 0) sh.found_id = V;
-    __syncthreads();
+    const int any_nan = __syncthreads_or(nan);
     if (best_id < V && best == m) atomicMin(reinterpret_cast<unsigned long long*>(&sh.found_id),
                                             static_cast<unsigned long long>(best_id));
     __syncthreads();
-    if (threadIdx.x == 0) ids[r] = static_cast<int32_t>(sh.found_id < V ? sh.found_id : 0);
+    if (threadIdx.x == 0)
+      ids[r] = any_nan ? rule::kNoToken : static_cast<int32_t>(sh.found_id < V ? sh.found_id : 0);
     return;
   }
-  if (row_max_of(partial + r * nb, nb, sh.warp_max) == -INFINITY) {
-    // no finite logit: token 0, as the reference's caller gives
-    if (threadIdx.x == 0) ids[r] = 0;
+  const float row_max = row_max_of(partial + r * nb, nb, sh.warp_max);
+  if (row_max == -INFINITY || row_max == INFINITY) {
+    // no finite logit, or a NaN logit (row_max_kernel's +inf mark): no token
+    if (threadIdx.x == 0) ids[r] = rule::kNoToken;
     return;
   }
   const PackedRow row{packed + r * V};
@@ -327,7 +337,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t id = first_reaching(
       V, kept_weight,
       [bits](unsigned long long total) { return rule::draw_target(bits, total) + 1; }, sh);
-  if (threadIdx.x == 0) ids[r] = static_cast<int32_t>(id >= 0 ? id : 0);
+  if (threadIdx.x == 0) ids[r] = static_cast<int32_t>(id >= 0 ? id : rule::kNoToken);
 }
 
 }  // namespace

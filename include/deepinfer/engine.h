@@ -52,6 +52,9 @@ struct EngineConfig {
   // the host samples every non-greedy row (A/B, debugging).
   bool device_sampling = true;
   uint64_t seed = 0;              // seeds requests whose SamplingParams have none
+  // Loading scans the checkpoint's tensors for NaN/Inf (an error naming the tensor and
+  // element); true skips that for trusted checkpoints (random weights are never scanned).
+  bool skip_weight_check = false;
 };
 
 struct Message {
@@ -97,7 +100,9 @@ struct RequestOutput {
   std::vector<int32_t> prompt_token_ids;
   std::vector<CompletionOutput> outputs;  // [n]
   bool finished = false;
-  std::string error;             // set when the request was rejected (finish_reason Error)
+  // Set when the request was rejected, or failed while running (NaN logits: the tokens before
+  // it are kept); finish_reason Error.
+  std::string error;
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;     // over all samples
   int num_cached_tokens = 0;     // prompt tokens served from the prefix cache

@@ -20,7 +20,7 @@ struct StructuredOutputArgs {
 
 struct SamplingParams {
   int n = 1;                        // samples per prompt; they share the prompt's KV blocks
-  float temperature = 1.0f;         // 0 = greedy
+  float temperature = 1.0f;         // below 1e-5 (0 included) = greedy
   float top_p = 1.0f;               // (0, 1]
   int top_k = 0;                    // 0 or -1 = all
   float min_p = 0.0f;               // [0, 1]
@@ -41,7 +41,8 @@ struct SamplingParams {
   bool skip_special_tokens = true;
   StructuredOutputArgs so_args;
 
-  bool greedy() const { return temperature == 0.0f; }
+  // temperature below the floor of backend/sample_rule.h (1e-5, vLLM's): argmax.
+  bool greedy() const;
   // Throws Error("<field>: ...") for values outside their ranges.
   void validate() const;
 };

@@ -2,10 +2,13 @@
 #include "model/weights.h"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/safetensors.h"
+#include "model/weight_check.h"
 
 namespace deepinfer {
 
@@ -267,15 +270,24 @@ ModelWeights load_weights(std::shared_ptr<const CheckpointReader> reader,
   DI_CHECK(reader != nullptr, "load_weights: no checkpoint");
   if (options.progress != nullptr) reader->touch_all(options.progress, options.progress_user);
   const CheckpointReader* r = reader.get();
+  std::vector<std::string> used;  // checkpoint tensors the model takes, in first-use order
+  std::set<std::string, std::less<>> seen;
   TensorSource source;
-  source.find = [r](const std::string& name) -> std::optional<Tensor> {
+  source.find = [r, &used, &seen](const std::string& name) -> std::optional<Tensor> {
     if (!r->has(name)) return std::nullopt;
+    if (seen.insert(name).second) used.push_back(name);
     return r->tensor(name);
   };
   source.describe = [r](const std::string& name) {
     return r->has(name) ? r->info(name).file : r->path();
   };
   ModelWeights w = assemble_weights(config, source, options.load_mtp);
+  if (options.check_finite) {
+    std::vector<NamedTensor> tensors;
+    tensors.reserve(used.size());
+    for (const std::string& name : used) tensors.push_back({name, r->info(name).file, r->tensor(name)});
+    check_weights_finite(tensors, default_thread_pool());
+  }
   w.owners.push_back(std::move(reader));
   return w;
 }

@@ -332,13 +332,13 @@ TEST_F(DenseOps, Argmax) {
     const int64_t R = 3;
     std::vector<float> l = randn(R * V, 1.0f, false);
     // Row 1: the maximum at several indices (the lowest must win, whichever thread and
-    // unrolled load slot of the CUDA kernel sees it) and NaNs (never win).
+    // unrolled load slot of the CUDA kernel sees it). Row 2: NaNs, so no token (-1).
     const int64_t a = randint(1, static_cast<int>(V / 2)), b = a + randint(2, static_cast<int>(V / 2) - 1);
     l[V + b] = 100.0f;
     l[V + a] = 100.0f;
     l[V + V - 1] = 100.0f;
-    l[V + 0] = std::nanf("");
-    l[V + (a + b) / 2] = std::nanf("");
+    l[2 * V + 0] = 100.0f;
+    l[2 * V + (a + b) / 2] = std::nanf("");
     Tensor ic = cpu_i32(std::vector<int32_t>(R), {R});
     cpu_->argmax(cpu_f32(l, {R, V}), ic);
     Tensor ig = gpu_poisoned(*gpu_, DType::I32, {R});
@@ -346,6 +346,7 @@ TEST_F(DenseOps, Argmax) {
     std::vector<float> got = download(*gpu_, ig);
     for (int64_t r = 0; r < R; ++r) EXPECT_EQ(static_cast<int32_t>(got[r]), ic.ptr<int32_t>()[r]) << "row " << r;
     EXPECT_EQ(ic.ptr<int32_t>()[1], static_cast<int32_t>(a)) << "CPU reference: lowest of the tied maxima";
+    EXPECT_EQ(ic.ptr<int32_t>()[2], -1) << "CPU reference: a row with a NaN has no token";
   }
 }
 

@@ -121,5 +121,49 @@ TEST_F(SamplingOps, BatchInvariant) {
   }
 }
 
+// A row holding a NaN logit has no token (sample_rule::kNoToken, -1) on both backends, greedy
+// or sampled, wherever the NaN is (first, last, inside a prep block, the only one); so has a
+// sampled row with nothing finite. Temperatures below the floor (1e-5) are the argmax. The
+// other rows of the batch keep their tokens.
+TEST_F(SamplingOps, NanRowsHaveNoTokenAndTinyTemperaturesAreGreedy) {
+  for (int64_t vocab : {int64_t{7}, int64_t{4099}, int64_t{129280}}) {
+    const int64_t rows = 16;
+    std::vector<float> logits = random_logits(rows, vocab);
+    for (int64_t r = 0; r < rows; ++r)  // finite rows (random_logits masks some entries)
+      for (int64_t v = 0; v < vocab; ++v)
+        if (!std::isfinite(logits[r * vocab + v])) logits[r * vocab + v] = -3.0f;
+    std::vector<SampleRowParams> params;
+    for (int64_t r = 0; r < rows; ++r) params.push_back(random_params(vocab));
+    const int64_t nan_at[] = {0, vocab - 1, vocab / 2, vocab > 1030 ? 1029 : 3};
+    std::vector<bool> no_token(rows, false);
+    for (int64_t r = 0; r < 8; ++r) {  // rows 0-7: a NaN; even ones greedy
+      logits[r * vocab + nan_at[r % 4]] = std::nanf("");
+      params[r].temperature = r % 2 == 0 ? 0.0f : 0.7f;
+      no_token[r] = true;
+    }
+    for (int64_t v = 0; v < vocab; ++v) logits[8 * vocab + v] = -INFINITY;  // nothing finite
+    params[8].temperature = 1.0f;
+    no_token[8] = true;
+    for (int64_t r = 9; r < 12; ++r) {  // below the floor: the argmax whatever top_k / top_p
+      params[r].temperature = std::vector<float>{1e-38f, 1e-6f, 9.9e-6f}[r - 9];
+      params[r].top_k = 2;
+      params[r].top_p = 0.5f;
+    }
+    const auto [want, got] = run(logits, params, rows, vocab);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(got[r], want[r]) << "row " << r << " of vocab " << vocab << ", seed " << seed_;
+      if (no_token[r]) {
+        EXPECT_EQ(want[r], sample_rule::kNoToken) << "row " << r;
+      } else {
+        EXPECT_GE(want[r], 0) << "row " << r;
+      }
+      if (r >= 9 && r < 12) {
+        const auto row = logits.begin() + r * vocab;
+        EXPECT_EQ(want[r], std::max_element(row, row + vocab) - row) << "row " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::ops_test

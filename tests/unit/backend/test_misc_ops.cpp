@@ -1,6 +1,8 @@
 // embedding, silu_mul, add, argmax, copy: against direct formulas.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
 #include "op_test_util.h"
 
@@ -52,13 +54,31 @@ TEST(CpuMiscOps, ArgmaxLowestIndexOnTies) {
   l[1] = 2.0f;
   l[3] = 2.0f;          // row 0: tie between 1 and 3
   l[5 + 4] = -1.0f;     // row 1: all zero except a smaller one -> index 0
-  l[10 + 2] = NAN;      // row 2: NaN never wins
+  l[10 + 2] = NAN;      // row 2: a NaN, so no token (-1, sample_rule::kNoToken)
   l[10 + 3] = 0.5f;
   HostBuffer ids(DType::I32, {3});
   backend->argmax(logits.tensor(), ids.tensor());
   EXPECT_EQ(ids.ptr<int32_t>()[0], 1);
   EXPECT_EQ(ids.ptr<int32_t>()[1], 0);
-  EXPECT_EQ(ids.ptr<int32_t>()[2], 3);
+  EXPECT_EQ(ids.ptr<int32_t>()[2], -1);
+}
+
+// Id -1 (a NaN row's "token", read by a step issued ahead) embeds as a NaN row; other ids
+// outside the table still throw.
+TEST(CpuMiscOps, EmbeddingOfNoTokenIsANanRow) {
+  auto backend = make_cpu_backend();
+  HostBuffer table = test::f32_buffer({4, 3}, 1.0f);
+  HostBuffer ids = test::i32_buffer({2, -1, 0});
+  HostBuffer out = test::f32_buffer({3, 3}, 0.0f);
+  backend->embedding(ids.tensor(), table.tensor(), out.tensor());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out.ptr<float>()[i], 1.0f);
+    EXPECT_TRUE(std::isnan(out.ptr<float>()[3 + i])) << i;
+    EXPECT_EQ(out.ptr<float>()[6 + i], 1.0f);
+  }
+  HostBuffer bad = test::i32_buffer({-2});
+  HostBuffer out1 = test::f32_buffer({1, 3}, 0.0f);
+  EXPECT_THROW(backend->embedding(bad.tensor(), table.tensor(), out1.tensor()), Error);
 }
 
 // The branch-free FP8 decode used by gemm equals core's scalar decode for all 256 codes.

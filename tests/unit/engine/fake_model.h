@@ -5,7 +5,9 @@
 // table or prefix-cache hit changes the logits (or throws), so engine outputs
 // equal reference_greedy() only if all the KV bookkeeping is right.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -23,7 +25,11 @@ inline uint64_t mix64(uint64_t x) {
 
 class FakeModel final : public Model {
  public:
-  explicit FakeModel(int vocab = 64, int eos = 1, int max_len = 4096) {
+  // Broken-forward stand-ins: a context holding nan_token, or longer than nan_after_len
+  // tokens, gets NaN logits (-1: never).
+  explicit FakeModel(int vocab = 64, int eos = 1, int max_len = 4096, int32_t nan_token = -1,
+                     int nan_after_len = -1)
+      : nan_token_(nan_token), nan_after_len_(nan_after_len) {
     config_.vocab_size = vocab;
     config_.max_position_embeddings = max_len;
     config_.eos_token_ids = {eos};
@@ -67,12 +73,18 @@ class FakeModel final : public Model {
                  row[1], ", expected ", p);
         ctx.push_back(static_cast<int32_t>(row[0]));
       }
-      context_logits(ctx, vocab_size(), logits.ptr<float>() + r * vocab_size());
+      float* out = logits.ptr<float>() + r * vocab_size();
+      context_logits(ctx, vocab_size(), out);
+      const bool nan = (nan_token_ >= 0 && std::find(ctx.begin(), ctx.end(), nan_token_) != ctx.end()) ||
+                       (nan_after_len_ >= 0 && static_cast<int>(ctx.size()) > nan_after_len_);
+      if (nan) std::fill(out, out + vocab_size(), std::numeric_limits<float>::quiet_NaN());
     }
   }
 
  private:
   ModelConfig config_;
+  int32_t nan_token_;
+  int nan_after_len_;
 };
 
 // Greedy continuation computed without the engine: the reference for every test.

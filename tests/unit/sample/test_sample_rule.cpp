@@ -250,3 +250,133 @@ TEST(SampleRule, CpuOpIsTheRulePerRow) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Temperatures below the floor (sample_rule::kMinTemperature, 1e-5) are greedy on every path:
+// the rule, the host sampler, the CPU op and SamplingParams::greedy(). Before the floor, 1e-38
+// made every nonzero logit overflow to +-inf (dropped), so id 0 (BOS here) was drawn whatever
+// top_k said.
+TEST(SampleRule, TemperaturesBelowTheFloorAreGreedy) {
+  const std::vector<float> logits = {0.0f, 5.0f, 3.0f, -1.0f, 4.5f};
+  for (float t : {1e-38f, 1e-30f, 1e-6f, 9.99e-6f, 0.0f}) {
+    SampleRowParams p;
+    p.temperature = t;
+    p.top_k = 3;
+    p.top_p = 0.9f;
+    p.seed = 5;
+    for (uint64_t pos = 0; pos < 50; ++pos) {
+      p.position = pos;
+      EXPECT_EQ(sample_rule::sample_row(logits.data(), 5, p), 1) << "T " << t << " position " << pos;
+    }
+    SamplingParams sp;
+    sp.temperature = t;
+    EXPECT_TRUE(sp.greedy()) << t;
+    Sampler s(5);
+    SampleRow row;
+    row.params = &sp;
+    row.seed = 3;
+    EXPECT_EQ(s.sample(logits.data(), row).token_id, 1) << "T " << t;
+  }
+  SamplingParams at_floor;
+  at_floor.temperature = sample_rule::kMinTemperature;
+  EXPECT_FALSE(at_floor.greedy());
+  // At the floor the rule samples (here the 0.5 gap at T 1e-5 still leaves only the max).
+  SampleRowParams p;
+  p.temperature = 1e-5f;
+  EXPECT_EQ(sample_rule::sample_row(logits.data(), 5, p), 1);
+}
+
+// A row with a NaN logit has no token (kNoToken) in the rule, the CPU ops (sample, argmax)
+// and the host sampler (whose result names the NaN); the other rows of the batch keep theirs.
+TEST(SampleRule, NanRowsHaveNoToken) {
+  auto cpu = make_cpu_backend();
+  const int64_t rows = 6, vocab = 300;
+  std::mt19937_64 rng(17);
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  for (float& x : logits) x = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+  const std::vector<float> clean = logits;
+  logits[0 * vocab + 0] = NAN;            // greedy, first element
+  logits[1 * vocab + vocab - 1] = NAN;    // sampled, last element
+  logits[2 * vocab + 123] = -NAN;         // sampled, negative NaN, with top_k
+  std::vector<SampleRowParams> params(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    params[r].temperature = r % 3 == 0 ? 0.0f : 0.8f;
+    params[r].top_k = r == 2 ? 5 : 0;
+    params[r].seed = 7 + r;
+  }
+  std::vector<int32_t> words(static_cast<size_t>(rows * kSampleRowWords));
+  std::memcpy(words.data(), params.data(), words.size() * sizeof(int32_t));
+  std::vector<int32_t> ids(rows, -5), argmax_ids(rows, -5);
+  Tensor l(logits.data(), DType::F32, {rows, vocab});
+  Tensor pw(words.data(), DType::I32, {rows, kSampleRowWords});
+  Tensor it(ids.data(), DType::I32, {rows});
+  cpu->sample(l, pw, it);
+  Tensor at(argmax_ids.data(), DType::I32, {rows});
+  cpu->argmax(l, at);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * vocab;
+    if (r < 3) {
+      EXPECT_EQ(ids[r], sample_rule::kNoToken) << r;
+      EXPECT_EQ(argmax_ids[r], sample_rule::kNoToken) << r;
+      EXPECT_EQ(sample_rule::sample_row(row, vocab, params[r]), sample_rule::kNoToken) << r;
+    } else {
+      EXPECT_EQ(ids[r], sample_rule::sample_row(clean.data() + r * vocab, vocab, params[r])) << r;
+      EXPECT_GE(ids[r], 0) << r;
+      EXPECT_EQ(argmax_ids[r], std::max_element(row, row + vocab) - row) << r;
+    }
+  }
+  // The host sampler: no token and an error naming NaN, greedy or not, logprobs or not.
+  Sampler s(static_cast<int>(vocab));
+  for (float t : {0.0f, 0.8f}) {
+    SamplingParams sp;
+    sp.temperature = t;
+    sp.logprobs = t > 0 ? 2 : -1;
+    SampleRow row;
+    row.params = &sp;
+    row.position = 41;
+    const SampleResult res = s.sample(logits.data() + vocab, row);
+    EXPECT_EQ(res.token_id, sample_rule::kNoToken);
+    EXPECT_NE(res.error.find("NaN"), std::string::npos) << res.error;
+    EXPECT_NE(res.error.find("41"), std::string::npos) << res.error;
+    EXPECT_GE(s.sample(clean.data() + vocab, row).token_id, 0);
+  }
+}
+
+// Everything masked on the host path is that row's error (a result), not an exception that
+// would end every request of the step.
+TEST(SampleRule, HostSamplerReportsAnAllMaskedRow) {
+  const std::vector<float> logits = {1.0f, 2.0f, 3.0f};
+  SamplingParams sp;
+  sp.temperature = 0.5f;
+  std::vector<int32_t> banned = {0, 1, 2};
+  SampleRow row;
+  row.params = &sp;
+  row.banned_tokens = banned;
+  Sampler s(3);
+  const SampleResult res = s.sample(logits.data(), row);
+  EXPECT_EQ(res.token_id, sample_rule::kNoToken);
+  EXPECT_NE(res.error.find("masked"), std::string::npos) << res.error;
+}
+
+// The sampler reads only its vocab_size first columns: ids beyond are never chosen.
+TEST(SampleRule, HostSamplerChoosesOnlyWithinItsVocabulary) {
+  std::vector<float> logits = {0.0f, 1.0f, 2.0f, 50.0f, 60.0f};  // the last two are beyond
+  Sampler s(3);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SamplingParams hot;
+  hot.temperature = 5.0f;
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    SampleRow row;
+    row.params = &greedy;
+    row.position = static_cast<int64_t>(pos);
+    EXPECT_EQ(s.sample(logits.data(), row).token_id, 2);
+    row.params = &hot;
+    EXPECT_LT(s.sample(logits.data(), row).token_id, 3);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

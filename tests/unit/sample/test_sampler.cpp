@@ -158,7 +158,10 @@ TEST(Sampler, BitmaskAndBannedTokensAreNeverSampled) {
   std::vector<uint32_t> none(3, 0);
   r = row_for(p, 0);
   r.allowed_bitmask = none.data();
-  EXPECT_THROW(s.sample(logits.data(), r), Error);
+  // Nothing allowed: no token, and the row's error says so (the engine ends that request).
+  const SampleResult nothing = s.sample(logits.data(), r);
+  EXPECT_EQ(nothing.token_id, -1);
+  EXPECT_NE(nothing.error.find("masked"), std::string::npos) << nothing.error;
 }
 
 TEST(Sampler, LogprobsComeFromRawLogits) {
