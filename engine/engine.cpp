@@ -45,10 +45,20 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
 
   const int bs = cfg.kv_block_size;
   DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
+  spec_k_ = std::max(cfg.num_speculative_tokens, 0);
+  DI_CHECK(spec_k_ <= 16, "EngineConfig.num_speculative_tokens: expected 0..16, got ", spec_k_);
+  DI_CHECK(cfg.speculator == "mtp" || cfg.speculator == "ngram",
+           "EngineConfig.speculator: expected mtp or ngram, got '", cfg.speculator, "'");
+  DI_CHECK(spec_k_ == 0 || cfg.speculator != "mtp" || model->num_mtp_layers() > 0,
+           "EngineConfig.num_speculative_tokens: ", spec_k_, " MTP drafts asked, but ", mc.source,
+           " has no MTP layer loaded (num_nextn_predict_layers ", mc.num_nextn_predict_layers,
+           "); use speculator ngram (--speculator ngram) or 0 drafts");
+  const RunnerConfig spec_rc = runner_config(cfg, 1, 1);
   int num_blocks = cfg.num_kv_blocks;
   if (num_blocks <= 0) {
     const int64_t bytes = cfg.kv_cache_num_bytes > 0 ? cfg.kv_cache_num_bytes : int64_t{4} << 30;
-    const int64_t per_block = Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs);
+    const int64_t per_block =
+        Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs, spec_rc.num_mtp_kv_layers);
     const int64_t enough = static_cast<int64_t>(cfg.max_num_seqs) * ((max_model_len + bs - 1) / bs);
     num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(bytes / per_block, 1), enough));
   }
@@ -59,6 +69,8 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
   runner_ = std::make_unique<Runner>(*model, *backend, runner_config(cfg, num_blocks, max_model_len));
   sampler_ = std::make_unique<Sampler>(model->vocab_size());
+  stats.num_speculative_tokens = spec_k_;
+  if (spec_k_ > 0) make_proposer();
 }
 
 double Engine::Impl::now_s() const {
@@ -207,10 +219,11 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
   out.prompt_token_ids = r.prompt_token_ids;
   out.num_prompt_tokens = static_cast<int>(r.prompt_token_ids.size());
   out.finished = r.finished();
+  out.spec = r.spec;
   for (auto& s : r.seqs) {
     CompletionOutput c;
     c.index = s->index;
-    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end());
+    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end() - s->num_draft_tokens);
     c.finish_reason = s->finish_reason;
     c.stop_reason = s->stop_reason;
     c.logprobs = s->logprobs;
@@ -250,7 +263,9 @@ std::vector<RequestOutput> Engine::Impl::step() {
     if (plan.empty()) return {};
     submit(std::move(plan), false);
   }
-  if (config.async_scheduling) run_ahead();
+  // Speculating, steps run one at a time: a step's drafts depend on the previous step's
+  // verified tokens (asynchronous scheduling falls back to synchronous).
+  if (config.async_scheduling && spec_k_ == 0) run_ahead();
   std::vector<RequestOutput> outputs = collect();
   if (!deferred_.empty()) {  // scheduled ahead but not issued: its tokens are known now
     SchedulerOutput next = std::move(deferred_);
@@ -262,12 +277,19 @@ std::vector<RequestOutput> Engine::Impl::step() {
 
 void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<RunSeq> run;
+  std::vector<int> begins, rows;
+  int row = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     const Sequence& q = *s.seq;
     const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
     stats.num_prompt_tokens_computed +=
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
-    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample});
+    // A verify step (drafts at the end) returns logits for the last token and each draft.
+    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample,
+                   s.needs_sample ? 1 + q.num_draft_tokens : 1});
+    begins.push_back(begin);
+    rows.push_back(row);
+    row += s.num_new_tokens;
   }
   // Rows the device can finish need only their token: plain greedy rows the argmax, other
   // rows Backend::sample when device_sampling is on. If every row is such, the runner
@@ -279,12 +301,15 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
     const SeqState& seq = static_cast<const SeqState&>(*s.seq);
     const RequestState& r = *seq.request;
     const SamplingParams& p = r.params;
-    const bool plain = device_samplable(p) && !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
+    const int verified = seq.num_verified_tokens();
+    const bool plain = device_samplable(p) && !seq.matcher && verified - seq.num_prompt_tokens >= p.min_tokens;
     argmax_only = argmax_only && plain && (p.greedy() || config.device_sampling);
     all_greedy = all_greedy && p.greedy();
     // The token goes to index num_tokens() (a run-ahead placeholder already holds the
-    // previous step's index), as the host sampler's position at collect time.
-    sample_rows.push_back(device_params(p, r.seed, seq.stream, seq.num_tokens()));
+    // previous step's index), as the host sampler's position at collect time; a verify
+    // step's row j samples index verified + j.
+    for (int j = 0; j <= seq.num_draft_tokens; ++j)
+      sample_rows.push_back(device_params(p, r.seed, seq.stream, verified + j));
   }
   if (!argmax_only || all_greedy) sample_rows.clear();
   runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
@@ -293,7 +318,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   stats.num_steps++;
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
-  in_flight_.push_back({std::move(plan), argmax_only, false});
+  in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), argmax_only, false});
 }
 
 // Issues the next step before the running one's tokens are read, when that cannot change
@@ -352,10 +377,19 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   int row = 0;
   for (const ScheduledSeq& s : cur.plan.seqs) {
     if (!s.needs_sample) continue;
-    const int this_row = row++;
+    const int first_row = row;
+    row += s.seq == nullptr ? 1 : 1 + s.seq->num_draft_tokens;
     if (s.seq == nullptr) continue;  // finished while the step ran: its token is dropped
     SeqState& seq = static_cast<SeqState&>(*s.seq);
     RequestState& r = *seq.request;
+    // A verify step: the drafts leave token_ids, then each position is sampled exactly as
+    // decode would sample it (processors, grammar, penalties, stops applied one token at a
+    // time); a draft equal to the sampled token is accepted and the next row is read.
+    const std::vector<int32_t> drafts(seq.token_ids.end() - seq.num_draft_tokens, seq.token_ids.end());
+    seq.drop_drafts(seq.num_draft_tokens);
+    int accepted = 0, emitted = 0;
+    for (int j = 0; j <= static_cast<int>(drafts.size()); ++j) {
+    const int this_row = first_row + j;
     SampleResult result;
     if (cur.argmax_only) {
       result.token_id = (*argmax_ids)[this_row];
@@ -380,8 +414,17 @@ std::vector<RequestOutput> Engine::Impl::collect() {
       result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
     }
     append_token(seq, result);
+    ++emitted;
+    if (seq.finish_reason != FinishReason::None || j == static_cast<int>(drafts.size()) ||
+        result.token_id != drafts[static_cast<size_t>(j)])
+      break;
+    ++accepted;
+    }
+    if (!drafts.empty()) count_verified(r, static_cast<int>(drafts.size()), accepted, emitted);
+    scheduler_->on_drafts_verified(&seq, accepted);
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }
+  if (spec_k_ > 0) propose_drafts(cur);
   std::vector<RequestOutput> outputs;
   for (RequestState* r : touched) {
     outputs.push_back(make_output(*r));

@@ -27,6 +27,7 @@ struct SeqState : Sequence {
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;
   std::vector<TokenLogprob> logprobs;
+  std::vector<float> draft_confidences;  // of the drafts at the end of token_ids
 };
 
 struct RequestState {
@@ -40,6 +41,7 @@ struct RequestState {
   double time_first_token_s = -1.0;
   double time_finished_s = -1.0;
   int num_finished = 0;
+  SpecDecodeStats spec;
   bool finished() const { return num_finished == static_cast<int>(seqs.size()); }
 };
 
