@@ -9,18 +9,20 @@
 #     elapsed / steps is the step time of 1 + k tokens per sequence (MTP drafting included)
 #     against k = 0's 1 token; acceptance there is meaningless.
 # Speculating steps run eagerly (no CUDA graph for verify steps) and synchronously.
+# PART=tiny | bench | all (default all; each part stays under ~8 minutes).
 set -u
+PART="${PART:-all}"
 DEEPINFER="${DEEPINFER:-build-gpu/bin/deepinfer}"
 OUT="${OUT:-/tmp/deepinfer_out}"
 mkdir -p "$OUT"
-for k in 0 1 2 3 v3; do
+[[ $PART == tiny || $PART == all ]] && for k in 0 1 2 3 v3; do
   if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
-  timeout 120 "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 --gen-len 128 \
+  timeout 90 "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 --gen-len 128 \
     --prompt-file bench/prompts/code.jsonl --repeats 3 --warmup 1 "${a[@]}" --output "$OUT/spec_tiny.jsonl" \
     > "$OUT/spec_tiny_$k.log" 2>&1 || echo "tiny k=$k failed: $(tail -2 "$OUT/spec_tiny_$k.log")"
 done
-for k in 0 1 2 3; do
-  timeout 150 "$DEEPINFER" bench --backend cuda --config bench/cuda/bench-v3-7b-mtp.config.json --random-weights \
+[[ $PART == bench || $PART == all ]] && for k in 0 1 2 3; do
+  timeout 110 "$DEEPINFER" bench --backend cuda --config bench/cuda/bench-v3-7b-mtp.config.json --random-weights \
     --dtype bf16 --batch 1,8,64 --prompt-len 512 --gen-len 64 --repeats 2 --warmup 1 --num-speculative-tokens "$k" \
     --output "$OUT/spec_bench_model.jsonl" > "$OUT/spec_bench_model_$k.log" 2>&1 ||
     echo "bench model k=$k failed: $(tail -2 "$OUT/spec_bench_model_$k.log")"
