@@ -9,7 +9,8 @@
 #     elapsed / steps is the step time of 1 + k tokens per sequence (MTP drafting included)
 #     against k = 0's 1 token; acceptance there is meaningless.
 # Speculating steps run eagerly (no CUDA graph for verify steps) and synchronously.
-# PART=tiny | bench | all (default all; each part stays under ~8 minutes).
+# PART=tiny | bench | equal | all (default all; run one part per device call: each stays
+# under ~8 minutes).
 set -u
 PART="${PART:-all}"
 DEEPINFER="${DEEPINFER:-build-gpu/bin/deepinfer}"
@@ -27,6 +28,34 @@ done
     --output "$OUT/spec_bench_model.jsonl" > "$OUT/spec_bench_model_$k.log" 2>&1 ||
     echo "bench model k=$k failed: $(tail -2 "$OUT/spec_bench_model_$k.log")"
 done
+# PART=equal: greedy and seeded batch generate on CUDA, k = 0 vs 3, with and without
+# --batch-invariant: how many requests' token ids differ (0 expected with the flag).
+if [[ $PART == equal || $PART == all ]]; then
+  python3 - "$OUT/equal_in.jsonl" <<'PY'
+import json, sys
+prompts = [json.loads(l)["prompt"] for l in open("bench/prompts/code.jsonl")]
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        p = {"prompt": prompts[i % len(prompts)], "max_tokens": 96}
+        p.update({"temperature": 0} if i % 2 == 0 else {"temperature": 0.8, "top_p": 0.95, "seed": i})
+        f.write(json.dumps(p) + "\n")
+PY
+  for inv in "" --batch-invariant; do
+    for k in 0 3; do
+      timeout 100 "$DEEPINFER" generate --backend cuda --input "$OUT/equal_in.jsonl" --output "$OUT/equal_k${k}${inv}.jsonl" \
+        --num-speculative-tokens "$k" $inv > "$OUT/equal_k${k}${inv}.log" 2>&1 || echo "generate k=$k $inv failed"
+    done
+    python3 - "$OUT/equal_k0${inv}.jsonl" "$OUT/equal_k3${inv}.jsonl" "${inv:-default kernels}" <<'PY'
+import json, sys
+try:
+    a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
+except OSError as e:
+    sys.exit(f"missing output: {e}")
+diff = [i for i, (x, y) in enumerate(zip(a, b)) if x.get("token_ids") != y.get("token_ids")]
+print(f"{sys.argv[3]}: {len(diff)} of {len(a)} requests differ between k = 0 and k = 3: {diff}")
+PY
+  done
+fi
 python3 - "$OUT" <<'PY'
 import json, sys, os
 out = sys.argv[1]
