@@ -359,6 +359,37 @@ void Engine::Impl::run_ahead() {
   }
 }
 
+// Samples the token at index seq.num_tokens() from logits row `row` (or takes the device's
+// token), as decode does one position at a time.
+SampleResult Engine::Impl::sample_next(SeqState& seq, int row, const Tensor* logits,
+                                       const std::vector<int32_t>* argmax_ids) {
+  RequestState& r = *seq.request;
+  SampleResult result;
+  if (argmax_ids != nullptr) {
+    result.token_id = (*argmax_ids)[row];
+  } else {
+    SampleRow sr;
+    sr.params = &r.params;
+    sr.seed = r.seed;
+    sr.stream = seq.stream;
+    sr.position = seq.num_tokens();
+    sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
+    sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
+    std::vector<int32_t> banned;
+    if (seq.num_output_tokens() < r.params.min_tokens) {
+      banned = r.params.stop_token_ids;
+      if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+    }
+    sr.banned_tokens = banned;
+    if (seq.matcher) {
+      seq.matcher->fill_mask(bitmask_.data());
+      sr.allowed_bitmask = bitmask_.data();
+    }
+    result = sampler_->sample(logits->ptr<float>() + int64_t{row} * logits->size(1), sr);
+  }
+  return result;
+}
+
 std::vector<RequestOutput> Engine::Impl::collect() {
   InFlight cur = std::move(in_flight_.front());
   in_flight_.pop_front();
@@ -389,36 +420,13 @@ std::vector<RequestOutput> Engine::Impl::collect() {
     seq.drop_drafts(seq.num_draft_tokens);
     int accepted = 0, emitted = 0;
     for (int j = 0; j <= static_cast<int>(drafts.size()); ++j) {
-    const int this_row = first_row + j;
-    SampleResult result;
-    if (cur.argmax_only) {
-      result.token_id = (*argmax_ids)[this_row];
-    } else {
-      SampleRow sr;
-      sr.params = &r.params;
-      sr.seed = r.seed;
-      sr.stream = seq.stream;
-      sr.position = seq.num_tokens();
-      sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
-      sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
-      std::vector<int32_t> banned;
-      if (seq.num_output_tokens() < r.params.min_tokens) {
-        banned = r.params.stop_token_ids;
-        if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
-      }
-      sr.banned_tokens = banned;
-      if (seq.matcher) {
-        seq.matcher->fill_mask(bitmask_.data());
-        sr.allowed_bitmask = bitmask_.data();
-      }
-      result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
-    }
-    append_token(seq, result);
-    ++emitted;
-    if (seq.finish_reason != FinishReason::None || j == static_cast<int>(drafts.size()) ||
-        result.token_id != drafts[static_cast<size_t>(j)])
-      break;
-    ++accepted;
+      const SampleResult result = sample_next(seq, first_row + j, logits, argmax_ids);
+      append_token(seq, result);
+      ++emitted;
+      if (seq.finish_reason != FinishReason::None || j == static_cast<int>(drafts.size()) ||
+          result.token_id != drafts[static_cast<size_t>(j)])
+        break;
+      ++accepted;
     }
     if (!drafts.empty()) count_verified(r, static_cast<int>(drafts.size()), accepted, emitted);
     scheduler_->on_drafts_verified(&seq, accepted);

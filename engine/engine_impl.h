@@ -85,6 +85,8 @@ struct Engine::Impl {
   // where that is safe (see the definition); otherwise does nothing.
   void run_ahead();
   std::vector<RequestOutput> collect();
+  SampleResult sample_next(SeqState& seq, int row, const Tensor* logits,
+                           const std::vector<int32_t>* argmax_ids);
   // Speculative decoding (engine/engine_spec.cpp): drafts for the sequences of a collected
   // step, appended to their token_ids as Sequence::num_draft_tokens.
   void propose_drafts(const InFlight& step);
