@@ -211,3 +211,19 @@ TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// The MTP layer's latent rows are one more KV layer: the same bytes hold 5/6 as many blocks
+// (5 main layers + 1 MTP layer of the embedded model).
+TEST(SpecEngine, KvSizingCountsTheMtpLayer) {
+  EngineConfig off = config(0), on = config(3), ngram = config(3, "ngram");
+  for (EngineConfig* c : {&off, &on, &ngram}) c->kv_cache_num_bytes = int64_t{120} * 5 * 16 * 160 * 4;
+  EXPECT_EQ(Engine(off).stats().num_kv_blocks, 120);
+  EXPECT_EQ(Engine(on).stats().num_kv_blocks, 100);
+  EXPECT_EQ(Engine(ngram).stats().num_kv_blocks, 120);  // no MTP layer, no extra KV
+}
+
+}  // namespace
+}  // namespace deepinfer
