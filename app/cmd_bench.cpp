@@ -153,7 +153,7 @@ int cmd_bench(int argc, char** argv) {
   std::vector<int> prefill_lens, batches;
   int prompt_len = 512, gen_len = 128, repeats = 3, warmup = 1;
   uint64_t seed = 0;
-  std::string output, throughput;
+  std::string output, throughput, prompt_file;
   double roofline_gbps = 0, peak_tflops = 0, peer_tokens_per_s = 0;
   app.add_option("--prefill", prefill_lens, "prefill lengths at batch 1 (comma list)")->delimiter(',');
   app.add_option("--batch", batches, "decode batch sizes (comma list)")->delimiter(',');
@@ -163,6 +163,9 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs first");
   app.add_option("--prompt-seed", seed, "seed of the random prompts");
   app.add_option("--output", output, "append records to this file (default stdout)");
+  app.add_option("--prompt-file", prompt_file,
+                 "decode: text prompts, one JSON object {\"prompt\": ...} per line, given to the batch in turn "
+                 "(instead of --prompt-len random tokens: drafts need real text to be accepted)");
   app.add_option("--roofline-gbps", roofline_gbps, "memory bandwidth for the roofline ratio (GB/s)");
   app.add_option("--peak-tflops", peak_tflops, "compute peak for the roofline ratio (TFLOP/s)");
   app.add_option("--throughput", throughput,
@@ -213,6 +216,21 @@ int cmd_bench(int argc, char** argv) {
     for (auto& t : ids) t = 2 + static_cast<int32_t>(rng() % static_cast<uint64_t>(engine.vocab_size() - 2));
     return Prompt::from_tokens(std::move(ids));
   };
+  std::vector<Prompt> text_prompts;
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file);
+    DI_CHECK(in.good(), "--prompt-file: cannot read ", prompt_file);
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (line.empty()) continue;
+      json j = json::parse(line, nullptr, false);
+      DI_CHECK(!j.is_discarded() && j.is_object() && j.contains("prompt") && j["prompt"].is_string() &&
+                   !j["prompt"].get<std::string>().empty(),
+               "--prompt-file ", prompt_file, " line ", n, ": expected {\"prompt\": \"non-empty text\"}");
+      text_prompts.push_back(Prompt::from_text(j["prompt"].get<std::string>()));
+    }
+    DI_CHECK(!text_prompts.empty(), "--prompt-file ", prompt_file, ": no prompts");
+  }
   std::ofstream file;
   if (!output.empty()) {
     file.open(output, std::ios::app);
@@ -227,6 +245,9 @@ int cmd_bench(int argc, char** argv) {
     rec["max_num_seqs"] = config.max_num_seqs;
     rec["max_num_batched_tokens"] = config.max_num_batched_tokens;
     rec["load_s"] = load_s;
+    rec["num_speculative_tokens"] = engine.stats().num_speculative_tokens;
+    rec["speculator"] = config.speculator;
+    rec["spec_varlen"] = config.spec_varlen;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
     std::printf("%s\n", line.c_str());
@@ -283,9 +304,13 @@ int cmd_bench(int argc, char** argv) {
     // steps made after that point (with chunked prefill, requests admitted first decode while
     // later prompts are still in prefill: those tokens are not in the timed part).
     std::vector<double> times, prefill_times, timed_tokens, timed_steps;
+    SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
     for (int run = 0; run < warmup + repeats; ++run) {
       const auto t0 = Clock::now();
-      for (int i = 0; i < b; ++i) engine.add_request(random_prompt(prompt_len), p);
+      for (int i = 0; i < b; ++i)
+        engine.add_request(text_prompts.empty() ? random_prompt(prompt_len)
+                                                : text_prompts[static_cast<size_t>(i) % text_prompts.size()],
+                           p);
       int have_first = 0;
       Clock::time_point t_decode = Clock::now();
       EngineStats at_decode = engine.stats();
@@ -305,6 +330,16 @@ int cmd_bench(int argc, char** argv) {
         const EngineStats& end = engine.stats();
         timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
         timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
+        SpecDecodeStats d = end.spec;  // end - at_decode
+        d.num_verify_steps -= at_decode.spec.num_verify_steps;
+        d.num_draft_tokens -= at_decode.spec.num_draft_tokens;
+        d.num_accepted_tokens -= at_decode.spec.num_accepted_tokens;
+        d.num_emitted_tokens -= at_decode.spec.num_emitted_tokens;
+        for (size_t j = 0; j < at_decode.spec.drafts_per_position.size(); ++j) {
+          d.drafts_per_position[j] -= at_decode.spec.drafts_per_position[j];
+          d.accepted_per_position[j] -= at_decode.spec.accepted_per_position[j];
+        }
+        spec_timed.add(d);
       }
     }
     // Every run makes the same tokens in the same steps (same scheduler, same lengths).
@@ -313,7 +348,9 @@ int cmd_bench(int argc, char** argv) {
                 {"context", prompt_len + gen_len / 2.0}, {"runs_s", times},
                 {"prefill_elapsed_s", median(prefill_times)}, {"timed_tokens_per_run", timed_tokens},
                 {"temperature", p.temperature},
-                {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling}};
+                {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling},
+                {"prompt_file", prompt_file}, {"spec_decode", spec_json(spec_timed)}};
+    // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
     emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
          median(times));
   }

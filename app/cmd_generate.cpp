@@ -94,6 +94,7 @@ json output_json(size_t index, const RequestOutput& r) {
                 {"cached_tokens", r.num_cached_tokens}};
   o["time_to_first_token_s"] = r.time_to_first_token_s;
   o["decode_tokens_per_s"] = r.decode_tokens_per_s;
+  if (r.spec.num_verify_steps > 0) o["spec_decode"] = spec_json(r.spec);
   if (r.outputs.size() > 1) {
     o["outputs"] = json::array();
     for (auto& c : r.outputs) o["outputs"].push_back(completion_json(c));

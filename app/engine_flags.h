@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/error.h"
@@ -48,6 +49,28 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
                "sample every non-greedy row on the host (default: on the device when the row allows)");
   app.add_flag("!--no-async-scheduling", c.async_scheduling,
                "one step at a time (no preparing step N+1 while step N runs)");
+  app.add_option("--num-speculative-tokens", c.num_speculative_tokens,
+                 "draft tokens per step, verified exactly (0 = off; default DEEPINFER_USE_NEXTN_DECODE, else 0)")
+      ->check(CLI::Range(0, 16));
+  app.add_option("--speculator", c.speculator, "draft source: mtp (the checkpoint's MTP layer) | ngram (prompt lookup)")
+      ->check(CLI::IsMember({"mtp", "ngram"}));
+  app.add_option("--spec-varlen", c.spec_varlen,
+                 "1: verify length per request from draft confidences (DSpark); 0: all drafts "
+                 "(default DEEPINFER_ENABLE_MTP_VARLEN, else 0)")
+      ->check(CLI::Range(0, 1));
+}
+
+// Speculative decoding counts as JSON (batch JSONL lines, bench records).
+inline nlohmann::json spec_json(const SpecDecodeStats& s) {
+  return {{"verify_steps", s.num_verify_steps},
+          {"draft_tokens", s.num_draft_tokens},
+          {"accepted_tokens", s.num_accepted_tokens},
+          {"emitted_tokens", s.num_emitted_tokens},
+          {"drafts_per_position", s.drafts_per_position},
+          {"accepted_per_position", s.accepted_per_position},
+          {"acceptance_rate", s.acceptance_rate()},
+          {"mean_accepted_length", s.mean_accepted_length()},
+          {"tokens_per_verify_step", s.tokens_per_verify_step()}};
 }
 
 // Resolves --model / --random-weights / --config into the EngineConfig.

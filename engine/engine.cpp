@@ -54,10 +54,20 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
 
   const int bs = cfg.kv_block_size;
   DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
+  spec_k_ = std::max(cfg.num_speculative_tokens, 0);
+  DI_CHECK(spec_k_ <= 16, "EngineConfig.num_speculative_tokens: expected 0..16, got ", spec_k_);
+  DI_CHECK(cfg.speculator == "mtp" || cfg.speculator == "ngram",
+           "EngineConfig.speculator: expected mtp or ngram, got '", cfg.speculator, "'");
+  DI_CHECK(spec_k_ == 0 || cfg.speculator != "mtp" || model->num_mtp_layers() > 0,
+           "EngineConfig.num_speculative_tokens: ", spec_k_, " MTP drafts asked, but ", mc.source,
+           " has no MTP layer loaded (num_nextn_predict_layers ", mc.num_nextn_predict_layers,
+           "); use speculator ngram (--speculator ngram) or 0 drafts");
+  const RunnerConfig spec_rc = runner_config(cfg, 1, 1);
   int num_blocks = cfg.num_kv_blocks;
   if (num_blocks <= 0) {
     const int64_t bytes = cfg.kv_cache_num_bytes > 0 ? cfg.kv_cache_num_bytes : int64_t{4} << 30;
-    const int64_t per_block = Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs);
+    const int64_t per_block =
+        Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs, spec_rc.num_mtp_kv_layers);
     const int64_t enough = static_cast<int64_t>(cfg.max_num_seqs) * ((max_model_len + bs - 1) / bs);
     num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(bytes / per_block, 1), enough));
   }
@@ -70,6 +80,8 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   rc.sample_vocab = sample_vocab;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   sampler_ = std::make_unique<Sampler>(sample_vocab);
+  stats.num_speculative_tokens = spec_k_;
+  if (spec_k_ > 0) make_proposer();
 }
 
 double Engine::Impl::now_s() const {
@@ -225,10 +237,11 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
   out.prompt_token_ids = r.prompt_token_ids;
   out.num_prompt_tokens = static_cast<int>(r.prompt_token_ids.size());
   out.finished = r.finished();
+  out.spec = r.spec;
   for (auto& s : r.seqs) {
     CompletionOutput c;
     c.index = s->index;
-    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end());
+    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end() - s->num_draft_tokens);
     c.finish_reason = s->finish_reason;
     c.stop_reason = s->stop_reason;
     if (!s->error.empty() && out.error.empty())
@@ -272,7 +285,9 @@ std::vector<RequestOutput> Engine::Impl::step() {
     if (plan.empty()) return {};
     submit(std::move(plan), false);
   }
-  if (config.async_scheduling) run_ahead();
+  // Speculating, steps run one at a time: a step's drafts depend on the previous step's
+  // verified tokens (asynchronous scheduling falls back to synchronous).
+  if (config.async_scheduling && spec_k_ == 0) run_ahead();
   std::vector<RequestOutput> outputs = collect();
   if (!deferred_.empty()) {  // scheduled ahead but not issued: its tokens are known now
     SchedulerOutput next = std::move(deferred_);
@@ -284,12 +299,19 @@ std::vector<RequestOutput> Engine::Impl::step() {
 
 void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<RunSeq> run;
+  std::vector<int> begins, rows;
+  int row = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     const Sequence& q = *s.seq;
     const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
     stats.num_prompt_tokens_computed +=
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
-    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample});
+    // A verify step (drafts at the end) returns logits for the last token and each draft.
+    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample,
+                   s.needs_sample ? 1 + q.num_draft_tokens : 1});
+    begins.push_back(begin);
+    rows.push_back(row);
+    row += s.num_new_tokens;
   }
   // Rows the device can finish need only their token: plain greedy rows the argmax, other
   // rows Backend::sample when device_sampling is on. If every row is such, the runner
@@ -301,12 +323,15 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
     const SeqState& seq = static_cast<const SeqState&>(*s.seq);
     const RequestState& r = *seq.request;
     const SamplingParams& p = r.params;
-    const bool plain = device_samplable(p) && !seq.matcher && seq.num_output_tokens() >= p.min_tokens;
+    const int verified = seq.num_verified_tokens();
+    const bool plain = device_samplable(p) && !seq.matcher && verified - seq.num_prompt_tokens >= p.min_tokens;
     argmax_only = argmax_only && plain && (p.greedy() || config.device_sampling);
     all_greedy = all_greedy && p.greedy();
     // The token goes to index num_tokens() (a run-ahead placeholder already holds the
-    // previous step's index), as the host sampler's position at collect time.
-    sample_rows.push_back(device_params(p, r.seed, seq.stream, seq.num_tokens()));
+    // previous step's index), as the host sampler's position at collect time; a verify
+    // step's row j samples index verified + j.
+    for (int j = 0; j <= seq.num_draft_tokens; ++j)
+      sample_rows.push_back(device_params(p, r.seed, seq.stream, verified + j));
   }
   if (!argmax_only || all_greedy) sample_rows.clear();
   runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
@@ -315,7 +340,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   stats.num_steps++;
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
-  in_flight_.push_back({std::move(plan), argmax_only, false});
+  in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), argmax_only, false});
 }
 
 // Issues the next step before the running one's tokens are read, when that cannot change
@@ -356,6 +381,46 @@ void Engine::Impl::run_ahead() {
   }
 }
 
+// Samples the token at index seq.num_tokens() from logits row `row` (or takes the device's
+// token), as decode does one position at a time.
+SampleResult Engine::Impl::sample_next(SeqState& seq, int row, const Tensor* logits,
+                                       const std::vector<int32_t>* argmax_ids) {
+  RequestState& r = *seq.request;
+  SampleResult result;
+  if (argmax_ids != nullptr) {
+    result.token_id = (*argmax_ids)[row];
+    if (result.token_id < 0) {  // the device op's NaN row (sample_rule::kNoToken)
+      const bool ahead = !seq.token_ids.empty() && seq.token_ids.back() == kPlaceholderToken;
+      result.error = nan_logits_error(seq.num_tokens() - (ahead ? 1 : 0));
+    }
+  } else {
+    SampleRow sr;
+    sr.params = &r.params;
+    sr.seed = r.seed;
+    sr.stream = seq.stream;
+    sr.position = seq.num_tokens();
+    sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
+    sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
+    std::vector<int32_t> banned;
+    if (seq.num_output_tokens() < r.params.min_tokens) {
+      banned = r.params.stop_token_ids;
+      if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+    }
+    sr.banned_tokens = banned;
+    if (seq.matcher) {
+      seq.matcher->fill_mask(bitmask_.data());
+      sr.allowed_bitmask = bitmask_.data();
+    }
+    try {
+      result = sampler_->sample(logits->ptr<float>() + int64_t{row} * logits->size(1), sr);
+    } catch (const Error& e) {  // one row's failure is its request's error, not the batch's
+      result = SampleResult{};
+      result.error = e.what();
+    }
+  }
+  return result;
+}
+
 std::vector<RequestOutput> Engine::Impl::collect() {
   InFlight cur = std::move(in_flight_.front());
   in_flight_.pop_front();
@@ -374,49 +439,35 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   int row = 0;
   for (const ScheduledSeq& s : cur.plan.seqs) {
     if (!s.needs_sample) continue;
-    const int this_row = row++;
+    const int first_row = row;
+    row += s.seq == nullptr ? 1 : 1 + s.seq->num_draft_tokens;
     if (s.seq == nullptr) continue;  // finished while the step ran: its token is dropped
     SeqState& seq = static_cast<SeqState&>(*s.seq);
     RequestState& r = *seq.request;
-    SampleResult result;
-    if (cur.argmax_only) {
-      result.token_id = (*argmax_ids)[this_row];
-      if (result.token_id < 0) {  // the device op's NaN row (sample_rule::kNoToken)
-        const bool ahead = !seq.token_ids.empty() && seq.token_ids.back() == kPlaceholderToken;
-        result.error = nan_logits_error(seq.num_tokens() - (ahead ? 1 : 0));
+    // A verify step: the drafts leave token_ids, then each position is sampled exactly as
+    // decode would sample it (processors, grammar, penalties, stops applied one token at a
+    // time); a draft equal to the sampled token is accepted and the next row is read.
+    const std::vector<int32_t> drafts(seq.token_ids.end() - seq.num_draft_tokens, seq.token_ids.end());
+    seq.drop_drafts(seq.num_draft_tokens);
+    int accepted = 0, emitted = 0;
+    for (int j = 0; j <= static_cast<int>(drafts.size()); ++j) {
+      const SampleResult result = sample_next(seq, first_row + j, logits, argmax_ids);
+      if (result.token_id < 0) {  // NaN logits or a sampling error: this request's error only
+        fail_seq(seq, result.error.empty() ? "no token could be sampled" : result.error);
+        break;
       }
-    } else {
-      SampleRow sr;
-      sr.params = &r.params;
-      sr.seed = r.seed;
-      sr.stream = seq.stream;
-      sr.position = seq.num_tokens();
-      sr.prompt_tokens = std::span(seq.token_ids).first(seq.num_prompt_tokens);
-      sr.output_tokens = std::span(seq.token_ids).subspan(seq.num_prompt_tokens);
-      std::vector<int32_t> banned;
-      if (seq.num_output_tokens() < r.params.min_tokens) {
-        banned = r.params.stop_token_ids;
-        if (!r.params.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
-      }
-      sr.banned_tokens = banned;
-      if (seq.matcher) {
-        seq.matcher->fill_mask(bitmask_.data());
-        sr.allowed_bitmask = bitmask_.data();
-      }
-      try {
-        result = sampler_->sample(logits->ptr<float>() + int64_t{this_row} * logits->size(1), sr);
-      } catch (const Error& e) {  // one row's failure is its request's error, not the batch's
-        result = SampleResult{};
-        result.error = e.what();
-      }
-    }
-    if (result.token_id < 0) {
-      fail_seq(seq, result.error.empty() ? "no token could be sampled" : result.error);
-    } else {
       append_token(seq, result);
+      ++emitted;
+      if (seq.finish_reason != FinishReason::None || j == static_cast<int>(drafts.size()) ||
+          result.token_id != drafts[static_cast<size_t>(j)])
+        break;
+      ++accepted;
     }
+    if (!drafts.empty()) count_verified(r, static_cast<int>(drafts.size()), accepted, emitted);
+    scheduler_->on_drafts_verified(&seq, accepted);
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }
+  if (spec_k_ > 0) propose_drafts(cur);
   std::vector<RequestOutput> outputs;
   for (RequestState* r : touched) {
     outputs.push_back(make_output(*r));

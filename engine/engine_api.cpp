@@ -18,6 +18,18 @@ const char* to_string(FinishReason reason) {
   return "";
 }
 
+void SpecDecodeStats::add(const SpecDecodeStats& o) {
+  num_verify_steps += o.num_verify_steps;
+  num_draft_tokens += o.num_draft_tokens;
+  num_accepted_tokens += o.num_accepted_tokens;
+  num_emitted_tokens += o.num_emitted_tokens;
+  for (auto [mine, theirs] : {std::pair{&accepted_per_position, &o.accepted_per_position},
+                              std::pair{&drafts_per_position, &o.drafts_per_position}}) {
+    if (mine->size() < theirs->size()) mine->resize(theirs->size(), 0);
+    for (size_t j = 0; j < theirs->size(); ++j) (*mine)[j] += (*theirs)[j];
+  }
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 

@@ -35,7 +35,8 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
   const int num_seqs = std::max(1, std::min(config.max_num_seqs, (num_tokens + tokens_per_seq - 1) / tokens_per_seq));
   const int blocks_per_seq = (tokens_per_seq + bs - 1) / bs;
   const int num_blocks = num_seqs * blocks_per_seq;
-  const int64_t bytes_per_block = Runner::kv_bytes_per_block(model, backend.activation_dtype(), bs);
+  const int64_t bytes_per_block = Runner::kv_bytes_per_block(
+      model, backend.activation_dtype(), bs, runner_config(config, 1, 1).num_mtp_kv_layers);
   KvMemoryBudget budget;
   {
     Runner runner(model, backend, runner_config(config, num_blocks, max_model_len));
@@ -66,6 +67,25 @@ Engine::Engine(const EngineConfig& config_in) {
   EngineConfig config = config_in;
   if (const char* v = std::getenv("DEEPINFER_BATCH_INVARIANT"); v && std::string(v) == "1")
     config.batch_invariant = true;
+  // Speculative decoding: the fields win over DEEPINFER_USE_NEXTN_DECODE /
+  // DEEPINFER_ENABLE_MTP_VARLEN, which win over the defaults (off).
+  auto env_int = [](const char* name, int lo, int hi) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    DI_CHECK(end != nullptr && *end == '\0' && n >= lo && n <= hi, name, ": expected an integer in ", lo,
+             "..", hi, ", got '", v, "'");
+    return static_cast<int>(n);
+  };
+  if (config.num_speculative_tokens < 0) config.num_speculative_tokens = env_int("DEEPINFER_USE_NEXTN_DECODE", 0, 16);
+  if (config.spec_varlen < 0) config.spec_varlen = env_int("DEEPINFER_ENABLE_MTP_VARLEN", 0, 1);
+  config.num_speculative_tokens = std::max(config.num_speculative_tokens, 0);
+  config.spec_varlen = std::max(config.spec_varlen, 0);
+  DI_CHECK(config.num_speculative_tokens <= 16,
+           "EngineConfig.num_speculative_tokens: expected 0..16, got ", config.num_speculative_tokens);
+  DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
+           "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
   if (config.model_dir.empty() && config.random_weights_config.empty())
     if (const char* v = std::getenv("DEEPINFER_HF_MODEL_DIR")) config.model_dir = v;
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),
@@ -88,7 +108,7 @@ Engine::Engine(const EngineConfig& config_in) {
   }
 
   LoadOptions lo;
-  lo.load_mtp = false;  // no speculative decoding yet
+  lo.load_mtp = config.num_speculative_tokens > 0 && config.speculator == "mtp";
   lo.seed = config.random_weights_seed;
   lo.check_finite = !config.skip_weight_check;
   DI_CHECK(config.random_weights_dtype == "bf16" || config.random_weights_dtype == "fp8",

@@ -18,6 +18,8 @@
 #include "runner/runner.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
+#include "spec/proposer.h"
+#include "spec/verify_schedule.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -32,6 +34,10 @@ inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, in
   rc.max_num_seqs = cfg.max_num_seqs;
   rc.max_model_len = max_model_len;
   rc.use_graphs = !cfg.enforce_eager;
+  const int k = std::max(cfg.num_speculative_tokens, 0);
+  rc.max_logits_per_seq = 1 + k;
+  rc.num_mtp_kv_layers = k > 0 && cfg.speculator == "mtp" ? 1 : 0;
+  rc.keep_hidden = rc.num_mtp_kv_layers > 0;
   return rc;
 }
 
@@ -73,6 +79,8 @@ struct Engine::Impl {
   // set to null in `plan` (their row's token is discarded).
   struct InFlight {
     SchedulerOutput plan;
+    std::vector<int> begins;  // per plan.seqs: num_computed_tokens before the step
+    std::vector<int> rows;    // per plan.seqs: first row (token) of the step
     bool argmax_only = false;  // the runner returns token ids (argmax or sampled on the device)
     bool step_done = false;  // scheduler_->on_step_done(plan) already called
   };
@@ -83,6 +91,22 @@ struct Engine::Impl {
   // where that is safe (see the definition); otherwise does nothing.
   void run_ahead();
   std::vector<RequestOutput> collect();
+  SampleResult sample_next(SeqState& seq, int row, const Tensor* logits,
+                           const std::vector<int32_t>* argmax_ids);
+  // Speculative decoding (engine/engine_spec.cpp): drafts for the sequences of a collected
+  // step, appended to their token_ids as Sequence::num_draft_tokens.
+  void propose_drafts(const InFlight& step);
+  // How many drafts a sequence may take: k cut so the verify step can neither pass
+  // max_tokens nor max_model_len.
+  int draft_budget(const SeqState& seq) const;
+  void make_proposer();
+  void measure_step_times();
+  // Adds one verify step's counts to the request's and the run's SpecDecodeStats.
+  void count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted);
+  int spec_k_ = 0;  // resolved num_speculative_tokens
+  std::unique_ptr<MtpExecutor> mtp_exec_;
+  std::unique_ptr<Proposer> proposer_;
+  StepTimeTable step_times_;  // spec_varlen: step seconds by tokens, measured at start-up
 
   std::deque<InFlight> in_flight_;
   SchedulerOutput deferred_;  // scheduled by run_ahead, submitted after the next collect

@@ -28,6 +28,7 @@ struct SeqState : Sequence {
   std::string stop_reason;
   std::string error;  // why it ended with FinishReason::Error (e.g. NaN logits)
   std::vector<TokenLogprob> logprobs;
+  std::vector<float> draft_confidences;  // of the drafts at the end of token_ids
 };
 
 struct RequestState {
@@ -41,6 +42,7 @@ struct RequestState {
   double time_first_token_s = -1.0;
   double time_finished_s = -1.0;
   int num_finished = 0;
+  SpecDecodeStats spec;
   bool finished() const { return num_finished == static_cast<int>(seqs.size()); }
 };
 

@@ -38,10 +38,18 @@ class Model {
   virtual int vocab_size() const = 0;
   // One forward step. kv_cache[l] is layer l's cache [num_blocks, block_size, kv_row_dim]
   // in the backend's activation dtype. logits: F32 [batch.logits_indices.numel(), vocab].
-  // hidden_out (optional): final hidden states before the last norm at the same rows,
-  // [num_logits, hidden] (for MTP drafting).
+  // hidden_out (optional): the last hidden states AFTER the final norm at every row of the
+  // step, [num_tokens, hidden] (what the MTP layer drafts from).
   virtual void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
                        Tensor* hidden_out = nullptr) = 0;
+  // MTP layers loaded (LoadOptions::load_mtp and present in the checkpoint).
+  virtual int num_mtp_layers() const { return 0; }
+  // MTP layer 0 over one step (model/layers/mtp.h): row i holds the next token t_{i+1}
+  // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its latent rows go
+  // to kv_cache (the MTP layer's own cache, same block tables); hidden_out [T, hidden];
+  // logits F32 [batch.logits_indices.numel(), vocab].
+  virtual void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+                           Tensor& hidden_out, Tensor& logits);
   // Changes whenever forward reallocates its workspaces: CUDA graphs captured over
   // forward before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }

@@ -4,11 +4,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/config.h"
 
 namespace deepinfer {
 
-int64_t Runner::kv_bytes_per_block(const Model& model, DType dtype, int block_size) {
-  return static_cast<int64_t>(model.num_kv_layers()) * block_size * model.kv_row_dim() *
+int64_t Runner::kv_bytes_per_block(const Model& model, DType dtype, int block_size,
+                                   int num_mtp_kv_layers) {
+  return static_cast<int64_t>(model.num_kv_layers() + num_mtp_kv_layers) * block_size * model.kv_row_dim() *
          static_cast<int64_t>(dtype_size(dtype));
 }
 
@@ -19,30 +21,45 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
            "runner: num_kv_blocks, kv_block_size, max_model_len, max_num_seqs and "
            "max_num_batched_tokens must be > 0");
   const DType kv_dtype = backend.activation_dtype();
-  for (int l = 0; l < model.num_kv_layers(); ++l) {
+  DI_CHECK(config.num_mtp_kv_layers == 0 || model.num_mtp_layers() >= config.num_mtp_kv_layers,
+           "runner: ", config.num_mtp_kv_layers, " MTP KV layers asked, the model has ",
+           model.num_mtp_layers(), " MTP layers loaded");
+  DI_CHECK(config.max_logits_per_seq >= 1, "runner: max_logits_per_seq must be >= 1");
+  for (int l = 0; l < model.num_kv_layers() + config.num_mtp_kv_layers; ++l) {
     kv_memory_.push_back(
         backend.alloc(kv_dtype, {config.num_kv_blocks, config.kv_block_size, model.kv_row_dim()}));
     kv_cache_.push_back(kv_memory_.back().tensor());
   }
   const int64_t max_tokens = config.max_num_batched_tokens, max_seqs = config.max_num_seqs;
   max_blocks_per_seq_ = (config.max_model_len + config.kv_block_size - 1) / config.kv_block_size;
+  const int64_t max_rows = max_rows_ =
+      std::max(max_seqs, std::min(max_seqs * config.max_logits_per_seq, max_tokens));
   const int64_t capacity =
-      StepLayout::make(max_tokens, max_seqs, max_seqs, max_blocks_per_seq_).total;
+      StepLayout::make(max_tokens, max_seqs, max_rows, max_blocks_per_seq_).total;
   inputs_ = backend.alloc(DType::I32, {capacity});
   for (DeviceBuffer& s : staging_) s = backend.alloc_host(DType::I32, {capacity});
   const int64_t vocab = model.vocab_size();
-  logits_ = backend.alloc(DType::F32, {max_seqs, vocab});
-  argmax_ids_ = backend.alloc(DType::I32, {max_seqs});
-  for (DeviceBuffer& h : host_ids_) h = backend.alloc_host(DType::I32, {max_seqs});
-  sample_params_ = backend.alloc(DType::I32, {max_seqs, kSampleRowWords});
-  for (DeviceBuffer& h : host_sample_params_) h = backend.alloc_host(DType::I32, {max_seqs, kSampleRowWords});
-  host_logits_ = backend.alloc_host(DType::F32, {max_seqs, vocab});
+  logits_ = backend.alloc(DType::F32, {max_rows, vocab});
+  argmax_ids_ = backend.alloc(DType::I32, {max_rows});
+  for (DeviceBuffer& h : host_ids_) h = backend.alloc_host(DType::I32, {max_rows});
+  sample_params_ = backend.alloc(DType::I32, {max_rows, kSampleRowWords});
+  for (DeviceBuffer& h : host_sample_params_) h = backend.alloc_host(DType::I32, {max_rows, kSampleRowWords});
+  host_logits_ = backend.alloc_host(DType::F32, {max_rows, vocab});
+  if (config.keep_hidden || config.num_mtp_kv_layers > 0) {
+    const DType dt = backend.activation_dtype();
+    const int64_t H = model.config().hidden_size;
+    hidden_ = backend.alloc(dt, {max_tokens, H});
+    mtp_in_ = backend.alloc(dt, {max_tokens, H});
+    for (DeviceBuffer& b : mtp_out_) b = backend.alloc(dt, {max_tokens, H});
+    mtp_rows_ = backend.alloc(DType::I32, {max_tokens});
+    host_mtp_rows_ = backend.alloc_host(DType::I32, {max_tokens});
+  }
   // A graph step has as many rows as tokens: buckets stay within both capacities.
   const int graph_rows = std::min(config.max_num_seqs, config.max_num_batched_tokens);
   graphs_ = DecodeGraphs(graph_rows, max_blocks_per_seq_, config.kv_block_size);
 }
 
-Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decode_graph) {
+StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) const {
   const Tensor& in = inputs_.tensor();
   auto view = [&](int64_t offset, std::initializer_list<int64_t> dims) {
     return Tensor(in.ptr<int32_t>() + offset, DType::I32, dims, in.device);
@@ -61,10 +78,22 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
   batch.logits_indices = view(l.logits_indices, {l.num_logits});
   batch.host_query_start = info.host_query_start;
   batch.host_seq_lens = info.host_seq_lens;
+  return batch;
+}
+
+Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decode_graph) {
+  StepBatch batch = step_batch(l, info);
   Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
                 logits_.tensor().device);
+  Tensor hidden;
+  Tensor* hidden_out = nullptr;
+  if (hidden_.tensor().defined()) {
+    hidden = hidden_.tensor().slice_rows(0, l.num_tokens);
+    hidden_out = &hidden;
+    hidden_rows_ = l.num_tokens;
+  }
   if (!decode_graph) {
-    model_.forward(batch, kv_cache_, logits);
+    model_.forward(batch, kv_cache_, logits, hidden_out);
     return logits;
   }
   const DecodePadding shape{static_cast<int>(l.num_seqs), static_cast<int>(l.max_blocks),
@@ -78,12 +107,12 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
   }
   // First step of this shape (or after a workspace reallocation): run it eagerly, which
   // also grows every workspace to this shape, then record it for the next steps.
-  model_.forward(batch, kv_cache_, logits);
+  model_.forward(batch, kv_cache_, logits, hidden_out);
   if (graphs_.failed(shape)) return logits;
   try {
     backend_.graph_capture_begin();
     try {
-      model_.forward(batch, kv_cache_, logits);
+      model_.forward(batch, kv_cache_, logits, hidden_out);
     } catch (...) {
       try {
         backend_.graph_release(backend_.graph_capture_end());
@@ -125,7 +154,9 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
            "argmax step of at least ", num_seqs, " rows (had ", last_argmax_rows_, ")");
 
   int64_t rows = 0;  // logits rows: the real rows that need logits come first
-  for (const RunSeq& s : seqs) rows += s.needs_logits ? 1 : 0;
+  for (const RunSeq& s : seqs) rows += s.needs_logits ? s.num_logits : 0;
+  DI_CHECK(rows <= max_rows_, "runner: ", rows, " logits rows in a step (max ", max_rows_,
+           ": max_num_seqs x max_logits_per_seq)");
   DI_CHECK(sample_rows.empty() || (argmax_only && static_cast<int64_t>(sample_rows.size()) == rows),
            "runner: sample_rows needs an argmax_only step and one entry per logits row (",
            sample_rows.size(), " entries, ", rows, " rows)");
@@ -210,6 +241,52 @@ const Tensor& Runner::collect_logits() {
   in_flight_.pop_front();
   backend_.wait_fence(p.fence);
   logits_out_ = Tensor(host_logits_.tensor().data, DType::F32, {p.num_rows, model_.vocab_size()});
+  return logits_out_;
+}
+
+const Tensor& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
+                             bool hidden_from_target) {
+  DI_CHECK(in_flight_.empty(), "runner: run_mtp while asynchronous steps are in flight");
+  DI_CHECK(config_.num_mtp_kv_layers > 0, "runner: run_mtp without an MTP KV layer (RunnerConfig)");
+  const int num_seqs = static_cast<int>(seqs.size());
+  int64_t num_tokens = 0;
+  for (const RunSeq& s : seqs) num_tokens += s.num_new;
+  DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs && num_tokens <= config_.max_num_batched_tokens &&
+               static_cast<int64_t>(hidden_rows.size()) == num_tokens,
+           "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
+           hidden_rows.size(), " hidden rows");
+  const Tensor& src_all = hidden_from_target ? hidden_.tensor() : mtp_out_[mtp_cur_].tensor();
+  const int64_t src_rows = hidden_from_target ? hidden_rows_ : src_all.size(0);
+  for (int32_t r : hidden_rows)
+    DI_CHECK(r >= 0 && r < src_rows, "runner: run_mtp hidden row ", r, " outside [0, ", src_rows, ")");
+  const int slot = next_slot_;
+  next_slot_ ^= 1;
+  Tensor& host = staging_[slot].tensor();
+  StepHostInfo info;
+  const StepLayout l =
+      build_step_inputs(seqs, config_.kv_block_size, nullptr, host.ptr<int32_t>(), host.numel(), info);
+  const Tensor& dev = inputs_.tensor();
+  Tensor src(host.data, DType::I32, {l.total}, host.device);
+  Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
+  backend_.copy_async(src, dst);
+  Tensor host_rows(host_mtp_rows_.tensor().data, DType::I32, {num_tokens}, host_mtp_rows_.tensor().device);
+  std::copy(hidden_rows.begin(), hidden_rows.end(), host_rows.ptr<int32_t>());
+  Tensor rows(mtp_rows_.tensor().data, DType::I32, {num_tokens}, mtp_rows_.tensor().device);
+  backend_.copy_async(host_rows, rows);
+
+  StepBatch batch = step_batch(l, info);
+  Tensor in = mtp_in_.tensor().slice_rows(0, num_tokens);
+  backend_.embedding(rows, src_all, in);  // gather the hidden inputs
+  const int out_index = mtp_cur_ ^ 1;
+  Tensor out = mtp_out_[out_index].tensor().slice_rows(0, num_tokens);
+  Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
+                logits_.tensor().device);
+  model_.mtp_forward(batch, kv_cache_[static_cast<size_t>(model_.num_kv_layers())], in, out, logits);
+  mtp_cur_ = out_index;
+  Tensor host_logits(host_logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()});
+  if (l.num_logits > 0) backend_.copy_async(logits, host_logits);
+  backend_.wait_fence(backend_.record_fence());
+  logits_out_ = host_logits;
   return logits_out_;
 }
 

@@ -5,6 +5,7 @@
 //
 // Two ways to run a step:
 //  - execute / execute_argmax: run and wait (the synchronous engine loop);
+//  - run_mtp: the MTP layer over rows of the last step's hidden states (spec decoding);
 //  - submit, then collect_logits / collect_argmax: the step is issued on the backend's
 //    stream and the host goes on (asynchronous scheduling). Up to two steps may be in
 //    flight, collected in submission order; the second may take its input tokens from
@@ -40,6 +41,13 @@ struct RunnerConfig {
   // logits row; 0: all of them. The engine sets the tokenizer's size when the model's vocab has
   // padding rows beyond it.
   int sample_vocab = 0;
+  // Speculative decoding: logits rows per sequence a step may return (1 + k drafts);
+  // sizes the logits and token buffers.
+  int max_logits_per_seq = 1;
+  // Keep every row's final hidden state of each target step (MTP drafting reads them).
+  bool keep_hidden = false;
+  // KV layers beyond the model's main ones (1: the MTP layer's latent cache, same blocks).
+  int num_mtp_kv_layers = 0;
 };
 
 struct RunnerStats {
@@ -79,7 +87,16 @@ class Runner {
   // in order, before the next submitted step (runner/block_copy.cpp).
   void copy_blocks(std::span<const BlockCopy> copies);
   // Bytes of KV cache per block (all layers), for sizing.
-  static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size);
+  static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size,
+                                    int num_mtp_kv_layers = 0);
+
+  // Speculative decoding (synchronous; no step in flight): runs the model's MTP layer over
+  // `seqs` (token_ids: each position's NEXT token; positions [num_computed, + num_new)),
+  // its KV in the MTP layer's cache. hidden_rows[t]: the hidden input of token t of the
+  // call, a row of the last target step's hidden states (hidden_from_target) or of the
+  // previous run_mtp's output. Returns host F32 logits [rows with logits, vocab].
+  const Tensor& run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
+                        bool hidden_from_target);
 
  private:
   struct Pending {
@@ -91,6 +108,8 @@ class Runner {
   // Runs the model on the inputs in inputs_ (eagerly, or by a graph for decode steps);
   // returns the device logits [num_logits, vocab].
   Tensor forward(const StepLayout& layout, const StepHostInfo& info, bool decode_graph);
+  // The StepBatch over inputs_ (device views at the layout's offsets).
+  StepBatch step_batch(const StepLayout& layout, const StepHostInfo& info) const;
 
   Model& model_;
   Backend& backend_;
@@ -105,6 +124,12 @@ class Runner {
   DeviceBuffer host_ids_[2];          // I32 host [max_seqs] per slot
   DeviceBuffer host_sample_params_[2];  // I32 host [max_seqs, kSampleRowWords] per slot
   DeviceBuffer host_logits_;          // F32 host [max_seqs, vocab]
+  int64_t max_rows_ = 0;              // logits rows per step (max_seqs x max_logits_per_seq, capped)
+  DeviceBuffer hidden_;               // [max_tokens, hidden] target hidden states (keep_hidden)
+  DeviceBuffer mtp_in_, mtp_out_[2];  // [max_tokens, hidden] MTP inputs / outputs (chained)
+  DeviceBuffer mtp_rows_, host_mtp_rows_;  // I32 [max_tokens] hidden source rows
+  int mtp_cur_ = 0;                   // mtp_out_ index written by the last run_mtp
+  int64_t hidden_rows_ = 0;           // rows in hidden_ from the last target step
   std::vector<int32_t> ids_out_;
   Tensor logits_out_;
   DecodeGraphs graphs_;

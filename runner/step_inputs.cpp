@@ -44,11 +44,13 @@ StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
     const int64_t end = int64_t{s.num_computed} + s.num_new;
     DI_CHECK(s.num_new > 0 && s.num_computed >= 0 &&
                  end <= static_cast<int64_t>(s.token_ids.size()) &&
-                 static_cast<int64_t>(s.block_ids.size()) * block_size >= end,
+                 static_cast<int64_t>(s.block_ids.size()) * block_size >= end &&
+                 (!s.needs_logits || (s.num_logits >= 1 && s.num_logits <= s.num_new)),
              "runner: sequence ", i, " computes tokens [", s.num_computed, ", ", end, ") of ",
-             s.token_ids.size(), " with ", s.block_ids.size(), " blocks of ", block_size);
+             s.token_ids.size(), " with ", s.block_ids.size(), " blocks of ", block_size,
+             " (logits of its last ", s.num_logits, ")");
     num_tokens += s.num_new;
-    num_logits += s.needs_logits ? 1 : 0;
+    num_logits += s.needs_logits ? s.num_logits : 0;
     max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.block_ids.size()));
   }
   const int64_t num_seqs = pad ? pad->num_seqs : num_real;
@@ -86,7 +88,8 @@ StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
     std::copy(s.block_ids.begin(), s.block_ids.begin() + width, tables + i * max_blocks);
     query_start[i + 1] = static_cast<int32_t>(t);
     seq_lens[i] = end;
-    if (s.needs_logits) logits_indices[r++] = static_cast<int32_t>(t - 1);
+    if (s.needs_logits)
+      for (int j = s.num_logits; j >= 1; --j) logits_indices[r++] = static_cast<int32_t>(t - j);
     info.max_query_len = std::max(info.max_query_len, s.num_new);
     info.max_seq_len = std::max(info.max_seq_len, end);
   }

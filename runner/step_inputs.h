@@ -17,6 +17,9 @@ struct RunSeq {
   int num_new = 0;
   std::span<const int32_t> block_ids;
   bool needs_logits = false;  // logits of its last new token are returned
+  // With needs_logits: logits of its last num_logits new tokens (a verify step of 1 + k
+  // tokens returns 1 + k rows), in token order.
+  int num_logits = 1;
 };
 
 // Offsets (in int32 elements) of a step's arrays; each starts on a 64-element (256-byte)

@@ -31,6 +31,7 @@ bool Scheduler::admissible(const Sequence* seq) const {
 }
 
 void Scheduler::preempt(Sequence* seq) {
+  seq->drop_drafts(seq->num_draft_tokens);
   blocks_.release(seq->kv);
   seq->num_computed_tokens = 0;
   seq->num_preemptions++;
@@ -45,13 +46,18 @@ SchedulerOutput Scheduler::schedule() {
   // Running sequences first, oldest first; the youngest make room when KV runs out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
+    const int begin = seq->num_computed_tokens;
+    // Drafts that do not fit the budget, or the free blocks, go first.
+    if (const int over = seq->num_tokens() - begin - budget; over > 0 && seq->num_draft_tokens > 0)
+      seq->drop_drafts(std::min(over, seq->num_draft_tokens));
+    while (seq->num_draft_tokens > 0 && !blocks_.can_allocate_slots(seq->kv, begin, seq->num_tokens()))
+      seq->drop_drafts(1);
     int n = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
     if (n <= 0) {  // nothing to compute (waiting for the engine to append)
       ++i;
       continue;
     }
     bool fits = true;
-    const int begin = seq->num_computed_tokens;
     while (!blocks_.can_allocate_slots(seq->kv, begin, begin + n)) {
       Sequence* victim = running_.back();
       running_.pop_back();
@@ -106,9 +112,18 @@ SchedulerOutput Scheduler::schedule() {
 
 void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledSeq& s : out.seqs) {
-    s.seq->num_computed_tokens += s.num_new_tokens;
-    blocks_.commit(s.seq->token_ids, s.seq->num_computed_tokens, s.seq->kv);
+    Sequence* q = s.seq;
+    q->num_computed_tokens = std::min(q->num_computed_tokens + s.num_new_tokens, q->num_verified_tokens());
+    blocks_.commit(q->token_ids, q->num_computed_tokens, q->kv);
   }
+}
+
+void Scheduler::on_drafts_verified(Sequence* seq, int num_accepted) {
+  if (seq->status != SeqStatus::Running || num_accepted <= 0) return;
+  DI_CHECK(seq->num_draft_tokens == 0 && seq->num_computed_tokens + num_accepted < seq->num_tokens(),
+           "scheduler: sequence ", seq->seq_id, ": ", num_accepted, " accepted drafts past its tokens");
+  seq->num_computed_tokens += num_accepted;
+  blocks_.commit(seq->token_ids, seq->num_computed_tokens, seq->kv);
 }
 
 void Scheduler::finish(Sequence* seq) {

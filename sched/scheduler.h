@@ -1,10 +1,12 @@
-// Scheduler: one rule for prefill, chunked prefill, decode and (later) drafts.
+// Scheduler: one rule for prefill, chunked prefill, decode and drafts.
 // Each step every running sequence is given num_new_tokens = the tokens it has
 // not computed yet, capped by the step's token budget; sequences are served in
 // arrival order, running ones first. When the KV cache runs out, the most
 // recently admitted running sequence is preempted: its blocks are released and
 // it goes back to the front of the waiting queue to be recomputed (its full
 // blocks usually survive in the prefix cache, so recompute is cheap).
+// Drafts are tokens like the others (a verify step is 1 + k new tokens); when the budget or
+// the cache is short they are dropped first, and a preempted sequence loses them.
 // Samples 1..n-1 of a request fork sample 0's prompt blocks once it has
 // computed them, its partial last block included, and recompute only the last
 // prompt token (for their own first sample); blocks are copied on first write.
@@ -48,7 +50,11 @@ class Scheduler {
   SchedulerOutput schedule();
   // Marks the scheduled tokens computed and commits full blocks for reuse.
   // Call before appending the step's sampled tokens.
+  // A sequence's drafts (Sequence::num_draft_tokens) count as computed only once verified:
+  // computed positions stop at its verified tokens, and the engine, after removing the
+  // drafts and appending the verified run, reports the num_accepted drafts it kept.
   void on_step_done(const SchedulerOutput& out);
+  void on_drafts_verified(Sequence* seq, int num_accepted);
   // Removes a sequence (finished or aborted) and releases its blocks.
   void finish(Sequence* seq);
 

@@ -28,10 +28,19 @@ struct Sequence {
   // fork its prompt blocks (copy-on-write) instead of recomputing them; if
   // sample 0 holds none by then (finished), they use the prefix cache.
   const Sequence* wait_for_prompt_of = nullptr;
+  // Speculative decoding: the last num_draft_tokens of token_ids are drafts, scheduled like
+  // any other tokens (a verify step computes 1 + k), never hashed into the prefix cache;
+  // the scheduler drops them first when the step's budget or the KV cache is short.
+  int num_draft_tokens = 0;
   KVBlocks kv;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  int num_verified_tokens() const { return num_tokens() - num_draft_tokens; }
+  void drop_drafts(int count) {  // the last `count` drafts
+    token_ids.resize(token_ids.size() - static_cast<size_t>(count));
+    num_draft_tokens -= count;
+  }
 };
 
 }  // namespace deepinfer

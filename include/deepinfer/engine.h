@@ -55,6 +55,14 @@ struct EngineConfig {
   // Loading scans the checkpoint's tensors for NaN/Inf (an error naming the tensor and
   // element); true skips that for trusted checkpoints (random weights are never scanned).
   bool skip_weight_check = false;
+  // Speculative decoding (SPEC_DECODING.md): at most this many draft tokens per sequence
+  // and step, verified exactly (output is the same token for token as without drafts).
+  // -1: DEEPINFER_USE_NEXTN_DECODE, else 0 (off). Range 0..16.
+  int num_speculative_tokens = -1;
+  std::string speculator = "mtp";  // "mtp" (the checkpoint's MTP layer) | "ngram" (prompt lookup)
+  // 1: verify length per request scheduled from draft confidences (DSpark); 0: all k drafts.
+  // -1: DEEPINFER_ENABLE_MTP_VARLEN, else 0.
+  int spec_varlen = -1;
 };
 
 struct Message {
@@ -95,6 +103,28 @@ struct CompletionOutput {
   std::vector<int32_t> delta_token_ids;
 };
 
+// Speculative decoding counts (SPEC_DECODING.md, "Metrics"): of one request (all its
+// samples) in RequestOutput, of the run in EngineStats.
+struct SpecDecodeStats {
+  int64_t num_verify_steps = 0;     // steps that verified at least one draft
+  int64_t num_draft_tokens = 0;     // drafts verified (proposed and scheduled)
+  int64_t num_accepted_tokens = 0;  // drafts accepted
+  int64_t num_emitted_tokens = 0;   // tokens those steps emitted (accepted + the target's own)
+  std::vector<int64_t> accepted_per_position;  // [k]: drafts accepted at draft position j
+  std::vector<int64_t> drafts_per_position;    // [k]: drafts verified at draft position j
+  double acceptance_rate() const {
+    return num_draft_tokens > 0 ? static_cast<double>(num_accepted_tokens) / num_draft_tokens : 0.0;
+  }
+  // 1 + accepted drafts per verify step (vLLM's mean acceptance length).
+  double mean_accepted_length() const {
+    return num_verify_steps > 0 ? 1.0 + static_cast<double>(num_accepted_tokens) / num_verify_steps : 0.0;
+  }
+  double tokens_per_verify_step() const {
+    return num_verify_steps > 0 ? static_cast<double>(num_emitted_tokens) / num_verify_steps : 0.0;
+  }
+  void add(const SpecDecodeStats& o);
+};
+
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
@@ -108,6 +138,7 @@ struct RequestOutput {
   int num_cached_tokens = 0;     // prompt tokens served from the prefix cache
   double time_to_first_token_s = 0.0;
   double decode_tokens_per_s = 0.0;  // output tokens after the first / time after the first
+  SpecDecodeStats spec;          // speculative decoding counts (zero when off)
 };
 
 struct EngineStats {
@@ -121,6 +152,8 @@ struct EngineStats {
   int64_t num_graph_steps = 0;   // decode steps that replayed a CUDA graph
   int num_kv_blocks = 0;
   int kv_block_size = 0;
+  int num_speculative_tokens = 0;  // resolved k (0: off)
+  SpecDecodeStats spec;            // over the run
 };
 
 class Engine {

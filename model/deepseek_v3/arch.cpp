@@ -31,7 +31,11 @@ std::unique_ptr<Model> build_random_on_device(ModelConfig config, const LoadOpti
   ModelWeights weights = make_random_weights(config, options.seed, options.random_weight_dtype,
                                              options.load_mtp, backend);
   std::vector<MlaAbsorbedWeights> absorbed;
-  for (const LayerWeights& layer : weights.layers) {
+  std::vector<const LayerWeights*> blocks;
+  for (const LayerWeights& layer : weights.layers) blocks.push_back(&layer);
+  for (const MtpWeights& m : weights.mtp) blocks.push_back(&m.block);
+  for (const LayerWeights* block : blocks) {
+    const LayerWeights& layer = *block;
     AttentionWeights host_attn;  // make_mla_absorbed_weights reads kv_b_proj only
     Weight& kvb = host_attn.kv_b_proj;
     kvb = layer.attn.kv_b_proj;

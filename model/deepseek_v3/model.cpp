@@ -13,6 +13,7 @@ std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
   for (const LayerWeights& layer : host.layers) {
     out.push_back(make_mla_absorbed_weights(config, layer.attn, backend));
   }
+  for (const MtpWeights& m : host.mtp) out.push_back(make_mla_absorbed_weights(config, m.block.attn, backend));
   return out;
 }
 
@@ -23,7 +24,7 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
       absorbed_(std::move(absorbed)),
       backend_(backend) {
   DI_CHECK(static_cast<int>(weights_.layers.size()) == config_.num_hidden_layers &&
-               absorbed_.size() == weights_.layers.size(),
+               absorbed_.size() >= weights_.layers.size(),
            config_.source, ": weights hold ", weights_.layers.size(), " layers, config says ",
            config_.num_hidden_layers);
   if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
@@ -31,6 +32,15 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
   HostBuffer table = rope_cos_sin_table(config_, positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
   backend_.copy(table.tensor(), cos_sin_.tensor());
+  if (!weights_.mtp.empty() && absorbed_.size() > weights_.layers.size())
+    mtp_ = std::make_unique<MtpLayer>(config_, weights_.mtp[0], std::move(absorbed_[weights_.layers.size()]),
+                                      weights_.embed_tokens, weights_.lm_head, backend_);
+}
+
+void DeepseekV3Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+                                  Tensor& hidden_out, Tensor& logits) {
+  if (!mtp_) Model::mtp_forward(batch, kv_cache, hidden_in, hidden_out, logits);
+  mtp_->forward(batch, kv_cache, cos_sin_.tensor(), hidden_in, hidden_out, logits);
 }
 
 void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
@@ -83,23 +93,7 @@ void DeepseekV3Model::forward(const StepBatch& batch, std::vector<Tensor>& kv_ca
   const float eps = static_cast<float>(config_.rms_norm_eps);
   ensure_workspace(T);
 
-  // Direct MLA only when every sequence starts fresh (seq_len == its new tokens).
-  bool direct = !backend_.batch_invariant();
-  for (int s = 0; s < batch.num_seqs && direct; ++s) {
-    direct = batch.host_seq_lens[s] == batch.host_query_start[s + 1] - batch.host_query_start[s];
-  }
-  MlaStep step;
-  step.positions = &batch.positions;
-  step.cos_sin = &cos_sin_.tensor();
-  step.query_start = &batch.query_start;
-  step.direct = direct;
-  step.kv.block_tables = batch.block_tables;
-  step.kv.seq_lens = batch.seq_lens;
-  step.kv.query_start = batch.query_start;
-  step.kv.slot_mapping = batch.slot_mapping;
-  step.kv.num_seqs = batch.num_seqs;
-  step.kv.max_query_len = batch.max_query_len;
-  step.kv.max_seq_len = batch.max_seq_len;
+  MlaStep step = make_mla_step(batch, cos_sin_.tensor(), backend_.batch_invariant());
 
   Tensor x = x_.slice_rows(0, T);          // [T, H] residual stream
   Tensor xn = xn_.slice_rows(0, T);        // [T, H] normed block input
@@ -123,16 +117,16 @@ void DeepseekV3Model::forward(const StepBatch& batch, std::vector<Tensor>& kv_ca
       backend_.add(x, delta);
     }
   }
+  if (hidden_out != nullptr) {  // every row after the final norm (MTP drafting)
+    DI_CHECK(hidden_out->numel() == T * H, "forward: hidden_out ", hidden_out->describe(),
+             " must be [", T, ", ", H, "]");
+    backend_.rms_norm(x, weights_.norm, eps, *hidden_out);
+  }
   // Only the requested rows go through the final norm and the output head.
   const int64_t R = batch.logits_indices.numel();
   if (R == 0) return;
   Tensor gathered = gathered_.slice_rows(0, R);  // [R, H] = x[logits_indices]
   backend_.embedding(batch.logits_indices, x, gathered);
-  if (hidden_out != nullptr) {
-    DI_CHECK(hidden_out->numel() == R * H, "forward: hidden_out ", hidden_out->describe(),
-             " must be [", R, ", ", H, "]");
-    backend_.copy(gathered, *hidden_out);
-  }
   Tensor normed = final_.slice_rows(0, R);
   backend_.rms_norm(gathered, weights_.norm, eps, normed);
   backend_.gemm(normed, weights_.lm_head, logits);

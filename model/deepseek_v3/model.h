@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/layers/mla.h"
 #include "model/layers/moe.h"
+#include "model/layers/mtp.h"
 #include "model/model.h"
 #include "model/weights.h"
 
@@ -24,7 +25,8 @@ namespace deepinfer {
 
 class DeepseekV3Model final : public Model {
  public:
-  // `weights` live on `backend`; `absorbed[l]` are layer l's derived MLA weights.
+  // `weights` live on `backend`; `absorbed[l]` are layer l's derived MLA weights (then one
+  // per loaded MTP layer, when the caller derived them: model/layers/mtp.h).
   DeepseekV3Model(ModelConfig config, ModelWeights weights,
                   std::vector<MlaAbsorbedWeights> absorbed, Backend& backend);
 
@@ -35,6 +37,9 @@ class DeepseekV3Model final : public Model {
   void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override { return workspace_epoch_; }
+  int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
+  void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+                   Tensor& hidden_out, Tensor& logits) override;
 
   const ModelWeights& weights() const { return weights_; }
 
@@ -49,6 +54,7 @@ class DeepseekV3Model final : public Model {
   Backend& backend_;
   MoeRouting routing_;
   DeviceBuffer cos_sin_;  // F32 [max_position_embeddings, qk_rope_head_dim]
+  std::unique_ptr<MtpLayer> mtp_;  // weights_.mtp[0] when loaded
 
   // Workspaces, grown to the largest step seen (allocated once per capacity).
   int64_t capacity_ = 0;
@@ -60,7 +66,8 @@ class DeepseekV3Model final : public Model {
   Tensor gathered_, final_;  // [cap, hidden]: rows at logits_indices, after the final norm
 };
 
-// Derives the absorbed MLA weights of every layer from host-readable `host` weights.
+// Derives the absorbed MLA weights of every layer (then of every MTP block) from
+// host-readable `host` weights.
 std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
                                                       const ModelWeights& host, Backend& backend);
 

@@ -114,6 +114,25 @@ MlaWorkspace make_mla_workspace(const ModelConfig& c, Backend& backend, int64_t 
   return ws;
 }
 
+MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_invariant) {
+  bool direct = !batch_invariant;
+  for (int s = 0; s < batch.num_seqs && direct; ++s)
+    direct = batch.host_seq_lens[s] == batch.host_query_start[s + 1] - batch.host_query_start[s];
+  MlaStep step;
+  step.positions = &batch.positions;
+  step.cos_sin = &cos_sin;
+  step.query_start = &batch.query_start;
+  step.direct = direct;
+  step.kv.block_tables = batch.block_tables;
+  step.kv.seq_lens = batch.seq_lens;
+  step.kv.query_start = batch.query_start;
+  step.kv.slot_mapping = batch.slot_mapping;
+  step.kv.num_seqs = batch.num_seqs;
+  step.kv.max_query_len = batch.max_query_len;
+  step.kv.max_seq_len = batch.max_seq_len;
+  return step;
+}
+
 void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
                  MlaWorkspace& ws, Tensor& out) {

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/step_batch.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -54,6 +55,11 @@ struct MlaStep {
   PagedKV kv;                            // this layer's cache and the step's addressing
   bool direct = false;                   // no sequence has cached context
 };
+
+// A step's attention inputs from its StepBatch (cos_sin: the RoPE table; the layer's cache
+// goes into .kv.cache). Direct MLA only when every sequence starts fresh (seq_len == its
+// new tokens) and the backend is not batch-invariant.
+MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_invariant);
 
 // out [T, hidden] = MLA(x) for x [T, hidden] (already input_layernorm-ed).
 void mla_forward(Backend& backend, const ModelConfig& config, const AttentionWeights& w,

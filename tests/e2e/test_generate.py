@@ -58,6 +58,20 @@ with tempfile.TemporaryDirectory() as tmp:
         check(s.returncode == 0, f"--prompt exit code {s.returncode}: {s.stderr[-1000:]}")
         check(s.stdout == rows[i]["text"] + "\n", f"streamed text equals batch text for prompt {i}")
 
+    # Speculative decoding (MTP drafts, k = 3): the same tokens, plus the draft counts.
+    spec_out = os.path.join(tmp, "spec.jsonl")
+    r = subprocess.run([binary, "generate", "--input", inp, "--output", spec_out, "--num-speculative-tokens", "3"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    check(r.returncode == 1, f"speculative batch exit code 1 (bad lines), got {r.returncode}: {r.stderr[-2000:]}")
+    spec_rows = [json.loads(l) for l in open(spec_out)]
+    for i in range(len(prompts)):
+        check(spec_rows[i]["token_ids"] == rows[i]["token_ids"], f"speculative tokens equal for prompt {i}")
+    sd = spec_rows[0].get("spec_decode", {})
+    check(sd.get("draft_tokens", 0) > 0 and 0 < sd.get("acceptance_rate", 0) <= 1 and
+          sd.get("emitted_tokens") == sd.get("verify_steps", 0) + sd.get("accepted_tokens", -1),
+          f"spec_decode counts in the batch output: {sd}")
+    check("spec_decode" not in rows[0], "no spec_decode without speculation")
+
 if failures:
     sys.exit(f"{len(failures)} checks failed")
 print("ok")

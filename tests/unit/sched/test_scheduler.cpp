@@ -350,3 +350,73 @@ TEST(Scheduler, RandomConfigurationsMatchSoloRuns) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Drafts (Sequence::num_draft_tokens): a verify step schedules them like tokens, computed
+// positions stop at the verified ones, no block is hashed over a draft, and budget or KV
+// shortage drops drafts before anything else.
+TEST(SchedulerDrafts, VerifyStepCountsOnlyVerifiedTokensAndHashesNoDraft) {
+  BlockManager blocks(8, 4, true);
+  Scheduler sched({4, 64}, blocks);
+  Sequence s;
+  s.token_ids = {1, 2, 3, 4, 5, 6, 7};
+  s.num_prompt_tokens = 7;
+  s.max_total_tokens = 20;
+  sched.add(&s);
+  SchedulerOutput p = sched.schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].num_new_tokens, 7);
+  sched.on_step_done(p);
+  s.token_ids.push_back(8);  // sampled
+  // Drafts at positions 8..11 fill block [8, 12) once computed.
+  s.token_ids.insert(s.token_ids.end(), {90, 100, 110, 120});
+  s.num_draft_tokens = 4;
+  p = sched.schedule();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].num_new_tokens, 5);  // 1 + k
+  EXPECT_TRUE(p.seqs[0].needs_sample);
+  sched.on_step_done(p);
+  EXPECT_EQ(s.num_computed_tokens, 8);  // stops at the verified tokens
+  // The engine verifies: drafts out, one accepted (90) plus the target's own token (99).
+  s.drop_drafts(4);
+  s.token_ids.insert(s.token_ids.end(), {90, 99});
+  sched.on_drafts_verified(&s, 1);
+  EXPECT_EQ(s.num_computed_tokens, 9);
+  // Blocks [0, 4) and [4, 8) are committed; [8, 12), computed over drafts, is not.
+  Sequence other;
+  other.token_ids = {1, 2, 3, 4, 5, 6, 7, 8, 90, 100, 110, 120, 5};
+  other.num_prompt_tokens = 13;
+  KVBlocks kv;
+  EXPECT_EQ(blocks.acquire_cached_prefix(other.token_ids, kv), 8);
+  blocks.release(kv);
+}
+
+TEST(SchedulerDrafts, DraftsAreDroppedFirstWhenTheBudgetIsShort) {
+  BlockManager blocks(16, 4, false);
+  Scheduler sched({4, 6}, blocks);
+  Sequence a, b;
+  for (Sequence* s : {&a, &b}) {
+    s->token_ids = {1, 2};
+    s->num_prompt_tokens = 2;
+    s->max_total_tokens = 30;
+    sched.add(s);
+  }
+  SchedulerOutput p = sched.schedule();
+  sched.on_step_done(p);
+  for (Sequence* s : {&a, &b}) {
+    s->token_ids.insert(s->token_ids.end(), {3, 4, 5, 6});  // sampled 3, drafts 4 5 6
+    s->num_draft_tokens = 3;
+  }
+  p = sched.schedule();  // budget 6: a gets 1 + 3, b keeps 1 + 1
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].num_new_tokens, 4);
+  EXPECT_EQ(p.seqs[1].num_new_tokens, 2);
+  EXPECT_EQ(b.num_draft_tokens, 1);
+  EXPECT_EQ(b.token_ids, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_TRUE(p.seqs[1].needs_sample);
+}
+
+}  // namespace
+}  // namespace deepinfer

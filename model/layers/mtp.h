@@ -1,0 +1,58 @@
+// DeepSeek-V3's multi-token-prediction (MTP) module as one more layer of the model
+// (layer id num_hidden_layers), built from backend ops (MODELS.md, "MTP"):
+//
+//  in   = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)])       [T, 2H] -> [T, H]
+//         h_i: the target's last hidden state AFTER the final norm at position i
+//  x    = in + o_proj(MLA(input_layernorm(in)))                [T, H]   (its own latent KV)
+//  x   += MoE(post_attention_layernorm(x))                      [T, H]
+//  out  = shared_head.norm(x)                                   [T, H]  (chained drafts' h)
+//  logits = lm_head(out[logits_indices])                        [R, V]  (the shared head)
+//
+// Row i of a step sits at position i of its sequence (the position of h_i, as vLLM's
+// deepseek_mtp.py places it): its latent row goes to that slot of the MTP layer's cache
+// and it attends to the MTP rows of positions <= i. (The training script tools/train_tiny
+// gives such a row RoPE position i + 1; attention scores depend on position differences
+// only, so the two agree up to rounding.)
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/layers/mla.h"
+#include "model/layers/moe.h"
+#include "model/step_batch.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class MtpLayer {
+ public:
+  // `embed` [V, H] and `head` [V, H] are the main model's unless `w` has its own copies.
+  MtpLayer(const ModelConfig& config, const MtpWeights& w, MlaAbsorbedWeights absorbed,
+           const Tensor& embed, const Weight& head, Backend& backend);
+
+  // hidden_in [T, H]: h_i per row (batch.token_ids hold t_{i+1}); writes the rows' latent
+  // KV into kv_cache (batch.slot_mapping); hidden_out [T, H]; logits F32 [R, V] at
+  // batch.logits_indices. cos_sin: the model's RoPE table.
+  void forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,
+               const Tensor& hidden_in, Tensor& hidden_out, Tensor& logits);
+
+ private:
+  void ensure_workspace(int64_t num_tokens);
+
+  const ModelConfig& config_;
+  const MtpWeights& w_;
+  MlaAbsorbedWeights absorbed_;
+  Tensor embed_;
+  Weight head_;
+  Backend& backend_;
+  MoeRouting routing_;
+  int64_t capacity_ = 0;
+  MlaWorkspace mla_ws_;
+  FfnWorkspace ffn_ws_;
+  std::vector<DeviceBuffer> buffers_;
+  Tensor emb_, cat_, x_, xn_, delta_, gathered_;
+};
+
+}  // namespace deepinfer

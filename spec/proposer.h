@@ -1,0 +1,100 @@
+// Draft proposers for speculative decoding (SPEC_DECODING.md). After every target step the
+// engine tells the proposer which positions of each sequence the step verified, and asks
+// for up to max_drafts draft tokens to follow the sequence's last token. Drafts only
+// decide how many tokens a verify step may accept: verification is exact (the engine
+// samples each position as non-speculative decoding would), so output never depends on
+// them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+// One sequence of the step just done.
+struct ProposeSeq {
+  std::span<const int32_t> token_ids;  // verified tokens: prompt + output (no drafts)
+  // Positions [computed_begin, computed_end) were computed by the step and are verified
+  // (their input tokens are all in token_ids); computed_end <= token_ids.size().
+  int computed_begin = 0;
+  int computed_end = 0;
+  std::span<const int32_t> block_ids;  // KV blocks (cover every position a draft may write)
+  int target_row = 0;  // row of position computed_begin in the step's target hidden states
+  int max_drafts = 0;  // 0: draft nothing (a prefill chunk), but observe the positions
+};
+
+struct Proposal {
+  std::vector<int32_t> drafts;      // [<= max_drafts]
+  std::vector<float> confidences;   // [drafts.size()]: P(draft j survives | draft j-1 did)
+};
+
+class Proposer {
+ public:
+  virtual ~Proposer() = default;
+  virtual std::string name() const = 0;
+  // out[i] for seqs[i]; every sequence of the step is passed, also those drafting nothing.
+  virtual void propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) = 0;
+};
+
+// Model-free proposer: finds the latest earlier occurrence of the sequence's last n
+// tokens (n from max_ngram down to min_ngram) in its prompt + output and proposes the
+// tokens that followed it. Confidence: a fixed 0.5 per draft.
+class NgramProposer final : public Proposer {
+ public:
+  explicit NgramProposer(int min_ngram = 1, int max_ngram = 3);
+  std::string name() const override { return "ngram"; }
+  void propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) override;
+  // One sequence (exposed for tests).
+  static std::vector<int32_t> lookup(std::span<const int32_t> tokens, int max_drafts, int min_ngram,
+                                     int max_ngram);
+
+ private:
+  int min_ngram_, max_ngram_;
+};
+
+// What the MTP proposer needs from the runner: run the model's MTP layer over rows and
+// return host F32 logits [rows with want_logits, vocab].
+struct MtpRows {
+  // Row tokens: next_tokens[p] is the token after position p (the sequence's tokens
+  // shifted by one, drafts appended); rows are positions [begin, begin + count).
+  std::span<const int32_t> next_tokens;
+  int begin = 0;
+  int count = 0;
+  std::span<const int32_t> block_ids;
+  bool want_logits = false;  // logits of the last row
+  int hidden_row = 0;        // hidden input of row p: source row hidden_row + (p - begin)
+};
+class MtpExecutor {
+ public:
+  virtual ~MtpExecutor() = default;
+  // hidden_from_target: the rows' hidden inputs are rows of the last target step's hidden
+  // states; else rows of the previous run's output hidden states (chaining).
+  virtual const Tensor& run_mtp(std::span<const MtpRows> rows, bool hidden_from_target) = 0;
+  virtual int vocab_size() const = 0;
+};
+
+// DeepSeek-V3 MTP: draft 1 from the MTP layer on the target's last hidden state (after
+// the final norm) and the sequence's last token; drafts 2..k chain the same layer on its
+// own output hidden state and the previous draft. Each step it first runs the layer over
+// every newly verified position (so its latent KV covers the whole sequence) and takes
+// draft 1 from the last one. Drafts are the argmax of the MTP logits; the confidence is
+// that argmax's softmax probability.
+class MtpProposer final : public Proposer {
+ public:
+  explicit MtpProposer(MtpExecutor& executor) : exec_(executor) {}
+  std::string name() const override { return "mtp"; }
+  void propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) override;
+
+ private:
+  MtpExecutor& exec_;
+  std::vector<std::vector<int32_t>> next_;  // per sequence: shifted tokens + drafts
+};
+
+// argmax of a logits row (lowest id on ties) and its softmax probability.
+std::pair<int32_t, float> top_token(const float* logits, int64_t vocab);
+
+}  // namespace deepinfer

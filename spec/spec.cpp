@@ -1,1 +1,0 @@
-// Module spec: placeholder translation unit until the module's first source lands.

@@ -1,0 +1,229 @@
+// Speculative decoding on the embedded model (models/deepseek-v3-tiny-code, its trained MTP
+// layer) on the CPU backend: with drafts (k = 1..5, MTP or n-gram) every request's token
+// ids and logprobs are bitwise those of the non-speculative engine (greedy and seeded
+// sampling, penalties, stop strings, min_tokens, mixed batches, chunked prompts, n > 1,
+// preemption), drafts never pass max_tokens, and the MTP drafts are accepted often.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "deepinfer/engine.h"
+
+namespace deepinfer {
+namespace {
+
+const std::string kModelDir = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
+
+EngineConfig config(int k, const std::string& speculator = "mtp") {
+  EngineConfig c;
+  c.model_dir = kModelDir;
+  c.num_threads = 2;
+  c.kv_block_size = 16;
+  c.max_model_len = 512;
+  c.num_speculative_tokens = k;
+  c.speculator = speculator;
+  c.spec_varlen = 0;
+  return c;
+}
+
+const std::vector<std::string> kPrompts = {
+    "def fibonacci(n):\n",
+    "import os\nimport sys\n\n\ndef main():\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+    "for i in range(10):\n",
+};
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.logprobs = 2;
+  return p;
+}
+
+SamplingParams sampled(int max_tokens, uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  p.max_tokens = max_tokens;
+  p.seed = seed;
+  p.logprobs = 1;
+  return p;
+}
+
+std::vector<Prompt> prompts() {
+  std::vector<Prompt> out;
+  for (const auto& t : kPrompts) out.push_back(Prompt::from_text(t));
+  return out;
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Token ids, finish reasons, text and logprobs (bit for bit) of every sample.
+void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << what << " request " << i;
+    for (size_t s = 0; s < a[i].outputs.size(); ++s) {
+      const CompletionOutput &x = a[i].outputs[s], &y = b[i].outputs[s];
+      ASSERT_EQ(x.token_ids, y.token_ids) << what << " request " << i << " sample " << s;
+      EXPECT_EQ(x.text, y.text) << what << " request " << i;
+      EXPECT_EQ(x.finish_reason, y.finish_reason) << what << " request " << i;
+      ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what << " request " << i;
+      for (size_t t = 0; t < x.logprobs.size(); ++t) {
+        ASSERT_EQ(x.logprobs[t].token_id, y.logprobs[t].token_id);
+        ASSERT_EQ(bits(x.logprobs[t].logprob), bits(y.logprobs[t].logprob))
+            << what << " request " << i << " token " << t;
+        ASSERT_EQ(x.logprobs[t].top.size(), y.logprobs[t].top.size());
+        for (size_t j = 0; j < x.logprobs[t].top.size(); ++j) {
+          EXPECT_EQ(x.logprobs[t].top[j].first, y.logprobs[t].top[j].first);
+          EXPECT_EQ(bits(x.logprobs[t].top[j].second), bits(y.logprobs[t].top[j].second));
+        }
+      }
+    }
+  }
+}
+
+std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<Prompt>& p,
+                               const std::vector<SamplingParams>& sp, EngineStats* stats = nullptr) {
+  Engine e(c);
+  auto out = e.generate(p, sp);
+  for (const auto& o : out) EXPECT_TRUE(o.error.empty()) << o.error;
+  if (stats) *stats = e.stats();
+  return out;
+}
+
+TEST(SpecEngine, GreedyMtpEqualsNoSpeculationForK1To5) {
+  const auto base = run(config(0), prompts(), {greedy(40)});
+  for (int k = 1; k <= 5; ++k) {
+    EngineStats st;
+    const auto spec = run(config(k), prompts(), {greedy(40)}, &st);
+    expect_same(base, spec, "k=" + std::to_string(k));
+    EXPECT_EQ(st.num_speculative_tokens, k);
+    EXPECT_GT(st.spec.num_draft_tokens, 0);
+    // The trained MTP layer: most first drafts survive along greedy decodes.
+    ASSERT_GE(st.spec.accepted_per_position.size(), 1u);
+    EXPECT_GT(static_cast<double>(st.spec.accepted_per_position[0]) / st.spec.drafts_per_position[0], 0.5)
+        << "k=" << k;
+    EXPECT_LT(st.num_steps, static_cast<int64_t>(4 * 40)) << "k=" << k;
+    // Per request counts add up to the run's.
+    int64_t drafts = 0;
+    for (const auto& o : spec) drafts += o.spec.num_draft_tokens;
+    EXPECT_EQ(drafts, st.spec.num_draft_tokens);
+  }
+}
+
+TEST(SpecEngine, SeededSamplingWithProcessorsEqualsNoSpeculation) {
+  std::vector<SamplingParams> sp;
+  for (int i = 0; i < 4; ++i) sp.push_back(sampled(32, 100 + i));
+  sp[1].repetition_penalty = 1.3f;
+  sp[1].frequency_penalty = 0.2f;
+  sp[2].stop = {"\n\n"};
+  sp[2].min_tokens = 6;
+  sp[3].top_k = 5;
+  sp[3].n = 2;
+  const auto base = run(config(0), prompts(), sp);
+  for (int k : {1, 3, 5}) expect_same(base, run(config(k), prompts(), sp), "sampled k=" + std::to_string(k));
+}
+
+TEST(SpecEngine, MixedBatchChunkedPromptsAndPreemptionEqualNoSpeculation) {
+  EngineConfig c0 = config(0);
+  c0.batch_invariant = true;  // one attention form whatever the chunking
+  c0.max_num_batched_tokens = 24;  // prompts arrive in chunks beside running verify steps
+  c0.num_kv_blocks = 12;           // and the cache is short: preemption
+  std::vector<Prompt> p = prompts();
+  p.push_back(p[2]);  // a prefix hit
+  std::vector<SamplingParams> sp = {greedy(48), sampled(48, 7), greedy(48), sampled(48, 9), greedy(20)};
+  EngineStats st0, st3;
+  const auto base = run(c0, p, sp, &st0);
+  EngineConfig c3 = c0;
+  c3.num_speculative_tokens = 3;
+  expect_same(base, run(c3, p, sp, &st3), "mixed k=3");
+  EXPECT_GT(st3.num_preemptions, 0);
+  EXPECT_GT(st3.spec.num_accepted_tokens, 0);
+}
+
+TEST(SpecEngine, NgramProposerEqualsNoSpeculation) {
+  const auto base = run(config(0), prompts(), {greedy(40)});
+  EngineStats st;
+  expect_same(base, run(config(4, "ngram"), prompts(), {greedy(40)}, &st), "ngram k=4");
+  EXPECT_GT(st.spec.num_accepted_tokens, 0);  // the tiny model repeats itself
+}
+
+TEST(SpecEngine, DraftsNeverPassMaxTokens) {
+  for (int max_tokens : {1, 2, 3, 7}) {
+    EngineStats st;
+    auto out = run(config(5), prompts(), {greedy(max_tokens)}, &st);
+    for (const auto& o : out) {
+      EXPECT_EQ(static_cast<int>(o.outputs[0].token_ids.size()), max_tokens);
+      EXPECT_EQ(o.outputs[0].finish_reason, FinishReason::Length);
+    }
+  }
+}
+
+TEST(SpecEngine, BadConfigurationsAreClearErrors) {
+  EngineConfig c = config(17);
+  try {
+    Engine e(c);
+    FAIL() << "k = 17 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_speculative_tokens"), std::string::npos) << e.what();
+  }
+  c = config(2, "eagle");
+  EXPECT_THROW(Engine{c}, Error);
+  // A checkpoint without an MTP layer: MTP speculation is refused, n-gram runs.
+  EngineConfig no_mtp;
+  no_mtp.random_weights_config = DEEPINFER_SOURCE_DIR "/tests/data/tiny_v3/config.json";
+  no_mtp.num_threads = 2;
+  no_mtp.num_speculative_tokens = 2;
+  try {
+    Engine e(no_mtp);
+    FAIL() << "MTP speculation without an MTP layer accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no MTP layer"), std::string::npos) << e.what();
+  }
+  no_mtp.speculator = "ngram";
+  Engine e(no_mtp);
+  auto out = e.generate({Prompt::from_tokens({5, 6, 7, 5, 6, 7, 5, 6})}, {greedy(6)});
+  EXPECT_EQ(out[0].outputs[0].token_ids.size(), 6u);
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
+  std::vector<SamplingParams> sp = {greedy(40), sampled(40, 3), greedy(40), sampled(40, 5)};
+  const auto base = run(config(0), prompts(), sp);
+  EngineConfig c = config(4);
+  c.spec_varlen = 1;
+  EngineStats st;
+  expect_same(base, run(c, prompts(), sp, &st), "scheduled k<=4");
+  EXPECT_GT(st.spec.num_verify_steps, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// The MTP layer's latent rows are one more KV layer: the same bytes hold 5/6 as many blocks
+// (5 main layers + 1 MTP layer of the embedded model).
+TEST(SpecEngine, KvSizingCountsTheMtpLayer) {
+  EngineConfig off = config(0), on = config(3), ngram = config(3, "ngram");
+  for (EngineConfig* c : {&off, &on, &ngram}) c->kv_cache_num_bytes = int64_t{120} * 5 * 16 * 160 * 4;
+  EXPECT_EQ(Engine(off).stats().num_kv_blocks, 120);
+  EXPECT_EQ(Engine(on).stats().num_kv_blocks, 100);
+  EXPECT_EQ(Engine(ngram).stats().num_kv_blocks, 120);  // no MTP layer, no extra KV
+}
+
+}  // namespace
+}  // namespace deepinfer
