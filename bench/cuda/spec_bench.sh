@@ -16,6 +16,11 @@ PART="${PART:-all}"
 DEEPINFER="${DEEPINFER:-build-gpu/bin/deepinfer}"
 OUT="${OUT:-/tmp/deepinfer_out}"
 mkdir -p "$OUT"
+# Binaries carried packed (tools/gpu/build_gpu.sh): unpack; libraries as tools/gpu/run_all.sh finds them.
+if [[ ! -x "$DEEPINFER" && -f build-gpu/bin.tar.xz ]]; then tar -C build-gpu -xJf build-gpu/bin.tar.xz; fi
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}"
+py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
+[[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
 [[ $PART == tiny || $PART == all ]] && for k in 0 1 2 3 v3; do
   if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
   timeout 90 "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 --gen-len 128 \

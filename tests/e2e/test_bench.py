@@ -42,4 +42,21 @@ with tempfile.TemporaryDirectory() as tmp:
     assert 0 < rec["tokens"] < 4 * 31, rec
     assert rec["tokens"] >= 3 * 31 - 6, rec  # at most a few early tokens per request are left out
     assert abs(rec["tokens_per_s"] - rec["tokens"] / rec["elapsed_s"]) < 1e-6 * rec["tokens_per_s"]
+
+    # Speculative decoding on the embedded model (its MTP layer), text prompts: the record counts
+    # emitted tokens only (the same as without drafts) and carries the draft counts.
+    out3 = os.path.join(tmp, "spec.jsonl")
+    for k in ("0", "2"):
+        r = subprocess.run([binary, "bench", "--batch", "2", "--gen-len", "12", "--repeats", "1", "--threads", "2",
+                            "--prompt-file", os.path.join(root, "bench/prompts/code.jsonl"),
+                            "--num-speculative-tokens", k, "--output", out3], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            sys.exit(f"bench (speculative) failed: {r.stderr}")
+    base, spec = [json.loads(l) for l in open(out3)]
+    assert base["num_speculative_tokens"] == 0 and spec["num_speculative_tokens"] == 2, (base, spec)
+    assert spec["tokens"] == base["tokens"] == 2 * 11, (base["tokens"], spec["tokens"])
+    sd = spec["spec_decode"]
+    assert sd["draft_tokens"] > 0 and sd["emitted_tokens"] == sd["verify_steps"] + sd["accepted_tokens"], sd
+    assert len(sd["accepted_per_position"]) == 2 and spec["steps"] < base["steps"], (spec["steps"], base["steps"], sd)
+    assert base["spec_decode"]["draft_tokens"] == 0
 print("ok")
