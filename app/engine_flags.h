@@ -7,6 +7,7 @@
 #include <iterator>
 #include <string>
 
+#include "app/commands.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
 
@@ -27,16 +28,21 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
       ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--tokenizer", c.tokenizer_dir, "tokenizer directory (default: --model)");
   app.add_option("--backend", c.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   app.add_flag("--batch-invariant", c.batch_invariant, "batch-invariant kernels (DEEPINFER_BATCH_INVARIANT=1)");
-  app.add_option("--max-num-seqs", c.max_num_seqs, "sequences per step");
-  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "tokens per step");
-  app.add_option("--max-model-len", c.max_model_len, "context length (0 = the model's)");
-  app.add_option("--kv-block-size", c.kv_block_size, "tokens per KV block");
+  app.add_option("--max-num-seqs", c.max_num_seqs, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "tokens per step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-model-len", c.max_model_len,
+                 "context length (0 = the model's max_position_embeddings; above it is refused)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-block-size", c.kv_block_size, "tokens per KV block")->check(CLI::PositiveNumber);
   app.add_option("--num-kv-blocks", c.num_kv_blocks,
-                 "KV blocks (0 = from --kv-cache-bytes, else device memory, else 4 GiB)");
+                 "KV blocks (0 = from --kv-cache-bytes, else device memory, else 4 GiB)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-bytes", c.kv_cache_num_bytes,
-                 "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 4 GiB on CPU)");
+                 "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 4 GiB on CPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
                  "fraction of device memory for weights, buffers and KV cache (the rest of it is KV)")
       ->check(CLI::Range(0.0, 1.0));
@@ -68,8 +74,14 @@ struct SamplingFlags {
   int seed = -1;
   std::string regex, schema_file, ebnf_file;
 
+  // Throws UsageError for values outside SamplingParams' ranges (exit 2).
   SamplingParams params() const {
     SamplingParams out = p;
+    try {
+      out.validate();
+    } catch (const Error& e) {
+      throw UsageError(std::string("sampling flags: ") + e.what());
+    }
     if (seed >= 0) out.seed = static_cast<uint64_t>(seed);
     if (!regex.empty()) out.so_args = {"regex", regex};
     if (!schema_file.empty()) out.so_args = {"json_schema", read_text_file(schema_file, "--json-schema")};
@@ -88,9 +100,12 @@ inline void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
   app.add_option("--seed", f.seed, "sampling seed (default: engine-chosen)");
   app.add_flag("--ignore-eos", f.p.ignore_eos, "do not stop at EOS");
   app.add_option("--stop", f.p.stop, "stop string (repeatable)");
-  app.add_option("--regex", f.regex, "constrain output to a regular expression");
-  app.add_option("--json-schema", f.schema_file, "constrain output to a JSON Schema file");
-  app.add_option("--ebnf", f.ebnf_file, "constrain output to an EBNF/GBNF grammar file");
+  // One constraint kind at a time (CLI11 refuses two of them: exit 2).
+  auto* regex = app.add_option("--regex", f.regex, "constrain output to a regular expression");
+  auto* schema = app.add_option("--json-schema", f.schema_file, "constrain output to a JSON Schema file");
+  auto* ebnf = app.add_option("--ebnf", f.ebnf_file, "constrain output to an EBNF/GBNF grammar file");
+  regex->excludes(schema)->excludes(ebnf);
+  schema->excludes(ebnf);
 }
 
 }  // namespace deepinfer::app
