@@ -32,8 +32,11 @@ json completion_json(const CompletionOutput& c) {
   return o;
 }
 
+constexpr size_t kMaxErrorBytes = 1024;
+
 json output_json(size_t index, const RequestOutput& r) {
-  if (!r.error.empty()) return {{"index", index}, {"error", r.error}, {"finish_reason", "error"}};
+  if (!r.error.empty())
+    return {{"index", index}, {"error", truncate_for_message(r.error, kMaxErrorBytes)}, {"finish_reason", "error"}};
   json o = completion_json(r.outputs[0]);
   o["index"] = index;
   o["usage"] = {{"prompt_tokens", r.num_prompt_tokens}, {"completion_tokens", r.num_output_tokens},
@@ -126,7 +129,13 @@ BatchJob::BatchJob(const BatchOptions& options, const SamplingParams& defaults) 
     }
     try {
       DI_CHECK(!line->too_long, "line ", line->line_no, ": longer than ", kMaxRequestLineBytes, " bytes");
-      pending_.push_back({index, line->line_no, parse_request_line(line->text, line->line_no, defaults)});
+      RequestLine request = parse_request_line(line->text, line->line_no, defaults);
+      try {
+        request.params.validate();
+      } catch (const Error& e) {
+        fail("line ", line->line_no, ": ", e.what());
+      }
+      pending_.push_back({index, line->line_no, std::move(request)});
     } catch (const Error& e) {
       write_error(index, e.what());
     }
@@ -145,7 +154,9 @@ void BatchJob::write_line(const json& line) {
   ++written_;
 }
 
-void BatchJob::write_error(size_t index, const std::string& message) {
+void BatchJob::write_error(size_t index, const std::string& message_in) {
+  // Some engine messages quote their input (a regex, a schema): keep each line bounded.
+  const std::string message = truncate_for_message(message_in, kMaxErrorBytes);
   std::fprintf(stderr, "deepinfer generate: %s: %s\n", options_.input.c_str(), message.c_str());
   write_line({{"index", index}, {"error", message}, {"finish_reason", "error"}});
   ++num_errors_;
@@ -156,7 +167,7 @@ int BatchJob::run(Engine& engine, const std::function<int()>& stop_signal) {
   for (Pending& p : pending_) {
     try {
       index_of[engine.add_request(p.request.prompt, p.request.params)] = p.index;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // Error, or anything else one request's input provokes
       write_error(p.index, "line " + std::to_string(p.line_no) + ": " + e.what());
     }
   }
@@ -181,7 +192,8 @@ int BatchJob::run(Engine& engine, const std::function<int()>& stop_signal) {
       auto it = index_of.find(r.request_id);
       if (!r.finished || it == index_of.end()) continue;
       if (!r.error.empty()) {
-        std::fprintf(stderr, "deepinfer generate: request %zu: %s\n", it->second, r.error.c_str());
+        std::fprintf(stderr, "deepinfer generate: request %zu: %s\n", it->second,
+                     truncate_for_message(r.error, kMaxErrorBytes).c_str());
         ++num_errors_;
       }
       write_line(output_json(it->second, r));

@@ -201,11 +201,6 @@ RequestLine parse_request_line(std::string_view text, int64_t line_no, const Sam
            ": needs a non-empty prompt, messages or prompt_token_ids");
   DI_CHECK(int(!r.prompt.text.empty()) + int(!r.prompt.messages.empty()) + int(!r.prompt.token_ids.empty()) == 1,
            where, ": give one of prompt, messages or prompt_token_ids");
-  try {
-    r.params.validate();
-  } catch (const Error& e) {
-    fail(where, ": ", e.what());
-  }
   return r;
 }
 

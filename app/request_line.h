@@ -1,7 +1,7 @@
 // JSONL batch requests: one line -> Prompt + SamplingParams, with every value checked
 // before it is converted (no wrap, no float overflow) and error messages that quote at
 // most a few bytes of the input. Used by `deepinfer generate --input`, its tests and
-// tests/fuzz/fuzz_request_line.cpp.
+// tests/fuzz/fuzz_request_line.cpp (deepinfer_app_request: core, tokenizer, nlohmann_json).
 //
 // Line format: {"prompt": "..."} | {"messages": [{"role", "content"}...]} |
 // {"prompt_token_ids": [...]} plus optional SamplingParams fields by their names.
@@ -35,7 +35,9 @@ struct RequestLine {
 };
 
 // One JSONL request line; absent fields keep `defaults`. Throws Error("line N: ...")
-// naming the field; the result has passed SamplingParams::validate().
+// naming the field. Values are converted exactly (or refused); their ranges are
+// SamplingParams::validate()'s, which BatchJob and the engine call (this file does not
+// link the engine, so the fuzz build stays small).
 RequestLine parse_request_line(std::string_view text, int64_t line_no, const SamplingParams& defaults);
 
 // Checked conversions of a JSON value for field `field` (Error names it and the range).

@@ -11,9 +11,10 @@
 namespace deepinfer::app {
 namespace {
 
+// As BatchJob: parse, then SamplingParams::validate() (the documented bounds).
 std::string error_of(const std::string& line) {
   try {
-    parse_request_line(line, 7, SamplingParams{});
+    parse_request_line(line, 7, SamplingParams{}).params.validate();
   } catch (const Error& e) {
     return e.what();
   }
