@@ -83,11 +83,14 @@ int cmd_generate(int argc, char** argv) {
   bool chat = false, resume = false;
   auto* prompt_opt = app.add_option("--prompt", prompt_text, "prompt text (streamed mode)");
   auto* chat_opt = app.add_flag("--chat", chat, "apply the model's chat template to --prompt as a user message");
+  using SP = SamplingParams;
   auto* input_opt = app.add_option(
       "--input", input,
-      "JSONL of requests (batch mode); the sampling flags are every line's defaults, a line's fields override "
-      "them. Bounds per line: n <= 128, max_tokens <= 1048576, logprobs <= 20, top_k <= 1048576, "
-      "stop <= 64 strings of <= 1024 bytes, stop_token_ids <= 1024, 16 MiB per line, JSON depth <= 128");
+      detail::concat("JSONL of requests (batch mode); the sampling flags are every line's defaults, a line's "
+                     "fields override them. Bounds per line: n <= ", SP::kMaxN, ", max_tokens <= ", SP::kMaxTokens,
+                     ", logprobs <= ", SP::kMaxLogprobs, ", top_k <= ", SP::kMaxTopK, ", stop <= ", SP::kMaxStops,
+                     " strings of <= ", SP::kMaxStopBytes, " bytes, stop_token_ids <= ", SP::kMaxStopTokenIds, ", ",
+                     kMaxRequestLineBytes >> 20, " MiB per line, JSON depth <= ", kMaxRequestJsonDepth));
   auto* output_opt = app.add_option(
       "--output", output,
       "JSONL of results (batch mode), one line per request appended as it finishes (completion order; "
