@@ -20,13 +20,16 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "app/cli.h"
 #include "app/commands.h"
+#include "app/batch.h"
 #include "app/engine_flags.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
@@ -85,7 +88,7 @@ ThroughputSpec parse_throughput(const std::string& text) {
   ThroughputSpec t;
   char tail = 0;
   const int n = std::sscanf(text.c_str(), "%dx%dx%d%c", &t.num_requests, &t.prompt_len, &t.gen_len, &tail);
-  DI_CHECK(n == 3 && t.num_requests >= 1 && t.prompt_len >= 1 && t.gen_len >= 1,
+  DI_USAGE_CHECK(n == 3 && t.num_requests >= 1 && t.prompt_len >= 1 && t.gen_len >= 1,
            "--throughput: expected REQUESTSxPROMPT_LENxGEN_LEN with each >= 1 (e.g. 1000x512x128), got '",
            text, "'");
   return t;
@@ -142,6 +145,7 @@ json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParam
 
 int cmd_bench(int argc, char** argv) {
   CLI::App app{"Benchmark prefill and decode throughput; one JSONL record per run", "bench"};
+  show_defaults(app);
   EngineConfig config;
   ModelFlags model;
   add_engine_flags(app, config, model);
@@ -172,14 +176,18 @@ int cmd_bench(int argc, char** argv) {
                  "offline throughput: REQUESTSxPROMPT_LENxGEN_LEN random-token requests at once (e.g. 1000x512x128)");
   app.add_option("--peer-tokens-per-s", peer_tokens_per_s,
                  "throughput: a peer's output tokens/s (e.g. llama.cpp's batched figure) for the ratio");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  DI_CHECK(!prefill_lens.empty() || !batches.empty() || !throughput.empty(),
-           "give --prefill, --batch and/or --throughput");
-  DI_CHECK(gen_len >= 2 && prompt_len >= 1 && repeats >= 1, "--gen-len >= 2, --prompt-len >= 1, --repeats >= 1");
+  if (auto code = parse_flags(app, argc, argv)) return *code;
+  DI_USAGE_CHECK(!prefill_lens.empty() || !batches.empty() || !throughput.empty(),
+                 "give --prefill, --batch and/or --throughput");
+  DI_USAGE_CHECK(gen_len >= 2 && prompt_len >= 1 && repeats >= 1 && warmup >= 0,
+                 "--gen-len >= 2, --prompt-len >= 1, --repeats >= 1, --warmup >= 0");
+  constexpr int kMaxBenchBatch = 1 << 16, kMaxBenchLen = 1 << 24;
+  for (int b : batches)
+    DI_USAGE_CHECK(b >= 1 && b <= kMaxBenchBatch, "--batch: each size must be in [1, ", kMaxBenchBatch, "], got ", b);
+  for (int n : prefill_lens)
+    DI_USAGE_CHECK(n >= 1 && n <= kMaxBenchLen, "--prefill: each length must be in [1, ", kMaxBenchLen, "], got ", n);
+  DI_USAGE_CHECK(prompt_len <= kMaxBenchLen && gen_len <= kMaxBenchLen, "--prompt-len and --gen-len: at most ",
+                 kMaxBenchLen);
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
   const std::string config_file =
       !config.random_weights_config.empty() ? config.random_weights_config : config.model_dir;
@@ -201,6 +209,8 @@ int cmd_bench(int argc, char** argv) {
   if (config.num_kv_blocks == 0 && throughput.empty()) {
     auto blocks = [&](int64_t tokens) { return (tokens + config.kv_block_size - 1) / config.kv_block_size; };
     const int64_t needed = std::max<int64_t>(int64_t{max_batch} * blocks(prompt_len + gen_len), blocks(max_prefill + 1));
+    DI_USAGE_CHECK(needed < std::numeric_limits<int>::max(), "--batch ", max_batch, " x --prompt-len + --gen-len ",
+                   prompt_len + gen_len, " needs ", needed, " KV blocks, more than an int holds");
     config.num_kv_blocks = static_cast<int>(needed) + 1;
   }
   const auto t_load = Clock::now();

@@ -1,17 +1,18 @@
 // deepinfer generate: one prompt streamed to stdout, or a JSONL batch.
 //   deepinfer generate [--model DIR] --prompt TEXT [--chat] [--max-tokens N ...]
-//   deepinfer generate [--model DIR] --input prompts.jsonl --output out.jsonl
+//   deepinfer generate [--model DIR] --input prompts.jsonl --output out.jsonl [--resume]
 // Input lines: {"prompt": "..."} or {"messages": [{"role", "content"}...]} (or
-// "prompt_token_ids") plus optional SamplingParams fields by their names.
-// Output lines: index, text, token_ids, finish_reason, usage (and outputs when n > 1).
+// "prompt_token_ids") plus optional SamplingParams fields by their names (app/request_line.h).
+// Output lines (app/batch.h): index, text, token_ids, finish_reason, usage (and outputs when
+// n > 1), appended in completion order as each request finishes.
 #include <CLI/CLI.hpp>
-#include <chrono>
+#include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <filesystem>
 #include <string>
-#include <vector>
 
+#include "app/batch.h"
+#include "app/cli.h"
 #include "app/commands.h"
 #include "app/engine_flags.h"
 #include "core/error.h"
@@ -20,204 +21,110 @@
 namespace deepinfer::app {
 namespace {
 
-using nlohmann::json;
+volatile std::sig_atomic_t g_stop_signal = 0;
 
-// One JSONL line -> prompt + params. Throws Error naming the line and field.
-void parse_line(const std::string& text, int line_no, const SamplingParams& defaults, Prompt& prompt,
-                SamplingParams& p) {
-  json j;
+// First SIGINT/SIGTERM: finish the current step, keep every result, exit 128 + signal.
+// A second one ends the process at once.
+void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// vLLM's --generation-config: "auto" reads the model's generation_config.json (when there is
+// one), a directory reads that directory's; its sampling fields become the defaults wherever
+// the user gave no flag. "none": the built-in defaults.
+void apply_generation_config(const std::string& mode, const std::string& model_dir, const CLI::App& app,
+                             SamplingParams& p) {
+  if (mode == "none") return;
+  const bool automatic = mode == "auto";
+  const std::filesystem::path file = std::filesystem::path(automatic ? model_dir : mode) / "generation_config.json";
+  if (automatic && (model_dir.empty() || !std::filesystem::exists(file))) return;
+  DI_USAGE_CHECK(std::filesystem::exists(file), "--generation-config: no generation_config.json in ", mode,
+                 " (expected auto, none or a directory)");
+  const GenerationDefaults g = parse_generation_config(read_text_file(file.string(), "--generation-config"),
+                                                       file.string());
+  std::string applied;
+  auto use = [&](const char* flag, const char* name, const auto& value, auto& field) {
+    if (!value || app.count(flag) > 0) return;
+    field = *value;
+    applied += detail::concat(applied.empty() ? "" : ", ", name, "=", *value);
+  };
+  use("--temperature", "temperature", g.temperature, p.temperature);
+  use("--top-p", "top_p", g.top_p, p.top_p);
+  use("--top-k", "top_k", g.top_k, p.top_k);
+  use("--min-p", "min_p", g.min_p, p.min_p);
+  use("--repetition-penalty", "repetition_penalty", g.repetition_penalty, p.repetition_penalty);
+  use("--max-tokens", "max_tokens", g.max_tokens, p.max_tokens);
+  if (applied.empty()) return;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("line ", line_no, ": not JSON: ", e.what());
+    p.validate();
+  } catch (const Error& e) {
+    fail(file.string(), ": ", e.what());
   }
-  DI_CHECK(j.is_object(), "line ", line_no, ": expected a JSON object");
-  p = defaults;
-  for (auto& [key, v] : j.items()) {
-    try {
-      if (key == "prompt") prompt.text = v.get<std::string>();
-      else if (key == "messages") {
-        for (auto& m : v) prompt.messages.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-      } else if (key == "prompt_token_ids") prompt.token_ids = v.get<std::vector<int32_t>>();
-      else if (key == "n") p.n = v.get<int>();
-      else if (key == "temperature") p.temperature = v.get<float>();
-      else if (key == "top_p") p.top_p = v.get<float>();
-      else if (key == "top_k") p.top_k = v.get<int>();
-      else if (key == "min_p") p.min_p = v.get<float>();
-      else if (key == "repetition_penalty") p.repetition_penalty = v.get<float>();
-      else if (key == "frequency_penalty") p.frequency_penalty = v.get<float>();
-      else if (key == "presence_penalty") p.presence_penalty = v.get<float>();
-      else if (key == "max_tokens") p.max_tokens = v.get<int>();
-      else if (key == "min_tokens") p.min_tokens = v.get<int>();
-      else if (key == "stop") p.stop = v.is_string() ? std::vector<std::string>{v.get<std::string>()} : v.get<std::vector<std::string>>();
-      else if (key == "stop_token_ids") p.stop_token_ids = v.get<std::vector<int32_t>>();
-      else if (key == "seed") p.seed = v.get<uint64_t>();
-      else if (key == "seq_seed") p.seq_seed = v.get<uint64_t>();
-      else if (key == "logprobs") p.logprobs = v.get<int>();
-      else if (key == "ignore_eos") p.ignore_eos = v.get<bool>();
-      else if (key == "skip_special_tokens") p.skip_special_tokens = v.get<bool>();
-      else if (key == "include_stop_str_in_output") p.include_stop_str_in_output = v.get<bool>();
-      else if (key == "regex") p.so_args = {"regex", v.get<std::string>()};
-      else if (key == "json_schema") p.so_args = {"json_schema", v.is_string() ? v.get<std::string>() : v.dump()};
-      else if (key == "ebnf") p.so_args = {"ebnf", v.get<std::string>()};
-      else if (key == "json_object") { if (v.get<bool>()) p.so_args = {"json_object", ""}; }
-      else fail("line ", line_no, ": unknown field '", key, "'");
-    } catch (const json::exception& e) {
-      fail("line ", line_no, ": field '", key, "': ", e.what());
-    }
-  }
-  DI_CHECK(!prompt.text.empty() || !prompt.messages.empty() || !prompt.token_ids.empty(),
-           "line ", line_no, ": needs a non-empty prompt, messages or prompt_token_ids");
-}
-
-json completion_json(const CompletionOutput& c) {
-  json o = {{"index", c.index}, {"text", c.text}, {"token_ids", c.token_ids},
-            {"finish_reason", to_string(c.finish_reason)}};
-  if (!c.stop_reason.empty()) o["stop_reason"] = c.stop_reason;
-  if (!c.logprobs.empty()) {
-    json lp = json::array();
-    for (auto& t : c.logprobs) {
-      json top = json::array();
-      for (auto& [id, l] : t.top) top.push_back({id, l});
-      lp.push_back({{"token_id", t.token_id}, {"logprob", t.logprob}, {"top", top}});
-    }
-    o["logprobs"] = lp;
-  }
-  return o;
-}
-
-json output_json(size_t index, const RequestOutput& r) {
-  if (!r.error.empty()) return {{"index", index}, {"error", r.error}, {"finish_reason", "error"}};
-  json o = completion_json(r.outputs[0]);
-  o["index"] = index;
-  o["usage"] = {{"prompt_tokens", r.num_prompt_tokens}, {"completion_tokens", r.num_output_tokens},
-                {"cached_tokens", r.num_cached_tokens}};
-  o["time_to_first_token_s"] = r.time_to_first_token_s;
-  o["decode_tokens_per_s"] = r.decode_tokens_per_s;
-  if (r.spec.num_verify_steps > 0) o["spec_decode"] = spec_json(r.spec);
-  if (r.outputs.size() > 1) {
-    o["outputs"] = json::array();
-    for (auto& c : r.outputs) o["outputs"].push_back(completion_json(c));
-  }
-  return o;
-}
-
-class ProgressBar {
- public:
-  explicit ProgressBar(size_t total) : total_(total), start_(clock::now()) {}
-  void update(size_t done, int64_t tokens, bool force = false) {
-    double t = std::chrono::duration<double>(clock::now() - start_).count();
-    if (!force && t - last_ < 0.25) return;
-    last_ = t;
-    double rate = t > 0 ? tokens / t : 0.0;
-    double eta = done > 0 ? t * (total_ - done) / done : 0.0;
-    int width = 30, filled = total_ ? static_cast<int>(width * done / total_) : width;
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu requests  %.1f tok/s  ETA %.0fs ", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), done, total_, rate, eta);
-    if (force) std::fprintf(stderr, "\n");
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  size_t total_;
-  clock::time_point start_;
-  double last_ = -1.0;
-};
-
-int run_batch(Engine& engine, const std::string& input, const std::string& output,
-              const SamplingParams& defaults) {
-  std::ifstream in(input);
-  DI_CHECK(in.good(), "--input: cannot read ", input);
-  std::vector<Prompt> prompts;
-  std::vector<SamplingParams> params;
-  std::vector<std::string> line_errors;  // per input request; empty if parsed
-  std::string text;
-  int line_no = 0;
-  while (std::getline(in, text)) {
-    ++line_no;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Prompt prompt;
-    SamplingParams p;
-    try {
-      parse_line(text, line_no, defaults, prompt, p);
-      line_errors.emplace_back();
-    } catch (const Error& e) {
-      std::fprintf(stderr, "deepinfer generate: %s: %s\n", input.c_str(), e.what());
-      line_errors.emplace_back(e.what());
-    }
-    prompts.push_back(std::move(prompt));
-    params.push_back(p);
-  }
-  std::vector<Prompt> good_prompts;
-  std::vector<SamplingParams> good_params;
-  std::vector<size_t> good_index;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (!line_errors[i].empty()) continue;
-    good_prompts.push_back(prompts[i]);
-    good_params.push_back(params[i]);
-    good_index.push_back(i);
-  }
-  ProgressBar bar(good_prompts.size());
-  size_t done = 0;
-  int64_t tokens = 0;
-  auto results = good_prompts.empty() ? std::vector<RequestOutput>{}
-                                      : engine.generate(good_prompts, good_params, [&](const RequestOutput& r) {
-    for (auto& c : r.outputs) tokens += static_cast<int64_t>(c.delta_token_ids.size());
-    if (r.finished) ++done;
-    bar.update(done, tokens);
-  });
-  bar.update(done, tokens, true);
-  std::ofstream out(output);
-  DI_CHECK(out.good(), "--output: cannot write ", output);
-  int num_errors = 0;
-  size_t next_good = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    json o;
-    if (!line_errors[i].empty()) {
-      o = {{"index", i}, {"error", line_errors[i]}, {"finish_reason", "error"}};
-      ++num_errors;
-    } else {
-      const RequestOutput& r = results[next_good++];
-      o = output_json(i, r);
-      if (!r.error.empty()) {
-        std::fprintf(stderr, "deepinfer generate: request %zu: %s\n", i, r.error.c_str());
-        ++num_errors;
-      }
-    }
-    out << o.dump() << "\n";
-  }
-  std::fprintf(stderr, "%zu requests, %d failed; wrote %s\n", prompts.size(), num_errors, output.c_str());
-  return num_errors == 0 ? 0 : 1;
+  std::fprintf(stderr, "deepinfer generate: defaults from %s: %s (flags override; --generation-config none: off)\n",
+               file.string().c_str(), applied.c_str());
 }
 
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a prompt (streamed to stdout) or a JSONL batch", "generate"};
+  show_defaults(app);
   EngineConfig config;
   ModelFlags model;
   add_engine_flags(app, config, model);
   SamplingFlags sampling;
   add_sampling_flags(app, sampling);
-  std::string prompt_text, input, output;
-  bool chat = false;
-  app.add_option("--prompt", prompt_text, "prompt text (streamed mode)");
-  app.add_flag("--chat", chat, "apply the model's chat template to --prompt as a user message");
-  app.add_option("--input", input, "JSONL of requests (batch mode)");
-  app.add_option("--output", output, "JSONL of results (batch mode)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  const SamplingParams p = sampling.params();
-  DI_CHECK(input.empty() != prompt_text.empty(), "give exactly one of --prompt or --input");
-  DI_CHECK(input.empty() || !output.empty(), "--input needs --output");
+  std::string prompt_text, input, output, generation_config = "auto";
+  bool chat = false, resume = false;
+  auto* prompt_opt = app.add_option("--prompt", prompt_text, "prompt text (streamed mode)");
+  auto* chat_opt = app.add_flag("--chat", chat, "apply the model's chat template to --prompt as a user message");
+  using SP = SamplingParams;
+  auto* input_opt = app.add_option(
+      "--input", input,
+      detail::concat("JSONL of requests (batch mode); the sampling flags are every line's defaults, a line's "
+                     "fields override them. Bounds per line: n <= ", SP::kMaxN, ", max_tokens <= ", SP::kMaxTokens,
+                     ", logprobs <= ", SP::kMaxLogprobs, ", top_k <= ", SP::kMaxTopK, ", stop <= ", SP::kMaxStops,
+                     " strings of <= ", SP::kMaxStopBytes, " bytes, stop_token_ids <= ", SP::kMaxStopTokenIds, ", ",
+                     kMaxRequestLineBytes >> 20, " MiB per line, JSON depth <= ", kMaxRequestJsonDepth));
+  auto* output_opt = app.add_option(
+      "--output", output,
+      "JSONL of results (batch mode), one line per request appended as it finishes (completion order; "
+      "\"index\" is the request's 0-based number in --input)");
+  auto* resume_opt = app.add_flag(
+      "--resume", resume, "batch: keep --output's results and run only the requests whose index is not in it");
+  app.add_option("--generation-config", generation_config,
+                 "sampling defaults: auto (the model's generation_config.json: temperature, top_p, top_k, "
+                 "min_p, repetition_penalty, max_new_tokens, where no flag is given), none, or a directory");
+  prompt_opt->excludes(input_opt);
+  chat_opt->excludes(input_opt)->needs(prompt_opt);
+  input_opt->needs(output_opt);
+  output_opt->needs(input_opt);
+  resume_opt->needs(input_opt);
+  if (auto code = parse_flags(app, argc, argv)) return *code;
+  DI_USAGE_CHECK(!input.empty() || !prompt_text.empty(), "give --prompt TEXT or --input FILE --output FILE");
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
+  SamplingParams p = sampling.params();
+  apply_generation_config(generation_config, config.model_dir, app, p);
+
+  if (!input.empty()) {
+    // Input read and output opened before the model loads: bad paths fail at once.
+    BatchJob job({input, output, resume}, p);
+    Engine engine(config);
+    g_stop_signal = 0;
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    const int code = job.run(engine, [] { return static_cast<int>(g_stop_signal); });
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    return code;
+  }
 
   Engine engine(config);
-  if (!input.empty()) return run_batch(engine, input, output, p);
-
   Prompt prompt = chat ? Prompt::from_messages({{"user", prompt_text}}) : Prompt::from_text(prompt_text);
   std::string id = engine.add_request(prompt, p);
   RequestOutput last;
@@ -232,11 +139,11 @@ int cmd_generate(int argc, char** argv) {
   std::fprintf(stderr, "[%d prompt + %d generated tokens, finish %s, TTFT %.3fs, %.1f tok/s]\n",
                last.num_prompt_tokens, last.num_output_tokens, to_string(last.outputs[0].finish_reason),
                last.time_to_first_token_s, last.decode_tokens_per_s);
-  if (!last.error.empty()) {  // e.g. NaN logits: the request ended with an error
-    std::fprintf(stderr, "deepinfer generate: %s\n", last.error.c_str());
-    return 1;
+  if (!last.error.empty()) {
+    std::fprintf(stderr, "deepinfer generate: error: %s\n", last.error.c_str());
+    return kExitError;
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace deepinfer::app

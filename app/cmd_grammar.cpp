@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
 #include "grammar/grammar.h"
@@ -31,6 +32,7 @@ std::string read_file(const std::string& path) {
 
 int cmd_grammar(int argc, char** argv) {
   CLI::App app{"grammar tools"};
+  show_defaults(app);
   app.require_subcommand(1);
   CLI::App* check = app.add_subcommand("check", "walk JSON-string lines from stdin through a constraint");
   std::string schema_file, regex, ebnf_file, tokenizer_dir;
@@ -42,11 +44,7 @@ int cmd_grammar(int argc, char** argv) {
   check->add_flag("--compact", compact, "JSON: no whitespace between tokens");
   check->add_flag("--check-mask", check_mask, "verify the mask agrees with accept_token at every step");
   check->add_option("--tokenizer", tokenizer_dir, "tokenizer directory (tokenizer.json)")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto code = parse_flags(app, argc, argv)) return *code;
   int num_kinds = !schema_file.empty() + !regex.empty() + !ebnf_file.empty() + json_object;
   DI_CHECK(num_kinds == 1, "grammar check: give exactly one of --json-schema, --regex, --ebnf, --json-object");
   grammar::GrammarSpec spec;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/cli.h"
 #include "app/commands.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -43,17 +44,14 @@ std::string billions(int64_t n) {
 
 int cmd_info(int argc, char** argv) {
   CLI::App app{"Print a checkpoint's config summary, parameter count and bytes by dtype", "info"};
+  show_defaults(app);
   std::string model_dir;
   bool as_json = false;
   bool no_validate = false;
   app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
   app.add_flag("--json", as_json, "print one JSON object instead of text");
   app.add_flag("--no-validate", no_validate, "skip reading every page of the weights");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto code = parse_flags(app, argc, argv)) return *code;
 
   const ModelConfig config = load_model_config(model_dir);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(model_dir));

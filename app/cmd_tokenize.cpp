@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -21,17 +22,14 @@ int cmd_tokenize(int argc, char** argv) {
       "vocabulary) stops the command: the lines before it are printed, the error names the line "
       "number on stderr, and the exit code is 1, so output lines always pair with input lines.",
       "deepinfer tokenize"};
+  show_defaults(app);
   std::string dir;
   bool decode = false, add_special_tokens = false, skip_special_tokens = false;
   app.add_option("--tokenizer", dir, "directory with tokenizer.json (and tokenizer_config.json)")->required();
   app.add_flag("--decode", decode, "decode id arrays to strings instead of encoding");
   app.add_flag("--add-special-tokens", add_special_tokens, "encode: add BOS/EOS as tokenizer_config says");
   app.add_flag("--skip-special-tokens", skip_special_tokens, "decode: drop special tokens");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (auto code = parse_flags(app, argc, argv)) return *code;
 
   const Tokenizer tokenizer = Tokenizer::from_dir(dir);
   std::ios::sync_with_stdio(false);

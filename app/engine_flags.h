@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/commands.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
 
@@ -30,16 +31,21 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_flag("--skip-weight-check", c.skip_weight_check,
                "do not scan the checkpoint for NaN/Inf weights at load (trusted checkpoints)");
   app.add_option("--backend", c.backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", c.num_threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   app.add_flag("--batch-invariant", c.batch_invariant, "batch-invariant kernels (DEEPINFER_BATCH_INVARIANT=1)");
-  app.add_option("--max-num-seqs", c.max_num_seqs, "sequences per step");
-  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "tokens per step");
-  app.add_option("--max-model-len", c.max_model_len, "context length (0 = the model's)");
-  app.add_option("--kv-block-size", c.kv_block_size, "tokens per KV block");
+  app.add_option("--max-num-seqs", c.max_num_seqs, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "tokens per step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-model-len", c.max_model_len,
+                 "context length (0 = the model's max_position_embeddings; above it is refused)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-block-size", c.kv_block_size, "tokens per KV block")->check(CLI::PositiveNumber);
   app.add_option("--num-kv-blocks", c.num_kv_blocks,
-                 "KV blocks (0 = from --kv-cache-bytes, else device memory, else 4 GiB)");
+                 "KV blocks (0 = from --kv-cache-bytes, else device memory, else 4 GiB)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kv-cache-bytes", c.kv_cache_num_bytes,
-                 "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 4 GiB on CPU)");
+                 "KV cache bytes (0 = --gpu-memory-utilization on CUDA, 4 GiB on CPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
                  "fraction of device memory for weights, buffers and KV cache (the rest of it is KV)")
       ->check(CLI::Range(0.0, 1.0));
@@ -58,19 +64,6 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
                  "1: verify length per request from draft confidences (DSpark); 0: all drafts "
                  "(default DEEPINFER_ENABLE_MTP_VARLEN, else 0)")
       ->check(CLI::Range(0, 1));
-}
-
-// Speculative decoding counts as JSON (batch JSONL lines, bench records).
-inline nlohmann::json spec_json(const SpecDecodeStats& s) {
-  return {{"verify_steps", s.num_verify_steps},
-          {"draft_tokens", s.num_draft_tokens},
-          {"accepted_tokens", s.num_accepted_tokens},
-          {"emitted_tokens", s.num_emitted_tokens},
-          {"drafts_per_position", s.drafts_per_position},
-          {"accepted_per_position", s.accepted_per_position},
-          {"acceptance_rate", s.acceptance_rate()},
-          {"mean_accepted_length", s.mean_accepted_length()},
-          {"tokens_per_verify_step", s.tokens_per_verify_step()}};
 }
 
 // Resolves --model / --random-weights / --config into the EngineConfig.
@@ -93,8 +86,14 @@ struct SamplingFlags {
   int seed = -1;
   std::string regex, schema_file, ebnf_file;
 
+  // Throws UsageError for values outside SamplingParams' ranges (exit 2).
   SamplingParams params() const {
     SamplingParams out = p;
+    try {
+      out.validate();
+    } catch (const Error& e) {
+      throw UsageError(std::string("sampling flags: ") + e.what());
+    }
     if (seed >= 0) out.seed = static_cast<uint64_t>(seed);
     if (!regex.empty()) out.so_args = {"regex", regex};
     if (!schema_file.empty()) out.so_args = {"json_schema", read_text_file(schema_file, "--json-schema")};
@@ -113,9 +112,12 @@ inline void add_sampling_flags(CLI::App& app, SamplingFlags& f) {
   app.add_option("--seed", f.seed, "sampling seed (default: engine-chosen)");
   app.add_flag("--ignore-eos", f.p.ignore_eos, "do not stop at EOS");
   app.add_option("--stop", f.p.stop, "stop string (repeatable)");
-  app.add_option("--regex", f.regex, "constrain output to a regular expression");
-  app.add_option("--json-schema", f.schema_file, "constrain output to a JSON Schema file");
-  app.add_option("--ebnf", f.ebnf_file, "constrain output to an EBNF/GBNF grammar file");
+  // One constraint kind at a time (CLI11 refuses two of them: exit 2).
+  auto* regex = app.add_option("--regex", f.regex, "constrain output to a regular expression");
+  auto* schema = app.add_option("--json-schema", f.schema_file, "constrain output to a JSON Schema file");
+  auto* ebnf = app.add_option("--ebnf", f.ebnf_file, "constrain output to an EBNF/GBNF grammar file");
+  regex->excludes(schema)->excludes(ebnf);
+  schema->excludes(ebnf);
 }
 
 }  // namespace deepinfer::app

@@ -17,6 +17,11 @@ namespace deepinfer {
 namespace {
 
 int resolve_max_model_len(const EngineConfig& config, const ModelConfig& mc) {
+  // As vLLM: a context above the model's positions is refused (its RoPE table and training stop there).
+  if (config.max_model_len > 0 && mc.max_position_embeddings > 0)
+    DI_CHECK(config.max_model_len <= mc.max_position_embeddings, "EngineConfig.max_model_len (--max-model-len) ",
+             config.max_model_len, " is above the model's max_position_embeddings ", mc.max_position_embeddings,
+             " (", mc.source, ")");
   if (config.max_model_len > 0) return config.max_model_len;
   return static_cast<int>(
       std::min<int64_t>(mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096, 1 << 20));
@@ -90,6 +95,14 @@ Engine::Engine(const EngineConfig& config_in) {
     if (const char* v = std::getenv("DEEPINFER_HF_MODEL_DIR")) config.model_dir = v;
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),
            "EngineConfig: set model_dir (a checkpoint) or random_weights_config (a config.json)");
+  DI_CHECK(config.max_num_seqs >= 1, "EngineConfig.max_num_seqs: must be >= 1, got ", config.max_num_seqs);
+  DI_CHECK(config.max_num_batched_tokens >= 1, "EngineConfig.max_num_batched_tokens: must be >= 1, got ",
+           config.max_num_batched_tokens);
+  DI_CHECK(config.max_model_len >= 0, "EngineConfig.max_model_len: must be >= 0 (0 = the model's), got ",
+           config.max_model_len);
+  DI_CHECK(config.kv_block_size >= 1, "EngineConfig.kv_block_size: must be >= 1, got ", config.kv_block_size);
+  DI_CHECK(config.num_kv_blocks >= 0 && config.kv_cache_num_bytes >= 0 && config.num_threads >= 0,
+           "EngineConfig: num_kv_blocks, kv_cache_num_bytes and num_threads must be >= 0");
   DI_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0,
            "EngineConfig.gpu_memory_utilization: expected a fraction in (0, 1], got ",
            config.gpu_memory_utilization);

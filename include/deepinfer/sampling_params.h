@@ -1,6 +1,7 @@
 // SamplingParams: how one request is sampled and when it stops. Names follow
 // vLLM / DeepInfer. validate() throws deepinfer::Error naming the field.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,6 +41,15 @@ struct SamplingParams {
   int logprobs = -1;                // -1 none; k >= 0: sampled token + top k (of raw logits)
   bool skip_special_tokens = true;
   StructuredOutputArgs so_args;
+
+  // Upper bounds validate() enforces, so one request cannot exhaust memory or time.
+  static constexpr int kMaxN = 128;
+  static constexpr int kMaxTokens = 1 << 20;        // max_tokens (the context bounds it too)
+  static constexpr int kMaxLogprobs = 20;           // vLLM's default max_logprobs
+  static constexpr int kMaxTopK = 1 << 20;          // above the vocabulary size means all
+  static constexpr size_t kMaxStops = 64;           // stop strings
+  static constexpr size_t kMaxStopBytes = 1024;     // bytes per stop string
+  static constexpr size_t kMaxStopTokenIds = 1024;  // stop_token_ids entries
 
   // temperature below the floor of backend/sample_rule.h (1e-5, vLLM's): argmax.
   bool greedy() const;

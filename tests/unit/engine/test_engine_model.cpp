@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "core/error.h"
 #include "deepinfer/engine.h"
 
 namespace deepinfer {
@@ -57,6 +58,23 @@ void expect_batch_equals_solo(int num_requests, int max_prompt, EngineConfig bat
     auto one = solo.generate({prompts[i]}, {params[i]});
     ASSERT_EQ(out[i].outputs[0].token_ids, one[0].outputs[0].token_ids) << "request " << i;
   }
+}
+
+
+// As vLLM: a context above the model's max_position_embeddings (4096 here) is refused at
+// construction (before: a long prompt failed mid-run on the RoPE table, taking the batch down).
+TEST(EngineModel, RefusesMaxModelLenAboveThePositions) {
+  EngineConfig c = tiny_config();
+  c.max_model_len = 4097;
+  try {
+    Engine e(c);
+    FAIL() << "max_model_len above max_position_embeddings was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings 4096"), std::string::npos) << e.what();
+  }
+  c.max_model_len = 0;
+  c.max_num_seqs = 0;
+  EXPECT_THROW(Engine{c}, Error);
 }
 
 TEST(EngineModel, BatchOf200EqualsSolo) {

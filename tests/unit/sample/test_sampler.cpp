@@ -200,6 +200,19 @@ TEST(SamplingParams, ValidateNamesTheField) {
   EXPECT_EQ(message([](SamplingParams& p) { p.n = 0; }).rfind("n:", 0), 0u);
   EXPECT_EQ(message([](SamplingParams& p) { p.min_p = 2; }).rfind("min_p", 0), 0u);
   EXPECT_EQ(message([](SamplingParams& p) { p.so_args.kind = "xml"; }).rfind("so_args", 0), 0u);
+  // The documented upper bounds (one request cannot exhaust memory).
+  using SP = SamplingParams;
+  EXPECT_EQ(message([](SamplingParams& p) { p.n = SP::kMaxN; }), "ok");
+  EXPECT_EQ(message([](SamplingParams& p) { p.n = SP::kMaxN + 1; }).rfind("n:", 0), 0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.max_tokens = SP::kMaxTokens + 1; }).rfind("max_tokens", 0), 0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.top_k = SP::kMaxTopK + 1; }).rfind("top_k", 0), 0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.logprobs = SP::kMaxLogprobs + 1; }).rfind("logprobs", 0), 0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.stop.assign(SP::kMaxStops + 1, "x"); }).rfind("stop:", 0), 0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.stop = {std::string(SP::kMaxStopBytes + 1, 'x')}; }).rfind("stop:", 0),
+            0u);
+  EXPECT_EQ(message([](SamplingParams& p) { p.stop_token_ids.assign(SP::kMaxStopTokenIds + 1, 1); })
+                .rfind("stop_token_ids", 0),
+            0u);
 }
 
 }  // namespace
