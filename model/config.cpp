@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 
 namespace deepinfer {
@@ -34,7 +35,7 @@ class Fields {
   [[noreturn]] void bad(const char* key, const char* expected) const {
     auto it = object_.find(key);
     fail(source_, ": field '", prefix_, key, "': expected ", expected,
-         it == object_.end() ? std::string(", but it is missing") : ", got " + it->dump());
+         it == object_.end() ? std::string(", but it is missing") : ", got " + json_snippet(*it));
   }
   int64_t integer(const char* key, std::optional<int64_t> fallback) const {
     const json* v = find(key);
@@ -226,12 +227,7 @@ double yarn_get_mscale(double scale, double mscale) {
 }  // namespace
 
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
-  }
+  const json root = parse_json(json_text, source);
   DI_CHECK(root.is_object(), source, ": expected a JSON object");
   Fields f(root, source);
   ModelConfig c;
