@@ -57,7 +57,9 @@ size_t utf8_prefix(std::string_view s, size_t max_bytes) {
   return k;
 }
 
-std::string line_column(std::string_view text, size_t offset) {
+}  // namespace
+
+std::string line_and_column(std::string_view text, size_t offset) {
   size_t line = 1, col = 1;
   for (size_t i = 0; i < offset && i < text.size(); ++i) {
     if (text[i] == '\n') {
@@ -69,6 +71,8 @@ std::string line_column(std::string_view text, size_t offset) {
   }
   return detail::concat("line ", line, ", column ", col);
 }
+
+namespace {
 
 // Depth of arrays/objects at every point, tracking strings as the parser's lexer does. On
 // text the parser accepts up to some point, this depth is exactly the parser's there, so
@@ -86,7 +90,7 @@ void check_depth(std::string_view text, std::string_view what, int max_depth) {
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth)
         fail(what, ": JSON nested deeper than the limit of ", max_depth, " arrays/objects at byte offset ", i, " (",
-             line_column(text, i), ")");
+             line_and_column(text, i), ")");
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
@@ -204,7 +208,7 @@ J parse_impl(std::string_view text, std::string_view what, const JsonLimits& lim
     fail(what, ": ", text.size(), " bytes of JSON is over the limit of ", limits.max_bytes, " bytes");
   const size_t bad = find_invalid_utf8_offset(text);
   if (bad != std::string_view::npos)
-    fail(what, ": not valid JSON: invalid UTF-8 at byte offset ", bad, " (", line_column(text, bad), ")");
+    fail(what, ": not valid JSON: invalid UTF-8 at byte offset ", bad, " (", line_and_column(text, bad), ")");
   check_depth(text, what, limits.max_depth);
   Builder<J> b(what, limits.allow_duplicate_keys);
   const bool ok = J::sax_parse(text.data(), text.data() + text.size(), &b);

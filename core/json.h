@@ -40,6 +40,9 @@ std::string json_snippet(const nlohmann::ordered_json& v, size_t max_chars = 80)
 // UTF-8 boundary) followed by "... (N bytes)" when longer; the text itself otherwise.
 std::string text_snippet(std::string_view text, size_t max_chars = 80);
 
+// "line L, column C" (1-based; columns count bytes) of a byte offset, for error messages.
+std::string line_and_column(std::string_view text, size_t offset);
+
 // Byte offset of the first byte that is not part of well-formed UTF-8 (no overlongs,
 // surrogates or truncated sequences), or npos.
 size_t find_invalid_utf8_offset(std::string_view bytes);

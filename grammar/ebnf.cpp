@@ -62,19 +62,8 @@ class EbnfParser {
     return std::move(ir_);
   }
 
-  // "line L column C" of a byte offset (computed only for messages: linear in the offset).
-  std::string where(size_t pos) const {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < pos && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    return detail::concat("line ", line, " column ", col);
-  }
+  // "line L, column C" of a byte offset (computed only for messages: linear in the offset).
+  std::string where(size_t pos) const { return line_and_column(s_, pos); }
   [[noreturn]] void error(const std::string& what) const { fail("ebnf: ", what, " at ", where(pos_)); }
   bool eof() const { return pos_ >= s_.size(); }
   char peek() const { return s_[pos_]; }
