@@ -13,6 +13,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,12 +64,10 @@ int cmd_grammar(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     ++line_no;
     if (line.empty()) continue;
-    std::string text;
-    try {
-      text = nlohmann::json::parse(line).get<std::string>();
-    } catch (const std::exception& e) {
-      fail("grammar check: stdin line ", line_no, ": expected a JSON string: ", e.what());
-    }
+    const std::string where = "grammar check: stdin line " + std::to_string(line_no);
+    const nlohmann::json input = parse_json(line, where);
+    DI_CHECK(input.is_string(), where, ": expected a JSON string, got ", json_snippet(input));
+    const std::string& text = input.get_ref<const std::string&>();
     matcher.reset();
     bool ok = true;
     for (int32_t id : tok.encode(text, false)) {

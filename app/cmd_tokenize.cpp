@@ -10,6 +10,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::app {
@@ -36,8 +37,14 @@ int cmd_tokenize(int argc, char** argv) {
   std::string line, out;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    nlohmann::json input;
     try {
-      const nlohmann::json input = nlohmann::json::parse(line);
+      input = parse_json(line, "stdin line " + std::to_string(line_number));
+    } catch (const Error&) {
+      std::cout.flush();
+      throw;
+    }
+    try {
       if (decode) {
         if (!input.is_array()) fail("expected a JSON array of token ids, got ", input.type_name());
         std::vector<int32_t> ids;

@@ -5,33 +5,12 @@
 #include <limits>
 
 #include "core/error.h"
-#include "tokenizer/utf8.h"
+#include "core/json.h"
 
 namespace deepinfer::app {
 namespace {
 
 using nlohmann::json;
-
-// Deepest [ / { nesting of a JSON text (strings skipped); stops counting past `limit`.
-int json_depth(std::string_view text, int limit) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-      if (max_depth > limit) return max_depth;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
 
 const char* type_name(const json& v) {
   return v.is_number_float() ? "a non-integer number" : v.type_name();
@@ -154,21 +133,12 @@ std::string truncate_for_message(std::string_view s, size_t max_bytes) {
   return std::string(s.substr(0, cut)) + "...";
 }
 
+// Request lines follow the one JSON reading policy (core/json.h) with the request bounds.
 json parse_request_json(std::string_view text, const std::string& what) {
-  DI_CHECK(text.size() <= kMaxRequestLineBytes, what, ": ", text.size(), " bytes, at most ",
-           kMaxRequestLineBytes);
-  if (const size_t bad = tokenizer_detail::find_invalid_utf8(text); bad != std::string_view::npos)
-    fail(what, ": invalid UTF-8 at byte ", bad);
-  DI_CHECK(json_depth(text, kMaxRequestJsonDepth) <= kMaxRequestJsonDepth, what,
-           ": JSON nested deeper than ", kMaxRequestJsonDepth, " levels");
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.what() quotes the last token read, which can be the whole line: report the offset.
-    fail(what, ": not JSON (syntax error at byte ", e.byte, ")");
-  } catch (const json::exception& e) {
-    fail(what, ": not JSON (", truncate_for_message(e.what(), 120), ")");
-  }
+  JsonLimits limits;
+  limits.max_bytes = kMaxRequestLineBytes;
+  limits.max_depth = kMaxRequestJsonDepth;
+  return parse_json(text, what, limits);
 }
 
 int32_t json_to_int32(const json& v, std::string_view field) { return json_to_integer<int32_t>(v, field); }

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -62,15 +63,20 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<
 
 class NfaBuilder {
  public:
-  NfaBuilder(const GrammarIR& ir, const CompileLimits& limits) : ir_(ir), limits_(limits) {}
+  NfaBuilder(const GrammarIR& ir, const CompileLimits& limits, CompileBudget& budget)
+      : ir_(ir), limits_(limits), budget_(budget) {}
 
   int32_t node() {
     if (static_cast<int64_t>(nodes_.size()) >= limits_.max_nfa_nodes)
-      fail("grammar too large: more than ", limits_.max_nfa_nodes,
-           " automaton nodes (large repetition bounds such as maxLength/maxItems or {n,m} multiply size)");
+      fail("grammar too large: more than ", limits_.max_nfa_nodes, " automaton nodes (CompileLimits::max_nfa_nodes) in rule '",
+           text_snippet(rule_name_, 120),
+           "': its size grows with the bytes of its literals and enum/const values, its alternatives, and "
+           "repetition bounds (maxLength, maxItems, {n,m}) that copy what they repeat");
+    budget_.charge(static_cast<int64_t>(sizeof(NfaNode)) + 48, "building the grammar's NFA");
     nodes_.emplace_back();
     return static_cast<int32_t>(nodes_.size() - 1);
   }
+  void set_rule_name(const std::string& name) { rule_name_ = name; }
 
   void build(int32_t e, int32_t from, int32_t to) {
     const Expr& x = ir_.expr(e);
@@ -139,6 +145,8 @@ class NfaBuilder {
         nodes_[from].calls.push_back({x.rule, to});
         break;
     }
+    budget_.charge(static_cast<int64_t>(sizeof(ByteEdge)) * static_cast<int64_t>(x.ranges.size()) + 8,
+                   "building the grammar's NFA");
   }
 
   std::vector<NfaNode> nodes_;
@@ -146,26 +154,48 @@ class NfaBuilder {
  private:
   const GrammarIR& ir_;
   const CompileLimits& limits_;
+  CompileBudget& budget_;
+  std::string rule_name_;
 };
 
-void eps_closure(const std::vector<NfaNode>& nodes, std::vector<int32_t>& set) {
-  std::vector<int32_t> work = set;
-  while (!work.empty()) {
-    int32_t n = work.back();
-    work.pop_back();
-    for (int32_t t : nodes[n].eps) {
-      if (std::find(set.begin(), set.end(), t) == set.end()) {
-        set.push_back(t);
-        work.push_back(t);
-      }
+// Epsilon closure of `set` (sorted on return), in time linear in what it reaches: membership
+// by a stamp per NFA node.
+class EpsClosure {
+ public:
+  explicit EpsClosure(const std::vector<NfaNode>& nodes) : nodes_(nodes), stamp_(nodes.size(), 0) {}
+  void operator()(std::vector<int32_t>& set) {
+    if (++epoch_ == 0) {
+      std::fill(stamp_.begin(), stamp_.end(), 0);
+      epoch_ = 1;
     }
+    size_t kept = 0;
+    for (int32_t n : set)
+      if (stamp_[n] != epoch_) {
+        stamp_[n] = epoch_;
+        set[kept++] = n;
+      }
+    set.resize(kept);
+    for (size_t i = 0; i < set.size(); ++i)
+      for (int32_t t : nodes_[set[i]].eps)
+        if (stamp_[t] != epoch_) {
+          stamp_[t] = epoch_;
+          set.push_back(t);
+        }
+    std::sort(set.begin(), set.end());
   }
-  std::sort(set.begin(), set.end());
-}
+
+ private:
+  const std::vector<NfaNode>& nodes_;
+  std::vector<uint32_t> stamp_;
+  uint32_t epoch_ = 0;
+};
 
 }  // namespace
 
-Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
+Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits, CompileBudget* budget_in) {
+  CompileBudget local_budget(limits);
+  CompileBudget& budget = budget_in ? *budget_in : local_budget;
+  budget.check_time("building the grammar's automaton");
   const auto& rules = ir.rules();
   DI_CHECK(ir.root() >= 0 && ir.root() < static_cast<int32_t>(rules.size()), "grammar: no root rule");
   Automaton a;
@@ -177,11 +207,12 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
   std::vector<int32_t> order{ir.root()};
   std::vector<char> seen(rules.size(), 0);
   seen[ir.root()] = 1;
-  NfaBuilder nfa(ir, limits);
+  NfaBuilder nfa(ir, limits, budget);
   std::vector<std::pair<int32_t, int32_t>> rule_nfa(rules.size(), {-1, -1});
   for (size_t i = 0; i < order.size(); ++i) {
     int32_t r = order[i];
-    DI_CHECK(rules[r].body >= 0, "grammar: rule '", rules[r].name, "' is referenced but not defined");
+    DI_CHECK(rules[r].body >= 0, "grammar: rule '", text_snippet(rules[r].name, 120), "' is referenced but not defined");
+    nfa.set_rule_name(rules[r].name);
     int32_t s = nfa.node(), f = nfa.node();
     size_t first = nfa.nodes_.size();
     nfa.build(rules[r].body, s, f);
@@ -198,17 +229,23 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
   }
 
   // Subset construction per rule.
+  EpsClosure eps_closure(nfa.nodes_);
   for (int32_t r : order) {
     const int32_t s = rule_nfa[r].first, f = rule_nfa[r].second;
     std::map<std::vector<int32_t>, int32_t> ids;
     std::vector<std::vector<int32_t>> pending;
     auto intern = [&](std::vector<int32_t> set) -> int32_t {
-      eps_closure(nfa.nodes_, set);
+      eps_closure(set);
+      budget.tick("building the grammar's automaton");
       auto it = ids.find(set);
       if (it != ids.end()) return it->second;
       if (static_cast<int64_t>(a.states.size()) >= limits.max_dfa_states)
-        fail("grammar too large: more than ", limits.max_dfa_states, " automaton states (in rule '", rules[r].name,
-             "')");
+        fail("grammar too large: more than ", limits.max_dfa_states,
+             " automaton states in all (CompileLimits::max_dfa_states; reached in rule '", text_snippet(rules[r].name, 120),
+             "', one of ", order.size(), " rules)");
+      // The set is held twice (map key, pending) until the state is expanded; edges follow.
+      budget.charge(static_cast<int64_t>(2 * set.size() * sizeof(int32_t) + sizeof(AutomatonState)) + 128,
+                    "building the grammar's automaton");
       int32_t id = static_cast<int32_t>(a.states.size());
       a.states.emplace_back();
       a.states.back().rule = r;
@@ -257,76 +294,161 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
         tos.erase(std::unique(tos.begin(), tos.end()), tos.end());
         call_edges.push_back({rule, intern(tos)});
       }
+      budget.charge(static_cast<int64_t>(edges.size() * sizeof(ByteEdge) + call_edges.size() * sizeof(CallEdge)),
+                    "building the grammar's automaton");
       a.states[id].bytes = std::move(edges);
       a.states[id].calls = std::move(call_edges);
     }
   }
 
-  // Nullable rules (can complete without consuming a byte), to a fixpoint.
+  // Nullable rules (can complete without consuming a byte): a worklist fixpoint in which a
+  // rule is looked at again only when a rule it calls became nullable (FIFO, so a chain of
+  // rules is linear; iterating over all rules until nothing changed was quadratic).
   std::vector<char> nullable(rules.size(), 0);
+  std::vector<uint32_t> seen_stamp(a.states.size(), 0);
+  uint32_t epoch = 0;
   auto reach_without_bytes = [&](int32_t r, std::vector<int32_t>* called) {
-    std::vector<int32_t> work{a.rule_start[r]}, seen_states{a.rule_start[r]};
+    ++epoch;
+    std::vector<int32_t> work{a.rule_start[r]};
+    seen_stamp[a.rule_start[r]] = epoch;
     bool fin = false;
     while (!work.empty()) {
+      budget.tick("checking the grammar's rules");
       int32_t st = work.back();
       work.pop_back();
       if (a.states[st].final) fin = true;
       for (const auto& c : a.states[st].calls) {
         if (called) called->push_back(c.rule);
-        if (nullable[c.rule] && std::find(seen_states.begin(), seen_states.end(), c.to) == seen_states.end()) {
-          seen_states.push_back(c.to);
+        if (nullable[c.rule] && seen_stamp[c.to] != epoch) {
+          seen_stamp[c.to] = epoch;
           work.push_back(c.to);
         }
       }
     }
     return fin;
   };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int32_t r : order)
-      if (!nullable[r] && reach_without_bytes(r, nullptr)) nullable[r] = changed = true;
+  {
+    std::vector<std::vector<int32_t>> callers(rules.size());
+    for (const auto& st : a.states)
+      for (const auto& c : st.calls) callers[c.rule].push_back(st.rule);
+    std::vector<int32_t> queue(order.begin(), order.end());
+    std::vector<char> queued(rules.size(), 0);
+    for (int32_t r : order) queued[r] = 1;
+    for (size_t head = 0; head < queue.size(); ++head) {
+      const int32_t r = queue[head];
+      queued[r] = 0;
+      if (nullable[r] || !reach_without_bytes(r, nullptr)) continue;
+      nullable[r] = 1;
+      for (int32_t q : callers[r])
+        if (!nullable[q] && !queued[q]) {
+          queued[q] = 1;
+          queue.push_back(q);
+        }
+    }
   }
-  // Left recursion: a cycle in "r calls r' before consuming a byte".
+  // Left recursion: a cycle in "r calls r' before consuming a byte" (depth-first search with
+  // an explicit stack: a chain of rules may be as long as the grammar).
   std::vector<std::vector<int32_t>> left_calls(rules.size());
   for (int32_t r : order) reach_without_bytes(r, &left_calls[r]);
   std::vector<int8_t> color(rules.size(), 0);
-  std::vector<int32_t> path;
-  auto dfs = [&](auto&& self, int32_t r) -> void {
-    color[r] = 1;
-    path.push_back(r);
-    for (int32_t c : left_calls[r]) {
-      if (color[c] == 1) {
-        std::string cycle;
-        auto it = std::find(path.begin(), path.end(), c);
-        for (; it != path.end(); ++it) cycle += "'" + rules[*it].name + "' -> ";
-        fail("grammar: left recursion is not supported: ", cycle, "'", rules[c].name, "'");
+  std::vector<std::pair<int32_t, size_t>> path;  // rule, next of its left calls to visit
+  for (int32_t start : order) {
+    if (color[start] != 0) continue;
+    color[start] = 1;
+    path.push_back({start, 0});
+    while (!path.empty()) {
+      budget.tick("checking the grammar for left recursion");
+      const int32_t r = path.back().first;
+      if (path.back().second == left_calls[r].size()) {
+        color[r] = 2;
+        path.pop_back();
+        continue;
       }
-      if (color[c] == 0) self(self, c);
-    }
-    path.pop_back();
-    color[r] = 2;
-  };
-  for (int32_t r : order)
-    if (color[r] == 0) dfs(dfs, r);
-
-  // Prune states that cannot reach the end of their rule (dead ends would let the mask admit
-  // tokens that can never complete), after finding which rules match any string at all.
-  std::vector<char> productive(rules.size(), 0), live(a.states.size(), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t s = 0; s < a.states.size(); ++s) {
-      if (live[s]) continue;
-      const auto& st = a.states[s];
-      bool ok = st.final;
-      for (const auto& e : st.bytes) ok = ok || live[e.to];
-      for (const auto& c : st.calls) ok = ok || (productive[c.rule] && live[c.to]);
-      if (ok) {
-        live[s] = changed = true;
-        if (static_cast<int32_t>(s) == a.rule_start[st.rule]) productive[st.rule] = 1;
+      const int32_t c = left_calls[r][path.back().second++];
+      if (color[c] == 1) {
+        size_t from = 0;
+        while (path[from].first != c) ++from;
+        std::string cycle;
+        const size_t len = path.size() - from;
+        for (size_t i = from; i < path.size(); ++i) {
+          if (len > 8 && i == from + 4) {
+            cycle += "... (" + std::to_string(len - 8) + " more) -> ";
+            i = path.size() - 4;
+          }
+          cycle += "'" + text_snippet(rules[path[i].first].name, 60) + "' -> ";
+        }
+        fail("grammar: left recursion is not supported: ", cycle, "'", text_snippet(rules[c].name, 60), "'");
+      }
+      if (color[c] == 0) {
+        color[c] = 1;
+        path.push_back({c, 0});
       }
     }
   }
-  DI_CHECK(productive[ir.root()], "grammar: the root rule '", rules[ir.root()].name, "' matches no string");
+
+  // Prune states that cannot reach the end of their rule (dead ends would let the mask admit
+  // tokens that can never complete), after finding which rules match any string at all. A
+  // worklist over reversed edges: a state is live when final, or a byte edge leads to a live
+  // state, or a call edge to a productive rule continues in a live state; a rule is productive
+  // when its start state is live.
+  std::vector<char> productive(rules.size(), 0), live(a.states.size(), 0);
+  {
+    const size_t n = a.states.size();
+    // Reversed edges in CSR form: each state's byte predecessors, its call predecessors with
+    // the called rule, and each rule's call sites (caller state, continuation).
+    std::vector<int32_t> byte_begin(n + 1, 0), call_begin(n + 1, 0), site_begin(rules.size() + 1, 0);
+    for (const auto& st : a.states) {
+      for (const auto& e : st.bytes) ++byte_begin[e.to + 1];
+      for (const auto& c : st.calls) {
+        ++call_begin[c.to + 1];
+        ++site_begin[c.rule + 1];
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      byte_begin[i + 1] += byte_begin[i];
+      call_begin[i + 1] += call_begin[i];
+    }
+    for (size_t i = 0; i < rules.size(); ++i) site_begin[i + 1] += site_begin[i];
+    std::vector<int32_t> byte_pred(byte_begin[n]);
+    std::vector<std::pair<int32_t, int32_t>> call_pred(call_begin[n]), sites(site_begin[rules.size()]);
+    budget.charge(static_cast<int64_t>(byte_pred.size() * 4 + call_pred.size() * 8 + sites.size() * 8 + n * 12),
+                  "pruning the grammar's automaton");
+    {
+      std::vector<int32_t> bf(byte_begin.begin(), byte_begin.end() - 1), cf(call_begin.begin(), call_begin.end() - 1),
+          sf(site_begin.begin(), site_begin.end() - 1);
+      for (size_t p2 = 0; p2 < n; ++p2) {
+        const auto p = static_cast<int32_t>(p2);
+        for (const auto& e : a.states[p].bytes) byte_pred[bf[e.to]++] = p;
+        for (const auto& c : a.states[p].calls) {
+          call_pred[cf[c.to]++] = {p, c.rule};
+          sites[sf[c.rule]++] = {p, c.to};
+        }
+      }
+    }
+    std::vector<int32_t> work;
+    auto make_live = [&](int32_t st) {
+      if (live[st]) return;
+      live[st] = 1;
+      work.push_back(st);
+    };
+    for (size_t s2 = 0; s2 < n; ++s2)
+      if (a.states[s2].final) make_live(static_cast<int32_t>(s2));
+    while (!work.empty()) {
+      budget.tick("pruning the grammar's automaton");
+      const int32_t t = work.back();
+      work.pop_back();
+      const int32_t r = a.states[t].rule;
+      if (t == a.rule_start[r] && !productive[r]) {
+        productive[r] = 1;
+        for (int32_t k = site_begin[r]; k < site_begin[r + 1]; ++k)
+          if (live[sites[k].second]) make_live(sites[k].first);
+      }
+      for (int32_t k = byte_begin[t]; k < byte_begin[t + 1]; ++k) make_live(byte_pred[k]);
+      for (int32_t k = call_begin[t]; k < call_begin[t + 1]; ++k)
+        if (productive[call_pred[k].second]) make_live(call_pred[k].first);
+    }
+  }
+  DI_CHECK(productive[ir.root()], "grammar: the root rule '", text_snippet(rules[ir.root()].name, 120), "' matches no string");
   for (auto& st : a.states) {
     std::erase_if(st.bytes, [&](const ByteEdge& e) { return !live[e.to]; });
     std::erase_if(st.calls, [&](const CallEdge& c) { return !productive[c.rule] || !live[c.to]; });
@@ -342,6 +464,7 @@ Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits) {
   for (size_t s = 0; s < a.states.size() && num_dense < kMaxDenseStates; ++s) {
     if (!leaf[a.states[s].rule]) continue;
     a.dense_offset[s] = static_cast<int32_t>(a.dense.size());
+    budget.charge(256 * sizeof(int32_t), "building the grammar's dense tables");
     a.dense.resize(a.dense.size() + 256, -1);
     for (const auto& e : a.states[s].bytes)
       for (uint32_t b = e.lo; b <= e.hi; ++b) a.dense[a.dense_offset[s] + b] = e.to;

@@ -58,6 +58,7 @@ struct Automaton {
 
 // Compiles ir (from its root rule) to an Automaton; refuses with deepinfer::Error
 // (undefined rule, left recursion, size past limits).
-Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits);
+// Work and memory are charged to `budget` when given (else to one made from limits).
+Automaton build_automaton(const GrammarIR& ir, const CompileLimits& limits, CompileBudget* budget = nullptr);
 
 }  // namespace deepinfer::grammar

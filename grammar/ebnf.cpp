@@ -1,11 +1,12 @@
 // EBNF front-end: llama.cpp GBNF and W3C-style EBNF (the common subset plus each one's
 // extras): `name ::= alternatives`, "lit" / 'lit', [classes], #xHH, (groups), . (any char),
 // postfix * + ? {m} {m,} {m,n}, comments `# ...` and `/* ... */`. The root is the rule named
-// `root`, else the first rule.
+// `root` (a grammar without one is refused: silently starting at the first rule hid typos).
 #include <cctype>
 #include <map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "tokenizer/utf8.h"
 
@@ -16,9 +17,19 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 class EbnfParser {
  public:
-  explicit EbnfParser(const std::string& s) : s_(s) {}
+  EbnfParser(const std::string& s, CompileBudget* budget) : s_(s) { ir_.set_budget(budget); }
 
   GrammarIR parse() {
+    try {
+      return parse_rules();
+    } catch (const GrammarBudgetError& e) {
+      if (e.located()) throw;
+      throw GrammarBudgetError(detail::concat("ebnf: ", e.cause(), " at ", where(pos_)), true);
+    }
+  }
+
+ private:
+  GrammarIR parse_rules() {
     // Validated once here (the tokenizer's UTF-8 rules: no overlongs, surrogates or truncation),
     // so read_cp below decodes without checks.
     const size_t bad = tokenizer_detail::find_invalid_utf8(s_);
@@ -28,45 +39,32 @@ class EbnfParser {
     }
     skip_space();
     if (eof()) error("empty grammar");
-    int32_t first = -1;
     while (!eof()) {
       std::string name = read_name();
       if (name.empty()) error("expected a rule name");
       skip_space();
-      if (s_.compare(pos_, 3, "::=") != 0) error("expected '::=' after rule name '" + name + "'");
+      if (s_.compare(pos_, 3, "::=") != 0) error("expected '::=' after rule name '" + text_snippet(name) + "'");
       pos_ += 3;
       int32_t rule = rule_id(name);
-      if (defined_.count(rule)) error("rule '" + name + "' defined twice");
+      if (defined_.count(rule)) error("rule '" + text_snippet(name) + "' defined twice");
       defined_[rule] = true;
-      if (first < 0) first = rule;
       ir_.set_body(rule, parse_alt(0));
       skip_space();
     }
-    auto it = ids_.find("root");
-    ir_.set_root(it != ids_.end() && defined_.count(it->second) ? it->second : first);
     for (const auto& [name, id] : ids_)
-      if (!defined_.count(id)) fail("ebnf: rule '", name, "' is used but not defined (first use at line ", uses_[id], ")");
+      if (!defined_.count(id))
+        fail("ebnf: rule '", text_snippet(name), "' is used but not defined (first use at ", where(uses_[id]), ")");
+    auto it = ids_.find("root");
+    if (it == ids_.end())
+      fail("ebnf: no rule named 'root' (the grammar starts at the rule 'root'; ", ids_.size(),
+           ids_.size() == 1 ? " rule is" : " rules are", " defined, none of them 'root')");
+    ir_.set_root(it->second);
     return std::move(ir_);
   }
 
- private:
-  [[noreturn]] void error(const std::string& what) const {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    fail("ebnf: ", what, " at line ", line, " column ", col);
-  }
-  int line() const {
-    int l = 1;
-    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) l += s_[i] == '\n';
-    return l;
-  }
+  // "line L, column C" of a byte offset (computed only for messages: linear in the offset).
+  std::string where(size_t pos) const { return line_and_column(s_, pos); }
+  [[noreturn]] void error(const std::string& what) const { fail("ebnf: ", what, " at ", where(pos_)); }
   bool eof() const { return pos_ >= s_.size(); }
   char peek() const { return s_[pos_]; }
   static bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
@@ -99,7 +97,7 @@ class EbnfParser {
     if (it != ids_.end()) return it->second;
     int32_t id = ir_.add_rule(name);
     ids_[name] = id;
-    uses_[id] = line();
+    uses_[id] = pos_;
     return id;
   }
 
@@ -288,11 +286,11 @@ class EbnfParser {
   GrammarIR ir_;
   std::map<std::string, int32_t> ids_;
   std::map<int32_t, bool> defined_;
-  std::map<int32_t, int> uses_;
+  std::map<int32_t, size_t> uses_;  // byte offset of each rule's first mention
 };
 
 }  // namespace
 
-GrammarIR parse_ebnf(const std::string& text) { return EbnfParser(text).parse(); }
+GrammarIR parse_ebnf(const std::string& text, CompileBudget* budget) { return EbnfParser(text, budget).parse(); }
 
 }  // namespace deepinfer::grammar

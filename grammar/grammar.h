@@ -36,20 +36,28 @@ struct GrammarSpec {
   bool json_any_whitespace = true;
 };
 
-// Front-ends: text -> GrammarIR. Each throws deepinfer::Error with position info.
-GrammarIR parse_regex_grammar(const std::string& regex);
-GrammarIR parse_ebnf(const std::string& text);
-GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace);
+// Front-ends: text -> GrammarIR. Each throws deepinfer::Error with position info. With a
+// budget (CompiledGrammar::compile passes one) the IR is charged to it and its limits apply
+// (nesting, JSON Schema depth); without one, CompileLimits' defaults apply.
+GrammarIR parse_regex_grammar(const std::string& regex, CompileBudget* budget = nullptr);
+// The root is the rule named `root` (an error when there is none).
+GrammarIR parse_ebnf(const std::string& text, CompileBudget* budget = nullptr);
+GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace, CompileBudget* budget = nullptr);
 GrammarIR json_object_ir(bool any_whitespace);
 
 class CompiledGrammar {
  public:
-  // Compiles spec for vocab; throws deepinfer::Error for invalid or oversized input.
+  // Compiles spec for vocab; throws deepinfer::Error for invalid or oversized input: the
+  // source over limits.max_source_bytes, or any budget of `limits` exceeded on the way
+  // (memory, time, nesting; see CompileLimits), with a message naming the cause.
   static std::shared_ptr<const CompiledGrammar> compile(const GrammarSpec& spec,
                                                         std::shared_ptr<const Vocabulary> vocab,
                                                         const CompileLimits& limits = {});
   static std::shared_ptr<const CompiledGrammar> from_ir(const GrammarIR& ir, std::shared_ptr<const Vocabulary> vocab,
                                                         const CompileLimits& limits = {});
+  // The same, continuing a compilation's budget (after its front-end charged it).
+  static std::shared_ptr<const CompiledGrammar> from_ir(const GrammarIR& ir, std::shared_ptr<const Vocabulary> vocab,
+                                                        CompileBudget& budget);
 
   const Automaton& automaton() const { return automaton_; }
   const Vocabulary& vocab() const { return *vocab_; }

@@ -84,9 +84,48 @@ int32_t GrammarIR::repeat(int32_t child, int32_t min, int32_t max) {
 
 int32_t GrammarIR::ref(int32_t rule) { return add({ExprKind::Ref, {}, {}, rule, 0, 0}); }
 
+int32_t GrammarIR::add(Expr e) {
+  int32_t nesting = 1;
+  for (int32_t c : e.children) nesting = std::max(nesting, nesting_[c] + 1);
+  const int32_t max_nesting = budget_ ? budget_->limits().max_nesting : CompileLimits{}.max_nesting;
+  if (nesting > max_nesting)
+    throw GrammarBudgetError(detail::concat("grammar: expressions nested more than ", max_nesting,
+                                            " deep (CompileLimits::max_nesting)"));
+  // A heap block per non-empty vector, ~16 bytes of allocator overhead each.
+  const int64_t bytes = static_cast<int64_t>(sizeof(Expr) + sizeof(int32_t)) +
+                        static_cast<int64_t>(e.children.capacity() * sizeof(int32_t)) +
+                        static_cast<int64_t>(e.ranges.capacity() * sizeof(e.ranges[0])) +
+                        16 * (!e.children.empty() + !e.ranges.empty());
+  bytes_ += bytes;
+  if (budget_) budget_->charge(bytes, "building the grammar IR");
+  exprs_.push_back(std::move(e));
+  nesting_.push_back(nesting);
+  return static_cast<int32_t>(exprs_.size() - 1);
+}
+
 int32_t GrammarIR::add_rule(std::string name) {
+  const int64_t bytes = static_cast<int64_t>(sizeof(Rule) + name.capacity());
+  bytes_ += bytes;
+  if (budget_) budget_->charge(bytes, "building the grammar IR");
   rules_.push_back({std::move(name), -1});
   return static_cast<int32_t>(rules_.size() - 1);
+}
+
+CompileBudget::CompileBudget(const CompileLimits& limits)
+    : limits_(limits),
+      deadline_(std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(std::max(0.0, std::min(limits.max_seconds, 1e9))))) {}
+
+void CompileBudget::check_time(const char* stage) const {
+  if (std::chrono::steady_clock::now() >= deadline_)
+    throw GrammarBudgetError(detail::concat("grammar: compilation ran past its time budget of ", limits_.max_seconds,
+                                            " s (CompileLimits::max_seconds) while ", stage));
+}
+
+void CompileBudget::over_memory(const char* stage) const {
+  throw GrammarBudgetError(detail::concat("grammar too large: ", stage, " needs more than the memory budget of ",
+                                          limits_.max_memory_bytes >> 20, " MiB (CompileLimits::max_memory_bytes)"));
 }
 
 }  // namespace deepinfer::grammar

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema_multiple.h"
 #include "grammar/json_schema_number.h"
@@ -27,12 +28,27 @@ using json = nlohmann::ordered_json;
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const json& root, bool any_ws) : root_(root), any_ws_(any_ws) {}
+  SchemaCompiler(const json& root, bool any_ws, CompileBudget& budget)
+      : root_(root), any_ws_(any_ws), budget_(budget) {
+    ir_.set_budget(&budget);
+  }
 
   GrammarIR run() {
-    int32_t top = ir_.add_rule("root");
-    ir_.set_root(top);
-    ir_.set_body(top, ir_.seq({ws(), compile(root_, "#", 0), ws()}));
+    try {
+      int32_t top = ir_.add_rule("root");
+      ir_.set_root(top);
+      ir_.set_body(top, ir_.seq({ws(), compile(root_, "#", 0), ws()}));
+      // $ref targets, compiled here rather than where they are met so that a chain of $refs
+      // is not a chain of nested calls (each body may add more).
+      while (!pending_refs_.empty()) {
+        auto [rule, ref] = std::move(pending_refs_.back());
+        pending_refs_.pop_back();
+        ir_.set_body(rule, compile(resolve(ref, ref), ref, 0));
+      }
+    } catch (const GrammarBudgetError& e) {
+      if (e.located()) throw;
+      throw GrammarBudgetError(detail::concat("json schema: ", e.cause(), " (compiling ", shown(where_), ")"), true);
+    }
     return std::move(ir_);
   }
 
@@ -44,8 +60,10 @@ class SchemaCompiler {
   }
 
  private:
+  // A JSON path as messages show it (keys are user input: bounded).
+  static std::string shown(const std::string& path) { return text_snippet(path, 200); }
   [[noreturn]] static void refuse(const std::string& path, const std::string& what) {
-    fail("json schema: ", what, " at ", path);
+    fail("json schema: ", what, " at ", shown(path));
   }
 
   int32_t ws() {
@@ -123,48 +141,53 @@ class SchemaCompiler {
     return array_rule_;
   }
 
-  // An exact JSON value (enum/const), whitespace allowed between its tokens.
-  int32_t literal_value(const json& v) {
+  // An exact JSON value (enum/const), whitespace allowed between its tokens. Adds the bytes
+  // of its literals to *spelled. Recursion depth is the value's, bounded by the JSON reader.
+  int32_t literal_value(const json& v, int64_t* spelled) {
+    auto text = [&](const std::string& t) {
+      *spelled += static_cast<int64_t>(t.size());
+      return lit(t);
+    };
     if (v.is_object()) {
-      std::vector<int32_t> parts{lit("{"), ws()};
+      std::vector<int32_t> parts{text("{"), ws()};
       bool first = true;
       for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!first) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        if (!first) parts.insert(parts.end(), {ws(), text(","), ws()});
         first = false;
-        parts.insert(parts.end(), {lit(json(it.key()).dump()), ws(), lit(":"), ws(), literal_value(it.value())});
+        parts.insert(parts.end(), {text(json(it.key()).dump()), ws(), lit(":"), ws(), literal_value(it.value(), spelled)});
       }
-      parts.insert(parts.end(), {ws(), lit("}")});
+      parts.insert(parts.end(), {ws(), text("}")});
       return ir_.seq(std::move(parts));
     }
     if (v.is_array()) {
-      std::vector<int32_t> parts{lit("["), ws()};
+      std::vector<int32_t> parts{text("["), ws()};
       for (size_t i = 0; i < v.size(); ++i) {
-        if (i) parts.insert(parts.end(), {ws(), lit(","), ws()});
-        parts.push_back(literal_value(v[i]));
+        if (i) parts.insert(parts.end(), {ws(), text(","), ws()});
+        parts.push_back(literal_value(v[i], spelled));
       }
-      parts.insert(parts.end(), {ws(), lit("]")});
+      parts.insert(parts.end(), {ws(), text("]")});
       return ir_.seq(std::move(parts));
     }
     if (v.is_number_integer())  // 2 and 2.0 are the same JSON number
-      return ir_.seq({lit(v.dump()), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
+      return ir_.seq({text(v.dump()), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
     if (v.is_number_float()) {
       double d = v.get<double>();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
         // 2.0 and 2 are the same JSON number.
         std::string i = json(static_cast<int64_t>(d)).dump();
-        return ir_.seq({lit(i), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
+        return ir_.seq({text(i), ir_.opt(ir_.seq({lit("."), ir_.plus(lit("0"))}))});
       }
     }
-    return lit(v.dump());
+    return text(v.dump());
   }
 
   const json& resolve(const std::string& ref, const std::string& path) {
-    if (ref.empty() || ref[0] != '#') refuse(path, "only local $ref ('#...') is supported, got '" + ref + "'");
+    if (ref.empty() || ref[0] != '#') refuse(path, "only local $ref ('#...') is supported, got '" + text_snippet(ref) + "'");
     std::string ptr = ref.substr(1);
     try {
       return ptr.empty() ? root_ : root_.at(json::json_pointer(ptr));
     } catch (const std::exception&) {
-      refuse(path, "$ref '" + ref + "' does not resolve");
+      refuse(path, "$ref '" + text_snippet(ref) + "' does not resolve");
     }
   }
 
@@ -246,20 +269,52 @@ class SchemaCompiler {
     return true;
   }
 
+  // compile_schema, remembering where it is for budget errors (left at the innermost schema
+  // when one propagates).
   int32_t compile(const json& s, const std::string& path, int depth) {
-    if (depth > 64) refuse(path, "schema nested too deeply (more than 64 levels without $ref)");
+    where_ = path;
+    budget_.check_time("compiling the JSON Schema");
+    const int32_t e = compile_schema(s, path, depth);
+    where_ = path;
+    return e;
+  }
+
+  int32_t compile_schema(const json& s, const std::string& path, int depth) {
+    const int32_t max_depth = budget_.limits().max_schema_depth;
+    if (depth > max_depth)
+      refuse(path, "schema nested too deeply (more than " + std::to_string(max_depth) +
+                       " levels without $ref, CompileLimits::max_schema_depth)");
     if (s.is_boolean()) return s.get<bool>() ? ir_.ref(value_rule()) : ir_.nothing();
     if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
-    if (auto values = finite_values(s, path)) {
+    if (const json* values = finite_values(s, path)) {
       // enum/const: the listed values the whole schema accepts (exact for every keyword
       // beside them: not, oneOf, bounds, ...).
       // The list's own membership test is skipped (quadratic in long enums).
-      json rest = s;
-      if (s.contains("const")) rest.erase("const");
-      else if (s.contains("enum")) rest.erase("enum");
+      const json rest = s.contains("const") ? without_key(s, "const") : s.contains("enum") ? without_key(s, "enum") : s;
+      const size_t num_values = values != &s ? values->size() : s.contains("const") ? 1 : s["enum"].size();
+      const std::string where = path + (s.contains("const") ? "/const" : "/enum");
       std::vector<int32_t> alts;
-      for (const auto& v : *values)
-        if (schema_accepts(root_, rest, v, path)) alts.push_back(literal_value(v));
+      // Each byte the values spell is an automaton node: refuse an enum past the node limit
+      // here, naming it, before it is built.
+      int64_t spelled = 0;
+      auto add = [&](const json& v) {
+        budget_.check_time("compiling the values of an enum/const");
+        if (!schema_accepts(root_, rest, v, path, &budget_)) return;
+        alts.push_back(literal_value(v, &spelled));
+        if (spelled > budget_.limits().max_nfa_nodes)
+          refuse(where, "enum/const values too large: the " + std::to_string(alts.size()) + " kept of " +
+                            std::to_string(num_values) + " spell more than " +
+                            std::to_string(budget_.limits().max_nfa_nodes) +
+                            " bytes, one automaton node each (CompileLimits::max_nfa_nodes)");
+      };
+      if (values == &s) {  // const, or enum at this level
+        if (s.contains("const")) add(s["const"]);
+        else
+          for (const auto& v : s["enum"]) add(v);
+      } else {
+        for (const auto& v : *values) add(v);
+      }
+      if (s.value("nullable", false)) add(json(nullptr));
       return alts.empty() ? ir_.nothing() : ir_.alt(std::move(alts));  // none: no value matches
     }
     if (s.contains("not") || (s.contains("oneOf") && presence_only(s["oneOf"])))
@@ -274,10 +329,10 @@ class SchemaCompiler {
       if (is_annotation_only(s)) {
         auto it = ref_rules_.find(ref);
         if (it != ref_rules_.end()) return ir_.ref(it->second);
-        const json& target = resolve(ref, path);
+        resolve(ref, path);  // refused here, at the referring path, when it does not resolve
         int32_t rule = ir_.add_rule(ref);
         ref_rules_[ref] = rule;
-        ir_.set_body(rule, compile(target, ref, 0));
+        pending_refs_.push_back({rule, ref});
         return ir_.ref(rule);
       }
       json rest = s;
@@ -342,27 +397,26 @@ class SchemaCompiler {
     return with_null(ir_.alt(std::move(alts)));
   }
 
-  // The values of `const` / `enum` at this level or in a direct allOf member (OpenAPI
-  // `nullable` adds null), or none.
-  std::optional<json> finite_values(const json& s, const std::string& path) {
+  // Where the values of `const` / `enum` are: `&s` when at this level (s["const"] or the
+  // array s["enum"]), else the enum array or const value of a direct allOf member, or null.
+  // (OpenAPI `nullable` adds null: the caller adds it.) No copy: enums may be long.
+  const json* finite_values(const json& s, const std::string& path) {
     const json* found = &s;
     if (!s.contains("const") && !s.contains("enum")) {
       found = nullptr;
       if (s.contains("allOf") && s["allOf"].is_array())
         for (const auto& sub : s["allOf"])
           if (sub.is_object() && (sub.contains("const") || sub.contains("enum"))) found = &sub;
-      if (!found) return std::nullopt;
+      if (!found) return nullptr;
     }
-    json values = json::array();
+    if (!found->contains("const") && (!(*found)["enum"].is_array() || (*found)["enum"].empty()))
+      refuse(path + "/enum", "enum must be a non-empty array");
+    if (found == &s) return &s;
     if (found->contains("const")) {
-      values.push_back((*found)["const"]);
-    } else {
-      if (!(*found)["enum"].is_array() || (*found)["enum"].empty())
-        refuse(path + "/enum", "enum must be a non-empty array");
-      values = (*found)["enum"];
+      allof_const_ = json::array({(*found)["const"]});
+      return &allof_const_;
     }
-    if (s.value("nullable", false)) values.push_back(nullptr);
-    return values;
+    return &(*found)["enum"];
   }
 
   // A list of schemas that only constrain which properties are present (presence_formula).
@@ -434,6 +488,15 @@ class SchemaCompiler {
   static json without(json s, const char* key) {
     s.erase(key);
     return s;
+  }
+  // s less one key, without copying that key's value (an enum may be long) and in time linear
+  // in s (ordered_json's own insert searches every key).
+  static json without_key(const json& s, const char* key) {
+    json out = json::object();
+    auto& members = static_cast<json::object_t::Container&>(out.get_ref<json::object_t&>());
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it.key() != key) members.emplace_back(it.key(), it.value());
+    return out;
   }
   // types minus the excluded ones; "number" excluded removes "integer" too; excluding only
   // "integer" from "number" (non-integral numbers) is refused.
@@ -626,19 +689,14 @@ class SchemaCompiler {
     out.schema = &pp.begin().value();
     out.match_all = out.pattern == ".*" || out.pattern == "^.*$" || out.pattern == "^.*" || out.pattern.empty();
     if (out.match_all) return out;
-    std::regex re;
-    try {
-      re = std::regex(out.pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error&) {
-      refuse(path + "/patternProperties", "pattern '" + out.pattern + "' is not a valid regex");
-    }
+    const std::regex re = ecma_regex(out.pattern, path + "/patternProperties");
     std::vector<std::string> names(required.begin(), required.end());
     if (s.contains("properties") && s["properties"].is_object())
       for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) names.push_back(it.key());
     for (const auto& n : names)
-      if (std::regex_search(n, re))
-        refuse(path + "/patternProperties", "property '" + n + "' matches patternProperties pattern '" + out.pattern +
-                                                "' (both schemas would apply): not supported");
+      if (ecma_regex_search(re, n, path + "/patternProperties"))
+        refuse(path + "/patternProperties", "property '" + text_snippet(n) + "' matches patternProperties pattern '" +
+                                                text_snippet(out.pattern) + "' (both schemas would apply): not supported");
     return out;
   }
 
@@ -918,6 +976,10 @@ class SchemaCompiler {
 
   const json& root_;
   bool any_ws_;
+  CompileBudget& budget_;
+  std::string where_;  // the schema being compiled (for budget errors)
+  json allof_const_;   // finite_values' list of an allOf member's const
+  std::vector<std::pair<int32_t, std::string>> pending_refs_;  // $ref rules whose body is to compile
   GrammarIR ir_;
   int32_t string_rule_ = -1, string_rest_rule_ = -1, number_rule_ = -1, integer_rule_ = -1, value_rule_ = -1,
           object_rule_ = -1, array_rule_ = -1;
@@ -926,19 +988,21 @@ class SchemaCompiler {
 
 }  // namespace
 
-GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace) {
-  json schema;
-  try {
-    schema = json::parse(schema_text);
-  } catch (const json::parse_error& e) {
-    fail("json schema: not valid JSON: ", e.what());
-  }
-  return SchemaCompiler(schema, any_whitespace).run();
+GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace, CompileBudget* budget) {
+  CompileBudget local_budget;
+  CompileBudget& b = budget ? *budget : local_budget;
+  // The one JSON policy (core/json.h): UTF-8, depth <= 256 (so no value below recurses
+  // deeper), duplicate keys refused, the source size limit.
+  JsonLimits limits;
+  limits.max_bytes = static_cast<size_t>(std::max<int64_t>(0, b.limits().max_source_bytes));
+  const json schema = parse_ordered_json(schema_text, "json schema", limits);
+  return SchemaCompiler(schema, any_whitespace, b).run();
 }
 
 GrammarIR json_object_ir(bool any_whitespace) {
   json empty = json::object();
-  return SchemaCompiler(empty, any_whitespace).any_object();
+  CompileBudget budget;
+  return SchemaCompiler(empty, any_whitespace, budget).any_object();
 }
 
 }  // namespace deepinfer::grammar

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -22,10 +23,12 @@ size_t code_points(const std::string& s) {
 
 class Validator {
  public:
-  Validator(const json& root, const std::string& path) : root_(root), path_(path) {}
+  Validator(const json& root, const std::string& path, CompileBudget* budget)
+      : root_(root), path_(path), budget_(budget) {}
 
   bool accepts(const json& s, const json& v, int depth) {
     if (depth > 200) fail("json schema: $ref recursion deeper than 200 while checking enum/const at ", path_);
+    if (budget_) budget_->tick("checking enum/const values against their schema");
     if (s.is_boolean()) return s.get<bool>();
     if (!s.is_object()) fail("json schema: a schema must be an object or a boolean at ", path_);
     for (const char* k : {"unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
@@ -68,7 +71,7 @@ class Validator {
       std::string ptr = ref.get<std::string>().substr(1);
       return ptr.empty() ? root_ : root_.at(json::json_pointer(ptr));
     } catch (const std::exception&) {
-      fail("json schema: $ref '", ref.get<std::string>(), "' does not resolve at ", path_);
+      fail("json schema: $ref '", text_snippet(ref.get<std::string>()), "' does not resolve at ", path_);
     }
   }
   static bool contains(const json& list, const json& v) {
@@ -118,11 +121,7 @@ class Validator {
     return true;
   }
   bool search(const std::string& pattern, const std::string& str) {
-    try {
-      return std::regex_search(str, std::regex(pattern, std::regex::ECMAScript));
-    } catch (const std::regex_error&) {
-      fail("json schema: pattern '", pattern, "' is not a valid regex at ", path_);
-    }
+    return ecma_regex_search(ecma_regex(pattern, path_), str, path_);
   }
   bool array_ok(const json& s, const json& v, int depth) {
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
@@ -188,13 +187,38 @@ class Validator {
 
   const json& root_;
   const std::string& path_;
+  CompileBudget* budget_;
 };
 
 }  // namespace
 
-bool schema_accepts(const json& root, const json& schema, const json& value, const std::string& path) {
+std::regex ecma_regex(const std::string& pattern, const std::string& path) {
+  // std::regex compiles groups recursively: bound their nesting as our regex parser does.
+  int depth = 0;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') ++i;
+    else if (pattern[i] == '(' && ++depth > 200) fail("json schema: pattern '", text_snippet(pattern), "' nests groups deeper than 200 at ", path);
+    else if (pattern[i] == ')') --depth;
+  }
   try {
-    return Validator(root, path).accepts(schema, value, 0);
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error&) {
+    fail("json schema: pattern '", text_snippet(pattern), "' is not a valid regex at ", path);
+  }
+}
+
+bool ecma_regex_search(const std::regex& re, const std::string& text, const std::string& path) {
+  // libstdc++'s matcher recurses once per character: longer strings could overflow the stack.
+  if (text.size() > kMaxEcmaRegexInput)
+    fail("json schema: a pattern check of a ", text.size(), "-byte string is not supported (at most ", kMaxEcmaRegexInput,
+         " bytes) at ", path);
+  return std::regex_search(text, re);
+}
+
+bool schema_accepts(const json& root, const json& schema, const json& value, const std::string& path,
+                    CompileBudget* budget) {
+  try {
+    return Validator(root, path, budget).accepts(schema, value, 0);
   } catch (const nlohmann::json::exception& e) {  // a keyword of the wrong JSON type
     fail("json schema: malformed keyword while checking enum/const at ", path, ": ", e.what());
   }

@@ -11,9 +11,11 @@ namespace {
 
 class Lifter {
  public:
-  explicit Lifter(const GrammarIR& ir)
+  Lifter(const GrammarIR& ir, CompileBudget* budget)
       : ir_(ir), out_(ir), call_free_(ir.exprs().size(), -1), wide_(ir.exprs().size(), -1),
-        values_(ir.exprs().size(), -1), visited_(ir.exprs().size(), 0) {}
+        values_(ir.exprs().size(), -1), visited_(ir.exprs().size(), 0) {
+    out_.set_budget(budget);
+  }
 
   GrammarIR run() {
     const size_t num_rules = ir_.rules().size();
@@ -92,6 +94,11 @@ class Lifter {
 
 }  // namespace
 
-GrammarIR lift_call_free_loops(const GrammarIR& ir) { return Lifter(ir).run(); }
+GrammarIR lift_call_free_loops(const GrammarIR& ir, CompileBudget* budget) {
+  // The copy and the per-expression tables below, charged to the compilation's budget.
+  if (budget)
+    budget->charge(ir.estimated_bytes() + static_cast<int64_t>(ir.exprs().size() * 12), "lifting loops out of rules");
+  return Lifter(ir, budget).run();
+}
 
 }  // namespace deepinfer::grammar

@@ -21,6 +21,7 @@ constexpr int64_t kMinLiftedLoopValues = 16;
 // Returns ir with every maximal call-free subexpression that contains a wide loop (a Repeat
 // with max >= 2 or unbounded) and lies in a rule body with references lifted into a new rule
 // named "<rule>/loop". Rules whose body has no references are left as they are.
-GrammarIR lift_call_free_loops(const GrammarIR& ir);
+// The copy and what it adds are charged to `budget` when given.
+GrammarIR lift_call_free_loops(const GrammarIR& ir, CompileBudget* budget = nullptr);
 
 }  // namespace deepinfer::grammar

@@ -420,8 +420,9 @@ RegexResult parse_regex(GrammarIR& ir, const std::string& regex, bool json_escap
   return RegexParser(ir, regex, json_escape, where, min_chars, max_chars).parse();
 }
 
-GrammarIR parse_regex_grammar(const std::string& regex) {
+GrammarIR parse_regex_grammar(const std::string& regex, CompileBudget* budget) {
   GrammarIR ir;
+  ir.set_budget(budget);
   int32_t root = ir.add_rule("root");
   RegexResult r = parse_regex(ir, regex, false, "regex");
   ir.set_body(root, r.expr);

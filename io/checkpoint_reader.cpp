@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/safetensors.h"
 
 namespace deepinfer {
@@ -56,19 +57,14 @@ CheckpointReader CheckpointReader::open(const std::string& path) {
   const std::string single = join(path, "model.safetensors");
   const std::string index_path = join(path, "model.safetensors.index.json");
   if (is_file(index_path)) {
-    json index;
-    try {
-      index = json::parse(read_text_file(index_path));
-    } catch (const json::exception& e) {
-      fail(index_path, ": not valid JSON: ", e.what());
-    }
+    const json index = parse_json(read_text_file(index_path), index_path);
     DI_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
              index_path, ": expected an object with a 'weight_map' object {tensor: shard file}");
     // Open each distinct shard once, in first-mention order.
     std::map<std::string, size_t> shard_index;
     for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      DI_CHECK(it.value().is_string(), index_path, ": weight_map['", it.key(),
-               "'] must be a file name, got ", it.value().dump());
+      DI_CHECK(it.value().is_string(), index_path, ": weight_map['", text_snippet(it.key(), 200),
+               "'] must be a file name, got ", json_snippet(it.value()));
       const std::string shard = it.value().get<std::string>();
       DI_CHECK(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(), index_path,
                ": weight_map['", it.key(), "'] = '", shard,

@@ -6,22 +6,18 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/mapped_file.h"
 #include "model/registry.h"
 
 namespace deepinfer {
 
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
-  }
+  const nlohmann::json root = parse_json(json_text, source);
   DI_CHECK(root.is_object(), source, ": expected a JSON object");
   auto it = root.find("model_type");
   DI_CHECK(it != root.end() && it->is_string(), source, ": field 'model_type': expected a string",
-           it == root.end() ? std::string(", but it is missing") : ", got " + it->dump(),
+           it == root.end() ? std::string(", but it is missing") : ", got " + json_snippet(*it),
            " (known: ", known_model_types(), ")");
   return find_architecture(it->get<std::string>(), source).parse_config(root, source);
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::config_fields {
 
@@ -32,7 +33,7 @@ class Fields {
   [[noreturn]] void bad(const char* key, const char* expected) const {
     auto it = object_.find(key);
     fail(source_, ": field '", prefix_, key, "': expected ", expected,
-         it == object_.end() ? std::string(", but it is missing") : ", got " + it->dump());
+         it == object_.end() ? std::string(", but it is missing") : ", got " + json_snippet(*it));
   }
   int64_t integer(const char* key, std::optional<int64_t> fallback) const {
     const json* v = find(key);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_data.h"
 
@@ -169,7 +170,7 @@ void parse_model(const Reader& r, const json& model, TokenizerData& data, String
 
   auto expect_null_or = [&](const char* key, auto&& ok) {
     if (const json* j = r.optional(model, key, path)) {
-      if (!ok(*j)) r.error(Reader::join(path, key), "unsupported value " + j->dump());
+      if (!ok(*j)) r.error(Reader::join(path, key), "unsupported value " + json_snippet(*j, 200));
     }
   };
   expect_null_or("dropout", [](const json& j) { return j.is_number() && j.get<double>() == 0.0; });
@@ -247,12 +248,7 @@ void parse_added_tokens(const Reader& r, const json& list, TokenizerData& data,
 
 void load_tokenizer_json(std::string_view json_text, const std::string& path, TokenizerData& data) {
   data.path = path;
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
+  const json root = parse_json(json_text, path);
   const Reader r(path);
   if (!root.is_object()) r.error("", std::string("expected a JSON object, got ") + root.type_name());
 
@@ -264,7 +260,7 @@ void load_tokenizer_json(std::string_view json_text, const std::string& path, To
 
   if (const json* normalizer = r.optional(root, "normalizer", "")) {
     if (!is_identity_normalizer(r, *normalizer, "normalizer")) {
-      r.error("normalizer", "unsupported normalizer " + normalizer->dump().substr(0, 200) +
+      r.error("normalizer", "unsupported normalizer " + json_snippet(*normalizer, 200) +
                                 " (supported: null or an empty Sequence)");
     }
   }
@@ -303,12 +299,7 @@ void load_tokenizer_json(std::string_view json_text, const std::string& path, To
 }
 
 void load_tokenizer_config(std::string_view json_text, const std::string& path, TokenizerData& data) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
+  const json root = parse_json(json_text, path);
   const Reader r(path);
   if (!root.is_object()) r.error("", std::string("expected a JSON object, got ") + root.type_name());
   data.add_bos_token = r.boolean(root, "add_bos_token", "", false);

@@ -103,7 +103,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for i in (0, 5):
         check("error" not in rows.get(i, {}) and 1 <= len(rows.get(i, {}).get("token_ids", [])) <= 3,
               f"line {i + 1} ran with at most 3 tokens: {rows.get(i)}")
-    expect = {1: "invalid UTF-8", 2: "out of range", 3: "n: must be in [1, 128]", 4: "not JSON"}
+    expect = {1: "invalid UTF-8", 2: "out of range", 3: "n: must be in [1, 128]", 4: "not valid JSON"}
     for i, needle in expect.items():
         err = rows.get(i, {}).get("error", "")
         check(needle in err and len(err) < 300, f"line {i + 1} error mentions {needle!r}: {err[:300]!r}")

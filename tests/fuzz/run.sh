@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bounded fuzzing: builds the libFuzzer targets with clang into BUILD (default
 # build/fuzz), libraries instrumented for coverage, and runs every fuzz_* binary for
-# FUZZ_SECONDS (default 30) each.
+# FUZZ_SECONDS (default 30) each, from its corpus plus tests/fuzz/seeds/<target>/ when present.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$root/build/fuzz}"
@@ -19,5 +19,7 @@ for t in $targets; do
   corpus="$build/corpus/$t"
   mkdir -p "$corpus"
   echo "fuzzing $t for ${seconds}s"
-  "$build/tests/fuzz/$t" -max_total_time="$seconds" -max_len=65536 -timeout=10 "$corpus"
+  seeds=()  # committed seed inputs, read only
+  [[ -d "$root/tests/fuzz/seeds/$t" ]] && seeds=("$root/tests/fuzz/seeds/$t")
+  "$build/tests/fuzz/$t" -max_total_time="$seconds" -max_len=65536 -timeout=10 "$corpus" ${seeds[@]+"${seeds[@]}"}
 done

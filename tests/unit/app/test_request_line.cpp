@@ -89,7 +89,7 @@ TEST(RequestLine, DocumentedBounds) {
 
 TEST(RequestLine, InvalidUtf8IsTheLinesErrorAndNotEchoed) {
   const std::string e = error_of("{\"prompt\": \"x\xff\"}");
-  EXPECT_NE(e.find("line 7: invalid UTF-8 at byte 13"), std::string::npos) << e;
+  EXPECT_NE(e.find("line 7: not valid JSON: invalid UTF-8 at byte offset 13"), std::string::npos) << e;
   EXPECT_EQ(e.find('\xff'), std::string::npos);
 }
 
@@ -104,7 +104,7 @@ TEST(RequestLine, ErrorsDoNotEchoUnboundedInput) {
 
 TEST(RequestLine, DeepNestingIsRefusedBeforeParsing) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  EXPECT_NE(error_of("{\"prompt\": \"p\", \"x\": " + deep + "}").find("nested deeper than 128"), std::string::npos);
+  EXPECT_NE(error_of("{\"prompt\": \"p\", \"x\": " + deep + "}").find("nested deeper than the limit of 128"), std::string::npos);
   // Brackets inside strings do not count.
   EXPECT_EQ(error_of("{\"prompt\": \"" + std::string(1000, '[') + "\"}"), "");
 }

@@ -38,7 +38,7 @@ TEST(GrammarEbnf, GbnfAgreesWithEquivalentRegex) {
 }
 
 TEST(GrammarEbnf, W3cSyntaxAgreesWithEquivalentRegex) {
-  const char* w3c = "top ::= 'a' #x62 [#x63-#x64]? /* comment */ tail*\ntail ::= \"e\" | [^a-e]";
+  const char* w3c = "root ::= 'a' #x62 [#x63-#x64]? /* comment */ tail*\ntail ::= \"e\" | [^a-e]";
   auto g = CompiledGrammar::compile({GrammarSpec::Kind::Ebnf, w3c}, small_vocab({}));
   std::regex re("ab[c-d]?(e|[^a-e])*");
   std::mt19937 rng(8);

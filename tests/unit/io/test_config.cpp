@@ -202,6 +202,30 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_THROW(load_model_config("/nonexistent/config.json"), Error);
 }
 
+TEST(ModelConfig, DeeplyNestedOrMalformedJsonIsAClearError) {
+  // Nested 200,000 deep (built here): used to overflow the stack (SIGSEGV) in `info --model`.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_model_config(text, "test/config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string msg = error_of(R"({"model_type": "deepseek_v3", "vocab_size": )" + deep + "}");
+  EXPECT_NE(msg.find("test/config.json: JSON nested deeper than the limit of 256"), std::string::npos) << msg;
+  EXPECT_NE(error_of("{\"model_type\": \"deepseek_v3\xff\"}").find("invalid UTF-8 at byte offset"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "deepseek_v3", "model_type": "deepseek_v2"})").find("'model_type' appears twice"),
+            std::string::npos);
+  // A field of the wrong type, nested within the limit: its value is shown cut short.
+  const std::string d200 = std::string(200, '[') + std::string(200, ']');
+  const std::string wrong = error_of(R"({"model_type": "deepseek_v3", "vocab_size": )" + d200 + "}");
+  EXPECT_NE(wrong.find("field 'vocab_size'"), std::string::npos) << wrong;
+  EXPECT_LT(wrong.size(), 400u) << wrong;
+}
+
 TEST(ModelConfig, MoeLayerFrequencyAndDenseModels) {
   nlohmann::json j = load_json("deepseek_v3_official_config.json");
   j["moe_layer_freq"] = 2;

@@ -76,6 +76,36 @@ TEST_F(TokenizerBadInput, ValidBaselineLoads) {
 TEST_F(TokenizerBadInput, NotJson) { expect_error("{\"model\": ", {"not valid JSON"}); }
 TEST_F(TokenizerBadInput, NotAnObject) { expect_error("[1, 2]", {"expected a JSON object"}); }
 
+// The JSON reading policy (core/json.h) applies: depth (built here, 200,000 deep), UTF-8,
+// duplicate keys; and an unsupported value is shown cut short.
+TEST_F(TokenizerBadInput, DeepNestingInvalidUtf8AndDuplicateKeys) {
+  expect_error("{\"model\": " + std::string(200000, '[') + std::string(200000, ']') + "}",
+               {"nested deeper than the limit of 256"});
+  expect_error("{\"version\": \"1\xc0\"}", {"invalid UTF-8 at byte offset 14"});
+  expect_error(R"({"version": "1.0", "version": "1.0"})", {"'version' appears twice"});
+  json j = valid_tokenizer();
+  j["normalizer"] = {{"type", std::string(100000, 'N')}};
+  const std::string path = write("tokenizer.json", j.dump());
+  try {
+    Tokenizer::from_file(path);
+    ADD_FAILURE() << "unsupported normalizer accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported normalizer"), std::string::npos) << e.what();
+    EXPECT_LT(std::string(e.what()).size(), 600u);
+  }
+}
+
+TEST_F(TokenizerBadInput, TokenizerConfigFollowsTheSamePolicy) {
+  write("tokenizer.json", valid_tokenizer().dump());
+  write("tokenizer_config.json", std::string(300, '[') + std::string(300, ']'));
+  try {
+    Tokenizer::from_dir(dir_.string());
+    ADD_FAILURE() << "deep tokenizer_config.json accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: JSON nested deeper"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(TokenizerBadInput, MissingVocab) {
   json j = valid_tokenizer();
   j["model"].erase("vocab");
