@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "engine/engine_impl.h"
 #include "kv/kv_sizing.h"
 
@@ -64,10 +65,11 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
 
 Engine::Engine(const EngineConfig& config_in) {
   EngineConfig config = config_in;
-  if (const char* v = std::getenv("DEEPINFER_BATCH_INVARIANT"); v && std::string(v) == "1")
-    config.batch_invariant = true;
+  // The DEEPINFER_* settings, read once (core/settings.h), fill what the config leaves open.
+  const Settings& env = env_settings();
+  if (env.get_bool("DEEPINFER_BATCH_INVARIANT")) config.batch_invariant = true;
   if (config.model_dir.empty() && config.random_weights_config.empty())
-    if (const char* v = std::getenv("DEEPINFER_HF_MODEL_DIR")) config.model_dir = v;
+    config.model_dir = env.get_string("DEEPINFER_HF_MODEL_DIR");
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),
            "EngineConfig: set model_dir (a checkpoint) or random_weights_config (a config.json)");
   DI_CHECK(config.gpu_memory_utilization > 0.0 && config.gpu_memory_utilization <= 1.0,
@@ -77,6 +79,7 @@ Engine::Engine(const EngineConfig& config_in) {
   BackendOptions bo;
   bo.batch_invariant = config.batch_invariant;
   bo.num_threads = config.num_threads;
+  bo.cuda = cuda_options(env);
   std::unique_ptr<Backend> backend;
   if (config.backend == "cpu") {
     backend = make_cpu_backend(bo);
