@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "model/config.h"
 #include "model/deepseek_v32/weights.h"
