@@ -1,4 +1,5 @@
-// deepinfer info --model DIR [--json] [--no-validate]: a checkpoint's architecture
+// deepinfer info [--env] --model DIR [--json] [--no-validate]: the DEEPINFER_* settings
+// table (--env; alone it needs no --model), and a checkpoint's architecture
 // facts, parameter counts (from the config) and tensor bytes by dtype (from the
 // files). Loads every weight against the config (shape checks) and, unless
 // --no-validate, reads every page once, reporting progress on stderr.
@@ -11,8 +12,10 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "core/settings.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/registry.h"
 #include "model/weights.h"
 
 namespace deepinfer::app {
@@ -48,10 +51,21 @@ int cmd_info(int argc, char** argv) {
   std::string model_dir;
   bool as_json = false;
   bool no_validate = false;
-  app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)")->required();
+  bool env = false;
+  app.add_option("--model", model_dir, "checkpoint directory (config.json + safetensors)");
+  app.add_flag("--env", env, "print the DEEPINFER_* settings table with the values in effect");
   app.add_flag("--json", as_json, "print one JSON object instead of text");
   app.add_flag("--no-validate", no_validate, "skip reading every page of the weights");
   if (auto code = parse_flags(app, argc, argv)) return *code;
+  if (env) {
+    std::printf("%s", env_settings().describe().c_str());
+    if (model_dir.empty()) return 0;
+    std::printf("\n");
+  }
+  if (model_dir.empty()) {
+    std::fprintf(stderr, "info: --model DIR is required (or --env for the settings table)\n");
+    return 2;
+  }
 
   const ModelConfig config = load_model_config(model_dir);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(model_dir));
@@ -72,6 +86,9 @@ int cmd_info(int argc, char** argv) {
   }
   // Checks every tensor's name, shape and dtype against the config.
   const ModelWeights weights = load_weights(reader, config, options);
+  // Tensors beyond ModelWeights (e.g. V3.2's indexer), checked by the architecture.
+  const Architecture& arch = find_architecture(config.model_type, config.source);
+  if (arch.check_extra_weights != nullptr) arch.check_extra_weights(config, *reader);
   const ParameterCount params = config.parameter_count();
 
   if (as_json) {

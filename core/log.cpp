@@ -4,16 +4,22 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/settings.h"
+
 namespace deepinfer {
 
 namespace {
 LogLevel threshold() {
   static const LogLevel level = [] {
-    const char* env = std::getenv("DEEPINFER_LOG");
-    if (env == nullptr) return LogLevel::Warn;
-    if (std::strcmp(env, "debug") == 0) return LogLevel::Debug;
-    if (std::strcmp(env, "info") == 0) return LogLevel::Info;
-    if (std::strcmp(env, "error") == 0) return LogLevel::Error;
+    std::string env;
+    try {
+      env = env_settings().get_string("DEEPINFER_LOG");
+    } catch (const Error&) {
+      return LogLevel::Warn;  // a bad DEEPINFER_* value is reported where options are read
+    }
+    if (env == "debug") return LogLevel::Debug;
+    if (env == "info") return LogLevel::Info;
+    if (env == "error") return LogLevel::Error;
     return LogLevel::Warn;
   }();
   return level;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/settings.h"
+
 namespace deepinfer {
 
 namespace {
@@ -18,7 +20,7 @@ struct InsideJob {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) {
-    if (const char* env = std::getenv("DEEPINFER_NUM_THREADS")) num_threads = std::atoi(env);
+    num_threads = static_cast<int>(env_settings().get_int("DEEPINFER_NUM_THREADS"));
     if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
     if (num_threads <= 0) num_threads = 1;
   }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "engine/engine_impl.h"
 #include "kv/kv_sizing.h"
 
@@ -70,29 +71,21 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
 
 Engine::Engine(const EngineConfig& config_in) {
   EngineConfig config = config_in;
-  if (const char* v = std::getenv("DEEPINFER_BATCH_INVARIANT"); v && std::string(v) == "1")
-    config.batch_invariant = true;
+  // The DEEPINFER_* settings, read once (core/settings.h), fill what the config leaves open.
+  const Settings& env = env_settings();
+  if (env.get_bool("DEEPINFER_BATCH_INVARIANT")) config.batch_invariant = true;
   // Speculative decoding: the fields win over DEEPINFER_USE_NEXTN_DECODE /
   // DEEPINFER_ENABLE_MTP_VARLEN, which win over the defaults (off).
-  auto env_int = [](const char* name, int lo, int hi) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return -1;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    DI_CHECK(end != nullptr && *end == '\0' && n >= lo && n <= hi, name, ": expected an integer in ", lo,
-             "..", hi, ", got '", v, "'");
-    return static_cast<int>(n);
-  };
-  if (config.num_speculative_tokens < 0) config.num_speculative_tokens = env_int("DEEPINFER_USE_NEXTN_DECODE", 0, 16);
-  if (config.spec_varlen < 0) config.spec_varlen = env_int("DEEPINFER_ENABLE_MTP_VARLEN", 0, 1);
-  config.num_speculative_tokens = std::max(config.num_speculative_tokens, 0);
-  config.spec_varlen = std::max(config.spec_varlen, 0);
-  DI_CHECK(config.num_speculative_tokens <= 16,
-           "EngineConfig.num_speculative_tokens: expected 0..16, got ", config.num_speculative_tokens);
+  if (config.num_speculative_tokens < 0)
+    config.num_speculative_tokens = static_cast<int>(env.get_int("DEEPINFER_USE_NEXTN_DECODE"));
+  if (config.spec_varlen < 0) config.spec_varlen = env.get_bool("DEEPINFER_ENABLE_MTP_VARLEN") ? 1 : 0;
+  DI_CHECK(config.num_speculative_tokens >= 0 && config.num_speculative_tokens <= 16,
+           "num_speculative_tokens (DEEPINFER_USE_NEXTN_DECODE): expected 0..16, got ",
+           config.num_speculative_tokens);
   DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
            "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
   if (config.model_dir.empty() && config.random_weights_config.empty())
-    if (const char* v = std::getenv("DEEPINFER_HF_MODEL_DIR")) config.model_dir = v;
+    config.model_dir = env.get_string("DEEPINFER_HF_MODEL_DIR");
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),
            "EngineConfig: set model_dir (a checkpoint) or random_weights_config (a config.json)");
   DI_CHECK(config.max_num_seqs >= 1, "EngineConfig.max_num_seqs: must be >= 1, got ", config.max_num_seqs);
@@ -110,6 +103,7 @@ Engine::Engine(const EngineConfig& config_in) {
   BackendOptions bo;
   bo.batch_invariant = config.batch_invariant;
   bo.num_threads = config.num_threads;
+  bo.cuda = cuda_options(env);
   std::unique_ptr<Backend> backend;
   if (config.backend == "cpu") {
     backend = make_cpu_backend(bo);

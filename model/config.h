@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/layers/indexer.h"
 
 namespace deepinfer {
 
@@ -78,7 +79,7 @@ struct ParameterCount {
 
 struct ModelConfig {
   std::string source;      // config.json path (for error messages)
-  std::string model_type;  // "deepseek_v3" | "deepseek_v2"
+  std::string model_type;  // a registered model_type (model/registry.h)
   std::string hidden_act = "silu";
 
   int64_t vocab_size = 0;
@@ -119,6 +120,8 @@ struct ModelConfig {
   int64_t bos_token_id = -1;               // -1 when absent/null
   std::vector<int64_t> eos_token_ids;      // int or list in config.json
   QuantizationConfig quantization;
+  // DeepSeek sparse attention's lightning indexer (deepseek_v32); absent elsewhere.
+  IndexerDims indexer;
 
   // --- derived ---------------------------------------------------------------
   bool has_q_lora() const { return q_lora_rank > 0; }

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/deepseek_v3/arch.h"
+#include "model/deepseek_v32/arch.h"
 
 namespace deepinfer {
 
@@ -10,6 +11,7 @@ const std::vector<Architecture>& architectures() {
   static const std::vector<Architecture> list = {
       deepseek_v3_architecture(),
       deepseek_v2_architecture(),
+      deepseek_v32_architecture(),
   };
   return list;
 }

@@ -13,6 +13,8 @@
 
 namespace deepinfer {
 
+class CheckpointReader;  // io/safetensors.h
+
 struct Architecture {
   std::string model_type;   // config.json "model_type"
   std::string description;  // e.g. "DeepSeek-V3, R1, V3.1"
@@ -22,6 +24,9 @@ struct Architecture {
   // instead). nullptr: config reading only, no forward yet (load_model refuses).
   std::unique_ptr<Model> (*load)(ModelConfig config, const std::string& dir, Backend& backend,
                                  const LoadOptions& options) = nullptr;
+  // Checks the checkpoint's tensors that ModelWeights (load_weights) does not hold, e.g.
+  // V3.2's indexer; throws Error naming the tensor. nullptr: nothing beyond ModelWeights.
+  void (*check_extra_weights)(const ModelConfig& config, const CheckpointReader& reader) = nullptr;
 };
 
 // Every registered architecture, in registry order.

@@ -69,24 +69,17 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   DI_CHECK(prop.major >= 9, "cuda backend: built for sm_90a, device ", prop.name,
            " has compute capability ", prop.major, ".", prop.minor);
   num_sms_ = prop.multiProcessorCount;
-  const char* sync = std::getenv("DEEPINFER_CUDA_SYNC");
-  sync_each_op_ = sync != nullptr && std::strcmp(sync, "0") != 0 && sync[0] != '\0';
-  const char* gemm_mode = std::getenv("DEEPINFER_CUDA_GEMM");
-  own_gemm_only_ = gemm_mode != nullptr && std::strcmp(gemm_mode, "own") == 0;
-  const char* stream_mode = std::getenv("DEEPINFER_CUDA_STREAM");
-  stream_gemm_ = stream_mode == nullptr || std::strcmp(stream_mode, "0") != 0;
-  const char* stream_rows = std::getenv("DEEPINFER_CUDA_STREAM_MAX_ROWS");
-  if (stream_rows != nullptr) stream_max_rows_ = std::strtoll(stream_rows, nullptr, 10);
-  if (!stream_gemm_) stream_max_rows_ = 0;
-  const char* fuse = std::getenv("DEEPINFER_CUDA_FUSE");
-  if (fuse != nullptr) fuse_mask_ = static_cast<int>(std::strtol(fuse, nullptr, 10));
-  if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE")) {
-    pipe_stages_ = static_cast<int>(std::strtol(v, nullptr, 10));
-    pipe_fp8_ = true;
-  }
-  if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE_TOKENS")) pipe_max_tokens_ = std::strtoll(v, nullptr, 10);
-  if (const char* v = std::getenv("DEEPINFER_CUDA_PIPE_BPS"))
-    pipe_blocks_per_sm_ = static_cast<int>(std::strtol(v, nullptr, 10));
+  // Switches come from options.cuda (the DEEPINFER_CUDA_* settings, core/settings.h).
+  const CudaOptions& o = options.cuda;
+  sync_each_op_ = o.sync_each_op;
+  own_gemm_only_ = o.own_gemm_only;
+  stream_gemm_ = o.stream_gemm;
+  stream_max_rows_ = stream_gemm_ ? o.stream_max_rows : 0;
+  fuse_mask_ = o.fuse_mask;
+  pipe_stages_ = o.pipe_stages;
+  pipe_fp8_ = o.pipe_fp8;
+  pipe_max_tokens_ = o.pipe_max_tokens;
+  pipe_blocks_per_sm_ = o.pipe_blocks_per_sm;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

@@ -145,11 +145,9 @@ void launch_quantize(const void* x, DType x_dtype, int64_t ldx, int64_t M, int64
 CudaBackend::Fp8State& CudaBackend::fp8_state() {
   if (!fp8_) {
     fp8_ = std::make_shared<Fp8State>();
-    if (const char* v = std::getenv("DEEPINFER_CUDA_FP8_ACT_MIN_ROWS"))
-      fp8_->min_rows = std::strtoll(v, nullptr, 10);
-    if (const char* v = std::getenv("DEEPINFER_CUDA_FP8_MOE_ACT")) fp8_->moe_act = std::strtoll(v, nullptr, 10) != 0;
-    if (const char* v = std::getenv("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS"))
-      fp8_->moe_min_rows = std::strtoll(v, nullptr, 10);
+    fp8_->min_rows = options_.cuda.fp8_act_min_rows;
+    fp8_->moe_act = options_.cuda.fp8_moe_act;
+    fp8_->moe_min_rows = options_.cuda.fp8_moe_min_rows;
   }
   return *fp8_;
 }

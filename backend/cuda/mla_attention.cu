@@ -390,11 +390,8 @@ size_t paged_smem_bytes(int D, int chunk) {
 constexpr int kSmallChunk = 32;
 constexpr int kSmallChunkMaxItems = 4;  // token x head-block work items (decode at batch <= 4)
 
-int paged_chunk(int num_work_items, bool batch_invariant) {
-  if (const char* env = std::getenv("DEEPINFER_CUDA_ATTN_CHUNK")) {
-    const int c = std::atoi(env);
-    if (c == 16 || c == 32 || c == 64) return c;
-  }
+int paged_chunk(int num_work_items, bool batch_invariant, int forced_chunk) {
+  if (forced_chunk == 16 || forced_chunk == 32 || forced_chunk == 64) return forced_chunk;
   if (batch_invariant) return kDefaultChunk;
   return num_work_items <= kSmallChunkMaxItems ? kSmallChunk : kDefaultChunk;
 }
@@ -455,7 +452,7 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   a.H = H;
   a.D = D;
   a.V = v_dim;
-  const int chunk = paged_chunk(T * ((H + 15) / 16), options_.batch_invariant);
+  const int chunk = paged_chunk(T * ((H + 15) / 16), options_.batch_invariant, options_.cuda.attn_chunk);
   a.max_splits = (kv.max_seq_len + chunk - 1) / chunk;
   a.h_pad = (H + 15) / 16 * 16;
   a.v_pad = (v_dim + 15) / 16 * 16;

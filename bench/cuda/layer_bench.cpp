@@ -30,6 +30,7 @@
 #include <map>
 
 #include "backend/backend.h"
+#include "core/settings.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -427,9 +428,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
   try {
-    BackendOptions opts;
-    const char* inv = std::getenv("DEEPINFER_BATCH_INVARIANT");
-    opts.batch_invariant = inv && std::strcmp(inv, "0") != 0;
+    BackendOptions opts;  // the DEEPINFER_* settings table, read once (core/settings.h)
+    opts.batch_invariant = env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
+    opts.cuda = cuda_options(env_settings());
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -355,6 +355,10 @@ std::string ModelConfig::summary() const {
        << n_group << ", scaling " << routed_scaling_factor
        << (norm_topk_prob ? ", normalized" : "") << "\n";
   }
+  if (indexer.present()) {
+    os << "sparse attention       indexer " << indexer.n_heads << " heads x " << indexer.head_dim
+       << " (rope " << indexer.rope_dim << "), top " << indexer.topk << " positions\n";
+  }
   os << "dense intermediate     " << intermediate_size << " (first " << first_k_dense_replace
      << " layers)\n"
      << "weights                "

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/settings.h"
 #include "model/model.h"
 #include "paged_driver.h"
 #include "routing_replay.h"
@@ -38,23 +39,23 @@ constexpr double kLogitToleranceBf16 = 3e-2;
 
 // DEEPINFER_ACCELERATOR=cuda runs the same tests on the CUDA backend (tools/gpu/run_all.sh).
 bool on_cuda() {
-  const char* acc = std::getenv("DEEPINFER_ACCELERATOR");
-  return acc != nullptr && std::string(acc) == "cuda";
+  return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda";
 }
 
 std::unique_ptr<Backend> make_test_backend() {
   if (!on_cuda()) return make_cpu_backend();
-  auto backend = make_cuda_backend();
+  BackendOptions options;
+  options.cuda = cuda_options(env_settings());  // e.g. DEEPINFER_CUDA_SYNC=1
+  auto backend = make_cuda_backend(options);
   DI_CHECK(backend != nullptr, "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA");
   return backend;
 }
 
 // DEEPINFER_GOLDEN_DIR overrides the fixture root (e.g. fixtures regenerated elsewhere).
 std::string fixture_dir(const std::string& name) {
-  const char* root = std::getenv("DEEPINFER_GOLDEN_DIR");
-  return (root != nullptr && *root ? std::string(root)
-                                   : std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures") +
-         "/" + name;
+  const std::string& root = env_settings().get_string("DEEPINFER_GOLDEN_DIR");
+  return (!root.empty() ? root : std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures") + "/" +
+         name;
 }
 
 struct Reference {

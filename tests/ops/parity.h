@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/settings.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -26,16 +27,24 @@ namespace deepinfer::ops_test {
 constexpr double kTolBF16 = 1e-2;
 constexpr double kTolAttention = 2e-2;
 
+// The CUDA switches of the DEEPINFER_* settings table (e.g. DEEPINFER_CUDA_SYNC=1 to locate
+// a faulting op), passed as options as the engine does; tests override fields, not getenv.
+inline BackendOptions env_backend_options() {
+  BackendOptions o;
+  o.cuda = cuda_options(env_settings());
+  return o;
+}
+
 class Parity : public ::testing::Test {
  protected:
   void SetUp() override {
     try {
-      gpu_ = make_cuda_backend(BackendOptions{});
+      gpu_ = make_cuda_backend(env_backend_options());
     } catch (const Error& e) {
       GTEST_SKIP() << "no usable CUDA device: " << e.what();
     }
     if (!gpu_) GTEST_SKIP() << "built without CUDA";
-    BackendOptions inv;
+    BackendOptions inv = env_backend_options();
     inv.batch_invariant = true;
     gpu_inv_ = make_cuda_backend(inv);
     cpu_ = make_cpu_backend(BackendOptions{});

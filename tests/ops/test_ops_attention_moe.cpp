@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "core/settings.h"
 #include "tests/ops/parity.h"
 
 namespace deepinfer::ops_test {
@@ -279,11 +280,16 @@ TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
 // with the SwiGLU-fused down GEMM too (DEEPINFER_CUDA_FUSE=5). Shapes: bench-like K 1024 / 704
 // (down: 2 warps of unequal K), K 2112 (8 warps, the last with no chunk), 16 tokens, FP8.
 TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
+  // The switches as the engine passes them: settings -> cuda_options -> BackendOptions.
   auto backend_with = [](const std::vector<std::pair<const char*, const char*>>& env) {
-    for (const auto& [k, v] : env) setenv(k, v, 1);
-    std::unique_ptr<Backend> b = make_cuda_backend(BackendOptions{});
-    for (const auto& [k, v] : env) unsetenv(k);
-    return b;
+    const Settings s = Settings::from([&](const char* name) -> const char* {
+      for (const auto& [k, v] : env)
+        if (std::string_view(k) == name) return v;
+      return nullptr;
+    });
+    BackendOptions options;
+    options.cuda = cuda_options(s);
+    return make_cuda_backend(options);
   };
   const auto stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}});
   const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "2"}});

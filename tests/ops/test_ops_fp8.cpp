@@ -5,7 +5,6 @@
 //    cost against the W8A32 gemm, and its input checks.
 //  - Fp8Ops (CUDA vs CPU): quantization bit for bit, the GEMM by normalised error, gemm() on an
 //    FP8 weight for many rows (the FP8-activation path), random FP8 weights byte for byte.
-#include <stdlib.h>  // setenv, unsetenv
 
 #include <nlohmann/json.hpp>
 
@@ -17,30 +16,6 @@ namespace deepinfer::ops_test {
 namespace {
 
 int64_t blocks_of(int64_t k) { return (k + 127) / 128; }
-
-// An environment variable set for a scope (the CUDA backend reads its FP8 switches from the
-// environment when it first needs them), restored after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* was = std::getenv(name)) saved_ = was;
-    had_ = std::getenv(name) != nullptr;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_, saved_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string saved_;
-  bool had_ = false;
-};
 
 // Random e4m3 weight [N, K] (no NaN codes) with 128x128 scales in [0.5, 2) / (64 sqrt(K)).
 struct HostFp8Weight {
@@ -374,12 +349,12 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
       }
       return std::sqrt(num / den);
     };
-    // The path's settings are read when a backend first needs them: a backend made and first
-    // used with the path on and a row threshold these shapes (~75 rows per expert) pass (the
-    // default, 128 rows per expert, is set for the bench model's prefill 2048+).
-    const ScopedEnv moe_act("DEEPINFER_CUDA_FP8_MOE_ACT", "1");
-    const ScopedEnv moe_rows("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32");
-    std::unique_ptr<Backend> gpu_act = make_cuda_backend(BackendOptions{});
+    // A backend with the path on and a row threshold these shapes (~75 rows per expert) pass
+    // (the default, 128 rows per expert, is set for the bench model's prefill 2048+).
+    BackendOptions act_options = env_backend_options();
+    act_options.cuda.fp8_moe_act = true;
+    act_options.cuda.fp8_moe_min_rows = 32;
+    std::unique_ptr<Backend> gpu_act = make_cuda_backend(act_options);
     for (Backend* b : {gpu_act.get(), gpu_inv_.get()}) {
       const bool inv = b == gpu_inv_.get();
       Tensor og = gpu_poisoned(*b, DType::BF16, {c.T, c.H});

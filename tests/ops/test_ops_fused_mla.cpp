@@ -186,28 +186,30 @@ TEST_F(FusedMla, PagedAttentionChunkSizes) {
   Tensor oc = cpu_f32(std::vector<float>(T * heads * L), {T, heads, L});
   cpu_->mla_attention_paged(cpu_f32(q, {T, heads, row}), kv_for(nullptr, cpu_f32(cache, {num_blocks, bs, row}), 0, T),
                             scale, static_cast<int>(L), oc);
-  const char* saved = std::getenv("DEEPINFER_CUDA_ATTN_CHUNK");
-  const std::string saved_value = saved ? saved : "";
   Tensor cache_g = gpu_float(*gpu_, cache, {num_blocks, bs, row}, DType::BF16);
   Tensor q_g = gpu_float(*gpu_, q, {T, heads, row}, DType::BF16);
-  for (const char* chunk : {"16", "32", "64"}) {
-    setenv("DEEPINFER_CUDA_ATTN_CHUNK", chunk, 1);
-    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, heads, L});
-    gpu_->mla_attention_paged(q_g, kv_for(gpu_.get(), cache_g, 0, T), scale, static_cast<int>(L), og);
-    const std::vector<float> batch = download(*gpu_, og);
+  gpu_->synchronize();  // the inputs are read by backends with their own streams below
+  for (int chunk_size : {16, 32, 64}) {
+    const std::string chunk = std::to_string(chunk_size);
+    // The chunk is a backend option (DEEPINFER_CUDA_ATTN_CHUNK fills it in the engine).
+    BackendOptions forced = env_backend_options();
+    forced.cuda.attn_chunk = chunk_size;
+    const std::unique_ptr<Backend> gpu = make_cuda_backend(forced);
+    Tensor og = gpu_poisoned(*gpu, DType::BF16, {T, heads, L});
+    gpu->mla_attention_paged(q_g, kv_for(gpu.get(), cache_g, 0, T), scale, static_cast<int>(L), og);
+    const std::vector<float> batch = download(*gpu, og);
     expect_close(batch, values(oc), kTolAttention, std::string("paged attention chunk ") + chunk);
     // The last token alone (max_seq_len kept: it must not matter) gives the same bits.
     Tensor q1 = q_g.slice_rows(T - 1, T);
-    Tensor o1 = gpu_poisoned(*gpu_, DType::BF16, {1, heads, L});
-    gpu_->mla_attention_paged(q1, kv_for(gpu_.get(), cache_g, T - 1, 1), scale, static_cast<int>(L), o1);
-    const std::vector<float> alone = download(*gpu_, o1);
+    Tensor o1 = gpu_poisoned(*gpu, DType::BF16, {1, heads, L});
+    gpu->mla_attention_paged(q1, kv_for(gpu.get(), cache_g, T - 1, 1), scale, static_cast<int>(L), o1);
+    const std::vector<float> alone = download(*gpu, o1);
     expect_same_bits(alone, std::vector<float>(batch.end() - heads * L, batch.end()),
                      std::string("paged attention chunk ") + chunk + ": alone vs in batch");
   }
   // No override: the default mode picks the chunk per launch (32 for a launch of <= 4
   // token x head-block items, 64 above), so the 6-token batch and the token alone take
   // different chunks: each must still match the CPU reference.
-  unsetenv("DEEPINFER_CUDA_ATTN_CHUNK");
   {
     Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, heads, L});
     gpu_->mla_attention_paged(q_g, kv_for(gpu_.get(), cache_g, 0, T), scale, static_cast<int>(L), og);
@@ -219,7 +221,6 @@ TEST_F(FusedMla, PagedAttentionChunkSizes) {
     expect_close(download(*gpu_, o1), std::vector<float>(want.end() - heads * L, want.end()), kTolAttention,
                  "paged attention, per-launch chunk, last token alone");
   }
-  if (saved) setenv("DEEPINFER_CUDA_ATTN_CHUNK", saved_value.c_str(), 1);
 }
 
 }  // namespace

@@ -43,9 +43,9 @@ TEST(Registry, HoldsEachModelTypeOnce) {
     EXPECT_NE(a.parse_config, nullptr) << a.model_type;
     EXPECT_FALSE(a.description.empty()) << a.model_type;
   }
-  for (const char* t : {"deepseek_v3", "deepseek_v2"}) {
+  for (const char* t : {"deepseek_v3", "deepseek_v2", "deepseek_v32"}) {
     EXPECT_EQ(find_architecture(t, "x").model_type, t);
-    EXPECT_NE(find_architecture(t, "x").load, nullptr) << t << " has a forward";
+    EXPECT_NE(find_architecture(t, "x").load, nullptr) << t << " has a loader";
   }
 }
 

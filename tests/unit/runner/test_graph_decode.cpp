@@ -14,14 +14,14 @@
 #include <random>
 #include <string>
 
+#include "core/settings.h"
 #include "deepinfer/engine.h"
 
 namespace deepinfer {
 namespace {
 
 std::string accelerator() {
-  const char* acc = std::getenv("DEEPINFER_ACCELERATOR");
-  return acc != nullptr && std::string(acc) == "cuda" ? "cuda" : "cpu";
+  return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda" ? "cuda" : "cpu";
 }
 
 struct GenRun {

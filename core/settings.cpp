@@ -1,0 +1,164 @@
+#include "core/settings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+namespace {
+
+const char* type_name(SettingType t) {
+  switch (t) {
+    case SettingType::Bool: return "bool";
+    case SettingType::Int: return "int";
+    case SettingType::String: return "string";
+  }
+  return "?";
+}
+
+const SettingInfo* find_info(const char* name) {
+  for (const SettingInfo& s : setting_table()) {
+    if (std::string_view(s.name) == name) return &s;
+  }
+  return nullptr;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return *out = true, true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return *out = false, true;
+  return false;
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  // strtoll skips leading blanks: accept only [+-]digits.
+  const size_t first = text[0] == '-' || text[0] == '+' ? 1 : 0;
+  if (text.size() == first || !std::isdigit(static_cast<unsigned char>(text[first]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end != text.c_str() + text.size()) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+const std::vector<SettingInfo>& setting_table() {
+  static const std::vector<SettingInfo> table = {
+      // General.
+      {"DEEPINFER_LOG", SettingType::String, "warn", "log level: debug, info, warn or error"},
+      {"DEEPINFER_NUM_THREADS", SettingType::Int, "0",
+       "CPU backend threads (0: all cores; EngineConfig.num_threads wins when set)"},
+      {"DEEPINFER_BATCH_INVARIANT", SettingType::Bool, "0",
+       "batch-invariant kernels: outputs independent of batch composition and chunking"},
+      {"DEEPINFER_HF_MODEL_DIR", SettingType::String, "",
+       "checkpoint directory when EngineConfig has neither model_dir nor random weights"},
+      {"DEEPINFER_USE_NEXTN_DECODE", SettingType::Int, "0",
+       "speculative decoding: most draft tokens per sequence and step, 0..16 (0: off; "
+       "EngineConfig.num_speculative_tokens / --num-speculative-tokens win)"},
+      {"DEEPINFER_ENABLE_MTP_VARLEN", SettingType::Bool, "0",
+       "speculative decoding: verify length per request from draft confidences (DSpark); "
+       "EngineConfig.spec_varlen / --spec-varlen win"},
+      // CUDA backend (BackendOptions::cuda).
+      {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
+       "synchronize and check errors after every CUDA op (debugging)"},
+      {"DEEPINFER_CUDA_GEMM", SettingType::String, "",
+       "'own': dense BF16 GEMMs on the own kernels instead of cuBLASLt"},
+      {"DEEPINFER_CUDA_STREAM", SettingType::Bool, "1",
+       "weight-streaming GEMM kernel for few-row GEMMs (0: cuBLASLt / tile kernels)"},
+      {"DEEPINFER_CUDA_STREAM_MAX_ROWS", SettingType::Int, "16",
+       "most rows a dense BF16 GEMM runs on the stream kernel (0: none)"},
+      {"DEEPINFER_CUDA_FUSE", SettingType::Int, "1",
+       "bit mask of fused dense ops on the stream kernel (bench/NOTES.md fusions)"},
+      {"DEEPINFER_CUDA_PIPE", SettingType::Int, "",
+       "MoE expert pipeline stages for <= PIPE_TOKENS tokens (unset: 2, BF16 experts only; set: "
+       "FP8 experts too; 0: the stream kernel)"},
+      {"DEEPINFER_CUDA_PIPE_TOKENS", SettingType::Int, "16",
+       "most tokens a step may have for the MoE pipeline kernel"},
+      {"DEEPINFER_CUDA_PIPE_BPS", SettingType::Int, "0",
+       "MoE pipeline kernel blocks per SM (0: as many as fit)"},
+      {"DEEPINFER_CUDA_ATTN_CHUNK", SettingType::Int, "0",
+       "paged attention positions per chunk: 16, 32 or 64 (0: by launch shape)"},
+      {"DEEPINFER_CUDA_FP8_ACT_MIN_ROWS", SettingType::Int, "129",
+       "fewest rows for FP8 activations in GEMMs on FP8 weights (fewer: W8A16)"},
+      {"DEEPINFER_CUDA_FP8_MOE_ACT", SettingType::Bool, "1",
+       "FP8 activations in the MoE expert GEMMs of large prefill steps"},
+      {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", SettingType::Int, "128",
+       "fewest average rows per expert for FP8 MoE activations"},
+      // Tests.
+      {"DEEPINFER_ACCELERATOR", SettingType::String, "",
+       "tests: 'cuda' runs the golden / graph tests on the CUDA backend too"},
+      {"DEEPINFER_GOLDEN_DIR", SettingType::String, "",
+       "tests: directory of golden fixtures (default: tests/golden/fixtures)"},
+  };
+  return table;
+}
+
+Settings Settings::from(const std::function<const char*(const char*)>& lookup) {
+  Settings s;
+  for (const SettingInfo& info : setting_table()) {
+    Value v;
+    const char* raw = lookup(info.name);
+    v.set = raw != nullptr && raw[0] != '\0';
+    v.text = v.set ? std::string(raw) : std::string(info.default_value);
+    if (!v.text.empty()) {
+      if (info.type == SettingType::Bool) {
+        bool b = false;
+        DI_CHECK(parse_bool(v.text, &b), "environment variable ", info.name, "='", v.text,
+                 "': expected a bool (1/0, true/false, on/off, yes/no)");
+        v.integer = b ? 1 : 0;
+      } else if (info.type == SettingType::Int) {
+        DI_CHECK(parse_int(v.text, &v.integer), "environment variable ", info.name, "='", v.text,
+                 "': expected an integer");
+      }
+    }
+    s.values_[info.name] = std::move(v);
+  }
+  return s;
+}
+
+const Settings::Value& Settings::value(const char* name, SettingType type) const {
+  const SettingInfo* info = find_info(name);
+  DI_CHECK(info != nullptr, "setting ", name, " is not in the settings table (core/settings.cpp)");
+  DI_CHECK(info->type == type, "setting ", name, " is a ", type_name(info->type), ", read as a ",
+           type_name(type));
+  return values_.at(name);
+}
+
+bool Settings::get_bool(const char* name) const { return value(name, SettingType::Bool).integer != 0; }
+int64_t Settings::get_int(const char* name) const { return value(name, SettingType::Int).integer; }
+const std::string& Settings::get_string(const char* name) const {
+  return value(name, SettingType::String).text;
+}
+bool Settings::is_set(const char* name) const {
+  const SettingInfo* info = find_info(name);
+  DI_CHECK(info != nullptr, "setting ", name, " is not in the settings table (core/settings.cpp)");
+  return values_.at(name).set;
+}
+
+std::string Settings::describe() const {
+  std::ostringstream os;
+  for (const SettingInfo& info : setting_table()) {
+    const Value& v = values_.at(info.name);
+    os << info.name << " (" << type_name(info.type) << ") = "
+       << (v.set ? v.text : std::string("(unset)")) << "  [default: "
+       << (info.default_value[0] != '\0' ? info.default_value : "unset") << "]\n    " << info.help
+       << "\n";
+  }
+  return os.str();
+}
+
+const Settings& env_settings() {
+  static const Settings settings = Settings::from([](const char* name) { return std::getenv(name); });
+  return settings;
+}
+
+}  // namespace deepinfer

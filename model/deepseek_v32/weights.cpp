@@ -1,0 +1,76 @@
+#include "model/deepseek_v32/weights.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace deepinfer {
+
+namespace {
+
+Tensor checked(const TensorSource& src, const ModelConfig& c, const std::string& name,
+               const std::vector<int64_t>& dims, std::initializer_list<DType> dtypes,
+               const char* what) {
+  std::optional<Tensor> t = src.find(name);
+  DI_CHECK(t.has_value(), "tensor '", name, "' (", what, ") is missing from ", src.describe(name));
+  DI_CHECK(t->dims() == dims, "tensor '", name, "' in ", src.describe(name), " has shape ",
+           shape_string(t->dims()), " but config ", c.source, " expects ", shape_string(dims), " (",
+           what, ")");
+  for (DType d : dtypes)
+    if (t->dtype == d) return *t;
+  fail("tensor '", name, "' in ", src.describe(name), " has dtype ", dtype_name(t->dtype),
+       " which ", what, " cannot be");
+}
+
+Weight linear(const TensorSource& src, const ModelConfig& c, const std::string& prefix, int64_t n,
+              int64_t k, const char* what) {
+  Weight w;
+  w.w = checked(src, c, prefix + ".weight", {n, k}, {DType::F32, DType::BF16, DType::F8_E4M3}, what);
+  if (w.w.dtype == DType::F8_E4M3) {
+    const int64_t bn = c.quantization.block_n, bk = c.quantization.block_k;
+    DI_CHECK(c.quantization.is_fp8(), "tensor '", prefix, ".weight' is F8_E4M3 but config ",
+             c.source, " has no fp8 quantization_config");
+    w.block_n = static_cast<int>(bn);
+    w.block_k = static_cast<int>(bk);
+    w.scale_inv = checked(src, c, prefix + ".weight_scale_inv", {(n + bn - 1) / bn, (k + bk - 1) / bk},
+                          {DType::F32}, "FP8 block scales");
+  }
+  return w;
+}
+
+}  // namespace
+
+std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& c, const TensorSource& src) {
+  DI_CHECK(c.indexer.present(), c.source, ": model_type '", c.model_type, "' has no indexer");
+  const IndexerDims& d = c.indexer;
+  std::vector<IndexerWeights> out(static_cast<size_t>(c.num_hidden_layers));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
+    IndexerWeights& w = out[static_cast<size_t>(l)];
+    w.wq_b = linear(src, c, p + "wq_b", d.n_heads * d.head_dim, c.q_lora_rank,
+                    "indexer query [index_n_heads * index_head_dim, q_lora_rank]");
+    w.wk = linear(src, c, p + "wk", d.head_dim, c.hidden_size, "indexer key [index_head_dim, hidden]");
+    w.k_norm = checked(src, c, p + "k_norm.weight", {d.head_dim}, {DType::F32, DType::BF16},
+                       "indexer key LayerNorm weight [index_head_dim]");
+    w.k_norm_bias = checked(src, c, p + "k_norm.bias", {d.head_dim}, {DType::F32, DType::BF16},
+                            "indexer key LayerNorm bias [index_head_dim]");
+    w.weights_proj = linear(src, c, p + "weights_proj", d.n_heads, c.hidden_size,
+                            "indexer head weights [index_n_heads, hidden]");
+  }
+  return out;
+}
+
+std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
+                                                 const CheckpointReader& reader) {
+  const CheckpointReader* r = &reader;
+  TensorSource source;
+  source.find = [r](const std::string& name) -> std::optional<Tensor> {
+    if (!r->has(name)) return std::nullopt;
+    return r->tensor(name);
+  };
+  source.describe = [r](const std::string& name) {
+    return r->has(name) ? r->info(name).file : r->path();
+  };
+  return assemble_indexer_weights(config, source);
+}
+
+}  // namespace deepinfer

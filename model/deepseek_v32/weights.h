@@ -1,0 +1,24 @@
+// V3.2's tensors beyond V3's: model.layers.{i}.self_attn.indexer.{wq_b, wk, k_norm,
+// weights_proj} (MODELS.md), each checked against the config when assembled.
+#pragma once
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers/indexer.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class CheckpointReader;
+
+// Every main layer's indexer weights from `source`; throws Error naming the tensor, its
+// source, its shape and the expected one. Linears are F32/BF16 or F8_E4M3 with
+// `.weight_scale_inv` F32 [ceil(out/block_n), ceil(in/block_k)]; k_norm weight and bias
+// F32/BF16.
+std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& config,
+                                                     const TensorSource& source);
+// The same over a checkpoint (zero copy): the registry's check_extra_weights.
+std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
+                                                 const CheckpointReader& reader);
+
+}  // namespace deepinfer

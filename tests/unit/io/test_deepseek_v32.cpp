@@ -1,0 +1,192 @@
+// DeepSeek-V3.2 (model/deepseek_v32/): config reading with the indexer fields, errors
+// naming the missing/bad field, indexer weight shapes checked at load naming the tensor.
+// Shapes follow MODELS.md (DeepSeek's V3.2 reference); no V3.2 forward exists yet, so
+// load_model refuses after the checks.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "model/config.h"
+#include "model/deepseek_v32/weights.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "temp_dir.h"
+
+namespace deepinfer {
+namespace {
+
+// A tiny V3.2: 2 layers (1 dense, 1 MoE), q_lora 32, 16 indexer heads x 8 (rope 4).
+nlohmann::json tiny_v32() {
+  return {{"model_type", "deepseek_v32"}, {"vocab_size", 64}, {"hidden_size", 32},
+          {"intermediate_size", 48}, {"moe_intermediate_size", 16}, {"num_hidden_layers", 2},
+          {"num_attention_heads", 2}, {"q_lora_rank", 24}, {"kv_lora_rank", 16},
+          {"qk_nope_head_dim", 8}, {"qk_rope_head_dim", 4}, {"v_head_dim", 8},
+          {"n_routed_experts", 4}, {"n_shared_experts", 1}, {"num_experts_per_tok", 2},
+          {"first_k_dense_replace", 1}, {"n_group", 2}, {"topk_group", 1},
+          {"num_nextn_predict_layers", 0}, {"max_position_embeddings", 128},
+          {"index_n_heads", 16}, {"index_head_dim", 8}, {"index_topk", 32}};
+}
+
+ModelConfig parse(const nlohmann::json& j) { return parse_model_config(j.dump(), "v32/config.json"); }
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+}
+
+TEST(DeepseekV32Config, ReadsV3FieldsAndTheIndexer) {
+  const ModelConfig c = parse(tiny_v32());
+  EXPECT_EQ(c.model_type, "deepseek_v32");
+  EXPECT_EQ(c.indexer.n_heads, 16);
+  EXPECT_EQ(c.indexer.head_dim, 8);
+  EXPECT_EQ(c.indexer.topk, 32);
+  EXPECT_EQ(c.indexer.rope_dim, 4);
+  // V3's defaults and routing rules apply.
+  EXPECT_EQ(c.scoring_func, "sigmoid");
+  EXPECT_EQ(c.topk_method, "noaux_tc");
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  expect_contains(c.summary(), {"deepseek_v32", "indexer 16 heads x 8", "top 32"});
+  // V3 has no indexer.
+  nlohmann::json v3 = tiny_v32();
+  v3["model_type"] = "deepseek_v3";
+  EXPECT_FALSE(parse(v3).indexer.present());
+  EXPECT_EQ(parse(v3).summary().find("indexer"), std::string::npos);
+}
+
+TEST(DeepseekV32Config, MissingOrBadIndexerFieldsNameTheField) {
+  for (const char* field : {"index_n_heads", "index_head_dim", "index_topk"}) {
+    nlohmann::json j = tiny_v32();
+    j.erase(field);
+    expect_contains(error_of([&] { parse(j); }), {"v32/config.json", std::string("'") + field + "'", "missing"});
+    j[field] = "many";
+    expect_contains(error_of([&] { parse(j); }), {std::string("'") + field + "'", "integer"});
+    j[field] = 0;
+    expect_contains(error_of([&] { parse(j); }), {std::string("'") + field + "'", "> 0"});
+  }
+  nlohmann::json j = tiny_v32();
+  j["index_topk"] = 129;  // > max_position_embeddings 128
+  expect_contains(error_of([&] { parse(j); }), {"'index_topk'", "129", "larger than the context", "128"});
+  j = tiny_v32();
+  j["index_head_dim"] = 2;  // < qk_rope_head_dim 4
+  expect_contains(error_of([&] { parse(j); }), {"'index_head_dim'", "qk_rope_head_dim = 4"});
+  j = tiny_v32();
+  j["q_lora_rank"] = nullptr;
+  expect_contains(error_of([&] { parse(j); }), {"'q_lora_rank'", "deepseek_v32"});
+  j = tiny_v32();
+  j["hidden_size"] = -1;  // V3's checks run too
+  expect_contains(error_of([&] { parse(j); }), {"'hidden_size'"});
+}
+
+// Host tensors by name: V3's checkpoint layout plus the indexer's, as a TensorSource.
+struct Tensors {
+  std::map<std::string, HostBuffer> buffers;
+  void add(const std::string& name, DType dtype, std::vector<int64_t> dims) {
+    HostBuffer b(dtype, std::move(dims));
+    std::memset(b.tensor().data, 0, b.tensor().num_bytes());
+    buffers[name] = std::move(b);
+  }
+  TensorSource source() const {
+    TensorSource s;
+    s.find = [this](const std::string& name) -> std::optional<Tensor> {
+      auto it = buffers.find(name);
+      if (it == buffers.end()) return std::nullopt;
+      return it->second.tensor();
+    };
+    s.describe = [](const std::string&) { return std::string("mem"); };
+    return s;
+  }
+};
+
+Tensors v32_tensors(const ModelConfig& c) {
+  Tensors t;
+  for (const TensorSpec& s : checkpoint_layout(c, DType::BF16, false)) t.add(s.name, s.dtype, s.shape);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
+    t.add(p + "wq_b.weight", DType::BF16, {16 * 8, 24});
+    t.add(p + "wk.weight", DType::BF16, {8, 32});
+    t.add(p + "k_norm.weight", DType::BF16, {8});
+    t.add(p + "k_norm.bias", DType::BF16, {8});
+    t.add(p + "weights_proj.weight", DType::BF16, {16, 32});
+  }
+  return t;
+}
+
+TEST(DeepseekV32Weights, IndexerShapesAreChecked) {
+  const ModelConfig c = parse(tiny_v32());
+  Tensors t = v32_tensors(c);
+  const std::vector<IndexerWeights> w = assemble_indexer_weights(c, t.source());
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[1].wq_b.w.dims(), (std::vector<int64_t>{128, 24}));
+  EXPECT_EQ(w[0].weights_proj.w.dims(), (std::vector<int64_t>{16, 32}));
+
+  const std::string p = "model.layers.1.self_attn.indexer.";
+  for (const auto& [name, dims] : std::map<std::string, std::vector<int64_t>>{
+           {"wq_b.weight", {16 * 8, 32}}, {"wk.weight", {4, 32}}, {"k_norm.bias", {16}},
+           {"weights_proj.weight", {32, 16}}}) {
+    Tensors bad = v32_tensors(c);
+    bad.add(p + name, DType::BF16, dims);
+    expect_contains(error_of([&] { assemble_indexer_weights(c, bad.source()); }),
+                    {"'" + p + name + "'", "has shape", "expects"});
+  }
+  Tensors missing = v32_tensors(c);
+  missing.buffers.erase("model.layers.0.self_attn.indexer.k_norm.weight");
+  expect_contains(error_of([&] { assemble_indexer_weights(c, missing.source()); }),
+                  {"'model.layers.0.self_attn.indexer.k_norm.weight'", "missing"});
+  Tensors int_weight = v32_tensors(c);
+  int_weight.add(p + "wk.weight", DType::I32, {8, 32});
+  expect_contains(error_of([&] { assemble_indexer_weights(c, int_weight.source()); }),
+                  {"'" + p + "wk.weight'", "dtype"});
+}
+
+void write_checkpoint(const Tensors& t, const nlohmann::json& config, const testing::TempDir& dir) {
+  SafetensorsWriter writer;
+  for (const auto& [name, b] : t.buffers) writer.add(name, b.tensor());
+  writer.write(dir.file("model.safetensors"));
+  dir.write("config.json", config.dump());
+}
+
+TEST(DeepseekV32Weights, LoadChecksTheIndexerThenRefusesWithoutAForward) {
+  const ModelConfig c = parse(tiny_v32());
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  {
+    testing::TempDir dir;
+    write_checkpoint(v32_tensors(c), tiny_v32(), dir);
+    expect_contains(error_of([&] { load_model(dir.path(), *cpu); }),
+                    {"deepseek_v32", "no sparse-attention forward"});
+    // deepinfer info's check of the tensors beyond ModelWeights passes.
+    const CheckpointReader reader = CheckpointReader::open(dir.path());
+    find_architecture("deepseek_v32", "x").check_extra_weights(c, reader);
+  }
+  {
+    testing::TempDir dir;
+    Tensors bad = v32_tensors(c);
+    bad.add("model.layers.0.self_attn.indexer.wk.weight", DType::BF16, {8, 31});
+    write_checkpoint(bad, tiny_v32(), dir);
+    expect_contains(error_of([&] { load_model(dir.path(), *cpu); }),
+                    {"'model.layers.0.self_attn.indexer.wk.weight'", "[8, 31]"});
+    const CheckpointReader reader = CheckpointReader::open(dir.path());
+    expect_contains(error_of([&] { find_architecture("deepseek_v32", "x").check_extra_weights(c, reader); }),
+                    {"'model.layers.0.self_attn.indexer.wk.weight'"});
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
