@@ -48,6 +48,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--max-request-bytes", http.max_body_bytes, "larger request bodies get 413");
   app.add_option("--max-logprobs", opts.max_logprobs, "largest logprobs / top_logprobs accepted");
   app.add_option("--allowed-origins", opts.allowed_origins, "CORS Access-Control-Allow-Origin value (e.g. *)");
+  app.add_option("--reasoning-parser", opts.reasoning_parser,
+                 "deepseek_r1: text before </think> is reasoning_content; deepseek_v3: the same when "
+                 "chat_template_kwargs.thinking is true")
+      ->check(CLI::IsMember({"", "deepseek_r1", "deepseek_v3"}));
   app.add_option("--http-threads", http.num_threads, "I/O threads");
   app.add_option("--drain-timeout", drain_timeout_s, "seconds to let in-flight requests finish on SIGTERM");
   CLI11_PARSE(app, argc, argv);

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <prometheus/counter.h>
@@ -32,10 +33,11 @@ struct Metrics::Impl {
                                .Help("Generated tokens").Register(registry).Add({});
   p::Family<p::Counter>& success = p::BuildCounter().Name("deepinfer:request_success_total")
                                        .Help("Finished requests by finish reason").Register(registry);
-  p::Gauge& prefix_queries = p::BuildGauge().Name("deepinfer:prefix_cache_queries")
-                                 .Help("Prompt tokens looked up in the prefix cache").Register(registry).Add({});
-  p::Gauge& prefix_hits = p::BuildGauge().Name("deepinfer:prefix_cache_hits")
-                              .Help("Prompt tokens served from the prefix cache").Register(registry).Add({});
+  p::Counter& prefix_queries = p::BuildCounter().Name("deepinfer:prefix_cache_queries_total")
+                                   .Help("Prompt tokens looked up in the prefix cache").Register(registry).Add({});
+  p::Counter& prefix_hits = p::BuildCounter().Name("deepinfer:prefix_cache_hits_total")
+                                .Help("Prompt tokens served from the prefix cache").Register(registry).Add({});
+  double queries_seen = 0, hits_seen = 0;  // the engine's totals at the last scrape
   p::Histogram& ttft = p::BuildHistogram().Name("deepinfer:time_to_first_token_seconds")
                            .Help("Time to first token").Register(registry).Add({}, latency_buckets());
   p::Histogram& itl = p::BuildHistogram().Name("deepinfer:inter_token_latency_seconds")
@@ -43,7 +45,9 @@ struct Metrics::Impl {
   p::Histogram& e2e = p::BuildHistogram().Name("deepinfer:e2e_request_latency_seconds")
                           .Help("Arrival to last token").Register(registry).Add({}, latency_buckets());
   p::Histogram& queue = p::BuildHistogram().Name("deepinfer:request_queue_time_seconds")
-                            .Help("Arrival to the engine taking the request").Register(registry)
+                            .Help("Arrival to the engine thread adding the request (the server's queue; "
+                                  "time in the scheduler's waiting queue is in time_to_first_token)")
+                            .Register(registry)
                             .Add({}, latency_buckets());
   std::mutex mu;  // Family::Add
 };
@@ -70,9 +74,13 @@ std::string Metrics::render(const EngineStats& stats, int num_running, int num_w
   impl_->kv_usage.Set(stats.num_kv_blocks > 0
                           ? 1.0 - static_cast<double>(stats.num_free_kv_blocks) / stats.num_kv_blocks
                           : 0.0);
-  impl_->prefix_queries.Set(static_cast<double>(stats.num_prompt_tokens_computed + stats.num_cached_tokens));
-  impl_->prefix_hits.Set(static_cast<double>(stats.num_cached_tokens));
   std::lock_guard<std::mutex> lock(impl_->mu);
+  const double queries = static_cast<double>(stats.num_prompt_tokens_computed + stats.num_cached_tokens);
+  const double hits = static_cast<double>(stats.num_cached_tokens);
+  if (queries > impl_->queries_seen) impl_->prefix_queries.Increment(queries - impl_->queries_seen);
+  if (hits > impl_->hits_seen) impl_->prefix_hits.Increment(hits - impl_->hits_seen);
+  impl_->queries_seen = std::max(impl_->queries_seen, queries);
+  impl_->hits_seen = std::max(impl_->hits_seen, hits);
   return p::TextSerializer().Serialize(impl_->registry.Collect());
 }
 

@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <ctime>
 #include <random>
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
+#include "server/deepseek_format.h"
 #include "server/json_body.h"
 #include "server/openapi.h"
 
@@ -124,7 +126,7 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "max_tokens", "n", "stream", "stream_options", "stop", "seed", "temperature", "top_p", "top_k",
       "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs", "response_format",
       "user", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-      "include_stop_str_in_output"};
+      "include_stop_str_in_output", "guided_regex", "guided_json", "guided_grammar"};
   static const std::set<std::string> chat_fields = [] {
     auto s = common;
     for (const char* k : {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
@@ -170,6 +172,9 @@ struct Server::Job {
   bool echo = false;
   int n = 1;
   int logprobs = -1;  // -1: none; k: the sampled token and the top k
+  bool reasoning = false;  // chat: split <think>...</think> into reasoning_content
+  bool tools = false;      // chat: parse DeepSeek tool calls out of the output
+  std::mt19937_64 rng;     // tool call ids
   bool max_tokens_given = false;
   std::string id, model;
   int64_t created = 0;
@@ -189,6 +194,9 @@ struct Server::Job {
     int num_tokens = 0;
     std::string finish_reason;
     json stop_reason;
+    std::unique_ptr<OutputParser> parser;  // when reasoning or tools
+    std::string content, reasoning;
+    json tool_calls = json::array();
   };
   std::vector<Choice> choices;
   std::vector<std::string> engine_ids;
@@ -286,8 +294,27 @@ struct Server::Job {
       ch.num_tokens = static_cast<int>(c.token_ids.size());
       if (logprobs >= 0) append_logprobs(ch, lp);
       const bool finishing = c.finish_reason != FinishReason::None && ch.finish_reason.empty();
+      ParsedDelta pd;
+      json new_calls = json::array();
+      if (ch.parser) {
+        pd = ch.parser->feed(ch.text, finishing);
+        ch.content += pd.content;
+        ch.reasoning += pd.reasoning;
+        for (const ToolCall& call : pd.calls) {
+          json tc = {{"id", "chatcmpl-tool-" + random_hex(rng)}, {"type", "function"},
+                     {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+          new_calls.push_back({{"index", ch.tool_calls.size()}, {"id", tc["id"]}, {"type", "function"},
+                               {"function", {{"name", call.name}, {"arguments", ""}}}});
+          new_calls.push_back({{"index", ch.tool_calls.size()}, {"function", {{"arguments", call.arguments}}}});
+          ch.tool_calls.push_back(std::move(tc));
+        }
+      } else {
+        pd.content = c.delta_text;
+        ch.content += c.delta_text;
+      }
       if (finishing) {
         ch.finish_reason = to_string(c.finish_reason);
+        if (ch.parser && ch.parser->saw_tool_calls() && ch.finish_reason == "stop") ch.finish_reason = "tool_calls";
         if (!c.stop_reason.empty()) {
           const bool numeric = c.stop_reason.find_first_not_of("0123456789") == std::string::npos;
           ch.stop_reason = numeric ? json(std::stoll(c.stop_reason)) : json(c.stop_reason);
@@ -296,10 +323,20 @@ struct Server::Job {
         }
         metrics->request_finished(ch.finish_reason);
       }
-      if (stream && (!c.delta_text.empty() || finishing || (logprobs >= 0 && !c.delta_token_ids.empty()))) {
+      const bool has_delta = chat ? !pd.content.empty() || !pd.reasoning.empty() || !new_calls.empty()
+                                  : !c.delta_text.empty();
+      if (stream && chat && !new_calls.empty()) {
+        // A call as two deltas: its id and name, then its arguments.
+        for (json& nc : new_calls)
+          send_event(chunk(json::array({{{"index", k}, {"delta", {{"tool_calls", json::array({nc})}}},
+                                         {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
+      }
+      if (stream && (has_delta || finishing || (logprobs >= 0 && !c.delta_token_ids.empty()))) {
         json e = {{"index", k}, {"logprobs", lp}, {"finish_reason", finishing ? json(ch.finish_reason) : json(nullptr)}};
         if (chat) {
-          e["delta"] = c.delta_text.empty() ? json::object() : json{{"content", c.delta_text}};
+          e["delta"] = json::object();
+          if (!pd.content.empty()) e["delta"]["content"] = pd.content;
+          if (!pd.reasoning.empty()) e["delta"]["reasoning_content"] = pd.reasoning;
           if (!lp.is_null()) e["logprobs"] = {{"content", lp}};
         } else {
           e["text"] = c.delta_text;
@@ -350,8 +387,12 @@ struct Server::Job {
       std::string text = ch.text;
       if (echo) text = prompt_texts[k / static_cast<size_t>(n)] + text;
       if (chat) {
+        json message = {{"role", "assistant"},
+                        {"content", ch.content.empty() && !ch.tool_calls.empty() ? json(nullptr) : json(ch.content)},
+                        {"tool_calls", ch.tool_calls}};
+        if (reasoning) message["reasoning_content"] = ch.reasoning;
         cs.push_back({{"index", k},
-                      {"message", {{"role", "assistant"}, {"content", text}, {"tool_calls", json::array()}}},
+                      {"message", message},
                       {"logprobs", logprobs >= 0 ? json{{"content", ch.logprobs}} : json(nullptr)},
                       {"finish_reason", ch.finish_reason},
                       {"stop_reason", ch.stop_reason}});
@@ -539,7 +580,24 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
       if (role != "system" && role != "user" && role != "assistant" && role != "tool")
         throw ApiError(400, "messages[" + std::to_string(i) + "].role: '" + role +
                                 "' is not one of system, developer, user, assistant, tool", "messages");
-      messages.push_back({role, content_text(m.contains("content") ? m["content"] : json(nullptr), i)});
+      std::string content = content_text(m.contains("content") ? m["content"] : json(nullptr), i);
+      if (role == "assistant" && has(m, "tool_calls")) {
+        // As the checkpoint's template writes an assistant turn with calls (its content is dropped).
+        if (!m["tool_calls"].is_array())
+          throw ApiError(400, "messages[" + std::to_string(i) + "].tool_calls: expected a list", "messages");
+        std::vector<ToolCall> calls;
+        for (const json& tc : m["tool_calls"]) {
+          if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
+              !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+            throw ApiError(400, "messages[" + std::to_string(i) + "].tool_calls: expected {function: {name, arguments}}",
+                           "messages");
+          const json& f = tc["function"];
+          const json args = f.contains("arguments") ? f["arguments"] : json("{}");
+          calls.push_back({f["name"].get<std::string>(), args.is_string() ? args.get<std::string>() : args.dump()});
+        }
+        if (!calls.empty()) content = render_tool_calls(calls);
+      }
+      messages.push_back({role, std::move(content)});
     }
     job->prompts.push_back(Prompt::from_messages(std::move(messages)));
   } else {
@@ -640,15 +698,90 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
     }
   }
   if (chat && has(body, "tools")) {
-    if (!body["tools"].is_array()) throw ApiError(400, "tools: expected a list", "tools");
-    const json tc = body.contains("tool_choice") ? body["tool_choice"] : json("auto");
-    if (!(tc.is_string() && tc.get<std::string>() == "none") && !body["tools"].empty())
-      throw ApiError(400, "tool_choice: only \"none\" is supported by this server (tool-call parsing is not built yet)",
-                     "tool_choice");
+    const json& tools = body["tools"];
+    if (!tools.is_array()) throw ApiError(400, "tools: expected a list", "tools");
+    std::vector<std::string> names;
+    for (const json& t : tools) {
+      if (!t.is_object() || t.value("type", "function") != "function" || !t.contains("function") ||
+          !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+        throw ApiError(400, "tools: expected [{\"type\": \"function\", \"function\": {\"name\", ...}}]", "tools");
+      names.push_back(t["function"]["name"].get<std::string>());
+    }
+    const json tc = has(body, "tool_choice") ? body["tool_choice"] : json(tools.empty() ? "none" : "auto");
+    std::string forced;  // "required" or a function's name
+    if (tc.is_string()) {
+      const std::string c = tc.get<std::string>();
+      if (c != "none" && c != "auto" && c != "required")
+        throw ApiError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", ...}", "tool_choice");
+      if (c == "required") forced = c;
+      job->tools = c != "none" && !tools.empty();
+    } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+               tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+      forced = tc["function"]["name"].get<std::string>();
+      if (std::find(names.begin(), names.end(), forced) == names.end())
+        throw ApiError(400, "tool_choice: function '" + forced + "' is not in tools", "tool_choice");
+      job->tools = true;
+    } else {
+      throw ApiError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", ...}", "tool_choice");
+    }
+    if (job->tools) {
+      // The tools as a system section (vLLM's DeepSeek tool template does the same; the HF
+      // template has none).
+      std::string section = "## Tools\nYou have access to the following tools:\n";
+      for (const json& t : tools) {
+        const json& f = t["function"];
+        section += "\n### " + f["name"].get<std::string>() + "\nDescription: " +
+                   (f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "") +
+                   "\n\nParameters: " + (f.contains("parameters") ? dump_json(f["parameters"]) : "{}") + "\n";
+      }
+      section += std::string("\nCall a tool in this exact format:\n") + std::string(kToolCallsBegin) +
+                 std::string(kToolCallBegin) + "function" + std::string(kToolSep) + "NAME\n```json\nARGUMENTS\n```" +
+                 std::string(kToolCallEnd) + std::string(kToolCallsEnd) + "\n";
+      auto& msgs = job->prompts[0].messages;
+      msgs.insert(msgs.begin(), Message{"system", section});
+      if (!forced.empty()) {
+        if (has(body, "response_format") && sp.so_args.kind != "")
+          throw ApiError(400, "tool_choice: a forced tool call cannot be combined with response_format", "tool_choice");
+        // The call's structure by a regex (arguments: one line of text in braces).
+        auto escape = [](const std::string& x) {
+          std::string out;
+          for (char ch : x) {
+            if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) out += '\\';
+            out += ch;
+          }
+          return out;
+        };
+        std::string alt;
+        if (forced == "required") {
+          for (size_t i = 0; i < names.size(); ++i) alt += (i ? "|" : "") + escape(names[i]);
+        } else {
+          alt = escape(forced);
+        }
+        sp.so_args = {"regex", std::string(kToolCallsBegin) + std::string(kToolCallBegin) + "function" +
+                                   std::string(kToolSep) + "(" + alt + ")\\n```json\\n\\{[^`\\n]{0,200}\\}\\n```" +
+                                   std::string(kToolCallEnd) + std::string(kToolCallsEnd), false};
+      }
+    }
   }
-  if (chat && has(body, "chat_template_kwargs") && !body["chat_template_kwargs"].is_object())
-    throw ApiError(400, "chat_template_kwargs: expected an object", "chat_template_kwargs");
+  if (chat && has(body, "chat_template_kwargs")) {
+    const json& kw = body["chat_template_kwargs"];
+    if (!kw.is_object()) throw ApiError(400, "chat_template_kwargs: expected an object", "chat_template_kwargs");
+    const bool thinking = get_bool(kw, "thinking", false) || get_bool(kw, "enable_thinking", false);
+    job->reasoning = options_.reasoning_parser == "deepseek_r1" || (options_.reasoning_parser == "deepseek_v3" && thinking);
+  } else if (chat) {
+    job->reasoning = options_.reasoning_parser == "deepseek_r1";
+  }
+  // vLLM's guided_* extras (structured outputs by regex, JSON Schema or grammar).
+  for (const auto& [field, kind] : {std::pair<const char*, const char*>{"guided_regex", "regex"},
+                                    {"guided_json", "json_schema"}, {"guided_grammar", "ebnf"}}) {
+    if (!has(body, field)) continue;
+    const json& v = body[field];
+    if (kind == std::string("json_schema") && v.is_object()) sp.so_args = {kind, v.dump(), false};
+    else if (v.is_string()) sp.so_args = {kind, v.get<std::string>(), false};
+    else throw ApiError(400, std::string(field) + ": expected a string", field);
+  }
   job->max_tokens_given = max_tokens > 0;
+  job->rng.seed(rng());
   // Admission.
   if (draining_) throw ApiError(503, "the server is shutting down");
   if (options_.max_queued_requests > 0 && waiting_->load() >= options_.max_queued_requests)
@@ -656,6 +789,8 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
                             std::to_string(options_.max_queued_requests) + "); retry later");
   const size_t num_choices = job->prompts.size() * static_cast<size_t>(job->n);
   job->choices.resize(num_choices);
+  if (job->chat && (job->reasoning || job->tools))
+    for (auto& ch : job->choices) ch.parser = std::make_unique<OutputParser>(job->reasoning, job->tools);
   job->finished.assign(job->prompts.size(), false);
   job->last_token_s.assign(job->prompts.size(), 0.0);
   job->reply = reply;
@@ -680,6 +815,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   loop_.post([loop, job, requested_max](Engine& engine) {
     if (job->done) return;  // the client went away first
     job->engine = &engine;
+    job->metrics->queue_time(now_s() - job->arrival_s);
     const int max_len = engine.max_model_len();
     std::vector<std::vector<int32_t>> ids(job->prompts.size());
     std::vector<SamplingParams> params(job->prompts.size(), job->params);

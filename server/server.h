@@ -19,6 +19,9 @@ struct ServerOptions {
   size_t max_request_bytes = 1 << 20;
   int max_logprobs = 20;
   std::string allowed_origins;     // CORS: "*" or one origin; empty: no CORS headers
+  // "" (none), "deepseek_r1" (text before </think> is reasoning_content), "deepseek_v3" (the same
+  // when the request's chat_template_kwargs.thinking is true).
+  std::string reasoning_parser;
 };
 
 class Server {

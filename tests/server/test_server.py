@@ -284,10 +284,15 @@ def test_error_prompt_past_context(server, client, model_name):
         client.completions.create(model=model_name, prompt="x", max_tokens=max_len + 10)
 
 
-def test_error_tools_unsupported_choice(client, model_name):
+def test_error_bad_tool_choice(client, model_name):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with pytest.raises(openai.BadRequestError, match="not in tools"):
+        client.chat.completions.create(model=model_name, messages=CHAT, tools=tools,
+                                       tool_choice={"type": "function", "function": {"name": "g"}})
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=model_name, messages=CHAT, tools=tools, tool_choice="auto")
+        client.chat.completions.create(model=model_name, messages=CHAT, tools=tools, tool_choice="sometimes")
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=model_name, messages=CHAT, tools=[{"type": "function"}])
     r = client.chat.completions.create(model=model_name, messages=CHAT, tools=tools, tool_choice="none",
                                        max_tokens=2)
     assert r.choices[0].message.tool_calls in (None, [])
@@ -393,19 +398,102 @@ def test_keep_alive_connection_reused(server, model_name):
 
 def test_graceful_shutdown_drains(start_server, model_name):
     s = start_server()
-    out = {}
+    out = {"events": []}
+    started = threading.Event()
 
     def stream():
         with httpx.stream("POST", s.url + "/v1/completions", timeout=120,
                           json={"model": model_name, "prompt": "def", "max_tokens": 120, "ignore_eos": True,
                                 "stream": True}) as r:
-            out["events"] = sse_events(r)
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    out["events"].append(line[6:])
+                    started.set()
 
     t = threading.Thread(target=stream)
     t.start()
-    time.sleep(0.3)
+    assert started.wait(60)
     assert s.stop() == 0
     t.join()
     assert out["events"][-1] == "[DONE]"
     texts = [json.loads(e) for e in out["events"][:-1]]
     assert texts[-1]["choices"][0]["finish_reason"] == "length"
+    assert sum(1 for e in texts if e["choices"][0]["text"]) > 1
+
+
+# --- DeepSeek formats: tool calls and reasoning ---
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                            "parameters": {"type": "object",
+                                                           "properties": {"city": {"type": "string"}}}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+
+
+def test_tool_choice_named_function(client, model_name):
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                       tools=[WEATHER, ADD], max_tokens=400, temperature=0,
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    assert c.message.content is None
+    (call,) = c.message.tool_calls
+    assert call.type == "function" and call.function.name == "get_weather" and call.id
+    assert call.function.arguments.startswith("{") and call.function.arguments.endswith("}")
+
+
+def test_tool_choice_required_streamed(client, model_name):
+    chunks = list(client.chat.completions.create(
+        model=model_name, messages=[{"role": "user", "content": "Add 1 and 2."}], tools=[WEATHER, ADD],
+        tool_choice="required", max_tokens=400, temperature=0, stream=True))
+    deltas = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert len(deltas) == 2
+    assert deltas[0].id and deltas[0].function.name in ("get_weather", "add") and deltas[0].function.arguments == ""
+    assert deltas[1].index == 0 and deltas[1].function.arguments.startswith("{")
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_tool_calls_parsed_under_auto(client, model_name):
+    forced = ("Checking\\." + CALLS_BEGIN + CALL_BEGIN + "function" + SEP + "get_weather\\n```json\\n"
+              + '\\{"city": "Oslo"\\}' + "\\n```" + CALL_END + "\\n" + CALL_BEGIN + "function" + SEP
+              + "add\\n```json\\n" + '\\{"a": 1\\}' + "\\n```" + CALL_END + CALLS_END)
+    r = client.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "Oslo?"}],
+                                       tools=[WEATHER, ADD], max_tokens=400, temperature=0,
+                                       extra_body={"guided_regex": forced})
+    c = r.choices[0]
+    assert c.message.content == "Checking."
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls] == [
+        ("get_weather", {"city": "Oslo"}), ("add", {"a": 1})]
+    assert len({t.id for t in c.message.tool_calls}) == 2
+    assert c.finish_reason == "tool_calls"
+
+
+def test_tool_results_rendered_back(client, model_name):
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}]
+    r = client.chat.completions.create(model=model_name, messages=messages, tools=[WEATHER], max_tokens=4,
+                                       temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    with_tools = httpx.post(client.base_url.join("/tokenize").__str__(), json={"messages": messages}).json()
+    assert with_tools["count"] > 20
+
+
+def test_reasoning_content(start_server, model_name):
+    s = start_server("--reasoning-parser", "deepseek_v3")
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    kw = dict(model=model_name, messages=CHAT, max_tokens=60, temperature=0,
+              extra_body={"guided_regex": "<think>plan it</think>done", "chat_template_kwargs": {"thinking": True}})
+    r = c.chat.completions.create(**kw)
+    m = r.choices[0].message
+    assert m.reasoning_content == "plan it" and m.content == "done"
+    chunks = list(c.chat.completions.create(**kw, stream=True))
+    reasoning = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in chunks if ch.choices)
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert (reasoning, content) == ("plan it", "done")
+    # Without thinking, the deepseek_v3 parser leaves the text alone.
+    kw["extra_body"] = {"guided_regex": "<think>plan it</think>done", "chat_template_kwargs": {"thinking": False}}
+    assert c.chat.completions.create(**kw).choices[0].message.content == "<think>plan it</think>done"
