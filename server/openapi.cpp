@@ -1,8 +1,10 @@
 #include "server/openapi.h"
 
+#include <nlohmann/json.hpp>
+
 namespace deepinfer::server {
 
-const std::string& openapi_json() {
+std::string openapi_json(const std::string& model_name) {
   static const std::string doc = R"JSON({
   "openapi": "3.0.3",
   "info": {"title": "deepinfer serve", "version": "0.1.0",
@@ -87,7 +89,13 @@ const std::string& openapi_json() {
     }
   }
 })JSON";
-  return doc;
+  // Every "model": {"type": "string"} becomes an enum of the served name.
+  const std::string from = R"("model": {"type": "string"})";
+  const std::string to = R"("model": {"type": "string", "enum": [)" + nlohmann::json(model_name).dump() + "]}";
+  std::string out = doc;
+  for (size_t pos = out.find(from); pos != std::string::npos; pos = out.find(from, pos + to.size()))
+    out.replace(pos, from.size(), to);
+  return out;
 }
 
 }  // namespace deepinfer::server

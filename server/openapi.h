@@ -3,5 +3,6 @@
 #include <string>
 
 namespace deepinfer::server {
-const std::string& openapi_json();
+// `model_name`: the only value the model fields accept (so generated requests reach the engine).
+std::string openapi_json(const std::string& model_name);
 }  // namespace deepinfer::server

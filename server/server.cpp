@@ -274,6 +274,14 @@ struct Server::Job {
   }
 
   void on_output(size_t p, const RequestOutput& out) {
+    try {
+      take_output(p, out);
+    } catch (const std::exception& e) {  // never leave a client waiting
+      fail_all(std::string("formatting the output failed: ") + e.what());
+    }
+  }
+
+  void take_output(size_t p, const RequestOutput& out) {
     if (done) return;
     const double t = now_s();
     if (!out.error.empty()) {
@@ -315,12 +323,10 @@ struct Server::Job {
       if (finishing) {
         ch.finish_reason = to_string(c.finish_reason);
         if (ch.parser && ch.parser->saw_tool_calls() && ch.finish_reason == "stop") ch.finish_reason = "tool_calls";
-        if (!c.stop_reason.empty()) {
-          const bool numeric = c.stop_reason.find_first_not_of("0123456789") == std::string::npos;
-          ch.stop_reason = numeric ? json(std::stoll(c.stop_reason)) : json(c.stop_reason);
-          // EOS: OpenAI gives no stop_reason.
-          if (numeric) ch.stop_reason = nullptr;
-        }
+        // A stop string is reported; a stop token (EOS, stop_token_ids) is not, as OpenAI does.
+        const bool is_stop_string =
+            std::find(params.stop.begin(), params.stop.end(), c.stop_reason) != params.stop.end();
+        if (!c.stop_reason.empty() && is_stop_string) ch.stop_reason = c.stop_reason;
         metrics->request_finished(ch.finish_reason);
       }
       const bool has_delta = chat ? !pd.content.empty() || !pd.reasoning.empty() || !new_calls.empty()
@@ -507,7 +513,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
     if (path == "/openapi.json") {
       want("GET");
       HttpResponse r;
-      r.body = openapi_json();
+      r.body = openapi_json(options_.served_model_name);
       reply->send(cors(r));
       return;
     }

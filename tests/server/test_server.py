@@ -155,6 +155,7 @@ def test_stop_string(client, model_name):
     r = client.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=24, temperature=0,
                                   stop=[stop], extra_body={"ignore_eos": True})
     assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+    assert r.choices[0].model_extra["stop_reason"] == stop  # vLLM's field: which stop string
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model=model_name, prompt="def add(a, b):", max_tokens=24, temperature=0, stop=stop, stream=True,
         extra_body={"ignore_eos": True}) if c.choices)
