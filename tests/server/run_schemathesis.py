@@ -10,6 +10,7 @@ schemas), then stops it with SIGTERM and requires exit 0.
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import ServerProcess  # noqa: E402
@@ -24,7 +25,8 @@ def main():
                               "--phases", "fuzzing", "--max-examples", examples, "--seed", "1",
                               "--request-timeout", "60",
                               "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
-                              "response_schema_conformance"])
+                              "response_schema_conformance"],
+                             cwd=tempfile.mkdtemp(prefix="schemathesis-"))  # its .schemathesis/ stays out of the tree
     finally:
         code = server.stop()
     if code != 0:
