@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"bench", "benchmark prefill and decode; JSONL records", deepinfer::app::cmd_bench},
     {"grammar", "grammar tools: `grammar check` walks texts through a constraint",
      deepinfer::app::cmd_grammar},
+    {"serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)", deepinfer::app::cmd_serve},
 };
 
 void usage(std::FILE* to) {

@@ -479,6 +479,12 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   return outputs;
 }
 
+void Engine::Impl::refresh_load_stats() {
+  stats.num_free_kv_blocks = blocks_->num_free_blocks();
+  stats.num_running_seqs = scheduler_->num_running();
+  stats.num_waiting_seqs = scheduler_->num_waiting();
+}
+
 bool Engine::Impl::abort(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return false;

@@ -40,7 +40,13 @@ std::string Engine::add_request(const Prompt& prompt, const SamplingParams& para
 std::vector<RequestOutput> Engine::step() { return impl_->step(); }
 bool Engine::abort(const std::string& request_id) { return impl_->abort(request_id); }
 bool Engine::has_unfinished() const { return impl_->has_unfinished(); }
-const EngineStats& Engine::stats() const { return impl_->stats; }
+const EngineStats& Engine::stats() const {
+  impl_->refresh_load_stats();
+  return impl_->stats;
+}
+std::vector<int32_t> Engine::tokenize(const Prompt& prompt) const {
+  return impl_->tokenize(prompt, "tokenize");
+}
 int Engine::vocab_size() const { return impl_->model->vocab_size(); }
 int Engine::max_model_len() const { return impl_->max_model_len; }
 

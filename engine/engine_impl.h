@@ -51,6 +51,8 @@ struct Engine::Impl {
   std::vector<RequestOutput> step();
   bool abort(const std::string& request_id);
   bool has_unfinished() const { return !requests_.empty(); }
+  std::vector<int32_t> tokenize(const Prompt& prompt, const std::string& request_id) const;
+  void refresh_load_stats();  // stats.num_free_kv_blocks, num_running_seqs, num_waiting_seqs
 
   EngineConfig config;
   std::unique_ptr<Backend> backend;
@@ -65,7 +67,6 @@ struct Engine::Impl {
 
  private:
   double now_s() const;
-  std::vector<int32_t> tokenize(const Prompt& prompt, const std::string& request_id) const;
   // Appends a sampled token, detokenizes, checks stop conditions; finishes the sample if done.
   void append_token(SeqState& seq, const SampleResult& sample);
   void finish_seq(SeqState& seq, FinishReason reason, std::string stop_reason = "");

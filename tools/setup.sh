@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip
-      python3-jsonschema)
+      python3-jsonschema libboost1.81-dev prometheus-cpp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,3 +22,11 @@ if ! python3 -c "import jsonschema" 2>/dev/null; then
   python3 -m pip install --quiet jsonschema 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages jsonschema
 fi
+# The server tests (tests/server) talk to `deepinfer serve` with the official clients.
+for mod in openai httpx pytest schemathesis; do
+  if ! python3 -c "import $mod" 2>/dev/null; then
+    echo "setup: pip install $mod for $(command -v python3)" >&2
+    python3 -m pip install --quiet "$mod" 2>/dev/null ||
+      python3 -m pip install --quiet --break-system-packages "$mod"
+  fi
+done

@@ -154,6 +154,10 @@ struct EngineStats {
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)
   SpecDecodeStats spec;            // over the run
+  // Load right now (read by the server's /metrics): filled in by stats().
+  int num_free_kv_blocks = 0;
+  int num_running_seqs = 0;
+  int num_waiting_seqs = 0;
 };
 
 class Engine {
@@ -183,6 +187,9 @@ class Engine {
   const EngineStats& stats() const;
   int vocab_size() const;
   int max_model_len() const;
+  // The token ids a prompt is run with (chat template applied to messages).
+  // Throws Error for an empty prompt or a text prompt without a tokenizer.
+  std::vector<int32_t> tokenize(const Prompt& prompt) const;
   // Text of token ids (empty without a tokenizer).
   std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens = true) const;
 

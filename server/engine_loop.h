@@ -1,0 +1,64 @@
+// The engine's own thread: the Engine is built there (the server answers /health with 503
+// until it is ready) and used only there. Other threads post tasks; between two engine steps
+// the loop runs every queued task (adds, aborts, tokenize), so an abort takes effect before the
+// next step. Step outputs go to the sink registered with the request, on the engine thread.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "deepinfer/engine.h"
+
+namespace deepinfer::server {
+
+class EngineLoop {
+ public:
+  using Task = std::function<void(Engine&)>;
+  using Sink = std::function<void(const RequestOutput&)>;
+
+  explicit EngineLoop(EngineConfig config);
+  ~EngineLoop();  // stops the thread; queued tasks are dropped
+
+  bool ready() const { return ready_.load(); }
+  bool failed() const { return failed_.load(); }
+  std::string load_error() const;
+
+  // Runs `task` on the engine thread before the next step (dropped if the loop stops first).
+  void post(Task task);
+
+  // On the engine thread (inside a task): adds a request whose updates go to `sink` (the last one
+  // has finished set). Throws what Engine::add_request throws.
+  void add(Engine& engine, const Prompt& prompt, const SamplingParams& params, const std::string& id,
+           Sink sink);
+  // On the engine thread: aborts a request; its sink gets no further update.
+  void abort(Engine& engine, const std::string& id);
+
+  int num_unfinished() const { return num_unfinished_.load(); }
+  // Engine counters copied after each step (any thread).
+  EngineStats stats() const;
+
+  void stop();
+
+ private:
+  void run(EngineConfig config);
+
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> failed_{false};
+  std::string load_error_;
+  EngineStats stats_;
+  std::unordered_map<std::string, Sink> sinks_;  // engine thread only
+  std::atomic<int> num_unfinished_{0};
+};
+
+}  // namespace deepinfer::server

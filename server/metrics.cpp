@@ -1,0 +1,87 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace deepinfer::server {
+namespace p = prometheus;
+
+namespace {
+p::Histogram::BucketBoundaries latency_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+          40.0, 80.0, 160.0, 640.0};
+}
+}  // namespace
+
+struct Metrics::Impl {
+  p::Registry registry;
+  p::Gauge& running = p::BuildGauge().Name("deepinfer:num_requests_running")
+                          .Help("Requests in the engine that have produced a token").Register(registry).Add({});
+  p::Gauge& waiting = p::BuildGauge().Name("deepinfer:num_requests_waiting")
+                          .Help("Requests waiting for their first token").Register(registry).Add({});
+  p::Gauge& kv_usage = p::BuildGauge().Name("deepinfer:kv_cache_usage_perc")
+                           .Help("Fraction of KV cache blocks in use (1 = all)").Register(registry).Add({});
+  p::Counter& prompt = p::BuildCounter().Name("deepinfer:prompt_tokens_total")
+                           .Help("Prompt tokens of finished requests").Register(registry).Add({});
+  p::Counter& generation = p::BuildCounter().Name("deepinfer:generation_tokens_total")
+                               .Help("Generated tokens").Register(registry).Add({});
+  p::Family<p::Counter>& success = p::BuildCounter().Name("deepinfer:request_success_total")
+                                       .Help("Finished requests by finish reason").Register(registry);
+  p::Counter& prefix_queries = p::BuildCounter().Name("deepinfer:prefix_cache_queries_total")
+                                   .Help("Prompt tokens looked up in the prefix cache").Register(registry).Add({});
+  p::Counter& prefix_hits = p::BuildCounter().Name("deepinfer:prefix_cache_hits_total")
+                                .Help("Prompt tokens served from the prefix cache").Register(registry).Add({});
+  double queries_seen = 0, hits_seen = 0;  // the engine's totals at the last scrape
+  p::Histogram& ttft = p::BuildHistogram().Name("deepinfer:time_to_first_token_seconds")
+                           .Help("Time to first token").Register(registry).Add({}, latency_buckets());
+  p::Histogram& itl = p::BuildHistogram().Name("deepinfer:inter_token_latency_seconds")
+                          .Help("Time between two output tokens").Register(registry).Add({}, latency_buckets());
+  p::Histogram& e2e = p::BuildHistogram().Name("deepinfer:e2e_request_latency_seconds")
+                          .Help("Arrival to last token").Register(registry).Add({}, latency_buckets());
+  p::Histogram& queue = p::BuildHistogram().Name("deepinfer:request_queue_time_seconds")
+                            .Help("Arrival to the engine thread adding the request (the server's queue; "
+                                  "time in the scheduler's waiting queue is in time_to_first_token)")
+                            .Register(registry)
+                            .Add({}, latency_buckets());
+  std::mutex mu;  // Family::Add
+};
+
+Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
+  for (const char* r : {"stop", "length", "abort", "error"}) impl_->success.Add({{"finished_reason", r}});
+}
+Metrics::~Metrics() = default;
+
+void Metrics::request_finished(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->success.Add({{"finished_reason", reason}}).Increment();
+}
+void Metrics::prompt_tokens(int n) { impl_->prompt.Increment(n); }
+void Metrics::generation_tokens(int n) { impl_->generation.Increment(n); }
+void Metrics::time_to_first_token(double s) { impl_->ttft.Observe(s); }
+void Metrics::inter_token_latency(double s) { impl_->itl.Observe(s); }
+void Metrics::e2e_latency(double s) { impl_->e2e.Observe(s); }
+void Metrics::queue_time(double s) { impl_->queue.Observe(s); }
+
+std::string Metrics::render(const EngineStats& stats, int num_running, int num_waiting) {
+  impl_->running.Set(num_running);
+  impl_->waiting.Set(num_waiting);
+  impl_->kv_usage.Set(stats.num_kv_blocks > 0
+                          ? 1.0 - static_cast<double>(stats.num_free_kv_blocks) / stats.num_kv_blocks
+                          : 0.0);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const double queries = static_cast<double>(stats.num_prompt_tokens_computed + stats.num_cached_tokens);
+  const double hits = static_cast<double>(stats.num_cached_tokens);
+  if (queries > impl_->queries_seen) impl_->prefix_queries.Increment(queries - impl_->queries_seen);
+  if (hits > impl_->hits_seen) impl_->prefix_hits.Increment(hits - impl_->hits_seen);
+  impl_->queries_seen = std::max(impl_->queries_seen, queries);
+  impl_->hits_seen = std::max(impl_->hits_seen, hits);
+  return p::TextSerializer().Serialize(impl_->registry.Collect());
+}
+
+}  // namespace deepinfer::server
