@@ -65,7 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
     r = subprocess.run([binary, "generate", "--input", inp, "--output", spec_out, "--num-speculative-tokens", "3"],
                        env=env, capture_output=True, text=True, timeout=600)
     check(r.returncode == 1, f"speculative batch exit code 1 (bad lines), got {r.returncode}: {r.stderr[-2000:]}")
-    spec_rows = [json.loads(l) for l in open(spec_out)]
+    spec_rows = sorted((json.loads(l) for l in open(spec_out)), key=lambda row: row["index"])
     for i in range(len(prompts)):
         check(spec_rows[i]["token_ids"] == rows[i]["token_ids"], f"speculative tokens equal for prompt {i}")
     sd = spec_rows[0].get("spec_decode", {})
