@@ -34,6 +34,13 @@ for t in "${targets[@]}"; do
     echo "FAILED $t: see $tree.$t.log"; grep -m5 -E "error" "$tree.$t.log"
   fi
 done
+# Shared libraries from Debian packages that the H200 image lacks (prometheus-cpp for the
+# server): copied beside the binaries into $GPU_BIN/lib, which run_all.sh puts on LD_LIBRARY_PATH
+# (carry ["$GPU_BIN/bin.tar.xz", "$GPU_BIN/lib"]).
+mkdir -p "$root/$gpu_bin/lib"
+for f in "$out"/*; do
+  ldd "$f" 2>/dev/null | awk '/prometheus-cpp/ {print $3}' | while read -r lib; do cp -L "$lib" "$root/$gpu_bin/lib/"; done
+done
 du -sh "$root/$gpu_bin"
 # The carry limit (64 MiB) counts the tracked files (~40 MB) too, and four stripped binaries are
 # ~34 MB: also pack them as $GPU_BIN/bin.tar.xz (~8 MB); carry ["$GPU_BIN/bin.tar.xz"] and
