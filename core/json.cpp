@@ -216,6 +216,10 @@ J parse_impl(std::string_view text, std::string_view what, const JsonLimits& lim
     // nlohmann's message ends with the token read so far, which may be long: keep the start.
     std::string msg = b.error_;
     if (size_t p = msg.find("] "); msg.rfind("[json.exception", 0) == 0 && p != std::string::npos) msg.erase(0, p + 2);
+    // Its lexer reads bytes, so the token it quotes can end inside a multi-byte character: the
+    // message must stay valid UTF-8 (it is written into JSON result lines and HTTP bodies).
+    for (size_t bad_byte; (bad_byte = find_invalid_utf8_offset(msg)) != std::string_view::npos;)
+      msg[bad_byte] = '?';
     msg = text_snippet(msg, 160);
     fail(what, ": not valid JSON at byte offset ", b.error_position_, ": ", msg);
   }

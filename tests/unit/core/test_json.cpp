@@ -96,6 +96,16 @@ TEST(Json, SyntaxErrorsAreBoundedAndNameTheOffset) {
   EXPECT_NE(error_of("[1] x").find("not valid JSON"), std::string::npos);
 }
 
+TEST(Json, SyntaxErrorsStayValidUtf8) {
+  // U+077E is valid UTF-8, but the lexer quotes its first byte alone as the bad token (found by
+  // fuzz_request_line: "\xdd\xbe" as a JSONL line).
+  for (const char* text : {"\xdd\xbe", "[\xe4\xb8\xad]", "{\"a\": \xf0\x9f\x98\x80}"}) {
+    const std::string msg = error_of(text);
+    EXPECT_NE(msg.find("not valid JSON at byte offset"), std::string::npos) << msg;
+    EXPECT_EQ(find_invalid_utf8_offset(msg), std::string_view::npos) << msg;
+  }
+}
+
 TEST(Json, LargeOrderedObjectsParseInLinearTime) {
   // 200,000 keys in one object: ordered_json's own parser searched every key (quadratic).
   std::string text = "{";
