@@ -996,7 +996,13 @@ GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace,
   JsonLimits limits;
   limits.max_bytes = static_cast<size_t>(std::max<int64_t>(0, b.limits().max_source_bytes));
   const json schema = parse_ordered_json(schema_text, "json schema", limits);
-  return SchemaCompiler(schema, any_whitespace, b).run();
+  try {
+    return SchemaCompiler(schema, any_whitespace, b).run();
+  } catch (const json::exception& e) {
+    // A keyword whose value has the wrong JSON type (e.g. "maxLength": "ten") reaches nlohmann's
+    // typed getters: that is the schema's error, not an internal one (found by fuzz_json_schema).
+    fail("json schema: a keyword's value has the wrong type: ", text_snippet(e.what(), 160));
+  }
 }
 
 GrammarIR json_object_ir(bool any_whitespace) {

@@ -139,6 +139,12 @@ TEST(GrammarBudgets, LongRuleChainsCompileWithoutRecursion) {
   EXPECT_FALSE(matches(s, "\"x\""));
 }
 
+TEST(GrammarBudgets, KeywordOfTheWrongTypeIsTheSchemasError) {
+  // Found by fuzz_json_schema: nlohmann's type_error escaped as an internal error.
+  const std::string e = schema_error(R"({"type":"string","maxLength":"integer"})");
+  EXPECT_NE(e.find("json schema: a keyword's value has the wrong type"), std::string::npos) << e;
+}
+
 TEST(GrammarBudgets, EbnfWithoutRootIsAnError) {
   const std::string msg = compile_error(GrammarSpec::Kind::Ebnf, "a ::= \"x\"\nb ::= a a\n");
   EXPECT_EQ(msg.rfind("ebnf: no rule named 'root'", 0), 0u) << msg;
