@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/registry.h"
 #include "model/weights.h"
+#include "expect_error.h"
 #include "temp_dir.h"
 
 namespace deepinfer {
@@ -38,18 +39,8 @@ nlohmann::json tiny_v32() {
 
 ModelConfig parse(const nlohmann::json& j) { return parse_model_config(j.dump(), "v32/config.json"); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
+using testing::error_of;
+using testing::expect_contains;
 
 TEST(DeepseekV32Config, ReadsV3FieldsAndTheIndexer) {
   const ModelConfig c = parse(tiny_v32());

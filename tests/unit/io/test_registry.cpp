@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/registry.h"
+#include "expect_error.h"
 #include "temp_dir.h"
 
 namespace deepinfer {
@@ -23,18 +24,8 @@ nlohmann::json official_v3() {
                                               "/tests/unit/io/data/deepseek_v3_official_config.json"));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-void expect_contains(const std::string& msg, const std::vector<std::string>& parts) {
-  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-}
+using testing::error_of;
+using testing::expect_contains;
 
 TEST(Registry, HoldsEachModelTypeOnce) {
   std::set<std::string> seen;
