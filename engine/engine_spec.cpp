@@ -143,8 +143,6 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
     if (static_cast<int>(d.size()) > in[i].max_drafts) d.resize(static_cast<size_t>(in[i].max_drafts));
     seq.token_ids.insert(seq.token_ids.end(), d.begin(), d.end());
     seq.num_draft_tokens = static_cast<int>(d.size());
-    seq.draft_confidences = out[i].confidences;
-    seq.draft_confidences.resize(d.size(), 0.0f);
   }
 }
 

@@ -28,7 +28,6 @@ struct SeqState : Sequence {
   std::string stop_reason;
   std::string error;  // why it ended with FinishReason::Error (e.g. NaN logits)
   std::vector<TokenLogprob> logprobs;
-  std::vector<float> draft_confidences;  // of the drafts at the end of token_ids
 };
 
 struct RequestState {
