@@ -47,7 +47,11 @@ async def one_request(client, url, model, prompt_ids, max_tokens, stats):
                 if data == "[DONE]":
                     done = True
                     break
-                chunk = json.loads(data)
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    stats["bad_lines"].append(data[:200])  # kept for the report
+                    raise
                 if chunk.get("usage"):
                     tokens = chunk["usage"]["completion_tokens"]
                 if chunk["choices"] and chunk["choices"][0]["text"]:
@@ -73,7 +77,7 @@ async def run(args):
     limits = httpx.Limits(max_connections=max(args.concurrency, 1) + 16, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
         model = (await client.get(args.url + "/v1/models")).json()["data"][0]["id"]
-        stats = {"ttft": [], "itl": [], "e2e": [], "tokens": 0, "lost": 0, "errors": []}
+        stats = {"ttft": [], "itl": [], "e2e": [], "tokens": 0, "lost": 0, "errors": [], "bad_lines": []}
         start = time.perf_counter()
         deadline = start + args.duration
         sent = 0
@@ -105,6 +109,7 @@ async def run(args):
         "mode": f"rate={args.rate}" if args.rate > 0 else f"concurrency={args.concurrency}",
         "prompt_len": args.prompt_len, "max_tokens": args.max_tokens, "sent": sent, "answered": answered,
         "lost": stats["lost"], "errors": len(stats["errors"]), "error_kinds": sorted(set(map(str, stats["errors"]))),
+        "bad_lines": stats["bad_lines"][:3],
         "wall_s": round(wall, 2), "output_tok_per_s": round(stats["tokens"] / wall, 1),
         "ttft_p50_ms": round(1e3 * (pct(stats["ttft"], 50) or 0), 1),
         "ttft_p99_ms": round(1e3 * (pct(stats["ttft"], 99) or 0), 1),

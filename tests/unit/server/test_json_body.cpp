@@ -33,5 +33,13 @@ TEST(JsonBody, DumpReplacesInvalidUtf8) {
   EXPECT_EQ(dump_json(j), "{\"text\":\"ok\xEF\xBF\xBD\"}");
 }
 
+TEST(JsonBody, DumpEscapesUnicodeLineSeparators) {
+  // Raw, these split an SSE line in clients that read lines like str.splitlines() (httpx).
+  nlohmann::json j = {{"text", std::string("a\xE2\x80\xA8" "b\xE2\x80\xA9" "c\xC2\x85" "d\xC3\xA9")}};
+  const std::string s = dump_json(j);
+  EXPECT_EQ(s, "{\"text\":\"a\\u2028b\\u2029c\\u0085d\xC3\xA9\"}");
+  EXPECT_EQ(nlohmann::json::parse(s), j);  // same value after the escape
+}
+
 }  // namespace
 }  // namespace deepinfer::server
