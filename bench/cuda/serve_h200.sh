@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Server overhead on the H200: serve_load.py vs deepinfer bench --throughput on the same workload.
 set -u
-P=$(pwd)/.gpucarry/pack
+# PACK: a folder with bin/deepinfer (CUDA build), lib/ (prometheus-cpp .so) and tok/ (DeepSeek-V3 tokenizer)
+P=${PACK:-$(pwd)/.gpucarry/pack}
 export LD_LIBRARY_PATH=$P/lib:${LD_LIBRARY_PATH:-}
 B=$P/bin/deepinfer
 CFG=bench/cuda/bench-v3-7b.config.json
