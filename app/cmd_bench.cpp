@@ -10,6 +10,12 @@
 // Counted per step: weight bytes read (dense + attention + expected distinct
 // experts for B tokens: E * (1 - (1 - k/E)^B) per MoE layer), KV bytes read,
 // and FLOPs (2 * active parameters + attention over the context).
+// sweep (--sweep, or --prefill-batch / --contexts lists): Pareto records as DeepInfer
+//          publishes them: prefill B requests of N tokens at once (non-cached input tokens/s
+//          against time per prefill) and decode over batch sizes at each context (output
+//          tokens/s against tokens/s per request); every record names its curve ("curve":
+//          one per prefill length / decode context) and the fields a plot must not mix
+//          (bench/plot_pareto.py checks them).
 // throughput (--throughput RxPxG, e.g. 1000x512x128): R requests of P random
 //          prompt tokens, G generated each (EOS ignored), all given to the engine
 //          at once (continuous batching under the real scheduler); one record with
@@ -154,13 +160,23 @@ int cmd_bench(int argc, char** argv) {
   SamplingFlags sampling;
   sampling.p.temperature = 0.0f;
   add_sampling_flags(app, sampling);
-  std::vector<int> prefill_lens, batches;
+  std::vector<int> prefill_lens, batches, prefill_batches, contexts;
   int prompt_len = 512, gen_len = 128, repeats = 3, warmup = 1;
   uint64_t seed = 0;
-  std::string output, throughput, prompt_file;
+  bool sweep = false;
+  std::string output, throughput, prompt_file, tag;
   double roofline_gbps = 0, peak_tflops = 0, peer_tokens_per_s = 0;
   app.add_option("--prefill", prefill_lens, "prefill lengths at batch 1 (comma list)")->delimiter(',');
   app.add_option("--batch", batches, "decode batch sizes (comma list)")->delimiter(',');
+  app.add_option("--prefill-batch", prefill_batches,
+                 "prefill: requests prefilled at once, each of every --prefill length (comma list; default 1)")
+      ->delimiter(',');
+  app.add_option("--contexts", contexts, "decode: prompt lengths to decode after (comma list; default --prompt-len)")
+      ->delimiter(',');
+  app.add_flag("--sweep", sweep,
+               "Pareto sweep: lists not given default to --prefill 512,4096 --prefill-batch 1,2,4,8 "
+               "--batch 1,2,4,8,16,32,64,128,256 --contexts 512,4096");
+  app.add_option("--tag", tag, "prefix of every record's curve name (e.g. a build or kernel variant)");
   app.add_option("--prompt-len", prompt_len, "decode: prompt tokens per sequence");
   app.add_option("--gen-len", gen_len, "decode: generated tokens per sequence");
   app.add_option("--repeats", repeats, "timed runs per measurement (median reported)");
@@ -177,8 +193,16 @@ int cmd_bench(int argc, char** argv) {
   app.add_option("--peer-tokens-per-s", peer_tokens_per_s,
                  "throughput: a peer's output tokens/s (e.g. llama.cpp's batched figure) for the ratio");
   if (auto code = parse_flags(app, argc, argv)) return *code;
+  if (sweep) {
+    if (prefill_lens.empty()) prefill_lens = {512, 4096};
+    if (prefill_batches.empty()) prefill_batches = {1, 2, 4, 8};
+    if (batches.empty()) batches = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    if (contexts.empty()) contexts = {512, 4096};
+  }
+  if (prefill_batches.empty()) prefill_batches = {1};
+  if (contexts.empty()) contexts = {prompt_len};
   DI_USAGE_CHECK(!prefill_lens.empty() || !batches.empty() || !throughput.empty(),
-                 "give --prefill, --batch and/or --throughput");
+                 "give --prefill, --batch, --sweep and/or --throughput");
   DI_USAGE_CHECK(gen_len >= 2 && prompt_len >= 1 && repeats >= 1 && warmup >= 0,
                  "--gen-len >= 2, --prompt-len >= 1, --repeats >= 1, --warmup >= 0");
   constexpr int kMaxBenchBatch = 1 << 16, kMaxBenchLen = 1 << 24;
@@ -186,6 +210,11 @@ int cmd_bench(int argc, char** argv) {
     DI_USAGE_CHECK(b >= 1 && b <= kMaxBenchBatch, "--batch: each size must be in [1, ", kMaxBenchBatch, "], got ", b);
   for (int n : prefill_lens)
     DI_USAGE_CHECK(n >= 1 && n <= kMaxBenchLen, "--prefill: each length must be in [1, ", kMaxBenchLen, "], got ", n);
+  for (int b : prefill_batches)
+    DI_USAGE_CHECK(b >= 1 && b <= kMaxBenchBatch, "--prefill-batch: each size must be in [1, ", kMaxBenchBatch,
+                   "], got ", b);
+  for (int c : contexts)
+    DI_USAGE_CHECK(c >= 1 && c <= kMaxBenchLen, "--contexts: each length must be in [1, ", kMaxBenchLen, "], got ", c);
   DI_USAGE_CHECK(prompt_len <= kMaxBenchLen && gen_len <= kMaxBenchLen, "--prompt-len and --gen-len: at most ",
                  kMaxBenchLen);
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
@@ -196,10 +225,12 @@ int cmd_bench(int argc, char** argv) {
   const ThroughputSpec tp = throughput.empty() ? ThroughputSpec{} : parse_throughput(throughput);
   const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
   const int max_prefill = prefill_lens.empty() ? 1 : *std::max_element(prefill_lens.begin(), prefill_lens.end());
-  config.max_num_seqs = std::max(config.max_num_seqs, max_batch);
+  const int max_prefill_batch = *std::max_element(prefill_batches.begin(), prefill_batches.end());
+  const int max_context = *std::max_element(contexts.begin(), contexts.end());
+  config.max_num_seqs = std::max({config.max_num_seqs, max_batch, prefill_lens.empty() ? 1 : max_prefill_batch});
   config.max_num_batched_tokens = std::max(config.max_num_batched_tokens, max_prefill);
   config.max_model_len =
-      std::max({config.max_model_len, max_prefill + 1, prompt_len + gen_len, tp.prompt_len + tp.gen_len});
+      std::max({config.max_model_len, max_prefill + 1, max_context + gen_len, tp.prompt_len + tp.gen_len});
   config.enable_prefix_caching = false;  // every run computes its prompt
   // Throughput sizes the KV cache as serving does (free device memory, or
   // --num-kv-blocks / --kv-cache-bytes); the other modes need only their batch.
@@ -208,9 +239,11 @@ int cmd_bench(int argc, char** argv) {
   // timing then covered only the tail of the run).
   if (config.num_kv_blocks == 0 && throughput.empty()) {
     auto blocks = [&](int64_t tokens) { return (tokens + config.kv_block_size - 1) / config.kv_block_size; };
-    const int64_t needed = std::max<int64_t>(int64_t{max_batch} * blocks(prompt_len + gen_len), blocks(max_prefill + 1));
-    DI_USAGE_CHECK(needed < std::numeric_limits<int>::max(), "--batch ", max_batch, " x --prompt-len + --gen-len ",
-                   prompt_len + gen_len, " needs ", needed, " KV blocks, more than an int holds");
+    const int64_t needed =
+        std::max<int64_t>(int64_t{max_batch} * blocks(max_context + gen_len),
+                          int64_t{prefill_lens.empty() ? 1 : max_prefill_batch} * blocks(max_prefill + 1));
+    DI_USAGE_CHECK(needed < std::numeric_limits<int>::max(), "--batch ", max_batch, " x (largest context + --gen-len) ",
+                   max_context + gen_len, " needs ", needed, " KV blocks, more than an int holds");
     config.num_kv_blocks = static_cast<int>(needed) + 1;
   }
   const auto t_load = Clock::now();
@@ -247,6 +280,7 @@ int cmd_bench(int argc, char** argv) {
     DI_CHECK(file.good(), "--output: cannot write ", output);
   }
   auto write = [&](json rec) {
+    rec["engine"] = "deepinfer";
     rec["backend"] = config.backend;
     rec["model"] = config_file;
     rec["dtype"] = config.random_weights_config.empty() ? "checkpoint" : config.random_weights_dtype;
@@ -258,6 +292,7 @@ int cmd_bench(int argc, char** argv) {
     rec["num_speculative_tokens"] = engine.stats().num_speculative_tokens;
     rec["speculator"] = config.speculator;
     rec["spec_varlen"] = config.spec_varlen;
+    rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
     std::printf("%s\n", line.c_str());
@@ -287,82 +322,94 @@ int cmd_bench(int argc, char** argv) {
   };
 
   for (int n : prefill_lens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = 1;
-    p.ignore_eos = true;
-    std::vector<double> times;
-    for (int run = 0; run < warmup + repeats; ++run) {
-      Prompt prompt = random_prompt(n);
-      const auto t0 = Clock::now();
-      auto out = engine.generate({prompt}, {p});
-      const double dt = seconds_since(t0);
-      DI_CHECK(out[0].error.empty(), "prefill ", n, ": ", out[0].error);
-      if (run >= warmup) times.push_back(dt);
+    for (int pb : prefill_batches) {
+      SamplingParams p;
+      p.temperature = 0;
+      p.max_tokens = 1;
+      p.ignore_eos = true;
+      std::vector<double> times;
+      for (int run = 0; run < warmup + repeats; ++run) {
+        std::vector<Prompt> prompts;
+        for (int i = 0; i < pb; ++i) prompts.push_back(random_prompt(n));
+        const auto t0 = Clock::now();
+        auto out = engine.generate(prompts, {p});
+        const double dt = seconds_since(t0);
+        for (const RequestOutput& o : out) DI_CHECK(o.error.empty(), "prefill ", n, ": ", o.error);
+        if (run >= warmup) times.push_back(dt);
+      }
+      const double t = median(times);
+      json rec = {{"kind", "prefill"}, {"batch", pb}, {"prompt_len", n}, {"context", n}, {"runs_s", times},
+                  {"curve", tag + "prefill len=" + std::to_string(n)},
+                  // Pareto axes: every prompt token is computed (prefix caching is off here).
+                  {"time_per_prefill_s", t}, {"input_tokens_per_s", static_cast<double>(pb) * n / t}};
+      // Prefill runs as ceil(pb * n / max_num_batched_tokens) steps; counted as one pass over pb * n tokens.
+      emit(rec, count_step(mc, bytes_per_param, pb, n, n / 2.0, kv_value_bytes), 1, static_cast<double>(pb) * n, t);
     }
-    json rec = {{"kind", "prefill"}, {"batch", 1}, {"prompt_len", n}, {"context", n}, {"runs_s", times}};
-    // Prefill runs as ceil(n / max_num_batched_tokens) steps; counted as one pass over n tokens.
-    emit(rec, count_step(mc, bytes_per_param, 1, n, n / 2.0, kv_value_bytes), 1, n, median(times));
   }
 
-  for (int b : batches) {
-    // Greedy unless sampling flags are given (--temperature 0.8 --top-p 0.95 ...).
-    SamplingParams p = sampling.params();
-    p.max_tokens = gen_len;
-    p.ignore_eos = true;
-    // The timed part starts when every request has its first token; it counts the tokens and
-    // steps made after that point (with chunked prefill, requests admitted first decode while
-    // later prompts are still in prefill: those tokens are not in the timed part).
-    std::vector<double> times, prefill_times, timed_tokens, timed_steps;
-    SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
-    for (int run = 0; run < warmup + repeats; ++run) {
-      const auto t0 = Clock::now();
-      for (int i = 0; i < b; ++i)
-        engine.add_request(text_prompts.empty() ? random_prompt(prompt_len)
-                                                : text_prompts[static_cast<size_t>(i) % text_prompts.size()],
-                           p);
-      int have_first = 0;
-      Clock::time_point t_decode = Clock::now();
-      EngineStats at_decode = engine.stats();
-      bool decoding = false;
-      while (engine.has_unfinished()) {
-        for (auto& r : engine.step())
-          if (r.num_output_tokens == 1 || (r.finished && r.num_output_tokens <= 1)) ++have_first;
-        if (!decoding && have_first >= b) {
-          decoding = true;
-          t_decode = Clock::now();
-          at_decode = engine.stats();
-          if (run >= warmup) prefill_times.push_back(std::chrono::duration<double>(t_decode - t0).count());
+  for (int ctx : contexts) {
+    for (int b : batches) {
+      // Greedy unless sampling flags are given (--temperature 0.8 --top-p 0.95 ...).
+      SamplingParams p = sampling.params();
+      p.max_tokens = gen_len;
+      p.ignore_eos = true;
+      // The timed part starts when every request has its first token; it counts the tokens and
+      // steps made after that point (with chunked prefill, requests admitted first decode while
+      // later prompts are still in prefill: those tokens are not in the timed part).
+      std::vector<double> times, prefill_times, timed_tokens, timed_steps;
+      SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
+      for (int run = 0; run < warmup + repeats; ++run) {
+        const auto t0 = Clock::now();
+        for (int i = 0; i < b; ++i)
+          engine.add_request(text_prompts.empty() ? random_prompt(ctx)
+                                                  : text_prompts[static_cast<size_t>(i) % text_prompts.size()],
+                             p);
+        int have_first = 0;
+        Clock::time_point t_decode = Clock::now();
+        EngineStats at_decode = engine.stats();
+        bool decoding = false;
+        while (engine.has_unfinished()) {
+          for (auto& r : engine.step())
+            if (r.num_output_tokens == 1 || (r.finished && r.num_output_tokens <= 1)) ++have_first;
+          if (!decoding && have_first >= b) {
+            decoding = true;
+            t_decode = Clock::now();
+            at_decode = engine.stats();
+            if (run >= warmup) prefill_times.push_back(std::chrono::duration<double>(t_decode - t0).count());
+          }
+        }
+        if (run >= warmup) {
+          times.push_back(seconds_since(t_decode));
+          const EngineStats& end = engine.stats();
+          timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
+          timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
+          SpecDecodeStats d = end.spec;  // end - at_decode
+          d.num_verify_steps -= at_decode.spec.num_verify_steps;
+          d.num_draft_tokens -= at_decode.spec.num_draft_tokens;
+          d.num_accepted_tokens -= at_decode.spec.num_accepted_tokens;
+          d.num_emitted_tokens -= at_decode.spec.num_emitted_tokens;
+          for (size_t j = 0; j < at_decode.spec.drafts_per_position.size(); ++j) {
+            d.drafts_per_position[j] -= at_decode.spec.drafts_per_position[j];
+            d.accepted_per_position[j] -= at_decode.spec.accepted_per_position[j];
+          }
+          spec_timed.add(d);
         }
       }
-      if (run >= warmup) {
-        times.push_back(seconds_since(t_decode));
-        const EngineStats& end = engine.stats();
-        timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
-        timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
-        SpecDecodeStats d = end.spec;  // end - at_decode
-        d.num_verify_steps -= at_decode.spec.num_verify_steps;
-        d.num_draft_tokens -= at_decode.spec.num_draft_tokens;
-        d.num_accepted_tokens -= at_decode.spec.num_accepted_tokens;
-        d.num_emitted_tokens -= at_decode.spec.num_emitted_tokens;
-        for (size_t j = 0; j < at_decode.spec.drafts_per_position.size(); ++j) {
-          d.drafts_per_position[j] -= at_decode.spec.drafts_per_position[j];
-          d.accepted_per_position[j] -= at_decode.spec.accepted_per_position[j];
-        }
-        spec_timed.add(d);
-      }
+      // Every run makes the same tokens in the same steps (same scheduler, same lengths).
+      const double steps = median(timed_steps), tokens = median(timed_tokens);
+      json rec = {{"kind", "decode"}, {"batch", b}, {"prompt_len", ctx}, {"gen_len", gen_len},
+                  {"context", ctx + gen_len / 2.0}, {"runs_s", times},
+                  {"prefill_elapsed_s", median(prefill_times)}, {"timed_tokens_per_run", timed_tokens},
+                  {"temperature", p.temperature},
+                  {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling},
+                  {"prompt_file", prompt_file}, {"spec_decode", spec_json(spec_timed)},
+                  {"curve", tag + "decode ctx=" + std::to_string(ctx)},
+                  // Pareto axes: output tokens/s of the batch against tokens/s seen by one request.
+                  {"per_user_tokens_per_s", tokens / b / median(times)}};
+      // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
+      emit(rec, count_step(mc, bytes_per_param, b, 1, ctx + gen_len / 2.0, kv_value_bytes), steps, tokens,
+           median(times));
     }
-    // Every run makes the same tokens in the same steps (same scheduler, same lengths).
-    const double steps = median(timed_steps), tokens = median(timed_tokens);
-    json rec = {{"kind", "decode"}, {"batch", b}, {"prompt_len", prompt_len}, {"gen_len", gen_len},
-                {"context", prompt_len + gen_len / 2.0}, {"runs_s", times},
-                {"prefill_elapsed_s", median(prefill_times)}, {"timed_tokens_per_run", timed_tokens},
-                {"temperature", p.temperature},
-                {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling},
-                {"prompt_file", prompt_file}, {"spec_decode", spec_json(spec_timed)}};
-    // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
-    emit(rec, count_step(mc, bytes_per_param, b, 1, prompt_len + gen_len / 2.0, kv_value_bytes), steps, tokens,
-         median(times));
   }
   if (!throughput.empty()) {
     json rec = run_throughput(engine, tp, sampling.params(), warmup, random_prompt);

@@ -22,8 +22,9 @@ if ! python3 -c "import jsonschema" 2>/dev/null; then
   python3 -m pip install --quiet jsonschema 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages jsonschema
 fi
-# The server tests (tests/server) talk to `deepinfer serve` with the official clients.
-for mod in openai httpx pytest schemathesis; do
+# The server tests (tests/server) talk to `deepinfer serve` with the official clients; the
+# bench sweep test plots with matplotlib (bench/plot_pareto.py).
+for mod in openai httpx pytest schemathesis matplotlib; do
   if ! python3 -c "import $mod" 2>/dev/null; then
     echo "setup: pip install $mod for $(command -v python3)" >&2
     python3 -m pip install --quiet "$mod" 2>/dev/null ||
