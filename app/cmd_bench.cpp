@@ -7,9 +7,8 @@
 // prefill: one request of N prompt tokens, 1 generated; time to its first token.
 // decode:  B requests of prompt-len tokens, gen-len generated each (EOS ignored);
 //          the timed part starts once every request has its first token.
-// Counted per step: weight bytes read (dense + attention + expected distinct
-// experts for B tokens: E * (1 - (1 - k/E)^B) per MoE layer), KV bytes read,
-// and FLOPs (2 * active parameters + attention over the context).
+// Counted per step by the project's one count (app/bench_counts.h, bench/NOTES.md): weight
+// bytes read, KV bytes, FLOPs.
 // sweep (--sweep, or --prefill-batch / --contexts lists): Pareto records as DeepInfer
 //          publishes them: prefill B requests of N tokens at once (non-cached input tokens/s
 //          against time per prefill) and decode over batch sizes at each context (output
@@ -36,6 +35,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/batch.h"
+#include "app/bench_counts.h"
 #include "app/engine_flags.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
@@ -54,33 +54,6 @@ double seconds_since(Clock::time_point t) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-struct Counts {
-  double weight_bytes = 0;  // per step
-  double kv_bytes = 0;      // per step
-  double flops = 0;         // per step
-};
-
-// Costs of one step computing `tokens_per_seq` new tokens for each of `batch`
-// sequences whose mean context is `context`.
-Counts count_step(const ModelConfig& c, double bytes_per_param, int batch, int tokens_per_seq,
-                  double context, double kv_bytes_per_value) {
-  const ParameterCount pc = c.parameter_count();
-  const double expert = 3.0 * c.hidden_size * c.moe_intermediate_size;
-  const int moe_layers = c.num_moe_layers();
-  const double tokens = static_cast<double>(batch) * tokens_per_seq;
-  const double k = c.num_experts_per_tok, e = c.n_routed_experts;
-  const double distinct = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, tokens)) : 0.0;
-  Counts r;
-  r.weight_bytes = (pc.active_per_token - moe_layers * k * expert + moe_layers * distinct * expert) *
-                   bytes_per_param;
-  const double row = static_cast<double>(c.kv_row_dim());
-  r.kv_bytes = batch * context * c.num_hidden_layers * row * kv_bytes_per_value;
-  // Absorbed attention: per head, q·K over rows (kv_row_dim) and p·V (kv_lora_rank).
-  const double attn = 2.0 * c.num_attention_heads * (row + c.kv_lora_rank) * context * c.num_hidden_layers;
-  r.flops = tokens * (2.0 * pc.active_per_token + attn);
-  return r;
 }
 
 struct ThroughputSpec {
@@ -252,6 +225,7 @@ int cmd_bench(int argc, char** argv) {
   const double bytes_per_param = config.random_weights_config.empty() ? (mc.quantization.is_fp8() ? 1.0 : 2.0)
                                  : (config.random_weights_dtype == "fp8" ? 1.0 : 2.0);
   const double kv_value_bytes = config.backend == "cpu" ? 4.0 : 2.0;
+  constexpr double kTableBytes = 2.0;  // embed_tokens and lm_head stay bf16 (FP8 checkpoints too)
 
   std::mt19937_64 rng(seed);
   auto random_prompt = [&](int len) {
@@ -298,7 +272,7 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   };
-  auto emit = [&](json rec, const Counts& per_step, double steps, double tokens, double elapsed) {
+  auto emit = [&](json rec, const StepCounts& per_step, double steps, double tokens, double elapsed) {
     rec["repeats"] = repeats;
     rec["steps"] = steps;
     rec["tokens"] = tokens;
@@ -343,7 +317,9 @@ int cmd_bench(int argc, char** argv) {
                   // Pareto axes: every prompt token is computed (prefix caching is off here).
                   {"time_per_prefill_s", t}, {"input_tokens_per_s", static_cast<double>(pb) * n / t}};
       // Prefill runs as ceil(pb * n / max_num_batched_tokens) steps; counted as one pass over pb * n tokens.
-      emit(rec, count_step(mc, bytes_per_param, pb, n, n / 2.0, kv_value_bytes), 1, static_cast<double>(pb) * n, t);
+      emit(rec,
+           count_step(mc, StepKind::Prefill, bytes_per_param, kTableBytes, pb, n, pb, (n + 1) / 2.0, kv_value_bytes),
+           1, static_cast<double>(pb) * n, t);
     }
   }
 
@@ -407,8 +383,9 @@ int cmd_bench(int argc, char** argv) {
                   // Pareto axes: output tokens/s of the batch against tokens/s seen by one request.
                   {"per_user_tokens_per_s", tokens / b / median(times)}};
       // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
-      emit(rec, count_step(mc, bytes_per_param, b, 1, ctx + gen_len / 2.0, kv_value_bytes), steps, tokens,
-           median(times));
+      emit(rec, count_step(mc, StepKind::Decode, bytes_per_param, kTableBytes, b, 1, b, ctx + gen_len / 2.0,
+                           kv_value_bytes),
+           steps, tokens, median(times));
     }
   }
   if (!throughput.empty()) {

@@ -1,0 +1,34 @@
+#include "app/bench_counts.h"
+
+#include <cmath>
+
+#include "model/config.h"
+
+namespace deepinfer::app {
+
+StepCounts count_step(const ModelConfig& c, StepKind kind, double linear_bytes, double table_bytes, int batch,
+                      int tokens_per_seq, int logits_rows, double context, double kv_bytes_per_value) {
+  const ParameterCount pc = c.parameter_count();
+  const double H = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
+  const double expert = 3.0 * H * c.moe_intermediate_size;
+  const int moe_layers = c.num_moe_layers();
+  const double tokens = static_cast<double>(batch) * tokens_per_seq;
+  const double k = c.num_experts_per_tok, e = c.n_routed_experts;
+  const double distinct = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, tokens)) : 0.0;
+  // active_per_token counts embed_tokens (and an untied lm_head) too; neither is a linear layer
+  // every token runs.
+  const double linear_active = static_cast<double>(pc.active_per_token - pc.embedding);
+  const double lm_head = V * H;
+  StepCounts r;
+  r.weight_bytes = (linear_active - moe_layers * k * expert + moe_layers * distinct * expert) * linear_bytes +
+                   (logits_rows > 0 ? lm_head * table_bytes : 0.0) + tokens * H * table_bytes;
+  const double layers = c.num_hidden_layers, heads = c.num_attention_heads;
+  const double row = static_cast<double>(c.kv_row_dim());
+  const double per_context =
+      kind == StepKind::Decode ? 2.0 * heads * (row + c.kv_lora_rank) : 2.0 * heads * (c.qk_head_dim() + c.v_head_dim);
+  r.flops = tokens * (2.0 * linear_active + per_context * context * layers) + logits_rows * 2.0 * lm_head;
+  r.kv_bytes = (kind == StepKind::Decode ? batch * context : tokens) * layers * row * kv_bytes_per_value;
+  return r;
+}
+
+}  // namespace deepinfer::app

@@ -1,0 +1,56 @@
+// The one byte/FLOP count of `deepinfer bench`, checked on the bench model against sums made by
+// hand from its architecture (bench/NOTES.md "Counting"), not from ModelConfig::parameter_count:
+// per layer attention 15,337,472 linear parameters (q_a 2048x1536, q_a_norm 1536, q_b 1536x3072,
+// kv_a 2048x576, kv_a_norm 512, kv_b 512x4096, o 2048x2048) + 2 norms of 2048; layer 0 a dense MLP
+// of 3x2048x11264; layers 1-11 a router 64x2048, 2 shared experts as one MLP of 3x2048x2816 and
+// top-6 of 64 experts of 3x2048x1408; final norm 2048: 1,016,014,848 linear parameters a token
+// touches. lm_head and embed_tokens: 129,280 x 2048 = 264,765,440 each.
+#include <gtest/gtest.h>
+
+#include "app/bench_counts.h"
+#include "model/config.h"
+
+namespace deepinfer::app {
+namespace {
+
+constexpr double kLinear = 1016014848.0, kTable = 264765440.0, kExpert = 3.0 * 2048 * 1408;
+
+ModelConfig bench_model() { return load_model_config(DEEPINFER_SOURCE_DIR "/bench/cuda/bench-v3-7b.config.json"); }
+
+void expect_near_rel(double got, double want, const char* what) {
+  EXPECT_NEAR(got, want, 1e-6 * want) << what;  // the router bias (64 per layer) may be counted
+}
+
+TEST(BenchCounts, DecodeBatch1ReadsLinearWeightsAndLmHeadNotTheEmbeddingTable) {
+  const StepCounts c = count_step(bench_model(), StepKind::Decode, 2.0, 2.0, 1, 1, 1, 576.0, 2.0);
+  expect_near_rel(c.weight_bytes, kLinear * 2 + kTable * 2 + 2048 * 2, "weight bytes");
+  // Absorbed attention: 16 heads x (576 + 512) x 576 context x 12 layers x 2.
+  expect_near_rel(c.flops, 2 * kLinear + 2.0 * 16 * (576 + 512) * 576 * 12 + 2 * kTable, "flops");
+  EXPECT_DOUBLE_EQ(c.kv_bytes, 576.0 * 12 * 576 * 2);
+}
+
+TEST(BenchCounts, PrefillCountsTheDirectFormAndOneLogitsRow) {
+  const StepCounts c = count_step(bench_model(), StepKind::Prefill, 2.0, 2.0, 1, 4096, 1, 2048.5, 2.0);
+  // Direct-form attention: 16 heads x (192 + 128) x mean causal context 2048.5 x 12 layers x 2.
+  const double per_token = 2 * kLinear + 2.0 * 16 * 320 * 2048.5 * 12;
+  expect_near_rel(c.flops, 4096 * per_token + 2 * kTable, "flops");
+  // 4096 tokens touch all 64 experts of each of the 11 MoE layers (58 more than top-6).
+  expect_near_rel(c.weight_bytes, (kLinear + 11 * 58 * kExpert) * 2 + kTable * 2 + 4096 * 2048 * 2.0,
+                  "weight bytes");
+  EXPECT_DOUBLE_EQ(c.kv_bytes, 4096.0 * 12 * 576 * 2);  // rows written
+  // ~2.28 GFLOP per prompt token (not 3.95 as bench counted before: embeddings and lm_head per
+  // token, absorbed-form attention).
+  EXPECT_NEAR(c.flops / 4096 / 1e9, 2.284, 0.001);
+}
+
+TEST(BenchCounts, Fp8HalvesTheLinearBytesOnly) {
+  const ModelConfig m = bench_model();
+  const StepCounts bf16 = count_step(m, StepKind::Decode, 2.0, 2.0, 8, 1, 8, 600.0, 2.0);
+  const StepCounts fp8 = count_step(m, StepKind::Decode, 1.0, 2.0, 8, 1, 8, 600.0, 2.0);
+  expect_near_rel(bf16.weight_bytes - fp8.weight_bytes, (bf16.weight_bytes - kTable * 2 - 8 * 2048 * 2) / 2,
+                  "fp8 saving");
+  EXPECT_DOUBLE_EQ(bf16.flops, fp8.flops);
+}
+
+}  // namespace
+}  // namespace deepinfer::app
