@@ -124,7 +124,10 @@ def write_plots(plots, out_dir):
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         d = {k: json.loads(v) for k, v in config}
-        ax.set_title(f"{kind}: {os.path.basename(os.path.dirname(str(d['model']))) or d['model']} {d['dtype']}, "
+        m = str(d["model"])
+        m = os.path.basename(m)[:-len(".config.json")] if m.endswith(".config.json") else (
+            os.path.basename(os.path.dirname(m)) if m.endswith(".json") else os.path.basename(m.rstrip("/")))
+        ax.set_title(f"{kind}: {m} {d['dtype']}, {d['backend']}, "
                      f"context {d['prompt_len']}, k={d['num_speculative_tokens']}, {d['parallel']}", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
