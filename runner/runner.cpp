@@ -267,7 +267,7 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
            "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
            hidden_rows.size(), " hidden rows");
   const Tensor& src_all = hidden_from_target ? hidden_.tensor() : mtp_out_[mtp_cur_].tensor();
-  const int64_t src_rows = hidden_from_target ? hidden_rows_ : src_all.size(0);
+  const int64_t src_rows = hidden_from_target ? hidden_rows_ : mtp_out_rows_;
   for (int32_t r : hidden_rows)
     DI_CHECK(r >= 0 && r < src_rows, "runner: run_mtp hidden row ", r, " outside [0, ", src_rows, ")");
   // A pass from the target's hidden states writes mtp_out_[0], a chained one the other
@@ -318,6 +318,7 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
     ++stats_.num_mtp_graph_runs;
   }
   mtp_cur_ = out_index;
+  mtp_out_rows_ = l.num_tokens;
   // Drafts are argmax rows: chosen on the device, only their ids come back (a [rows,
   // vocab] F32 copy and a host scan per draft cost more than the MTP layer at batch 64).
   // Real rows only (a padded pass computes more).

@@ -142,6 +142,7 @@ class Runner {
   DeviceBuffer mtp_ids_;              // I32 [max_rows] device argmax of MTP rows (not argmax_ids_:
                                       // a later tokens_from_previous step reads that)
   int mtp_cur_ = 0;                   // mtp_out_ index written by the last run_mtp
+  int64_t mtp_out_rows_ = 0;          // rows it wrote (a chained pass reads those only)
   int64_t hidden_rows_ = 0;           // rows in hidden_ from the last target step
   std::vector<int32_t> ids_out_;
   Tensor logits_out_;
