@@ -267,6 +267,8 @@ int cmd_bench(int argc, char** argv) {
     rec["speculator"] = config.speculator;
     rec["spec_varlen"] = config.spec_varlen;
     rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
+    rec["enforce_eager"] = config.enforce_eager;
+    rec["graph_steps_total"] = engine.stats().num_graph_steps;  // since the engine started
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
     std::printf("%s\n", line.c_str());

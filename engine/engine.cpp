@@ -54,10 +54,8 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
 
   const int bs = cfg.kv_block_size;
   DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
+  check_speculation_config(cfg);
   spec_k_ = std::max(cfg.num_speculative_tokens, 0);
-  DI_CHECK(spec_k_ <= 16, "EngineConfig.num_speculative_tokens: expected 0..16, got ", spec_k_);
-  DI_CHECK(cfg.speculator == "mtp" || cfg.speculator == "ngram",
-           "EngineConfig.speculator: expected mtp or ngram, got '", cfg.speculator, "'");
   DI_CHECK(spec_k_ == 0 || cfg.speculator != "mtp" || model->num_mtp_layers() > 0,
            "EngineConfig.num_speculative_tokens: ", spec_k_, " MTP drafts asked, but ", mc.source,
            " has no MTP layer loaded (num_nextn_predict_layers ", mc.num_nextn_predict_layers,

@@ -84,11 +84,7 @@ Engine::Engine(const EngineConfig& config_in) {
   if (config.num_speculative_tokens < 0)
     config.num_speculative_tokens = static_cast<int>(env.get_int("DEEPINFER_USE_NEXTN_DECODE"));
   if (config.spec_varlen < 0) config.spec_varlen = env.get_bool("DEEPINFER_ENABLE_MTP_VARLEN") ? 1 : 0;
-  DI_CHECK(config.num_speculative_tokens >= 0 && config.num_speculative_tokens <= 16,
-           "num_speculative_tokens (DEEPINFER_USE_NEXTN_DECODE): expected 0..16, got ",
-           config.num_speculative_tokens);
-  DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
-           "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
+  check_speculation_config(config);  // before anything loads
   if (config.model_dir.empty() && config.random_weights_config.empty())
     config.model_dir = env.get_string("DEEPINFER_HF_MODEL_DIR");
   DI_CHECK(!config.model_dir.empty() || !config.random_weights_config.empty(),

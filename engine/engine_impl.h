@@ -37,7 +37,6 @@ inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, in
   const int k = std::max(cfg.num_speculative_tokens, 0);
   rc.max_logits_per_seq = 1 + k;
   rc.num_mtp_kv_layers = k > 0 && cfg.speculator == "mtp" ? 1 : 0;
-  rc.keep_hidden = rc.num_mtp_kv_layers > 0;
   return rc;
 }
 
@@ -57,6 +56,10 @@ inline std::vector<std::vector<int32_t>> scratch_block_tables(const Runner& runn
   }
   return tables;
 }
+
+// The speculation fields' own checks (k in 0..16, a known speculator): one place, run by
+// Engine(EngineConfig) before any weight loads and by Impl (engines built from parts).
+void check_speculation_config(const EngineConfig& config);
 
 struct Engine::Impl {
   // `tokenizer` may be null (token-id prompts only, empty text).

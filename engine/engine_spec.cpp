@@ -12,18 +12,22 @@
 namespace deepinfer {
 namespace {
 
-// The MTP proposer's view of the runner.
+// The MTP proposer's view of the runner. vocab: the engine's sample_vocab (drafts never
+// take a padding row's id).
 class RunnerMtp final : public MtpExecutor {
  public:
   RunnerMtp(Runner& runner, int vocab) : runner_(runner), vocab_(vocab) {}
-  const Tensor& run_mtp(std::span<const MtpRows> rows, bool hidden_from_target) override {
+  MtpResult run_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits) override {
     seqs_.clear();
     hidden_.clear();
     for (const MtpRows& r : rows) {
       seqs_.push_back({r.next_tokens, r.begin, r.count, r.block_ids, r.want_logits, 1});
       for (int t = 0; t < r.count; ++t) hidden_.push_back(r.hidden_row + t);
     }
-    return runner_.run_mtp(seqs_, hidden_, hidden_from_target);
+    MtpResult out;
+    out.tokens = runner_.run_mtp(seqs_, hidden_, hidden_from_target, want_logits);
+    if (want_logits) out.logits = &runner_.mtp_logits();
+    return out;
   }
   int vocab_size() const override { return vocab_; }
 
@@ -36,10 +40,21 @@ class RunnerMtp final : public MtpExecutor {
 
 }  // namespace
 
+void check_speculation_config(const EngineConfig& config) {
+  // -1: unset (EngineConfig's default; an engine built from parts takes it as 0).
+  DI_CHECK(config.num_speculative_tokens >= -1 && config.num_speculative_tokens <= 16,
+           "EngineConfig.num_speculative_tokens (DEEPINFER_USE_NEXTN_DECODE, --num-speculative-tokens): "
+           "expected 0..16, got ", config.num_speculative_tokens);
+  DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
+           "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
+}
+
 void Engine::Impl::make_proposer() {
   if (config.speculator == "mtp") {
-    mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, model->vocab_size());
-    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_);
+    mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, sample_vocab);
+    // Confidences (a softmax over the vocabulary per draft, logits to the host) only for
+    // confidence-scheduled verification.
+    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen > 0);
   } else {
     proposer_ = std::make_unique<NgramProposer>();
   }
@@ -82,17 +97,25 @@ int Engine::Impl::draft_budget(const SeqState& seq) const {
   return std::max(0, std::min({spec_k_, by_tokens, by_context}));
 }
 
+namespace {
+// One verify step's counts added in place (no per-step SpecDecodeStats and vectors; the
+// per-position vectors grow only when a longer draft run first appears).
+void add_verified(SpecDecodeStats& s, int num_drafts, int num_accepted, int num_emitted) {
+  s.num_verify_steps += 1;
+  s.num_draft_tokens += num_drafts;
+  s.num_accepted_tokens += num_accepted;
+  s.num_emitted_tokens += num_emitted;
+  const size_t k = static_cast<size_t>(num_drafts);
+  if (s.drafts_per_position.size() < k) s.drafts_per_position.resize(k, 0);
+  if (s.accepted_per_position.size() < k) s.accepted_per_position.resize(k, 0);
+  for (size_t j = 0; j < k; ++j) s.drafts_per_position[j] += 1;
+  for (size_t j = 0; j < static_cast<size_t>(num_accepted); ++j) s.accepted_per_position[j] += 1;
+}
+}  // namespace
+
 void Engine::Impl::count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted) {
-  SpecDecodeStats one;
-  one.num_verify_steps = 1;
-  one.num_draft_tokens = num_drafts;
-  one.num_accepted_tokens = num_accepted;
-  one.num_emitted_tokens = num_emitted;
-  one.drafts_per_position.assign(static_cast<size_t>(num_drafts), 1);
-  one.accepted_per_position.assign(static_cast<size_t>(num_drafts), 0);
-  for (int j = 0; j < num_accepted; ++j) one.accepted_per_position[static_cast<size_t>(j)] = 1;
-  r.spec.add(one);
-  stats.spec.add(one);
+  add_verified(r.spec, num_drafts, num_accepted, num_emitted);
+  add_verified(stats.spec, num_drafts, num_accepted, num_emitted);
 }
 
 void Engine::Impl::propose_drafts(const InFlight& step) {

@@ -56,8 +56,8 @@ class Model {
   // block tables); hidden_out [T, hidden]; logits F32 [batch.logits_indices.numel(), vocab].
   virtual void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
                            Tensor& hidden_out, Tensor& logits);
-  // Changes whenever forward reallocates its workspaces: CUDA graphs captured over
-  // forward before then hold stale pointers (runner/ releases them).
+  // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
+  // captured over them before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }
 };
 

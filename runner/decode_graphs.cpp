@@ -6,14 +6,15 @@ namespace deepinfer {
 namespace {
 // More graphs than this (many context buckets x batch buckets) are released and
 // re-captured on use rather than kept: each holds a few hundred kernel nodes.
-constexpr int kMaxLiveGraphs = 64;
+constexpr int kMaxLiveGraphs = 96;  // decode and verify (1 + k) shapes
 constexpr int kMinContextBucket = 256;
 }  // namespace
 
-DecodeGraphs::DecodeGraphs(int max_num_seqs, int max_blocks_per_seq, int block_size)
+DecodeGraphs::DecodeGraphs(int max_num_seqs, int max_blocks_per_seq, int block_size, int max_tokens)
     : buckets_(batch_buckets(max_num_seqs)),
       max_blocks_per_seq_(max_blocks_per_seq),
-      block_size_(block_size) {}
+      block_size_(block_size),
+      max_tokens_(max_tokens > 0 ? max_tokens : max_num_seqs) {}
 
 std::vector<int> DecodeGraphs::batch_buckets(int max_num_seqs) {
   std::vector<int> out;
@@ -25,16 +26,19 @@ std::vector<int> DecodeGraphs::batch_buckets(int max_num_seqs) {
   return out;
 }
 
-DecodePadding DecodeGraphs::shape_for(int num_seqs, int max_seq_len) const {
+DecodePadding DecodeGraphs::shape_for(int num_seqs, int tokens_per_seq, int max_seq_len) const {
   DecodePadding pad;
   auto it = std::lower_bound(buckets_.begin(), buckets_.end(), num_seqs);
-  if (num_seqs <= 0 || it == buckets_.end()) return pad;
+  if (num_seqs <= 0 || tokens_per_seq <= 0 || it == buckets_.end() ||
+      int64_t{*it} * tokens_per_seq > max_tokens_)
+    return pad;
   int64_t context = kMinContextBucket;
   while (context < max_seq_len) context *= 2;
   const int64_t width = std::min<int64_t>((context + block_size_ - 1) / block_size_,
                                           max_blocks_per_seq_);
   if (width * block_size_ < max_seq_len) return pad;
   pad.num_seqs = *it;
+  pad.tokens_per_seq = tokens_per_seq;
   pad.max_blocks = static_cast<int>(width);
   pad.max_seq_len = static_cast<int>(width * block_size_);
   return pad;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "model/config.h"
@@ -72,7 +73,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   sample_params_ = backend.alloc(DType::I32, {max_rows, kSampleRowWords});
   for (DeviceBuffer& h : host_sample_params_) h = backend.alloc_host(DType::I32, {max_rows, kSampleRowWords});
   host_logits_ = backend.alloc_host(DType::F32, {max_rows, vocab});
-  if (config.keep_hidden || config.num_mtp_kv_layers > 0) {
+  if (config.num_mtp_kv_layers > 0) {
     const DType dt = backend.activation_dtype();
     const int64_t H = model.config().hidden_size;
     hidden_ = backend.alloc(dt, {max_tokens, H});
@@ -80,10 +81,14 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
     for (DeviceBuffer& b : mtp_out_) b = backend.alloc(dt, {max_tokens, H});
     mtp_rows_ = backend.alloc(DType::I32, {max_tokens});
     host_mtp_rows_ = backend.alloc_host(DType::I32, {max_tokens});
+    mtp_ids_ = backend.alloc(DType::I32, {max_rows});
   }
-  // A graph step has as many rows as tokens: buckets stay within both capacities.
-  const int graph_rows = std::min(config.max_num_seqs, config.max_num_batched_tokens);
-  graphs_ = DecodeGraphs(graph_rows, max_blocks_per_seq_, config.kv_block_size);
+  // A graph step has one logits row per token: buckets (x tokens per sequence) stay within
+  // the step buffers and the logits rows.
+  const int graph_seqs = std::min(config.max_num_seqs, config.max_num_batched_tokens);
+  const int graph_tokens = static_cast<int>(std::min<int64_t>(max_tokens, max_rows));
+  graphs_ = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size, graph_tokens);
+  for (DecodeGraphs& g : mtp_graphs_) g = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size);
 }
 
 StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) const {
@@ -112,7 +117,7 @@ StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) cons
   return batch;
 }
 
-Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decode_graph) {
+Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, const DecodePadding* graph_shape) {
   StepBatch batch = step_batch(l, info);
   Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
                 logits_.tensor().device);
@@ -123,27 +128,30 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
     hidden_out = &hidden;
     hidden_rows_ = l.num_tokens;
   }
-  if (!decode_graph) {
+  if (graph_shape == nullptr) {
     model_.forward(batch, kv_, logits, hidden_out);
     return logits;
   }
-  const DecodePadding shape{static_cast<int>(l.num_seqs), static_cast<int>(l.max_blocks),
-                            info.max_seq_len};
+  if (run_graphed(graphs_, *graph_shape, [&] { model_.forward(batch, kv_, logits, hidden_out); }))
+    ++stats_.num_graph_steps;
+  return logits;
+}
+
+bool Runner::run_graphed(DecodeGraphs& graphs, const DecodePadding& shape, const std::function<void()>& body) {
   auto epoch = [&] { return std::make_pair(backend_.workspace_epoch(), model_.workspace_epoch()); };
-  const int graph = graphs_.find(backend_, shape, epoch());
+  const int graph = graphs.find(backend_, shape, epoch());
   if (graph >= 0) {
     backend_.graph_replay(graph);
-    ++stats_.num_graph_steps;
-    return logits;
+    return true;
   }
   // First step of this shape (or after a workspace reallocation): run it eagerly, which
   // also grows every workspace to this shape, then record it for the next steps.
-  model_.forward(batch, kv_, logits, hidden_out);
-  if (graphs_.failed(shape)) return logits;
+  body();
+  if (graphs.failed(shape)) return false;
   try {
     backend_.graph_capture_begin();
     try {
-      model_.forward(batch, kv_, logits, hidden_out);
+      body();
     } catch (...) {
       try {
         backend_.graph_release(backend_.graph_capture_end());
@@ -151,15 +159,15 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
       }
       throw;
     }
-    graphs_.add(backend_, shape, backend_.graph_capture_end(), epoch());
+    graphs.add(backend_, shape, backend_.graph_capture_end(), epoch());
     ++stats_.num_graphs_captured;
   } catch (const Error&) {
     // A shape that cannot be captured (e.g. an op that must grow a workspace or copy
     // through the host) runs eagerly from now on; the step's result is already computed.
-    graphs_.mark_failed(shape);
+    graphs.mark_failed(shape);
     ++stats_.num_capture_failures;
   }
-  return logits;
+  return false;
 }
 
 void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous,
@@ -170,11 +178,14 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   DI_CHECK(in_flight_.size() < 2, "runner: two steps are in flight; collect one first");
   DI_CHECK(argmax_only || in_flight_.empty() || in_flight_.front().argmax_only,
            "runner: at most one step returning logits may be in flight");
-  bool decode = true;
+  // Uniform step (graph-able): every sequence computes q new tokens after cached context,
+  // each with its logits row (q = 1: decode; q = 1 + k: a verify step).
+  const int q = seqs[0].num_new;
+  bool uniform = true;
   int max_seq_len = 0;
   int64_t num_tokens = 0;
   for (const RunSeq& s : seqs) {
-    decode = decode && s.num_new == 1 && s.num_computed > 0 && s.needs_logits;
+    uniform = uniform && s.num_new == q && s.num_computed > 0 && s.needs_logits && s.num_logits == q;
     max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
     num_tokens += s.num_new;
   }
@@ -193,8 +204,8 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
            sample_rows.size(), " entries, ", rows, " rows)");
 
   DecodePadding pad;
-  if (decode && config_.use_graphs && backend_.supports_graphs())
-    pad = graphs_.shape_for(num_seqs, max_seq_len);
+  if (uniform && config_.use_graphs && backend_.supports_graphs())
+    pad = graphs_.shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
 
   const int slot = next_slot_;
@@ -215,7 +226,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
     backend_.copy_async(prev, ids);
   }
 
-  Tensor logits = forward(l, info, graph);
+  Tensor logits = forward(l, info, graph ? &pad : nullptr);
   Pending p;
   p.argmax_only = argmax_only;
   p.num_rows = rows;
@@ -275,8 +286,8 @@ const Tensor& Runner::collect_logits() {
   return logits_out_;
 }
 
-const Tensor& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
-                             bool hidden_from_target) {
+const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
+                                            bool hidden_from_target, bool logits_to_host) {
   DI_CHECK(in_flight_.empty(), "runner: run_mtp while asynchronous steps are in flight");
   DI_CHECK(config_.num_mtp_kv_layers > 0, "runner: run_mtp without an MTP KV layer (RunnerConfig)");
   const int num_seqs = static_cast<int>(seqs.size());
@@ -287,40 +298,80 @@ const Tensor& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int3
            "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
            hidden_rows.size(), " hidden rows");
   const Tensor& src_all = hidden_from_target ? hidden_.tensor() : mtp_out_[mtp_cur_].tensor();
-  const int64_t src_rows = hidden_from_target ? hidden_rows_ : src_all.size(0);
+  const int64_t src_rows = hidden_from_target ? hidden_rows_ : mtp_out_rows_;
   for (int32_t r : hidden_rows)
     DI_CHECK(r >= 0 && r < src_rows, "runner: run_mtp hidden row ", r, " outside [0, ", src_rows, ")");
+  // A pass from the target's hidden states writes mtp_out_[0], a chained one the other
+  // buffer than it reads: three (source, destination) pairs, a graph set for each.
+  const int out_index = hidden_from_target ? 0 : mtp_cur_ ^ 1;
+  const int variant = hidden_from_target ? 0 : 1 + mtp_cur_;
+  // Uniform passes (one row per sequence after cached context, with logits: every chained
+  // draft) replay a graph like decode steps do.
+  bool uniform = true;
+  int max_seq_len = 0;
+  for (const RunSeq& s : seqs) {
+    uniform = uniform && s.num_new == 1 && s.num_computed > 0 && s.needs_logits && s.num_logits == 1;
+    max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
+  }
+  DecodePadding pad;
+  if (uniform && config_.use_graphs && backend_.supports_graphs())
+    pad = mtp_graphs_[variant].shape_for(num_seqs, 1, max_seq_len);
+  const bool graph = pad.num_seqs > 0;
   const int slot = next_slot_;
   next_slot_ ^= 1;
   Tensor& host = staging_[slot].tensor();
   StepHostInfo info;
   const StepLayout l =
-      build_step_inputs(seqs, config_.kv_block_size, nullptr, host.ptr<int32_t>(), host.numel(), info,
+      build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr, host.ptr<int32_t>(), host.numel(), info,
                         std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), 1));
   const Tensor& dev = inputs_.tensor();
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
   backend_.copy_async(src, dst);
-  Tensor host_rows(host_mtp_rows_.tensor().data, DType::I32, {num_tokens}, host_mtp_rows_.tensor().device);
-  std::copy(hidden_rows.begin(), hidden_rows.end(), host_rows.ptr<int32_t>());
-  Tensor rows(mtp_rows_.tensor().data, DType::I32, {num_tokens}, mtp_rows_.tensor().device);
+  // Hidden source rows; padding rows read row 0.
+  Tensor host_rows(host_mtp_rows_.tensor().data, DType::I32, {l.num_tokens}, host_mtp_rows_.tensor().device);
+  std::fill(std::copy(hidden_rows.begin(), hidden_rows.end(), host_rows.ptr<int32_t>()),
+            host_rows.ptr<int32_t>() + l.num_tokens, 0);
+  Tensor rows(mtp_rows_.tensor().data, DType::I32, {l.num_tokens}, mtp_rows_.tensor().device);
   backend_.copy_async(host_rows, rows);
 
   StepBatch batch = step_batch(l, info);
-  Tensor in = mtp_in_.tensor().slice_rows(0, num_tokens);
-  backend_.embedding(rows, src_all, in);  // gather the hidden inputs
-  const int out_index = mtp_cur_ ^ 1;
-  Tensor out = mtp_out_[out_index].tensor().slice_rows(0, num_tokens);
+  Tensor in = mtp_in_.tensor().slice_rows(0, l.num_tokens);
+  Tensor out = mtp_out_[out_index].tensor().slice_rows(0, l.num_tokens);
   Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
                 logits_.tensor().device);
-  model_.mtp_forward(batch, kv_[static_cast<size_t>(model_.mtp_kv_group())][static_cast<size_t>(mtp_layer_)], in,
-                     out, logits);
+  auto body = [&] {
+    backend_.embedding(rows, src_all, in);  // gather the hidden inputs
+    model_.mtp_forward(batch, kv_[static_cast<size_t>(model_.mtp_kv_group())][static_cast<size_t>(mtp_layer_)], in,
+                       out, logits);
+  };
+  if (!graph) {
+    body();
+  } else if (run_graphed(mtp_graphs_[variant], pad, body)) {
+    ++stats_.num_mtp_graph_runs;
+  }
   mtp_cur_ = out_index;
-  Tensor host_logits(host_logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()});
-  if (l.num_logits > 0) backend_.copy_async(logits, host_logits);
+  mtp_out_rows_ = l.num_tokens;
+  // Drafts are argmax rows: chosen on the device, only their ids come back (a [rows,
+  // vocab] F32 copy and a host scan per draft cost more than the MTP layer at batch 64).
+  // Real rows only (a padded pass computes more).
+  const int64_t rows_out = graph ? num_seqs : l.num_logits;
+  DI_CHECK(rows_out <= mtp_ids_.tensor().numel(), "runner: run_mtp returns ", rows_out,
+           " logits rows (max ", mtp_ids_.tensor().numel(), ")");
+  Tensor host_ids(host_ids_[slot].tensor().data, DType::I32, {rows_out});
+  if (rows_out > 0) {
+    Tensor ids(mtp_ids_.tensor().data, DType::I32, {rows_out}, mtp_ids_.tensor().device);
+    Tensor chosen = logits.slice_rows(0, rows_out);  // [rows, sample_vocab] of [rows, vocab]
+    if (config_.sample_vocab > 0 && config_.sample_vocab < chosen.shape[1]) chosen.shape[1] = config_.sample_vocab;
+    backend_.argmax(chosen, ids);
+    backend_.copy_async(ids, host_ids);
+  }
+  Tensor host_logits(host_logits_.tensor().data, DType::F32, {rows_out, model_.vocab_size()});
+  if (logits_to_host && rows_out > 0) backend_.copy_async(logits.slice_rows(0, rows_out), host_logits);
   backend_.wait_fence(backend_.record_fence());
-  logits_out_ = host_logits;
-  return logits_out_;
+  logits_out_ = logits_to_host ? host_logits : Tensor{};
+  ids_out_.assign(host_ids.ptr<int32_t>(), host_ids.ptr<int32_t>() + rows_out);
+  return ids_out_;
 }
 
 const Tensor& Runner::execute(std::span<const RunSeq> seqs) {

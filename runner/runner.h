@@ -12,11 +12,13 @@
 //    the first one's argmax on the device (tokens_from_previous), so the engine can issue
 //    step N+1 before it has read step N's tokens.
 //
-// Pure decode steps (every sequence computes one new token after cached context and needs
-// its logits) replay a CUDA graph where the backend has them (runner/decode_graphs.h).
+// Uniform steps (every sequence computes q new tokens after cached context, each with its
+// logits row: decode, q = 1, and speculative verify steps, q = 1 + k) replay a CUDA graph
+// where the backend has them (runner/decode_graphs.h).
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -45,10 +47,9 @@ struct RunnerConfig {
   // Speculative decoding: logits rows per sequence a step may return (1 + k drafts);
   // sizes the logits and token buffers.
   int max_logits_per_seq = 1;
-  // Keep every row's final hidden state of each target step (MTP drafting reads them).
-  bool keep_hidden = false;
   // KV layers beyond the model's main ones (1: the MTP layer's latent cache, in the group
-  // Model::mtp_kv_group() names, same blocks).
+  // Model::mtp_kv_group() names, same blocks). With one, every target step also keeps each
+  // row's final hidden state (MTP drafting reads them).
   int num_mtp_kv_layers = 0;
 };
 
@@ -57,6 +58,7 @@ struct RunnerStats {
   int64_t num_graph_steps = 0;     // steps that replayed a captured graph
   int64_t num_graphs_captured = 0;  // captures, re-captures after workspace growth included
   int64_t num_capture_failures = 0;
+  int64_t num_mtp_graph_runs = 0;  // run_mtp passes that replayed a captured graph
 };
 
 class Runner {
@@ -107,9 +109,13 @@ class Runner {
   // its KV in the MTP layer's cache (block_ids: the table of the model's MTP KV group, the
   // only group the step addresses). hidden_rows[t]: the hidden input of token t of the
   // call, a row of the last target step's hidden states (hidden_from_target) or of the
-  // previous run_mtp's output. Returns host F32 logits [rows with logits, vocab].
-  const Tensor& run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
-                        bool hidden_from_target);
+  // previous run_mtp's output. Returns the argmax (over sample_vocab, lowest id on ties;
+  // a NaN row gives a negative id) of each logits row, chosen on the device; with
+  // logits_to_host, mtp_logits() then holds the host F32 logits [rows, vocab] too.
+  const std::vector<int32_t>& run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
+                                      bool hidden_from_target, bool logits_to_host = false);
+  // Host logits of the last run_mtp with logits_to_host (valid until the next call).
+  const Tensor& mtp_logits() const { return logits_out_; }
 
  private:
   struct Pending {
@@ -118,9 +124,13 @@ class Runner {
     int64_t fence = 0;
     int slot = 0;  // host staging / result slot
   };
-  // Runs the model on the inputs in inputs_ (eagerly, or by a graph for decode steps);
-  // returns the device logits [num_logits, vocab].
-  Tensor forward(const StepLayout& layout, const StepHostInfo& info, bool decode_graph);
+  // Runs the model on the inputs in inputs_ (eagerly, or by the graph of graph_shape for
+  // uniform steps); returns the device logits [num_logits, vocab].
+  Tensor forward(const StepLayout& layout, const StepHostInfo& info, const DecodePadding* graph_shape);
+  // Runs body through the graph of `shape` in `graphs`: replays it (true), or runs body
+  // eagerly (growing every workspace to the shape) and then captures it for the next
+  // steps of the shape (false; a shape that fails to capture runs eagerly from then on).
+  bool run_graphed(DecodeGraphs& graphs, const DecodePadding& shape, const std::function<void()>& body);
   // The StepBatch over inputs_ (device views at the layout's offsets).
   StepBatch step_batch(const StepLayout& layout, const StepHostInfo& info) const;
 
@@ -141,14 +151,20 @@ class Runner {
   DeviceBuffer host_sample_params_[2];  // I32 host [max_seqs, kSampleRowWords] per slot
   DeviceBuffer host_logits_;          // F32 host [max_seqs, vocab]
   int64_t max_rows_ = 0;              // logits rows per step (max_seqs x max_logits_per_seq, capped)
-  DeviceBuffer hidden_;               // [max_tokens, hidden] target hidden states (keep_hidden)
+  DeviceBuffer hidden_;               // [max_tokens, hidden] target hidden states (with an MTP KV layer)
   DeviceBuffer mtp_in_, mtp_out_[2];  // [max_tokens, hidden] MTP inputs / outputs (chained)
   DeviceBuffer mtp_rows_, host_mtp_rows_;  // I32 [max_tokens] hidden source rows
+  DeviceBuffer mtp_ids_;              // I32 [max_rows] device argmax of MTP rows (not argmax_ids_:
+                                      // a later tokens_from_previous step reads that)
   int mtp_cur_ = 0;                   // mtp_out_ index written by the last run_mtp
+  int64_t mtp_out_rows_ = 0;          // rows it wrote (a chained pass reads those only)
   int64_t hidden_rows_ = 0;           // rows in hidden_ from the last target step
   std::vector<int32_t> ids_out_;
   Tensor logits_out_;
   DecodeGraphs graphs_;
+  // MTP passes of one row per sequence, by (source, destination) of the hidden states:
+  // [0] target -> mtp_out_[0], [1] mtp_out_[0] -> [1], [2] mtp_out_[1] -> [0].
+  DecodeGraphs mtp_graphs_[3];
   std::deque<Pending> in_flight_;
   int next_slot_ = 0;
   int64_t last_argmax_rows_ = -1;  // token rows of the last submitted step (-1: logits step)

@@ -74,9 +74,12 @@ StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
   }
   const int64_t num_seqs = pad ? pad->num_seqs : num_real;
   if (pad) {
-    DI_CHECK(pad->num_seqs >= num_real && num_tokens == num_real && num_logits == num_real,
-             "runner: a padded decode step needs one new token with logits per sequence");
-    num_tokens = num_logits = num_seqs;
+    const int q = pad->tokens_per_seq;
+    bool uniform = q >= 1 && pad->num_seqs >= num_real;
+    for (const RunSeq& s : seqs) uniform = uniform && s.num_new == q && s.needs_logits && s.num_logits == q;
+    DI_CHECK(uniform, "runner: a padded step needs ", q, " new tokens with logits for each of its ",
+             num_real, " sequences (padded to ", pad->num_seqs, ")");
+    num_tokens = num_logits = num_seqs * q;
     max_blocks = pad->max_blocks;
   }
   const StepLayout l = StepLayout::make(num_tokens, num_seqs, num_logits, max_blocks, num_groups);
@@ -127,18 +130,21 @@ StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
     info.max_query_len = std::max(info.max_query_len, s.num_new);
     info.max_seq_len = std::max(info.max_seq_len, end);
   }
-  for (int64_t i = num_real; i < num_seqs; ++i, ++t) {  // decode padding
-    token_ids[t] = 0;
-    positions[t] = 0;
-    for (int64_t g = 0; g < num_groups; ++g) group_slots(g)[t] = -1;
-    query_start[i + 1] = static_cast<int32_t>(t + 1);
-    seq_lens[i] = 1;
-    logits_indices[r++] = static_cast<int32_t>(t);
+  const int q = pad ? pad->tokens_per_seq : 1;
+  for (int64_t i = num_real; i < num_seqs; ++i) {  // padding sequences
+    for (int p = 0; p < q; ++p, ++t) {
+      token_ids[t] = 0;
+      positions[t] = p;
+      for (int64_t g = 0; g < num_groups; ++g) group_slots(g)[t] = -1;
+      logits_indices[r++] = static_cast<int32_t>(t);
+    }
+    query_start[i + 1] = static_cast<int32_t>(t);
+    seq_lens[i] = q;
   }
   if (pad) {
-    DI_CHECK(info.max_seq_len <= pad->max_seq_len, "runner: decode context ", info.max_seq_len,
+    DI_CHECK(info.max_seq_len <= pad->max_seq_len, "runner: step context ", info.max_seq_len,
              " exceeds the graph's bound ", pad->max_seq_len);
-    info.max_query_len = 1;
+    info.max_query_len = q;
     info.max_seq_len = pad->max_seq_len;
   }
   info.host_query_start.assign(query_start, query_start + num_seqs + 1);

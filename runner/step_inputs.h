@@ -54,17 +54,20 @@ struct StepHostInfo {
   std::vector<int32_t> host_seq_lens;     // [num_seqs]
 };
 
-// Shape a decode step is padded to for a graph (DecodeGraphs::shape_for).
+// Shape a uniform step (decode: 1 token per sequence; verify: 1 + k) is padded to for a
+// graph (DecodeGraphs::shape_for).
 struct DecodePadding {
-  int num_seqs = 0;     // rows (>= the real sequences)
-  int max_blocks = 0;   // block table width
-  int max_seq_len = 0;  // attention's context bound (max_blocks * block_size)
+  int num_seqs = 0;        // sequences (>= the real ones)
+  int max_blocks = 0;      // block table width
+  int max_seq_len = 0;     // attention's context bound (max_blocks * block_size)
+  int tokens_per_seq = 1;  // new tokens of every sequence, each with its logits row
 };
 
 // Builds the step's arrays into out[0, layout.total) (capacity ints available) and fills
-// `info`. Without padding the arrays are exactly the sequences'. With padding (a pure
-// decode step for a graph) rows [seqs.size(), pad->num_seqs) are harmless fillers: token 0
-// at position 0, no KV store (slot -1), a context of 1 read through a block table row of
+// `info`. Without padding the arrays are exactly the sequences'. With padding (a uniform
+// step for a graph: every sequence computes pad->tokens_per_seq = q tokens, all with
+// logits) sequences [seqs.size(), pad->num_seqs) are harmless fillers: tokens 0 at
+// positions 0..q-1, no KV store (slot -1), a context of q read through a block table row of
 // zeros (block 0), logits computed and never read; every row's logits are computed.
 // Throws Error naming the sequence when a RunSeq is inconsistent or the step does not fit.
 // kv_groups: the model's groups (empty: one group of one row per token); every group's table

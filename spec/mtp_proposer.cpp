@@ -1,17 +1,18 @@
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "spec/proposer.h"
 
 namespace deepinfer {
 
-std::pair<int32_t, float> top_token(const float* logits, int64_t vocab) {
-  int32_t best = 0;
-  for (int64_t v = 1; v < vocab; ++v)
-    if (logits[v] > logits[best]) best = static_cast<int32_t>(v);
+float softmax_probability(const float* logits, int64_t vocab, int32_t token) {
+  DI_CHECK(token >= 0 && token < vocab, "softmax_probability: token ", token, " outside [0, ", vocab, ")");
+  const double top = logits[token];
   double sum = 0.0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v] - logits[best]));
-  return {best, static_cast<float>(1.0 / sum)};
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(logits[v]) - top);
+  return static_cast<float>(1.0 / sum);
 }
 
 void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) {
@@ -20,8 +21,10 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
   next_.resize(seqs.size());
   // 1. Every newly verified position p gets its MTP row (h_p, t_{p+1}); the last one of a
   //    drafting sequence gives draft 1.
-  std::vector<MtpRows> rows;
-  std::vector<size_t> drafting;  // seqs index per logits row
+  rows_.clear();
+  drafting_.clear();  // seqs index per logits row
+  hidden_of_.clear();  // per logits row: the call's token row whose output hidden state chains
+  int tokens = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const ProposeSeq& s = seqs[i];
     const int n = static_cast<int>(s.token_ids.size());
@@ -30,29 +33,44 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
     if (end <= s.computed_begin) continue;
     next_[i].assign(s.token_ids.begin() + 1, s.token_ids.end());
     const bool want = s.max_drafts > 0 && end == n - 1;
-    rows.push_back({next_[i], s.computed_begin, end - s.computed_begin, s.block_ids, want, s.target_row});
-    if (want) drafting.push_back(i);
+    rows_.push_back({next_[i], s.computed_begin, end - s.computed_begin, s.block_ids, want, s.target_row});
+    tokens += end - s.computed_begin;
+    if (want) {
+      drafting_.push_back(i);
+      hidden_of_.push_back(tokens - 1);  // its last row (the draft's position - 1)
+    }
   }
-  if (rows.empty()) return;
-  const Tensor* logits = &exec_.run_mtp(rows, true);
+  if (rows_.empty()) return;
+  MtpResult result = exec_.run_mtp(rows_, true, confidences_ && !drafting_.empty());
   // 2. Chain: draft j + 1 from draft j's output hidden state, one row per sequence.
-  for (int j = 0; !drafting.empty(); ++j) {
-    std::vector<size_t> still;
-    rows.clear();
-    for (size_t r = 0; r < drafting.size(); ++r) {
-      const size_t i = drafting[r];
-      const auto [tok, p] = top_token(logits->ptr<float>() + static_cast<int64_t>(r) * vocab, vocab);
+  for (int j = 0; !drafting_.empty(); ++j) {
+    DI_CHECK(result.tokens.size() == drafting_.size() && (!confidences_ || result.logits != nullptr),
+             "MtpProposer: ", result.tokens.size(), " draft tokens for ", drafting_.size(), " rows",
+             confidences_ && result.logits == nullptr ? ", no logits for the confidences" : "");
+    still_.clear();
+    rows_.clear();
+    for (size_t r = 0; r < drafting_.size(); ++r) {
+      const size_t i = drafting_[r];
+      const int32_t tok = result.tokens[r];
+      if (tok < 0 || tok >= vocab) continue;  // a NaN row (no token): this sequence's drafts end
       out[i].drafts.push_back(tok);
-      out[i].confidences.push_back(p);
+      if (confidences_)
+        out[i].confidences.push_back(
+            softmax_probability(result.logits->ptr<float>() + static_cast<int64_t>(r) * result.logits->size(1),
+                                vocab, tok));
       if (static_cast<int>(out[i].drafts.size()) >= seqs[i].max_drafts) continue;
       next_[i].push_back(tok);
       const int pos = static_cast<int>(seqs[i].token_ids.size()) - 1 + j;  // the draft's position
-      rows.push_back({next_[i], pos, 1, seqs[i].block_ids, true, static_cast<int>(r)});
-      still.push_back(i);
+      // Chain on the output hidden state of the row that drafted tok (a call's output rows
+      // are its token rows: in the first call a sequence may have several).
+      rows_.push_back({next_[i], pos, 1, seqs[i].block_ids, true, hidden_of_[r]});
+      still_.push_back(i);
     }
-    drafting = std::move(still);
-    if (drafting.empty()) break;
-    logits = &exec_.run_mtp(rows, false);
+    std::swap(drafting_, still_);
+    hidden_of_.resize(drafting_.size());
+    for (size_t r = 0; r < drafting_.size(); ++r) hidden_of_[r] = static_cast<int>(r);  // one row each
+    if (drafting_.empty()) break;
+    result = exec_.run_mtp(rows_, false, confidences_);
   }
 }
 

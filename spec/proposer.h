@@ -29,7 +29,9 @@ struct ProposeSeq {
 
 struct Proposal {
   std::vector<int32_t> drafts;      // [<= max_drafts]
-  std::vector<float> confidences;   // [drafts.size()]: P(draft j survives | draft j-1 did)
+  // [drafts.size()]: P(draft j survives | draft j-1 did); empty when the proposer was asked
+  // for none (MtpProposer without confidences).
+  std::vector<float> confidences;
 };
 
 class Proposer {
@@ -57,7 +59,8 @@ class NgramProposer final : public Proposer {
 };
 
 // What the MTP proposer needs from the runner: run the model's MTP layer over rows and
-// return host F32 logits [rows with want_logits, vocab].
+// return the argmax token of each row with want_logits (chosen on the device), and the
+// host logits of those rows only when asked (confidences).
 struct MtpRows {
   // Row tokens: next_tokens[p] is the token after position p (the sequence's tokens
   // shifted by one, drafts appended); rows are positions [begin, begin + count).
@@ -68,12 +71,21 @@ struct MtpRows {
   bool want_logits = false;  // logits of the last row
   int hidden_row = 0;        // hidden input of row p: source row hidden_row + (p - begin)
 };
+struct MtpResult {
+  // [rows with want_logits]: argmax over the first vocab_size() columns, lowest id on ties.
+  std::span<const int32_t> tokens;
+  // Host F32 [rows with want_logits, >= vocab_size()] when run_mtp was asked for them;
+  // else null (no [rows, vocab] copy to the host).
+  const Tensor* logits = nullptr;
+};
 class MtpExecutor {
  public:
   virtual ~MtpExecutor() = default;
   // hidden_from_target: the rows' hidden inputs are rows of the last target step's hidden
   // states; else rows of the previous run's output hidden states (chaining).
-  virtual const Tensor& run_mtp(std::span<const MtpRows> rows, bool hidden_from_target) = 0;
+  virtual MtpResult run_mtp(std::span<const MtpRows> rows, bool hidden_from_target,
+                            bool want_logits) = 0;
+  // Columns drafts are chosen from (the engine's sample_vocab: padding rows never drafted).
   virtual int vocab_size() const = 0;
 };
 
@@ -81,20 +93,27 @@ class MtpExecutor {
 // the final norm) and the sequence's last token; drafts 2..k chain the same layer on its
 // own output hidden state and the previous draft. Each step it first runs the layer over
 // every newly verified position (so its latent KV covers the whole sequence) and takes
-// draft 1 from the last one. Drafts are the argmax of the MTP logits; the confidence is
-// that argmax's softmax probability.
+// draft 1 from the last one. Drafts are the argmax of the MTP logits (on the device). With
+// `confidences` (confidence-scheduled verification) each draft's confidence is its softmax
+// probability (the logits come to the host for it); without, Proposal::confidences stays
+// empty and nothing of [rows, vocab] leaves the device.
 class MtpProposer final : public Proposer {
  public:
-  explicit MtpProposer(MtpExecutor& executor) : exec_(executor) {}
+  explicit MtpProposer(MtpExecutor& executor, bool confidences = true)
+      : exec_(executor), confidences_(confidences) {}
   std::string name() const override { return "mtp"; }
   void propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) override;
 
  private:
   MtpExecutor& exec_;
+  bool confidences_;
   std::vector<std::vector<int32_t>> next_;  // per sequence: shifted tokens + drafts
+  std::vector<MtpRows> rows_;
+  std::vector<size_t> drafting_, still_;
+  std::vector<int> hidden_of_;
 };
 
-// argmax of a logits row (lowest id on ties) and its softmax probability.
-std::pair<int32_t, float> top_token(const float* logits, int64_t vocab);
+// Softmax probability of `token` in a logits row of `vocab` columns.
+float softmax_probability(const float* logits, int64_t vocab, int32_t token);
 
 }  // namespace deepinfer

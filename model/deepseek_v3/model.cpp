@@ -51,6 +51,10 @@ void DeepseekV3Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, cons
   mtp_->forward(batch, kv_cache, cos_sin_.tensor(), hidden_in, hidden_out, logits);
 }
 
+uint64_t DeepseekV3Model::workspace_epoch() const {
+  return workspace_epoch_ + (mtp_ ? mtp_->workspace_epoch() : 0);
+}
+
 void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
   if (num_tokens <= capacity_) return;
   // Grow geometrically so a run of slightly larger steps does not reallocate each time.

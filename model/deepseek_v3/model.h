@@ -37,7 +37,7 @@ class DeepseekV3Model final : public Model {
   int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
-  uint64_t workspace_epoch() const override { return workspace_epoch_; }
+  uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
   void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;

@@ -33,6 +33,7 @@ void MtpLayer::ensure_workspace(int64_t num_tokens) {
   mla_ws_ = make_mla_workspace(config_, backend_, cap);
   ffn_ws_ = make_ffn_workspace(config_, backend_, cap);
   capacity_ = cap;
+  ++workspace_epoch_;
 }
 
 void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,

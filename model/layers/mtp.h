@@ -37,9 +37,12 @@ class MtpLayer {
   // batch.logits_indices. cos_sin: the model's RoPE table.
   void forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,
                const Tensor& hidden_in, Tensor& hidden_out, Tensor& logits);
+  // Bumped by each workspace reallocation (CUDA graphs over forward hold its pointers).
+  uint64_t workspace_epoch() const { return workspace_epoch_; }
 
  private:
   void ensure_workspace(int64_t num_tokens);
+  uint64_t workspace_epoch_ = 0;
 
   const ModelConfig& config_;
   const MtpWeights& w_;

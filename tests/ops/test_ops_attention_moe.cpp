@@ -274,6 +274,56 @@ TEST_F(AttentionMoe, BatchInvariantRowsMatchAloneAndInBatch) {
   for (int64_t i = 0; i < 16 * 512; ++i) ASSERT_EQ(one[i], all[16 * 512 + i]) << "attention element " << i;
 }
 
+// Speculative verify steps: 1 + k query tokens per sequence after cached context, causal
+// inside the run (token j attends positions <= seq_len - q + j), lengths read on the device.
+// Against the CPU reference in both configurations; with batch-invariant kernels each token
+// of a run gives the bits of its position computed alone (a decode step), also when the
+// launch's context bound is a graph's padded width (max_seq_len > every real length).
+TEST_F(AttentionMoe, MlaPagedVerifyRunsMatchCpuAndDecodeBits) {
+  for (int k : {1, 3}) {
+    const int q = 1 + k;
+    PagedCase c{{q, q, q, q}, {q + 1, 77, 333, 640}, 16, 576, 512, 16};
+    PagedData d = make_paged(c);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    PagedKV kc = paged_kv(nullptr, d, c, cpu_f32(d.cache, {d.num_blocks, c.block_size, c.row_dim}));
+    Tensor oc = cpu_f32(std::vector<float>(d.T * c.heads * c.v_dim), {d.T, c.heads, c.v_dim});
+    cpu_->mla_attention_paged(cpu_f32(d.q, {d.T, c.heads, c.row_dim}), kc, scale, static_cast<int>(c.v_dim), oc);
+    const std::string what = "verify run q " + std::to_string(q);
+    expect_close(run_paged_gpu(*gpu_, d, c, scale), values(oc), kTolAttention, what);
+    const std::vector<float> run = run_paged_gpu(*gpu_inv_, d, c, scale);
+    expect_close(run, values(oc), kTolAttention, what + " (batch-invariant)");
+    // Padded to a graph's bound: same bits in both configurations.
+    PagedData padded = d;
+    padded.max_seq_len = 1024;
+    for (Backend* g : {gpu_.get(), gpu_inv_.get()}) {
+      const std::vector<float> want = g == gpu_inv_.get() ? run : run_paged_gpu(*g, d, c, scale);
+      const std::vector<float> got = run_paged_gpu(*g, padded, c, scale);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(got[i], want[i]) << what << ": padded bound changed element " << i;
+    }
+    // Batch-invariant: token j of sequence s alone (a decode step at its position).
+    const int64_t row = c.heads * c.row_dim, out_row = c.heads * c.v_dim;
+    for (int s : {1, 3}) {
+      for (int j = 0; j < q; ++j) {
+        const int t = d.query_start[s] + j;
+        const int pos = c.seq_lens[s] - q + j;
+        PagedCase alone{{1}, {pos + 1}, c.heads, c.row_dim, c.v_dim, c.block_size};
+        PagedData d1 = d;
+        d1.q.assign(d.q.begin() + t * row, d.q.begin() + (t + 1) * row);
+        d1.tables.assign(d.tables.begin() + s * d.max_blocks, d.tables.begin() + (s + 1) * d.max_blocks);
+        d1.query_start = {0, 1};
+        d1.T = 1;
+        d1.max_q = 1;
+        d1.max_seq_len = pos + 1;
+        const std::vector<float> one = run_paged_gpu(*gpu_inv_, d1, alone, scale);
+        for (int64_t i = 0; i < out_row; ++i)
+          ASSERT_EQ(one[i], run[t * out_row + i])
+              << what << ": sequence " << s << " token " << j << " (position " << pos << ") element " << i;
+      }
+    }
+  }
+}
+
 // The shared-memory-staged expert GEMM (gemm_pipe.cu, for steps of <= 16 tokens) gives the
 // stream kernel's bits: DEEPINFER_CUDA_PIPE=2, 3, and 8 at one block per SM
 // (many items per block: the pipeline crosses item boundaries) against DEEPINFER_CUDA_PIPE=0,

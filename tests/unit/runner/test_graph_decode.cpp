@@ -7,10 +7,14 @@
 //    greedy and seeded-sampled tokens, with padded graph rows (3, 5, 7 sequences) and
 //    sequences finishing at different lengths;
 //  - default kernels: a batch that is a graph bucket (8, 1) runs the same kernels per row in
-//    both forms, so the tokens are equal too.
+//    both forms, so the tokens are equal too;
+//  - speculative verify steps (1 + k tokens per sequence) through graphs, on the embedded
+//    model with its MTP layer: batch-invariant, k = 1 and 3 with graphs give the tokens and
+//    logprobs of eager k = 0 (on CUDA, most steps replay a verify graph).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -29,17 +33,23 @@ struct GenRun {
   EngineStats stats;
 };
 
-GenRun generate(bool batch_invariant, bool eager, bool async, const std::vector<Prompt>& prompts,
-             const std::vector<SamplingParams>& params) {
+// The tests' engine: `model` under the source tree, on the accelerator.
+EngineConfig test_config(const std::string& model, bool batch_invariant, bool eager) {
   EngineConfig cfg;
-  cfg.model_dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v3_tiny";
+  cfg.model_dir = std::string(DEEPINFER_SOURCE_DIR) + "/" + model;
   cfg.backend = accelerator();
   cfg.num_threads = 2;
   cfg.batch_invariant = batch_invariant;
   cfg.enforce_eager = eager;
-  cfg.async_scheduling = async;
   cfg.kv_block_size = 16;
   cfg.max_num_seqs = 16;
+  return cfg;
+}
+
+GenRun generate(bool batch_invariant, bool eager, bool async, const std::vector<Prompt>& prompts,
+             const std::vector<SamplingParams>& params) {
+  EngineConfig cfg = test_config("tests/golden/fixtures/v3_tiny", batch_invariant, eager);
+  cfg.async_scheduling = async;
   Engine engine(cfg);
   GenRun r;
   r.outputs = engine.generate(prompts, params);
@@ -107,6 +117,68 @@ TEST(GraphDecode, DefaultKernelsOnBucketBatchesEqualEager) {
       EXPECT_GE(got.stats.num_graph_steps, 38);
     }
     EXPECT_GE(got.stats.num_steps_ahead, 30);
+  }
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
+  auto run = [](int k, bool eager, EngineStats* st) {
+    EngineConfig cfg = test_config("models/deepseek-v3-tiny-code", true, eager);
+    cfg.max_model_len = 512;
+    cfg.num_speculative_tokens = k;
+    cfg.spec_varlen = 0;
+    Engine engine(cfg);
+    std::vector<Prompt> ps;
+    for (const char* t : {"def fibonacci(n):\n", "import os\nimport sys\n", "for i in range(10):\n"})
+      ps.push_back(Prompt::from_text(t));
+    std::vector<SamplingParams> params;
+    for (int i = 0; i < 3; ++i) {
+      SamplingParams p;
+      p.temperature = i == 1 ? 0.8f : 0.0f;  // one seeded sampled request
+      p.seed = 5;
+      p.max_tokens = 48;
+      p.ignore_eos = true;
+      p.logprobs = 1;
+      params.push_back(p);
+    }
+    auto out = engine.generate(ps, params);
+    *st = engine.stats();
+    return out;
+  };
+  EngineStats st0;
+  const auto want = run(0, true, &st0);
+  for (int k : {1, 3}) {
+    EngineStats st;
+    const auto got = run(k, false, &st);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+      const CompletionOutput &a = want[i].outputs[0], &b = got[i].outputs[0];
+      ASSERT_EQ(a.token_ids, b.token_ids) << "k " << k << " request " << i;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+      for (size_t t = 0; t < a.logprobs.size(); ++t)
+        ASSERT_EQ(bits(a.logprobs[t].logprob), bits(b.logprobs[t].logprob)) << "k " << k << " request " << i << " token " << t;
+    }
+    EXPECT_GT(st.spec.num_accepted_tokens, 0) << "k " << k;
+    // Drafts from graphed MTP passes (padded rows included) are the eager passes' drafts:
+    // batch-invariant kernels, so the same acceptance position by position.
+    EngineStats eager;
+    run(k, true, &eager);
+    EXPECT_EQ(st.spec.accepted_per_position, eager.spec.accepted_per_position) << "k " << k;
+    EXPECT_EQ(st.spec.drafts_per_position, eager.spec.drafts_per_position) << "k " << k;
+    EXPECT_EQ(eager.num_graph_steps, 0);
+    if (accelerator() == "cuda") {
+      // Steady steps have 1 + k tokens per sequence (3 sequences, bucket 4) and replay a
+      // graph; eager: the prompt step, each shape's first step, and the tail where drafts
+      // are cut by max_tokens unevenly.
+      EXPECT_GT(st.num_graph_steps, st.num_steps / 3) << "k " << k << ": " << st.num_graph_steps << " of "
+                                                      << st.num_steps << " steps replayed a graph";
+    }
   }
 }
 

@@ -148,6 +148,21 @@ TEST(SpecEngine, MixedBatchChunkedPromptsAndPreemptionEqualNoSpeculation) {
   EXPECT_GT(st3.spec.num_accepted_tokens, 0);
 }
 
+// The CPU backend is batch-invariant, so a request's MTP drafts (and so its acceptance,
+// position by position) are the same alone and inside a batch: each chained draft reads its
+// own sequence's hidden state, whatever else the MTP pass holds.
+TEST(SpecEngine, DraftsOfARequestDoNotDependOnItsBatch) {
+  EngineStats st;
+  const auto batch = run(config(3), prompts(), {greedy(40)}, &st);
+  ASSERT_EQ(batch.size(), kPrompts.size());
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    const auto alone = run(config(3), {Prompt::from_text(kPrompts[i])}, {greedy(40)});
+    EXPECT_EQ(alone[0].outputs[0].token_ids, batch[i].outputs[0].token_ids) << "request " << i;
+    EXPECT_EQ(alone[0].spec.drafts_per_position, batch[i].spec.drafts_per_position) << "request " << i;
+    EXPECT_EQ(alone[0].spec.accepted_per_position, batch[i].spec.accepted_per_position) << "request " << i;
+  }
+}
+
 TEST(SpecEngine, NgramProposerEqualsNoSpeculation) {
   const auto base = run(config(0), prompts(), {greedy(40)});
   EngineStats st;
