@@ -144,7 +144,7 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
         stats.num_kv_block_copies += static_cast<int64_t>(copies.size());
       }
     }
-    p.block_ids = seq.kv.block_ids;
+    p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's group (V3: 0)
     p.max_drafts = k;
     in.push_back(p);
     seqs.push_back(&seq);

@@ -19,6 +19,14 @@
 //     group's table below its window are -1 (freed, never to be read).
 //  3. Nothing else: the block manager, scheduler, sizing and runner read the declaration.
 //
+// State that is not one row per token fits the same shapes. V4's per-sequence partial-group
+// buffers (the compressor inputs of tokens whose group of N is not complete, CSA's previous
+// half window for the overlap) are a window group whose rows are the compressor's per-token
+// inputs: a window of W serves a token t rows [t - W + 1, t], so W = 2N covers what an
+// overlapping compressor reads at the token completing a group; chunked and one-shot prefill
+// then hold the same rows, and a
+// prefix hit (a multiple of N * block_size tokens) restores them like any window group.
+//
 // Accounting (kv/block_manager.h): one block pool per group, one block table per group per
 // sequence, the same chained token hashes for prefix reuse in every group, copy-on-write per
 // group, window blocks freed as the window moves. The scheduler's one admission rule asks
