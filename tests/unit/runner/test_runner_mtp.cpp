@@ -28,11 +28,16 @@ class MtpRecordingModel final : public Model {
     config_.max_position_embeddings = 256;
   }
   const ModelConfig& config() const override { return config_; }
-  int num_kv_layers() const override { return 1; }
-  int kv_row_dim() const override { return 2; }
+  std::vector<KvGroupSpec> kv_groups() const override {
+    KvGroupSpec g;
+    g.name = "latent";
+    g.num_layers = 1;
+    g.row_dim = 2;
+    return {g};
+  }
   int vocab_size() const override { return kVocab; }
   int num_mtp_layers() const override { return 1; }
-  void forward(const StepBatch& b, std::vector<Tensor>&, Tensor& logits, Tensor* hidden_out) override {
+  void forward(const StepBatch& b, KvCaches&, Tensor& logits, Tensor* hidden_out) override {
     std::fill(logits.ptr<float>(), logits.ptr<float>() + logits.numel(), 0.0f);
     if (hidden_out == nullptr) return;
     for (int t = 0; t < b.num_tokens; ++t)
