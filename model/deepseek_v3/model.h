@@ -32,10 +32,11 @@ class DeepseekV3Model : public Model {
                   std::vector<MlaAbsorbedWeights> absorbed, Backend& backend);
 
   const ModelConfig& config() const override { return config_; }
-  int num_kv_layers() const override { return config_.num_hidden_layers; }
-  int kv_row_dim() const override { return static_cast<int>(config_.kv_row_dim()); }
+  // One group: every layer's MLA latent [c_kv | k_rope] (576 per token in V3), in the
+  // backend's activation dtype; the MTP layer joins it (mtp_kv_group 0).
+  std::vector<KvGroupSpec> kv_groups() const override;
   int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
-  void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
+  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override { return workspace_epoch_; }
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
@@ -45,12 +46,12 @@ class DeepseekV3Model : public Model {
   const ModelWeights& weights() const { return weights_; }
 
  protected:
-  // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv_cache[l].
-  // `step` holds the step's addressing (its .kv.cache is the caller's to set).
-  virtual void attention(int layer, const StepBatch& batch, MlaStep& step,
-                         std::vector<Tensor>& kv_cache, const Tensor& xn, Tensor& out);
-  // Checks the caches forward receives (V3: one latent cache per main layer).
-  virtual void check_kv_caches(const std::vector<Tensor>& kv_cache) const;
+  // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv[0][l].
+  // `step` holds the step's (group 0) addressing; its .kv.cache is the callee's to set.
+  virtual void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv,
+                         const Tensor& xn, Tensor& out);
+  // Checks the caches forward receives (V3: one latent cache per main layer in group 0).
+  virtual void check_kv_caches(const KvCaches& kv) const;
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -61,8 +62,7 @@ class DeepseekV3Model : public Model {
 
  private:
   void ensure_workspace(int64_t num_tokens);
-  void check_batch(const StepBatch& batch, const std::vector<Tensor>& kv_cache,
-                   const Tensor& logits) const;
+  void check_batch(const StepBatch& batch, const KvCaches& kv, const Tensor& logits) const;
 
   MoeRouting routing_;
   std::unique_ptr<MtpLayer> mtp_;  // weights_.mtp[0] when loaded

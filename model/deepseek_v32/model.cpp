@@ -5,18 +5,6 @@
 #include "model/layers/common.h"
 
 namespace deepinfer {
-namespace {
-
-// The first num_blocks * block_size * row_dim values of a runner cache [blocks, block_size,
-// wider] as a contiguous [blocks, block_size, row_dim] cache (the KV seam, model.h).
-Tensor cache_as(const Tensor& cache, int64_t row_dim) {
-  Tensor t = cache;
-  t.shape[2] = row_dim;
-  t.stride = {cache.shape[1] * row_dim, row_dim, 1, 0, 0};
-  return t;
-}
-
-}  // namespace
 
 DeepseekV32Model::DeepseekV32Model(ModelConfig config, ModelWeights weights,
                                    std::vector<MlaAbsorbedWeights> absorbed,
@@ -29,35 +17,44 @@ DeepseekV32Model::DeepseekV32Model(ModelConfig config, ModelWeights weights,
            config_.num_hidden_layers, " layers, got ", indexer_.size());
 }
 
-int DeepseekV32Model::kv_row_dim() const {
-  return static_cast<int>(std::max(config_.kv_row_dim(), config_.indexer.head_dim));
+std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const {
+  std::vector<KvGroupSpec> groups = DeepseekV3Model::kv_groups();  // 0: the latent rows
+  KvGroupSpec keys;
+  keys.name = "indexer_keys";
+  keys.num_layers = config_.num_hidden_layers;
+  keys.row_dim = config_.indexer.head_dim;
+  groups.push_back(keys);
+  return groups;
 }
 
-void DeepseekV32Model::check_kv_caches(const std::vector<Tensor>& kv_cache) const {
+void DeepseekV32Model::check_kv_caches(const KvCaches& kv) const {
+  DeepseekV3Model::check_kv_caches(kv);
   const int L = config_.num_hidden_layers;
-  DI_CHECK(static_cast<int>(kv_cache.size()) >= 2 * L, "forward: ", kv_cache.size(),
-           " KV caches for ", L, " layers; deepseek_v32 takes 2 per layer (latent rows, then "
-           "indexer keys)");
-  for (int l = 0; l < 2 * L; ++l) {
-    const Tensor& c = kv_cache[l];
-    DI_CHECK(c.ndim == 3 && c.is_contiguous() && c.size(2) == kv_row_dim(),
-             "forward: KV cache ", l, " (", l < L ? "latent rows" : "indexer keys", " of layer ",
-             l % L, ") ", c.describe(), " must be contiguous [blocks, block_size, ", kv_row_dim(),
-             "]");
+  DI_CHECK(kv.size() >= 2 && static_cast<int>(kv[1].size()) >= L, "forward: deepseek_v32 needs KV "
+           "group 1 (indexer keys) with ", L, " layers, got ", kv.size(), " groups");
+  for (int l = 0; l < L; ++l) {
+    const Tensor& c = kv[1][l];
+    DI_CHECK(c.ndim == 3 && c.size(2) == config_.indexer.head_dim, "forward: indexer key cache of "
+             "layer ", l, " ", c.describe(), " must be [blocks, block_size, ",
+             config_.indexer.head_dim, "]");
   }
 }
 
-void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& step,
-                                 std::vector<Tensor>& kv_cache, const Tensor& xn, Tensor& out) {
+void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv,
+                                 const Tensor& xn, Tensor& out) {
   const int64_t T = xn.size(0);
+  DI_CHECK(batch.kv_groups.size() >= 2, "forward: deepseek_v32 needs the block tables of KV group 1 "
+           "(indexer keys) in StepBatch::kv_groups, got ", batch.kv_groups.size(), " groups");
   if (indexer_ws_.capacity < mla_ws_.capacity) {
     indexer_ws_ = make_indexer_workspace(config_.indexer, backend_, mla_ws_.capacity);
   }
   const AttentionWeights& w = weights_.layers[layer].attn;
-  step.kv.cache = cache_as(kv_cache[layer], config_.kv_row_dim());
+  step.kv.cache = kv[0][layer];
   mla_project(backend_, config_, w, step, xn, mla_ws_);  // latent rows -> cache, q_a kept
-  PagedKV keys = step.kv;  // same block tables and slots, the layer's key cache
-  keys.cache = cache_as(kv_cache[config_.num_hidden_layers + layer], config_.indexer.head_dim);
+  PagedKV keys = step.kv;  // the step's sequences, with group 1's cache, tables and slots
+  keys.cache = kv[1][layer];
+  keys.block_tables = batch.kv_groups[1].block_tables;
+  keys.slot_mapping = batch.kv_groups[1].slot_mapping;
   const Tensor q_lora = cols_view(mla_ws_.q_a, T, config_.q_lora_rank);  // [T, q_lora_rank]
   const Tensor indices =
       indexer_forward(backend_, config_.indexer, indexer_[layer], *step.positions, *step.cos_sin,

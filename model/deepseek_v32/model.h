@@ -7,12 +7,9 @@
 //                     without cached context, absorbed form over the paged latent cache else)
 //                x += MLP / MoE, as V3
 //
-// KV state per layer: the MLA latent row (kv_lora + rope) and the indexer key (head_dim).
-// Until kv/ has layer groups, both live in the runner's uniform caches (the seam below):
-// num_kv_layers() = 2 * layers, kv_cache[l] = layer l's latent cache, kv_cache[layers + l]
-// its key cache (same block tables and slots), every cache [blocks, block_size,
-// kv_row_dim()] with kv_row_dim() = max(latent row, head_dim); a cache whose row is wider
-// than its content is used as [blocks, block_size, content] over its leading values.
+// KV state: two layer groups (Model::kv_groups), each with its own block tables:
+//   0 "latent"        the MLA latent row [c_kv | k_rope] (kv_lora + rope) of every layer;
+//   1 "indexer_keys"  the indexer key (index_head_dim) of every layer.
 // No MTP layer (transformers 5.17 ignores it; V3.2's MTP block has an indexer of its own).
 #pragma once
 #include <vector>
@@ -29,14 +26,13 @@ class DeepseekV32Model final : public DeepseekV3Model {
                    std::vector<MlaAbsorbedWeights> absorbed, std::vector<IndexerWeights> indexer,
                    Backend& backend);
 
-  int num_kv_layers() const override { return 2 * config_.num_hidden_layers; }
-  int kv_row_dim() const override;
+  std::vector<KvGroupSpec> kv_groups() const override;
   int num_mtp_layers() const override { return 0; }
 
  protected:
-  void attention(int layer, const StepBatch& batch, MlaStep& step, std::vector<Tensor>& kv_cache,
-                 const Tensor& xn, Tensor& out) override;
-  void check_kv_caches(const std::vector<Tensor>& kv_cache) const override;
+  void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv, const Tensor& xn,
+                 Tensor& out) override;
+  void check_kv_caches(const KvCaches& kv) const override;
 
  private:
   std::vector<IndexerWeights> indexer_;

@@ -168,10 +168,16 @@ TEST(DeepseekV32Weights, LoadChecksTheIndexerAndBuildsTheSparseForward) {
     testing::TempDir dir;
     write_checkpoint(v32_tensors(c), tiny_v32(), dir);
     std::unique_ptr<Model> model = load_model(dir.path(), *cpu);
-    // The KV seam until kv/ has layer groups: latent caches, then indexer key caches, each
-    // max(kv_lora + rope, index_head_dim) = max(16 + 4, 8) wide.
-    EXPECT_EQ(model->num_kv_layers(), 4);
-    EXPECT_EQ(model->kv_row_dim(), 20);
+    // Two KV layer groups: the latent rows (kv_lora + rope = 16 + 4) and the indexer keys
+    // (index_head_dim 8), each with a cache per layer.
+    const std::vector<KvGroupSpec> groups = model->kv_groups();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[0].name, "latent");
+    EXPECT_EQ(groups[0].row_dim, 20);
+    EXPECT_EQ(groups[1].name, "indexer_keys");
+    EXPECT_EQ(groups[1].row_dim, 8);
+    EXPECT_EQ(groups[1].num_layers, 2);
+    EXPECT_TRUE(groups[1].activation_dtype);
     EXPECT_EQ(model->num_mtp_layers(), 0);
     LoadOptions random;
     random.random_weights = true;
