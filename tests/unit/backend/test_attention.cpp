@@ -10,26 +10,7 @@
 namespace deepinfer {
 namespace {
 
-// out[D_v] = softmax_j(q·k_j * scale) v_j over the given keys/values (double).
-std::vector<double> naive_attention(const float* q, const std::vector<const float*>& keys,
-                                    const std::vector<const float*>& values, int64_t dk,
-                                    int64_t dv, double scale) {
-  std::vector<double> s(keys.size());
-  double m = -1e300;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    double d = 0;
-    for (int64_t i = 0; i < dk; ++i) d += double(q[i]) * keys[j][i];
-    s[j] = d * scale;
-    m = std::max(m, s[j]);
-  }
-  double sum = 0;
-  for (double& v : s) sum += (v = std::exp(v - m));
-  std::vector<double> out(dv, 0.0);
-  for (size_t j = 0; j < keys.size(); ++j) {
-    for (int64_t i = 0; i < dv; ++i) out[i] += s[j] / sum * values[j][i];
-  }
-  return out;
-}
+using test::naive_attention;
 
 TEST(CpuAttention, PrefillSeveralSequences) {
   auto backend = make_cpu_backend();
