@@ -39,6 +39,22 @@ inline double max_abs_diff(const float* a, const double* b, int64_t n) {
   return m;
 }
 
+// A PagedKV over host tensors (cache [blocks, block_size, row], block_tables I32 [S, max],
+// seq_lens I32 [S], query_start I32 [S + 1]).
+inline PagedKV paged_kv(const Tensor& cache, const Tensor& block_tables, const Tensor& seq_lens,
+                        const Tensor& query_start, int num_seqs, int max_query_len,
+                        int max_seq_len) {
+  PagedKV kv;
+  kv.cache = cache;
+  kv.block_tables = block_tables;
+  kv.seq_lens = seq_lens;
+  kv.query_start = query_start;
+  kv.num_seqs = num_seqs;
+  kv.max_query_len = max_query_len;
+  kv.max_seq_len = max_seq_len;
+  return kv;
+}
+
 // out[D_v] = softmax_j(q·k_j * scale) v_j over the given keys/values (double).
 inline std::vector<double> naive_attention(const float* q, const std::vector<const float*>& keys,
                                            const std::vector<const float*>& values, int64_t dk,

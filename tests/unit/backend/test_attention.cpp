@@ -71,14 +71,7 @@ void check_paged(DType cache_dtype) {
   HostBuffer qsb = test::i32_buffer(qs), lb = test::i32_buffer(lens);
   HostBuffer tb(DType::I32, {3, max_blocks});
   std::copy(tables.begin(), tables.end(), tb.ptr<int32_t>());
-  PagedKV kv;
-  kv.cache = cache.tensor();
-  kv.block_tables = tb.tensor();
-  kv.seq_lens = lb.tensor();
-  kv.query_start = qsb.tensor();
-  kv.num_seqs = 3;
-  kv.max_query_len = 3;
-  kv.max_seq_len = 14;
+  PagedKV kv = test::paged_kv(cache.tensor(), tb.tensor(), lb.tensor(), qsb.tensor(), 3, 3, 14);
   HostBuffer out = test::f32_buffer({T, H, v_dim}, NAN);
   const double scale = 0.25;
   backend->mla_attention_paged(q.tensor(), kv, float(scale), int(v_dim), out.tensor());

@@ -31,13 +31,7 @@ struct PagedSetup {
   explicit PagedSetup(int64_t row_dim, uint64_t seed)
       : cache(test::random_f32({kNumBlocks, kBlockSize, row_dim}, seed)) {
     std::copy(tables.begin(), tables.end(), tb.ptr<int32_t>());
-    kv.cache = cache.tensor();
-    kv.block_tables = tb.tensor();
-    kv.seq_lens = lb.tensor();
-    kv.query_start = qsb.tensor();
-    kv.num_seqs = 3;
-    kv.max_query_len = 3;
-    kv.max_seq_len = 14;
+    kv = test::paged_kv(cache.tensor(), tb.tensor(), lb.tensor(), qsb.tensor(), 3, 3, 14);
   }
   int seq(int64_t t) const { return t < 3 ? 0 : t < 4 ? 1 : 2; }
   int64_t ctx(int64_t t) const {
