@@ -5,6 +5,11 @@
 //   key per token, shared by the heads), w = weights_proj(x) * heads^-0.5,
 // with non-interleaved RoPE on the first rope_dim of q's and k's dims; the index_topk
 // best positions become MLA's attention set. Dimensions only here (no config).
+// The RoPE table is MLA's (transformers 5.17 feeds the indexer the same cos/sin, YaRN's
+// attention factor folded in; DeepSeek's reference freqs_cis has no such factor, which
+// agrees whenever mscale == mscale_all_dim, as in V3.2's config). Not simulated: the
+// reference's Hadamard rotation of q and k (orthogonal, q.k unchanged) and its FP8
+// quantization of them before scoring (precision only; transformers skips both too).
 //
 // indexer_forward runs it over a step: keys of the step's tokens go to the layer's indexer
 // key cache first, so prefill, chunked prefill and decode all score against the cache.
