@@ -1,10 +1,32 @@
 #include "backend/backend.h"
 
+#include "core/error.h"
+
 namespace deepinfer {
 
 DeviceBuffer Backend::alloc_host(DType dtype, const std::vector<int64_t>& dims) {
   auto buffer = std::make_shared<HostBuffer>(dtype, dims);
   return DeviceBuffer(buffer->tensor(), buffer);
+}
+
+// DeepSeek sparse attention: the CPU backend implements these (the reference); other
+// backends say so until they do (issue 14 item 6).
+void Backend::layer_norm(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {
+  fail(name(), " backend: layer_norm (V3.2 indexer keys) is not implemented");
+}
+void Backend::indexer_scores(const Tensor&, const Tensor&, const PagedKV&, float, Tensor&) {
+  fail(name(), " backend: indexer_scores (DeepSeek sparse attention) is not implemented");
+}
+void Backend::indexer_topk(const Tensor&, const PagedKV&, Tensor&) {
+  fail(name(), " backend: indexer_topk (DeepSeek sparse attention) is not implemented");
+}
+void Backend::mla_attention_paged_sparse(const Tensor&, const PagedKV&, const Tensor&, float, int,
+                                         Tensor&) {
+  fail(name(), " backend: mla_attention_paged_sparse (DeepSeek sparse attention) is not implemented");
+}
+void Backend::mla_attention_prefill_sparse(const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, int, const Tensor&, float, Tensor&) {
+  fail(name(), " backend: mla_attention_prefill_sparse (DeepSeek sparse attention) is not implemented");
 }
 
 #ifndef DEEPINFER_HAVE_CUDA

@@ -232,6 +232,38 @@ class Backend {
                                      const Tensor& query_start, int num_seqs, float softmax_scale,
                                      Tensor& out) = 0;
 
+  // --- DeepSeek sparse attention (V3.2; backend/cpu/{norm,indexer,mla_attention}.cpp) --------
+  // The defaults (backend/backend.cpp) throw "not implemented on <backend>"; the CPU backend is
+  // the reference. Positions are per sequence (0 = the sequence's first token); query token i
+  // of sequence s sits at position seq_lens[s] - q_len(s) + i and sees positions <= its own.
+  // out[r, :] = (x[r, :] - mean) * rsqrt(var + eps) * weight + bias (biased variance, fp32;
+  // torch.nn.LayerNorm). weight/bias F32/BF16 [cols].
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                          Tensor& out);
+  // Lightning-indexer scores. q [T, heads, D] (rotated), weights F32 [T, heads], keys: kv.cache
+  // [blocks, block_size, D] (one key per cached token, paged like the latent cache):
+  //   scores[t, j] = sum_h weights[t, h] * scale * ReLU(q[t, h] . key_j)   for j < ctx(t),
+  //   scores[t, j] = -inf                                                for ctx(t) <= j < N,
+  // scores F32 [T, N] with N >= every ctx(t). Heads are summed in ascending order.
+  virtual void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv,
+                              float scale, Tensor& scores);
+  // The k = indices.size(1) best positions of each row of scores [T, N] among its ctx(t) causal
+  // ones (kv: query_start, seq_lens, num_seqs only): a higher score wins, an equal score goes
+  // to the lower position; the kept positions are written in ASCENDING position order, then -1
+  // padding when ctx(t) < k (every causal position kept, as DeepSeek's reference does with
+  // min(index_topk, end_pos)). indices I32 [T, k].
+  virtual void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices);
+  // mla_attention_paged / mla_attention_prefill restricted to the positions in indices I32
+  // [T, k] (-1 entries skipped; every other entry must be a causal position of its token).
+  // Attending over every causal position in ascending order gives the dense op's result.
+  virtual void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,
+                                          const Tensor& indices, float softmax_scale, int v_dim,
+                                          Tensor& out);
+  virtual void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                            const Tensor& query_start, int num_seqs,
+                                            const Tensor& indices, float softmax_scale,
+                                            Tensor& out);
+
   // --- moe_routing ----------------------------------------------------------
   // logits [T, E] F32, bias [E] F32 (may be undefined) -> topk_ids I32 [T, k], topk_weights F32 [T, k].
   // Choice scores = scores (+ bias); experts are chosen by choice score (ties: lowest index),

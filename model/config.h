@@ -63,6 +63,9 @@ struct QuantizationConfig {
   std::string activation_scheme;  // "dynamic" in V3
   int block_n = 128;              // weight_block_size[0] (rows of W [N, K])
   int block_k = 128;              // weight_block_size[1]
+  // "" or "ue8m0" (V3.1 / V3.2: block scales are powers of two and DeepSeek's kernels round
+  // activation scales up to one; the weights read the same either way).
+  std::string scale_fmt;
   bool is_fp8() const { return quant_method == "fp8"; }
 };
 

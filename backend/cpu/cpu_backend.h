@@ -48,6 +48,17 @@ class CpuBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
+  // DeepSeek sparse attention (norm.cpp, indexer.cpp, mla_attention.cpp).
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                  Tensor& out) override;
+  void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv, float scale,
+                      Tensor& scores) override;
+  void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
+  void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
+                                  float softmax_scale, int v_dim, Tensor& out) override;
+  void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& query_start, int num_seqs, const Tensor& indices,
+                                    float softmax_scale, Tensor& out) override;
 
   ThreadPool& pool() { return *pool_; }
 
@@ -96,6 +107,40 @@ void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_beg
 void check_weight(const Weight& w, int64_t in_features, const char* what);
 // Threaded GEMM on `pool`: splits the output columns into fixed tiles.
 void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows& out);
+
+// --- paged attention addressing (mla_attention.cpp; also the indexer's key cache) ---------
+
+// A [T, H, D] F32 view with a contiguous last dimension and any other strides.
+struct Heads3 {
+  float* base = nullptr;
+  int64_t T = 0, H = 0, D = 0, st = 0, sh = 0;
+  float* at(int64_t t, int64_t h) const { return base + t * st + h * sh; }
+};
+Heads3 heads3(const Tensor& x, const char* what);
+
+// Checks query_start [num_seqs + 1] (monotone, from 0 to num_tokens) and returns the
+// sequence of every token.
+std::vector<int32_t> token_seqs(const Tensor& query_start, int num_seqs, int64_t num_tokens,
+                                const char* op);
+
+// A checked PagedKV (cache contiguous F32/BF16 [blocks, block_size, row_dim], one block table
+// row and seq_len per sequence, every block id in range) over `num_tokens` query tokens.
+struct PagedView {
+  std::vector<int32_t> seq_of;  // [T] sequence of each token
+  const int32_t* qs = nullptr;
+  const int32_t* lens = nullptr;
+  const int32_t* tables = nullptr;
+  int64_t max_blocks = 0, block_size = 0, row_dim = 0;
+  // Context of token t: positions [0, ctx(t)) (causal).
+  int64_t ctx(int64_t t) const {
+    const int s = seq_of[t];
+    return lens[s] - (qs[s + 1] - qs[s]) + (t - qs[s]) + 1;
+  }
+  int64_t slot(int64_t t, int64_t pos) const {
+    return tables[seq_of[t] * max_blocks + pos / block_size] * block_size + pos % block_size;
+  }
+};
+PagedView check_paged(const PagedKV& kv, int64_t num_tokens, const char* op);
 
 // Per-thread scratch vector of at least n floats (reused across calls).
 float* scratch_floats(int slot, size_t n);

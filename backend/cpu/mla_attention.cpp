@@ -4,6 +4,8 @@
 //  - mla_attention_prefill: direct form, per-head K and V of the step's own tokens.
 // Both are causal and reduce over context positions in ascending order, one (token,
 // head) at a time, so a token's output never depends on the rest of the batch.
+// The *_sparse variants (DeepSeek-V3.2) run the same kernels over the positions a token's
+// row of `indices` lists (ascending, as indexer_topk writes them) instead of all of them.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,16 +13,6 @@
 #include "backend/cpu/cpu_backend.h"
 
 namespace deepinfer::cpu {
-namespace {
-
-constexpr int64_t kHeadsPerTask = 8;
-
-// A [T, H, D] view with a contiguous last dimension and any other strides.
-struct Heads3 {
-  float* base = nullptr;
-  int64_t T = 0, H = 0, D = 0, st = 0, sh = 0;
-  float* at(int64_t t, int64_t h) const { return base + t * st + h * sh; }
-};
 
 Heads3 heads3(const Tensor& x, const char* what) {
   check_cpu(x, DType::F32, what);
@@ -29,10 +21,8 @@ Heads3 heads3(const Tensor& x, const char* what) {
   return {x.ptr<float>(), x.shape[0], x.shape[1], x.shape[2], x.stride[0], x.stride[1]};
 }
 
-// Checks query_start [num_seqs + 1] (monotone, from 0 to num_tokens) and returns the
-// sequence of every token.
 std::vector<int32_t> token_seqs(const Tensor& query_start, int num_seqs, int64_t num_tokens,
-                                 const char* op) {
+                                const char* op) {
   check_cpu(query_start, DType::I32, op);
   DI_CHECK(query_start.numel() == num_seqs + 1, op, ": query_start ", query_start.describe(),
            " must have num_seqs + 1 = ", num_seqs + 1, " entries");
@@ -47,6 +37,46 @@ std::vector<int32_t> token_seqs(const Tensor& query_start, int num_seqs, int64_t
   return seq;
 }
 
+PagedView check_paged(const PagedKV& kv, int64_t num_tokens, const char* op) {
+  check_cpu(kv.cache, op);
+  check_cpu(kv.block_tables, DType::I32, op);
+  check_cpu(kv.seq_lens, DType::I32, op);
+  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() &&
+               (kv.cache.dtype == DType::F32 || kv.cache.dtype == DType::BF16),
+           op, ": cache must be contiguous F32/BF16 [blocks, block_size, row], got ",
+           kv.cache.describe());
+  PagedView v;
+  v.row_dim = kv.cache.size(2);
+  v.block_size = kv.cache.size(1);
+  const int64_t num_blocks = kv.cache.size(0);
+  const int S = kv.num_seqs;
+  v.seq_of = token_seqs(kv.query_start, S, num_tokens, op);
+  DI_CHECK(kv.seq_lens.numel() == S && kv.block_tables.ndim == 2 && kv.block_tables.size(0) == S &&
+               kv.block_tables.is_contiguous(),
+           op, ": seq_lens ", kv.seq_lens.describe(), " / block_tables ",
+           kv.block_tables.describe(), " must have one entry/row per sequence (", S, ")");
+  v.qs = kv.query_start.ptr<int32_t>();
+  v.lens = kv.seq_lens.ptr<int32_t>();
+  v.max_blocks = kv.block_tables.size(1);
+  v.tables = kv.block_tables.ptr<int32_t>();
+  for (int s = 0; s < S; ++s) {
+    const int64_t q_len = v.qs[s + 1] - v.qs[s];
+    DI_CHECK(v.lens[s] >= q_len && v.lens[s] <= v.max_blocks * v.block_size, op, ": seq_len ",
+             v.lens[s], " of sequence ", s, " must cover its ", q_len, " new tokens and fit ",
+             v.max_blocks, " blocks of ", v.block_size);
+    for (int64_t b = 0; b < (v.lens[s] + v.block_size - 1) / v.block_size; ++b) {
+      const int32_t id = v.tables[s * v.max_blocks + b];
+      DI_CHECK(id >= 0 && id < num_blocks, op, ": block id ", id, " of sequence ", s,
+               " outside the cache's ", num_blocks, " blocks");
+    }
+  }
+  return v;
+}
+
+namespace {
+
+constexpr int64_t kHeadsPerTask = 8;
+
 // softmax over scores[0, n) in place: exp(s - max), returns the sum (ascending order).
 float softmax_unnormalized(float* scores, int64_t n) {
   float m = -INFINITY;
@@ -59,80 +89,85 @@ float softmax_unnormalized(float* scores, int64_t n) {
   return sum;
 }
 
-}  // namespace
+// A sparse op's indices I32 [T, k]: every entry -1 or a position in [0, ctx(t)).
+struct Selection {
+  const int32_t* data = nullptr;  // nullptr: every causal position (the dense ops)
+  int64_t k = 0;
+};
 
-void CpuBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                                     int v_dim, Tensor& out) {
-  const Heads3 qv = heads3(q, "mla_attention_paged q");
-  const Heads3 ov = heads3(out, "mla_attention_paged out");
-  check_cpu(kv.cache, "mla_attention_paged cache");
-  check_cpu(kv.block_tables, DType::I32, "mla_attention_paged block_tables");
-  check_cpu(kv.seq_lens, DType::I32, "mla_attention_paged seq_lens");
-  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() &&
-               (kv.cache.dtype == DType::F32 || kv.cache.dtype == DType::BF16),
-           "mla_attention_paged: cache must be contiguous F32/BF16 [blocks, block_size, row], got ",
-           kv.cache.describe());
-  const int64_t row_dim = kv.cache.size(2), block_size = kv.cache.size(1);
-  const int64_t num_blocks = kv.cache.size(0);
-  DI_CHECK(qv.D == row_dim, "mla_attention_paged: q ", q.describe(), " must have the cache row dim ",
-           row_dim);
-  DI_CHECK(v_dim > 0 && v_dim <= row_dim && ov.T == qv.T && ov.H == qv.H && ov.D == v_dim,
-           "mla_attention_paged: out ", out.describe(), " must be [", qv.T, ", ", qv.H, ", ", v_dim,
-           "]");
-  const int S = kv.num_seqs;
-  const std::vector<int32_t> seq_of = token_seqs(kv.query_start, S, qv.T, "mla_attention_paged");
-  DI_CHECK(kv.seq_lens.numel() == S && kv.block_tables.ndim == 2 && kv.block_tables.size(0) == S &&
-               kv.block_tables.is_contiguous(),
-           "mla_attention_paged: seq_lens ", kv.seq_lens.describe(), " / block_tables ",
-           kv.block_tables.describe(), " must have one entry/row per sequence (", S, ")");
-  const int32_t* qs = kv.query_start.ptr<int32_t>();
-  const int32_t* lens = kv.seq_lens.ptr<int32_t>();
-  const int64_t max_blocks = kv.block_tables.size(1);
-  const int32_t* tables = kv.block_tables.ptr<int32_t>();
-  for (int s = 0; s < S; ++s) {
-    const int64_t q_len = qs[s + 1] - qs[s];
-    DI_CHECK(lens[s] >= q_len && lens[s] <= max_blocks * block_size, "mla_attention_paged: seq_len ",
-             lens[s], " of sequence ", s, " must cover its ", q_len, " new tokens and fit ",
-             max_blocks, " blocks of ", block_size);
-    for (int64_t b = 0; b < (lens[s] + block_size - 1) / block_size; ++b) {
-      const int32_t id = tables[s * max_blocks + b];
-      DI_CHECK(id >= 0 && id < num_blocks, "mla_attention_paged: block id ", id, " of sequence ",
-               s, " outside the cache's ", num_blocks, " blocks");
+template <typename Ctx>
+Selection check_indices(const Tensor& indices, int64_t T, Ctx ctx, const char* op) {
+  check_cpu(indices, DType::I32, op);
+  DI_CHECK(indices.ndim == 2 && indices.size(0) == T && indices.is_contiguous(), op,
+           ": indices ", indices.describe(), " must be contiguous I32 [", T, ", k]");
+  Selection sel{indices.ptr<int32_t>(), indices.size(1)};
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t c = ctx(t);
+    for (int64_t j = 0; j < sel.k; ++j) {
+      const int32_t p = sel.data[t * sel.k + j];
+      DI_CHECK(p == -1 || (p >= 0 && p < c), op, ": indices[", t, ", ", j, "] = ", p,
+               " is not -1 or a causal position of token ", t, " (context ", c, ")");
     }
   }
+  return sel;
+}
+
+// Positions token t attends: 0 .. ctx - 1, or its selected ones (-1 dropped) into `out`.
+int64_t positions_of(const Selection& sel, int64_t t, int64_t ctx, std::vector<int32_t>& out) {
+  out.clear();
+  if (sel.data == nullptr) {
+    for (int64_t j = 0; j < ctx; ++j) out.push_back(static_cast<int32_t>(j));
+  } else {
+    for (int64_t j = 0; j < sel.k; ++j) {
+      if (sel.data[t * sel.k + j] >= 0) out.push_back(sel.data[t * sel.k + j]);
+    }
+  }
+  return static_cast<int64_t>(out.size());
+}
+
+void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const Tensor* indices,
+                     float softmax_scale, int v_dim, Tensor& out, const char* op) {
+  const Heads3 qv = heads3(q, op);
+  const Heads3 ov = heads3(out, op);
+  const PagedView pv = check_paged(kv, qv.T, op);
+  const int64_t row_dim = pv.row_dim;
+  DI_CHECK(qv.D == row_dim, op, ": q ", q.describe(), " must have the cache row dim ", row_dim);
+  DI_CHECK(v_dim > 0 && v_dim <= row_dim && ov.T == qv.T && ov.H == qv.H && ov.D == v_dim, op,
+           ": out ", out.describe(), " must be [", qv.T, ", ", qv.H, ", ", v_dim, "]");
+  const Selection sel = indices == nullptr
+                            ? Selection{}
+                            : check_indices(*indices, qv.T, [&](int64_t t) { return pv.ctx(t); }, op);
   const bool bf16 = kv.cache.dtype == DType::BF16;
   const int64_t head_tasks = (qv.H + kHeadsPerTask - 1) / kHeadsPerTask;
-  pool_->parallel_for(qv.T * head_tasks, 1, [&](int64_t b, int64_t e) {
+  pool.parallel_for(qv.T * head_tasks, 1, [&](int64_t b, int64_t e) {
+    std::vector<int32_t> pos;
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / head_tasks;
       const int64_t h0 = (task % head_tasks) * kHeadsPerTask;
       const int64_t h1 = std::min(qv.H, h0 + kHeadsPerTask);
-      const int s = seq_of[t];
-      // Causal: token t sits at position seq_len - q_len + (t - query_start).
-      const int64_t ctx = lens[s] - (qs[s + 1] - qs[s]) + (t - qs[s]) + 1;
-      float* scores = scratch_floats(3, static_cast<size_t>((h1 - h0) * ctx));  // [heads, ctx]
+      const int64_t n = positions_of(sel, t, pv.ctx(t), pos);
+      float* scores = scratch_floats(3, static_cast<size_t>((h1 - h0) * std::max<int64_t>(n, 1)));
       float* rowbuf = scratch_floats(4, static_cast<size_t>(row_dim));
       auto row = [&](int64_t j) -> const float* {
-        const int64_t block = tables[s * max_blocks + j / block_size];
-        const int64_t slot = block * block_size + j % block_size;
+        const int64_t slot = pv.slot(t, pos[j]);
         if (!bf16) return kv.cache.ptr<float>() + slot * row_dim;
         row_to_float(kv.cache.ptr<uint16_t>() + slot * row_dim, DType::BF16, row_dim, rowbuf);
         return rowbuf;
       };
-      for (int64_t j = 0; j < ctx; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
         const float* r = row(j);  // [row_dim] = [c_kv | k_rope]
         for (int64_t h = h0; h < h1; ++h) {
-          scores[(h - h0) * ctx + j] = dot8(qv.at(t, h), r, row_dim) * softmax_scale;
+          scores[(h - h0) * n + j] = dot8(qv.at(t, h), r, row_dim) * softmax_scale;
         }
       }
       std::vector<float> inv_sum(static_cast<size_t>(h1 - h0));
       for (int64_t h = h0; h < h1; ++h) {
-        inv_sum[h - h0] = 1.0f / softmax_unnormalized(scores + (h - h0) * ctx, ctx);
+        inv_sum[h - h0] = n > 0 ? 1.0f / softmax_unnormalized(scores + (h - h0) * n, n) : 0.0f;
         std::fill(ov.at(t, h), ov.at(t, h) + v_dim, 0.0f);
       }
-      for (int64_t j = 0; j < ctx; ++j) {
+      for (int64_t j = 0; j < n; ++j) {
         const float* r = row(j);  // V = r[0, v_dim)
-        for (int64_t h = h0; h < h1; ++h) axpy(scores[(h - h0) * ctx + j], r, ov.at(t, h), v_dim);
+        for (int64_t h = h0; h < h1; ++h) axpy(scores[(h - h0) * n + j], r, ov.at(t, h), v_dim);
       }
       for (int64_t h = h0; h < h1; ++h) {
         float* o = ov.at(t, h);
@@ -142,37 +177,67 @@ void CpuBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float s
   });
 }
 
-void CpuBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& query_start, int num_seqs,
-                                       float softmax_scale, Tensor& out) {
-  const Heads3 qv = heads3(q, "mla_attention_prefill q");
-  const Heads3 kv = heads3(k, "mla_attention_prefill k");
-  const Heads3 vv = heads3(v, "mla_attention_prefill v");
-  const Heads3 ov = heads3(out, "mla_attention_prefill out");
+void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& query_start, int num_seqs, const Tensor* indices,
+                       float softmax_scale, Tensor& out, const char* op) {
+  const Heads3 qv = heads3(q, op);
+  const Heads3 kv = heads3(k, op);
+  const Heads3 vv = heads3(v, op);
+  const Heads3 ov = heads3(out, op);
   DI_CHECK(kv.T == qv.T && kv.H == qv.H && kv.D == qv.D && vv.T == qv.T && vv.H == qv.H &&
                ov.T == qv.T && ov.H == qv.H && ov.D == vv.D,
-           "mla_attention_prefill: q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(),
-           ", out ", out.describe(), " must agree in tokens, heads and dims");
-  const std::vector<int32_t> seq_of =
-      token_seqs(query_start, num_seqs, qv.T, "mla_attention_prefill");
+           op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
+           out.describe(), " must agree in tokens, heads and dims");
+  const std::vector<int32_t> seq_of = token_seqs(query_start, num_seqs, qv.T, op);
   const int32_t* qs = query_start.ptr<int32_t>();
+  auto ctx = [&](int64_t t) { return t - qs[seq_of[t]] + 1; };  // causal within the sequence
+  const Selection sel = indices == nullptr ? Selection{} : check_indices(*indices, qv.T, ctx, op);
   const int64_t v_dim = vv.D;
-  pool_->parallel_for(qv.T * qv.H, 1, [&](int64_t b, int64_t e) {
+  pool.parallel_for(qv.T * qv.H, 1, [&](int64_t b, int64_t e) {
+    std::vector<int32_t> pos;
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / qv.H, h = task % qv.H;
       const int64_t first = qs[seq_of[t]];
-      const int64_t ctx = t - first + 1;  // causal within the sequence
-      float* scores = scratch_floats(3, static_cast<size_t>(ctx));
-      for (int64_t j = 0; j < ctx; ++j) {
-        scores[j] = dot8(qv.at(t, h), kv.at(first + j, h), qv.D) * softmax_scale;
+      const int64_t n = positions_of(sel, t, ctx(t), pos);
+      float* scores = scratch_floats(3, static_cast<size_t>(std::max<int64_t>(n, 1)));
+      for (int64_t j = 0; j < n; ++j) {
+        scores[j] = dot8(qv.at(t, h), kv.at(first + pos[j], h), qv.D) * softmax_scale;
       }
-      const float inv_sum = 1.0f / softmax_unnormalized(scores, ctx);
+      const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
       float* o = ov.at(t, h);
       std::fill(o, o + v_dim, 0.0f);
-      for (int64_t j = 0; j < ctx; ++j) axpy(scores[j], vv.at(first + j, h), o, v_dim);
+      for (int64_t j = 0; j < n; ++j) axpy(scores[j], vv.at(first + pos[j], h), o, v_dim);
       for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
+                                     int v_dim, Tensor& out) {
+  paged_attention(*pool_, q, kv, nullptr, softmax_scale, v_dim, out, "mla_attention_paged");
+}
+
+void CpuBackend::mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,
+                                            const Tensor& indices, float softmax_scale, int v_dim,
+                                            Tensor& out) {
+  paged_attention(*pool_, q, kv, &indices, softmax_scale, v_dim, out, "mla_attention_paged_sparse");
+}
+
+void CpuBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& query_start, int num_seqs,
+                                       float softmax_scale, Tensor& out) {
+  prefill_attention(*pool_, q, k, v, query_start, num_seqs, nullptr, softmax_scale, out,
+                    "mla_attention_prefill");
+}
+
+void CpuBackend::mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const Tensor& query_start, int num_seqs,
+                                              const Tensor& indices, float softmax_scale,
+                                              Tensor& out) {
+  prefill_attention(*pool_, q, k, v, query_start, num_seqs, &indices, softmax_scale, out,
+                    "mla_attention_prefill_sparse");
 }
 
 }  // namespace deepinfer::cpu

@@ -1,7 +1,8 @@
 // rms_norm and add_rms_norm (HF DeepseekV3RMSNorm: x * rsqrt(mean(x^2) + eps) * weight,
-// all in fp32). The sum of squares of a row runs in 8 fixed lanes, so a row's result
+// all in fp32), and layer_norm (torch.nn.LayerNorm: V3.2's indexer keys). The sum of squares of a row runs in 8 fixed lanes, so a row's result
 // never depends on the other rows of the call.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -35,14 +36,20 @@ std::vector<float> weight_to_float(const Tensor& weight, int64_t cols, const cha
   return w;
 }
 
+// out's rows, checked to be F32 of x's shape (x's rows xr F32 too); op names the op.
+Rows same_shape_f32_out(const Rows& xr, const Tensor& x, const Tensor& out, const std::string& op) {
+  const Rows o = as_rows(out, (op + " out").c_str());
+  DI_CHECK(xr.dtype == DType::F32 && o.dtype == DType::F32 && o.rows == xr.rows &&
+               o.cols == xr.cols,
+           op, ": x ", x.describe(), " and out ", out.describe(), " must be F32 of one shape");
+  return o;
+}
+
 }  // namespace
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
   const Rows xr = as_rows(x, "rms_norm x");
-  const Rows o = as_rows(out, "rms_norm out");
-  DI_CHECK(xr.dtype == DType::F32 && o.dtype == DType::F32 && o.rows == xr.rows &&
-               o.cols == xr.cols,
-           "rms_norm: x ", x.describe(), " and out ", out.describe(), " must be F32 of one shape");
+  const Rows o = same_shape_f32_out(xr, x, out, "rms_norm");
   const std::vector<float> w = weight_to_float(weight, xr.cols, "rms_norm weight");
   pool_->parallel_for(xr.rows, 4, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) norm_row(xr.f32(r), w.data(), eps, xr.cols, o.f32(r));
@@ -66,6 +73,28 @@ void CpuBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& w
       const float* d = xr.f32(r);
       for (int64_t i = 0; i < res.cols; ++i) h[i] += d[i];
       norm_row(h, w.data(), eps, res.cols, o.f32(r));
+    }
+  });
+}
+
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                            Tensor& out) {
+  const Rows xr = as_rows(x, "layer_norm x");
+  const Rows o = same_shape_f32_out(xr, x, out, "layer_norm");
+  const std::vector<float> w = weight_to_float(weight, xr.cols, "layer_norm weight");
+  const std::vector<float> bv = weight_to_float(bias, xr.cols, "layer_norm bias");
+  const int64_t n = xr.cols;
+  pool_->parallel_for(xr.rows, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* in = xr.f32(r);
+      float mean = 0.0f;
+      for (int64_t i = 0; i < n; ++i) mean += in[i];
+      mean /= static_cast<float>(n);
+      float var = 0.0f;
+      for (int64_t i = 0; i < n; ++i) var += (in[i] - mean) * (in[i] - mean);
+      const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+      float* y = o.f32(r);
+      for (int64_t i = 0; i < n; ++i) y[i] = (in[i] - mean) * inv * w[i] + bv[i];
     }
   });
 }

@@ -78,6 +78,12 @@ void parse_quantization(const Fields& top, ModelConfig& c) {
   require(qc.fmt == "e4m3", c.source, "quantization_config.fmt",
           "'" + qc.fmt + "' is not supported (expected 'e4m3')");
   qc.activation_scheme = f.string("activation_scheme", "dynamic");
+  if (const json* sf = f.find("scale_fmt"); sf != nullptr && !sf->is_null()) {
+    if (!sf->is_string()) f.bad("scale_fmt", "a string ('ue8m0') or null");
+    qc.scale_fmt = sf->get<std::string>();
+    require(qc.scale_fmt == "ue8m0", c.source, "quantization_config.scale_fmt",
+            "'" + qc.scale_fmt + "' is not supported (expected 'ue8m0' or null)");
+  }
   if (const json* b = f.find("weight_block_size")) {
     if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
         !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||

@@ -84,6 +84,14 @@ void DeepseekV3Model::check_batch(const StepBatch& b, const KvCaches& kv, const 
                b.host_query_start.back() == b.num_tokens,
            "forward: host_query_start/host_seq_lens must describe ", b.num_seqs,
            " sequences covering ", b.num_tokens, " tokens");
+  check_kv_caches(kv);
+  const int64_t R = b.logits_indices.numel();
+  DI_CHECK(R <= b.num_tokens && logits.ndim == 2 && logits.size(0) == R &&
+               logits.size(1) == config_.vocab_size,
+           "forward: logits ", logits.describe(), " must be [", R, ", ", config_.vocab_size, "]");
+}
+
+void DeepseekV3Model::check_kv_caches(const KvCaches& kv) const {
   DI_CHECK(!kv.empty() && static_cast<int>(kv[0].size()) >= config_.num_hidden_layers,
            "forward: ", kv.empty() ? 0 : kv[0].size(), " KV caches for ", config_.num_hidden_layers, " layers");
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
@@ -91,10 +99,13 @@ void DeepseekV3Model::check_batch(const StepBatch& b, const KvCaches& kv, const 
     DI_CHECK(c.ndim == 3 && c.size(2) == config_.kv_row_dim(), "forward: KV cache of layer ", l,
              " ", c.describe(), " must be [blocks, block_size, ", config_.kv_row_dim(), "]");
   }
-  const int64_t R = b.logits_indices.numel();
-  DI_CHECK(R <= b.num_tokens && logits.ndim == 2 && logits.size(0) == R &&
-               logits.size(1) == config_.vocab_size,
-           "forward: logits ", logits.describe(), " must be [", R, ", ", config_.vocab_size, "]");
+}
+
+void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCaches& kv,
+                                const Tensor& xn, Tensor& out) {
+  step.kv.cache = kv[0][layer];
+  mla_forward(backend_, config_, weights_.layers[layer].attn, absorbed_[layer], step, xn, mla_ws_,
+              out);
 }
 
 void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
@@ -113,8 +124,7 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   if (L > 0) backend_.rms_norm(x, weights_.layers[0].input_layernorm, eps, xn);
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
-    step.kv.cache = kv[0][l];
-    mla_forward(backend_, config_, layer.attn, absorbed_[l], step, xn, mla_ws_, delta);
+    attention(l, batch, step, kv, xn, delta);
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
     if (layer.is_moe) {
       moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta);

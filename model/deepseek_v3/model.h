@@ -23,7 +23,8 @@
 
 namespace deepinfer {
 
-class DeepseekV3Model final : public Model {
+// DeepseekV32Model (model/deepseek_v32/) derives from it and replaces attention().
+class DeepseekV3Model : public Model {
  public:
   // `weights` live on `backend`; `absorbed[l]` are layer l's derived MLA weights (then one
   // per loaded MTP layer, when the caller derived them: model/layers/mtp.h).
@@ -44,22 +45,31 @@ class DeepseekV3Model final : public Model {
 
   const ModelWeights& weights() const { return weights_; }
 
- private:
-  void ensure_workspace(int64_t num_tokens);
-  void check_batch(const StepBatch& batch, const KvCaches& kv, const Tensor& logits) const;
+ protected:
+  // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv[0][l].
+  // `step` holds the step's (group 0) addressing; its .kv.cache is the callee's to set.
+  virtual void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv,
+                         const Tensor& xn, Tensor& out);
+  // Checks the caches forward receives (V3: one latent cache per main layer in group 0).
+  virtual void check_kv_caches(const KvCaches& kv) const;
 
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<MlaAbsorbedWeights> absorbed_;
   Backend& backend_;
-  MoeRouting routing_;
   DeviceBuffer cos_sin_;  // F32 [max_position_embeddings, qk_rope_head_dim]
+  MlaWorkspace mla_ws_;
+
+ private:
+  void ensure_workspace(int64_t num_tokens);
+  void check_batch(const StepBatch& batch, const KvCaches& kv, const Tensor& logits) const;
+
+  MoeRouting routing_;
   std::unique_ptr<MtpLayer> mtp_;  // weights_.mtp[0] when loaded
 
   // Workspaces, grown to the largest step seen (allocated once per capacity).
   int64_t capacity_ = 0;
   uint64_t workspace_epoch_ = 0;  // bumped by each reallocation
-  MlaWorkspace mla_ws_;
   FfnWorkspace ffn_ws_;
   std::vector<DeviceBuffer> buffers_;
   Tensor x_, xn_, delta_;  // [cap, hidden]: residual, normed input, block output

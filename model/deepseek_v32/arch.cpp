@@ -1,25 +1,70 @@
+// The deepseek_v32 registry entry: config.json + weights -> a DeepseekV32Model on the CPU
+// backend (the indexer / sparse-MLA ops have no CUDA kernels yet: issue 14 item 6).
 #include "model/deepseek_v32/arch.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "io/safetensors.h"
+#include "model/deepseek_v3/model.h"
 #include "model/deepseek_v32/config.h"
+#include "model/deepseek_v32/model.h"
 #include "model/deepseek_v32/weights.h"
+#include "model/weight_check.h"
 
 namespace deepinfer {
 
 namespace {
 
-// Checks the checkpoint (V3's tensors and the indexer's), then refuses: running V3's
-// dense forward would be wrong as soon as a context exceeds index_topk.
-std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&,
-                            const LoadOptions& options) {
-  if (!options.random_weights) {
-    auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-    load_weights(reader, config, options);
-    load_indexer_weights(config, *reader);
+// scale_fmt "ue8m0" (V3.1 / V3.2): every block scale is a power of two (DeepSeek's
+// fast_round_scale); a checkpoint that says so but holds another value is refused, naming
+// the tensor, since kernels may store the scales as bare exponents.
+void check_ue8m0_scales(const ModelConfig& c, const CheckpointReader& reader) {
+  if (c.quantization.scale_fmt != "ue8m0") return;
+  for (const std::string& name : reader.names()) {
+    if (name.size() < 10 || name.compare(name.size() - 10, 10, "_scale_inv") != 0) continue;
+    const Tensor t = reader.tensor(name);
+    if (t.dtype != DType::F32) continue;  // the weight loaders name a wrong dtype
+    const float* v = t.ptr<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int e = 0;
+      const float m = std::frexp(v[i], &e);
+      DI_CHECK(std::isfinite(v[i]) && m == 0.5f, "tensor '", name, "' in ", reader.info(name).file,
+               " holds block scale ", v[i], " at element ", i, ", not a power of two, but config ",
+               c.source, " says quantization_config.scale_fmt = 'ue8m0'");
+    }
   }
-  fail(config.source, ": model_type 'deepseek_v32' (DeepSeek-V3.2): the config and weights read, "
-       "but this build has no sparse-attention forward for it yet");
+}
+
+std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
+                            const LoadOptions& options) {
+  DI_CHECK(!options.random_weights, config.source,
+           ": model_type 'deepseek_v32' has no random-weight build yet (load a checkpoint)");
+  DI_CHECK(backend.device() == Device::CPU, config.source,
+           ": model_type 'deepseek_v32' runs on the CPU backend only in this build (the "
+           "indexer and sparse-MLA ops have no ", backend.name(), " kernels yet)");
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
+  LoadOptions o = options;
+  o.load_mtp = false;  // V3.2's MTP block has its own indexer; not run (model.h)
+  ModelWeights weights = load_weights(reader, config, o);  // weights.owners keeps the reader
+  std::vector<IndexerWeights> indexer = load_indexer_weights(config, *reader);
+  if (options.check_finite) {
+    std::vector<NamedTensor> tensors;
+    for (int l = 0; l < config.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
+      for (const char* n : {"wq_b.weight", "wq_b.weight_scale_inv", "wk.weight", "wk.weight_scale_inv",
+                            "k_norm.weight", "k_norm.bias", "weights_proj.weight",
+                            "weights_proj.weight_scale_inv"}) {
+        if (reader->has(p + n)) tensors.push_back({p + n, reader->info(p + n).file, reader->tensor(p + n)});
+      }
+    }
+    check_weights_finite(tensors, default_thread_pool());
+  }
+  check_ue8m0_scales(config, *reader);
+  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, weights, backend);
+  return std::make_unique<DeepseekV32Model>(std::move(config), std::move(weights),
+                                            std::move(absorbed), std::move(indexer), backend);
 }
 
 }  // namespace
@@ -32,6 +77,7 @@ Architecture deepseek_v32_architecture() {
   a.load = load;
   a.check_extra_weights = [](const ModelConfig& config, const CheckpointReader& reader) {
     load_indexer_weights(config, reader);
+    check_ue8m0_scales(config, reader);
   };
   return a;
 }

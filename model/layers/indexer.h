@@ -5,8 +5,17 @@
 //   key per token, shared by the heads), w = weights_proj(x) * heads^-0.5,
 // with non-interleaved RoPE on the first rope_dim of q's and k's dims; the index_topk
 // best positions become MLA's attention set. Dimensions only here (no config).
+// The RoPE table is MLA's (transformers 5.17 feeds the indexer the same cos/sin, YaRN's
+// attention factor folded in; DeepSeek's reference freqs_cis has no such factor, which
+// agrees whenever mscale == mscale_all_dim, as in V3.2's config). Not simulated: the
+// reference's Hadamard rotation of q and k (orthogonal, q.k unchanged) and its FP8
+// quantization of them before scoring (precision only; transformers skips both too).
+//
+// indexer_forward runs it over a step: keys of the step's tokens go to the layer's indexer
+// key cache first, so prefill, chunked prefill and decode all score against the cache.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -28,5 +37,35 @@ struct IndexerWeights {
   Tensor k_norm_bias;   // [head_dim] LayerNorm bias
   Weight weights_proj;  // [n_heads, hidden]
 };
+
+// transformers (nn.LayerNorm(index_head_dim, eps=1e-6)) and DeepSeek's reference LayerNorm.
+inline constexpr float kIndexerKeyNormEps = 1e-6f;
+
+// Scratch sized for `capacity` tokens (reused by every layer); `scores` grows with the
+// longest context of a step.
+struct IndexerWorkspace {
+  std::vector<DeviceBuffer> buffers;
+  Tensor q;        // [cap, n_heads * head_dim]
+  Tensor k;        // [cap, head_dim]
+  Tensor weights;  // F32 [cap, n_heads]
+  Tensor indices;  // I32 [cap, topk]
+  DeviceBuffer scores_buffer;
+  Tensor scores;   // F32 [cap, ctx_capacity]
+  int64_t capacity = 0;
+  int64_t ctx_capacity = 0;
+};
+IndexerWorkspace make_indexer_workspace(const IndexerDims& dims, Backend& backend, int64_t capacity);
+
+// The positions token t of the step attends, I32 [T, topk] (a view of ws.indices): the
+// index_topk best by score (backend indexer_topk: ties to the lower position, written in
+// ascending order, -1 padded when the context is shorter than index_topk). x [T, hidden]:
+// the layer's normed input; q_lora [T, q_lora_rank]: q_a_layernorm(q_a_proj(x)). keys: the
+// layer's indexer key cache [blocks, block_size, head_dim] with the step's addressing
+// (this step's keys are written into it). positions I32 [T], cos_sin: the model's RoPE
+// table [max_positions, rope_dim] (non-interleaved here). max_ctx: the step's longest
+// sequence (StepBatch::max_seq_len).
+Tensor indexer_forward(Backend& backend, const IndexerDims& dims, const IndexerWeights& w,
+                       const Tensor& positions, const Tensor& cos_sin, const Tensor& x,
+                       const Tensor& q_lora, PagedKV& keys, int64_t max_ctx, IndexerWorkspace& ws);
 
 }  // namespace deepinfer

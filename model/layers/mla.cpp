@@ -133,15 +133,13 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
   return step;
 }
 
-void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
-                 const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
-                 MlaWorkspace& ws, Tensor& out) {
+void mla_project(Backend& backend, const ModelConfig& c, const AttentionWeights& w, MlaStep& step,
+                 const Tensor& x, MlaWorkspace& ws) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "mla_forward: ", T, " tokens exceed the workspace (", ws.capacity, ")");
   const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
-  const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim(), vdim = c.v_head_dim;
+  const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim();
   const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
-  const float scale = static_cast<float>(c.softmax_scale());
 
   // Query: [T, heads * qk] with per-head [nope | rope].
   // Latent: [T, kv_lora | rope]; normalize c_kv in place below.
@@ -166,7 +164,17 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
   backend.mla_rope_store(q3, kv_a, *step.positions, *step.cos_sin, static_cast<int>(nope),
                          static_cast<int>(L), static_cast<int>(rope), c.rope_interleave, step.kv,
                          q_abs_rope);
+}
 
+void mla_attend(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+                const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t T, MlaWorkspace& ws,
+                Tensor& out, const Tensor* indices) {
+  const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim(), vdim = c.v_head_dim;
+  const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
+  const float scale = static_cast<float>(c.softmax_scale());
+  Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
+  Tensor c_kv = cols_view(ws.kv_a, T, L);           // [T, kv_lora] (normed)
   Tensor attn3 = heads_view(ws.attn, T, heads, vdim, vdim);  // [T, heads, v]
   if (step.direct) {
     // kv_b: [T, heads, nope + v] -> k = [k_nope | k_rope (shared by all heads)], v.
@@ -180,8 +188,14 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
     Tensor k3_rope = heads_view(ws.k, T, heads, qk, rope, nope);
     backend.copy(k_rope, k3_rope);
     const Tensor v3 = heads_view(ws.kv_b, T, heads, nope + vdim, vdim, nope);  // [T, heads, v]
-    backend.mla_attention_prefill(q3, heads_view(ws.k, T, heads, qk, qk), v3, *step.query_start,
-                                  step.kv.num_seqs, scale, attn3);
+    if (indices != nullptr) {
+      backend.mla_attention_prefill_sparse(q3, heads_view(ws.k, T, heads, qk, qk), v3,
+                                           *step.query_start, step.kv.num_seqs, *indices, scale,
+                                           attn3);
+    } else {
+      backend.mla_attention_prefill(q3, heads_view(ws.k, T, heads, qk, qk), v3, *step.query_start,
+                                    step.kv.num_seqs, scale, attn3);
+    }
   } else {
     // q_abs[:, h] = [q_nope[:, h] · W_UK[h] | q_rope[:, h]]   [T, heads, kv_lora + rope]
     // (the rope part was written by mla_rope_store). All heads in one op (owners[0] = W_UK^T stacked [heads, kv_lora, nope]).
@@ -189,12 +203,24 @@ void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights&
     backend.gemm_heads(heads_view(ws.q, T, heads, qk, nope), absorbed.owners[0].tensor(),
                        q_abs_nope);
     Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
-    backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
-                                static_cast<int>(L), latent3);
+    if (indices != nullptr) {
+      backend.mla_attention_paged_sparse(heads_view(ws.q_abs, T, heads, row, row), step.kv,
+                                         *indices, scale, static_cast<int>(L), latent3);
+    } else {
+      backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
+                                  static_cast<int>(L), latent3);
+    }
     // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, heads, v] (owners[1] = W_UV [heads, v, kv_lora])
     backend.gemm_heads(latent3, absorbed.owners[1].tensor(), attn3);
   }
   backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
+}
+
+void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+                 const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
+                 MlaWorkspace& ws, Tensor& out) {
+  mla_project(backend, c, w, step, x, ws);
+  mla_attend(backend, c, w, absorbed, step, x.size(0), ws, out, nullptr);
 }
 
 }  // namespace deepinfer

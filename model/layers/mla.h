@@ -61,6 +61,19 @@ struct MlaStep {
 // new tokens) and the backend is not batch-invariant.
 MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_invariant);
 
+// The two halves of mla_forward, for layers that act in between (V3.2's indexer reads the
+// q_lora output ws.q_a [T, q_lora_rank] after mla_project):
+//  mla_project: q_a, q, kv_a (normed), RoPE, latent rows -> step.kv.cache (and, absorbed, the
+//               query's rope part);
+//  mla_attend:  attention (direct or absorbed, per step.direct) over every causal position,
+//               or over the positions of `indices` I32 [T, k] when given (sparse; -1 = none),
+//               then o_proj -> out [T, hidden].
+void mla_project(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+                 MlaStep& step, const Tensor& x, MlaWorkspace& ws);
+void mla_attend(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+                const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t num_tokens,
+                MlaWorkspace& ws, Tensor& out, const Tensor* indices);
+
 // out [T, hidden] = MLA(x) for x [T, hidden] (already input_layernorm-ed).
 void mla_forward(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,

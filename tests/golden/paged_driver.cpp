@@ -9,14 +9,17 @@ namespace deepinfer::test {
 PagedDriver::PagedDriver(Model& model, Backend& backend, int block_size, int num_blocks)
     : model_(model), backend_(backend), block_size_(block_size) {
   const std::vector<KvGroupSpec> groups = model.kv_groups();
-  DI_CHECK(groups.size() == 1 && groups[0].tokens_per_row == 1 && groups[0].window == 0,
-           "PagedDriver: one KV group of one row per token only");
-  caches_.emplace_back();
-  for (int l = 0; l < groups[0].num_layers; ++l) {
-    cache_buffers_.push_back(backend.alloc(groups[0].row_dtype(backend.activation_dtype()),
-                                           {num_blocks, block_size, groups[0].row_dim}));
-    caches_[0].push_back(cache_buffers_.back().tensor());
+  for (const KvGroupSpec& g : groups) {
+    DI_CHECK(g.tokens_per_row == 1 && g.window == 0,
+             "PagedDriver: KV groups of one row per token, no window, only (group '", g.name, "')");
+    caches_.emplace_back();
+    for (int l = 0; l < g.num_layers; ++l) {
+      cache_buffers_.push_back(backend.alloc(g.row_dtype(backend.activation_dtype()),
+                                             {num_blocks, block_size, g.row_dim}));
+      caches_.back().push_back(cache_buffers_.back().tensor());
+    }
   }
+  num_blocks_ = num_blocks;
   // Hand out blocks in a scattered order: odd ids descending, then even ids ascending.
   for (int b = num_blocks - 1; b >= 0; --b) {
     if (b % 2 == 1) free_blocks_.push_back(b);
@@ -85,6 +88,20 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
   b.host_query_start = query_start;
   b.host_seq_lens = seq_lens;
   b.kv_groups.push_back({b.block_tables, b.slot_mapping});
+  // Groups 1.. (e.g. V3.2's indexer keys) get their own tables: block id b of group 0 is
+  // num_blocks - 1 - b there, so a model reading another group's tables reads wrong rows.
+  for (size_t g = 1; g < caches_.size(); ++g) {
+    std::vector<int32_t> t = tables, sl = slots;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const size_t n = seqs_[chunks[i].seq].blocks.size();
+      for (size_t j = 0; j < n; ++j) t[i * max_blocks + j] = num_blocks_ - 1 - t[i * max_blocks + j];
+    }
+    for (int32_t& slot : sl) {
+      slot = (num_blocks_ - 1 - slot / block_size_) * block_size_ + slot % block_size_;
+    }
+    b.kv_groups.push_back({upload_i32(t, {S, static_cast<int64_t>(max_blocks)}),
+                           upload_i32(sl, {b.num_tokens})});
+  }
 
   const int64_t R = static_cast<int64_t>(logits_rows.size()), V = model_.vocab_size();
   DeviceBuffer logits = backend_.alloc(DType::F32, {R, V});

@@ -37,10 +37,11 @@ class PagedDriver {
   Model& model_;
   Backend& backend_;
   int block_size_;
+  int num_blocks_ = 0;
   std::vector<int32_t> free_blocks_;
   std::vector<Seq> seqs_;
   std::vector<DeviceBuffer> cache_buffers_;
-  KvCaches caches_;  // one group
+  KvCaches caches_;  // [group][layer]
   std::vector<DeviceBuffer> step_buffers_;
 };
 

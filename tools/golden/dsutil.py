@@ -20,6 +20,9 @@ _FP8_SUFFIXES = (
     "q_proj.weight", "q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
     "kv_b_proj.weight", "o_proj.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight",
     "eh_proj.weight",
+    # DeepSeek-V3.2's lightning indexer: wq_b and wk are FP8 (weights_proj stays BF16, as the
+    # reference builds it with the default dtype).
+    "indexer.wq_b.weight", "indexer.wk.weight",
 )
 
 
@@ -31,8 +34,10 @@ def is_fp8_weight(name: str, t: torch.Tensor) -> bool:
     return t.dim() == 2 and name.startswith("model.layers.") and name.endswith(_FP8_SUFFIXES)
 
 
-def fp8_quantize(w: torch.Tensor, block: int = BLOCK):
+def fp8_quantize(w: torch.Tensor, block: int = BLOCK, ue8m0: bool = False):
     """DeepSeek block quantization: per 128x128 block s = amax/448, q = fp8(w/s).
+    ue8m0 (V3.1/V3.2 `scale_fmt: ue8m0`): s rounded UP to a power of two, 2^ceil(log2(amax/448)),
+    as DeepSeek's kernel.py fast_round_scale does (stored F32, exact).
 
     Returns (q float8_e4m3fn [out,in], scale_inv float32 [ceil(out/128), ceil(in/128)]).
     Dequantized weight = q.float() * scale_inv (broadcast over each block)."""
@@ -44,6 +49,8 @@ def fp8_quantize(w: torch.Tensor, block: int = BLOCK):
     blocks = pad.view(nb_o, block, nb_i, block)
     amax = blocks.abs().amax(dim=(1, 3))  # [nb_o, nb_i]
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax)).float()
+    if ue8m0:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
     q = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX)
     q = q.view(nb_o * block, nb_i * block)[:out_f, :in_f].contiguous().to(torch.float8_e4m3fn)
     return q, scale.contiguous()
@@ -92,15 +99,15 @@ def unfuse_experts(sd: dict) -> dict:
     return out
 
 
-def quantize_state_dict(sd: dict) -> dict:
-    """bf16 for everything except: FP8 linear weights (+ F32 `_scale_inv`), F32 e_score_correction_bias.
-    Expects per-expert (official) names."""
+def quantize_state_dict(sd: dict, ue8m0: bool = False, f32_suffixes: tuple = ()) -> dict:
+    """bf16 for everything except: FP8 linear weights (+ F32 `_scale_inv`, powers of two when ue8m0),
+    F32 e_score_correction_bias and names ending in f32_suffixes. Expects per-expert (official) names."""
     out = {}
     for k, v in sd.items():
-        if k.endswith("e_score_correction_bias"):
+        if k.endswith("e_score_correction_bias") or (f32_suffixes and k.endswith(f32_suffixes)):
             out[k] = v.detach().float().cpu().contiguous()
         elif is_fp8_weight(k, v):
-            q, s = fp8_quantize(v)
+            q, s = fp8_quantize(v, ue8m0=ue8m0)
             out[k] = q
             out[k + "_scale_inv"] = s
         else:

@@ -12,6 +12,12 @@ Writes DIR/<name>/{config.json, model.safetensors, reference.json} for each fixt
   v3_fp8_yarn   deepseek_v3, YaRN rope (official rope_scaling spelling), F8_E4M3 linear weights with 128x128
                 `_scale_inv` blocks (partial blocks: hidden 192, moe_intermediate 96, ...), n_group 1,
                 per-expert layout, quantization_config as DeepSeek ships.
+  v32_tiny      deepseek_v32 (DeepSeek sparse attention): lightning indexer with 16 heads x 32 (rope 16),
+                index_topk 8 and a 24-token prompt (top-k drops positions from query 8 on), per-expert layout,
+                BF16, official config spelling.
+  v32_fp8       deepseek_v32 with F8_E4M3 weights and ue8m0 (power-of-two) 128x128 scales
+                (`scale_fmt: ue8m0`), indexer wq_b/wk FP8, weights_proj BF16, k_norm F32; index_topk 12,
+                20-token prompt, partial blocks (hidden 192, q_lora 160, indexer 16 x 32 = 512 rows).
 The reference is always computed by transformers in float32 from exactly the weights stored on disk
 (bf16 upcast, or fp8 x block scale), re-loaded from the written files.
 """
@@ -35,7 +41,7 @@ import transformers  # noqa: E402
 transformers.logging.set_verbosity_error()  # the MTP-weights "UNEXPECTED" load reports are expected
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config,  # noqa: E402
-                          DeepseekV3ForCausalLM)
+                          DeepseekV3ForCausalLM, DeepseekV32Config, DeepseekV32ForCausalLM)
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer  # noqa: E402
 
 PROMPT_LEN = 12
@@ -79,6 +85,32 @@ FIXTURES = {
     ),
 }
 
+# DeepSeek-V3.2 tiny configs: 16 indexer heads (MODELS.md pitfall: with very few heads many keys score
+# exactly 0 after the ReLU and tie at the cut), prompts longer than index_topk.
+_V32_COMMON = dict(vocab_size=512, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                   n_shared_experts=1, n_routed_experts=8, routed_scaling_factor=2.5, n_group=4, topk_group=2,
+                   num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True,
+                   max_position_embeddings=128, rms_norm_eps=1e-6, num_nextn_predict_layers=0,
+                   index_n_heads=16, topk_method="noaux_tc", scoring_func="sigmoid")
+FIXTURES["v32_tiny"] = dict(
+    seed=4008, arch="v32", layout="per_expert", fp8=False, spelling="official", mtp=False, prompt_len=24,
+    rope_theta=10000.0, rope_scaling=None,
+    cfg=dict(_V32_COMMON, hidden_size=128, intermediate_size=192, moe_intermediate_size=32, kv_lora_rank=64,
+             q_lora_rank=96, qk_rope_head_dim=16, v_head_dim=32, qk_nope_head_dim=32, index_head_dim=32,
+             index_topk=8),
+)
+FIXTURES["v32_fp8"] = dict(
+    seed=5005, arch="v32", layout="per_expert", fp8=True, ue8m0=True, spelling="official", mtp=False,
+    prompt_len=20, rope_theta=10000.0, f32_suffixes=("indexer.k_norm.weight", "indexer.k_norm.bias"),
+    # YaRN as V3.2 ships it (mscale == mscale_all_dim, so cos/sin are unscaled in transformers and in
+    # DeepSeek's reference alike; the indexer's RoPE uses the same table).
+    rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                  "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    cfg=dict(_V32_COMMON, num_hidden_layers=2, hidden_size=192, intermediate_size=320, moe_intermediate_size=96,
+             kv_lora_rank=96, q_lora_rank=160, qk_rope_head_dim=32, v_head_dim=32, qk_nope_head_dim=32,
+             index_head_dim=32, index_topk=12, max_position_embeddings=64),
+)
+
 QUANT_CONFIG = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
                 "weight_block_size": [128, 128]}
 
@@ -93,7 +125,7 @@ def log(*a):
 def hf_config(fx: dict):
     kw = {k: v for k, v in fx["cfg"].items() if k not in _OFFICIAL_ONLY or fx["arch"] == "v2"}
     kw.pop("scoring_func", None)
-    if fx["arch"] == "v3":
+    if fx["arch"] in ("v3", "v32"):
         kw.pop("topk_method", None)
         if fx["spelling"] == "official":
             rp = {"rope_type": "default", "rope_theta": fx["rope_theta"]}
@@ -102,7 +134,7 @@ def hf_config(fx: dict):
                 rp["rope_type"] = rp.pop("type")
                 rp["rope_theta"] = fx["rope_theta"]
             kw["rope_parameters"] = rp
-        return DeepseekV3Config(**kw)
+        return DeepseekV32Config(**kw) if fx["arch"] == "v32" else DeepseekV3Config(**kw)
     kw["rope_parameters"] = {"rope_type": "default", "rope_theta": fx["rope_theta"]}
     return DeepseekV2Config(**kw)
 
@@ -113,6 +145,8 @@ def init_params(named, gen: torch.Generator, hidden: int):
         shape = p.shape
         if name.endswith("e_score_correction_bias"):
             v = 0.15 * torch.randn(shape, generator=gen)
+        elif name.endswith("k_norm.bias"):  # V3.2 indexer LayerNorm bias
+            v = 0.1 * torch.randn(shape, generator=gen)
         elif "norm" in name:
             v = 1.0 + 0.2 * torch.randn(shape, generator=gen)
         elif "embed_tokens" in name:
@@ -148,9 +182,9 @@ def make_mtp_weights(cfg, gen, n_layer: int) -> dict:
     return {pre + n: t.detach().clone() for n, t in items}
 
 
-def to_disk_dtypes(sd: dict, fp8: bool) -> dict:
+def to_disk_dtypes(sd: dict, fp8: bool, ue8m0: bool = False, f32_suffixes: tuple = ()) -> dict:
     if fp8:
-        return dsutil.quantize_state_dict(sd)
+        return dsutil.quantize_state_dict(sd, ue8m0=ue8m0, f32_suffixes=f32_suffixes)
     out = {}
     for k, v in sd.items():
         v = v.detach().cpu()
@@ -194,6 +228,46 @@ def mtp_reference(model, fixture_dir, prompt, n_layer, device):
     return rows
 
 
+@torch.no_grad()
+def indexer_cut_gaps(model, ids, topk: int):
+    """V3.2: over every layer and every query row whose causal context exceeds index_topk, the gap between
+    the topk-th and (topk+1)-th best index scores relative to the row's max |score| (small = a near-tie at
+    the cut, where the kept set would depend on the top-k implementation). Scores recomputed from the
+    indexer's inputs by its formula; the kept set is checked equal to what the indexer returned.
+    Returns (min relative gap, rows that drop positions)."""
+    from transformers.models.deepseek_v32.modeling_deepseek_v32 import apply_rotary_pos_emb
+    gaps, rows, hooks = [], [0], []
+
+    def hook(ix, args, out):
+        hs, q_resid, (cos, sin) = args[0], args[1], args[2]
+        B, S, _ = hs.shape
+        q = ix.wq_b(q_resid).view(B, S, ix.n_heads, ix.head_dim)
+        r = ix.qk_rope_head_dim
+        k = ix.k_norm(ix.wk(hs)).unsqueeze(2)
+        q_rot, k_rot = apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q[..., r:]], -1).float()
+        k = torch.cat([k_rot, k[..., r:]], -1).squeeze(2).float()
+        w = ix.weights_proj(hs).float() * ix.n_heads ** -0.5                       # [B, S, H]
+        sc = torch.relu(torch.einsum("bshd,btd->bsht", q, k) * ix.softmax_scale)  # [B, S, H, T]
+        idx = torch.einsum("bsh,bsht->bst", w, sc)[0]                            # [S, T]
+        for t in range(S):
+            if t + 1 <= topk:
+                continue
+            v, order = torch.sort(idx[t, :t + 1], descending=True)
+            gaps.append(float((v[topk - 1] - v[topk]) / v.abs().max()))
+            rows[0] += 1
+            assert set(order[:topk].tolist()) == set(out[0, t].tolist()), "indexer recomputation disagrees"
+
+    for layer in model.model.layers:
+        hooks.append(layer.self_attn.indexer.register_forward_hook(hook))
+    try:
+        model(ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return min(gaps), rows[0]
+
+
 def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
     t0 = time.time()
     fdir = os.path.join(out_root, name)
@@ -202,7 +276,8 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
     cfg._attn_implementation = "eager"
     torch.manual_seed(fx["seed"])
     gen = torch.Generator().manual_seed(fx["seed"])
-    Model = DeepseekV3ForCausalLM if fx["arch"] == "v3" else DeepseekV2ForCausalLM
+    Model = {"v3": DeepseekV3ForCausalLM, "v2": DeepseekV2ForCausalLM, "v32": DeepseekV32ForCausalLM}[fx["arch"]]
+    plen = fx.get("prompt_len", PROMPT_LEN)
     model = Model(cfg).float()
     init_params(named_tensors(model), gen, cfg.hidden_size)
     sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -215,7 +290,7 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
     n_experts = cfg.n_routed_experts
     # in-memory model state dict uses the fused layout; convert as requested
     sd_pe = dsutil.unfuse_experts(sd)
-    disk = to_disk_dtypes(sd_pe, fx["fp8"])
+    disk = to_disk_dtypes(sd_pe, fx["fp8"], fx.get("ue8m0", False), fx.get("f32_suffixes", ()))
     if fx["layout"] == "fused":
         disk = dsutil.fuse_experts(disk, n_experts)
     disk = dict(sorted(disk.items()))
@@ -232,10 +307,15 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
         cfg_d["scoring_func"] = fx["cfg"].get("scoring_func")
     else:
         base = cfg.to_dict()
-        base["architectures"] = ["DeepseekV3ForCausalLM" if fx["arch"] == "v3" else "DeepseekV2ForCausalLM"]
+        base["architectures"] = [Model.__name__]
         extra = {"topk_method": fx["cfg"]["topk_method"], "scoring_func": fx["cfg"]["scoring_func"]}
         if fx["fp8"]:
-            extra["quantization_config"] = QUANT_CONFIG
+            extra["quantization_config"] = dict(QUANT_CONFIG)
+            if fx.get("ue8m0"):
+                extra["quantization_config"]["scale_fmt"] = "ue8m0"
+        if fx["arch"] == "v32":  # official V3.2 configs derive these from first_k_dense_replace
+            base.pop("mlp_layer_types", None)
+            base.pop("layer_types", None)
         cfg_d = dsutil.official_config(base, fx["rope_theta"], fx.get("rope_scaling"), extra)
     cfg_d.pop("_attn_implementation", None)
     cfg_d.pop("attn_implementation", None)
@@ -274,7 +354,7 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
     chk = chk.to(device).eval()
 
     pgen = torch.Generator().manual_seed(fx["seed"] + 7)
-    prompt = torch.randint(3, cfg.vocab_size, (PROMPT_LEN,), generator=pgen).tolist()
+    prompt = torch.randint(3, cfg.vocab_size, (plen,), generator=pgen).tolist()
     with torch.no_grad():
         ids = torch.tensor([prompt], device=device)
         logits = ref_model(ids, use_cache=False).logits[0].float().cpu()
@@ -284,12 +364,24 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
         greedy_ids, min_gap = greedy(ref_model, prompt, GEN_LEN, device)
         # generate() with KV cache must agree with the no-cache loop
         gen_ids = ref_model.generate(ids, max_new_tokens=GEN_LEN, min_new_tokens=GEN_LEN, do_sample=False,
-                                     eos_token_id=None, pad_token_id=0)[0, PROMPT_LEN:].tolist()
+                                     eos_token_id=None, pad_token_id=0)[0, plen:].tolist()
         checks = {"load_path_max_abs_diff": load_diff, "generate_with_cache_matches": gen_ids == greedy_ids,
                   "min_top1_top2_gap_greedy": min_gap,
                   "logit_std": float(logits.std())}
         # feature checks: the exercised feature must change the output
-        if fx["arch"] == "v3":
+        if fx["arch"] == "v32":
+            topk = cfg.index_topk
+            full = torch.tensor([prompt + greedy_ids[:-1]], device=device)
+            checks["min_indexer_cut_gap_relative"], checks["indexer_rows_dropping_positions"] = \
+                indexer_cut_gaps(ref_model, full, topk)
+            assert checks["min_indexer_cut_gap_relative"] > 1e-4, f"{name}: near-tie at the top-k cut {checks}"
+            for layer in chk.model.layers:  # dense attention (every causal position kept)
+                layer.self_attn.indexer.index_topk = 1 << 30
+            checks["dense_attention_max_abs_logit_change"] = float(
+                (chk(ids, use_cache=False).logits[0].float().cpu() - logits).abs().max())
+            for layer in chk.model.layers:
+                layer.self_attn.indexer.index_topk = topk
+        if fx["arch"] in ("v3", "v32"):
             for layer in chk.model.layers:
                 if hasattr(layer.mlp, "gate"):
                     layer.mlp.gate.e_score_correction_bias.zero_()
@@ -306,9 +398,18 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
 
     ref = {
         "prompt_ids": prompt,
+        **({"index_topk": cfg.index_topk,
+            "indexer_note": ("transformers 5.17 deepseek_v32 (eager): score(t, s) = sum_h w[t, h] * ReLU(q[t, h] . k[s] "
+                             "* index_head_dim^-0.5), w = weights_proj(x) * index_n_heads^-0.5, causal, top "
+                             "min(index_topk, context) positions kept; no Hadamard / FP8 simulation of the indexer "
+                             "q/k (DeepSeek's reference quantizes them); checks.min_indexer_cut_gap_relative is "
+                             "the smallest margin at the cut over all layers and rows of prompt + greedy")}
+           if fx["arch"] == "v32" else {}),
         "logits": r8(logits.tolist()),
         "greedy_ids": greedy_ids,
         "dtype_note": ("weights stored F8_E4M3 + F32 128x128 *_scale_inv (norms/embed/lm_head/router gate BF16, "
+                       + ("scales are powers of two (ue8m0), indexer wq_b/wk FP8, weights_proj BF16, k_norm F32, "
+                          if fx.get("ue8m0") else "") +
                        "e_score_correction_bias F32); reference = transformers fp32 forward on the DEQUANTIZED "
                        "weights (fp8 value x block scale_inv)") if fx["fp8"] else
                       ("weights stored BF16 (e_score_correction_bias F32); reference = transformers fp32 forward "
@@ -340,9 +441,9 @@ def build_fixture(name: str, fx: dict, out_root: str, device: str) -> dict:
     dsutil.write_json(os.path.join(fdir, "reference.json"), ref)
     size = dsutil.dir_size(fdir)
     assert size <= 2 * 1024 * 1024, f"{name} is {size} bytes > 2 MB"
-    s = (f"[golden] {name}: {size / 1024:.0f} KiB, {len(disk)} tensors, prompt {PROMPT_LEN} + greedy {GEN_LEN}, "
+    s = (f"[golden] {name}: {size / 1024:.0f} KiB, {len(disk)} tensors, prompt {plen} + greedy {GEN_LEN}, "
          f"min gap {min_gap:.3g}, cache-gen-match {checks['generate_with_cache_matches']}, "
-         f"{', '.join(f'{k}={v:.3g}' for k, v in checks.items() if 'change' in k)}"
+         f"{', '.join(f'{k}={v:.3g}' for k, v in checks.items() if 'change' in k or 'indexer' in k)}"
          f"{', mtp rows ' + str(len(ref['mtp_logits'])) if fx['mtp'] else ''}  ({time.time() - t0:.1f}s)")
     log(s)
     return {"name": name, "bytes": size, "summary": s}

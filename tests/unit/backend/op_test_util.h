@@ -1,5 +1,6 @@
 // Helpers for the CPU op tests: random host tensors and naive double references.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -36,6 +37,43 @@ inline double max_abs_diff(const float* a, const double* b, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
+}
+
+// A PagedKV over host tensors (cache [blocks, block_size, row], block_tables I32 [S, max],
+// seq_lens I32 [S], query_start I32 [S + 1]).
+inline PagedKV paged_kv(const Tensor& cache, const Tensor& block_tables, const Tensor& seq_lens,
+                        const Tensor& query_start, int num_seqs, int max_query_len,
+                        int max_seq_len) {
+  PagedKV kv;
+  kv.cache = cache;
+  kv.block_tables = block_tables;
+  kv.seq_lens = seq_lens;
+  kv.query_start = query_start;
+  kv.num_seqs = num_seqs;
+  kv.max_query_len = max_query_len;
+  kv.max_seq_len = max_seq_len;
+  return kv;
+}
+
+// out[D_v] = softmax_j(q·k_j * scale) v_j over the given keys/values (double).
+inline std::vector<double> naive_attention(const float* q, const std::vector<const float*>& keys,
+                                           const std::vector<const float*>& values, int64_t dk,
+                                           int64_t dv, double scale) {
+  std::vector<double> s(keys.size());
+  double m = -1e300;
+  for (size_t j = 0; j < keys.size(); ++j) {
+    double d = 0;
+    for (int64_t i = 0; i < dk; ++i) d += double(q[i]) * keys[j][i];
+    s[j] = d * scale;
+    m = std::max(m, s[j]);
+  }
+  double sum = 0;
+  for (double& v : s) sum += (v = std::exp(v - m));
+  std::vector<double> out(dv, 0.0);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    for (int64_t i = 0; i < dv; ++i) out[i] += s[j] / sum * values[j][i];
+  }
+  return out;
 }
 
 }  // namespace deepinfer::test

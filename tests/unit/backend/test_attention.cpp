@@ -10,26 +10,7 @@
 namespace deepinfer {
 namespace {
 
-// out[D_v] = softmax_j(q·k_j * scale) v_j over the given keys/values (double).
-std::vector<double> naive_attention(const float* q, const std::vector<const float*>& keys,
-                                    const std::vector<const float*>& values, int64_t dk,
-                                    int64_t dv, double scale) {
-  std::vector<double> s(keys.size());
-  double m = -1e300;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    double d = 0;
-    for (int64_t i = 0; i < dk; ++i) d += double(q[i]) * keys[j][i];
-    s[j] = d * scale;
-    m = std::max(m, s[j]);
-  }
-  double sum = 0;
-  for (double& v : s) sum += (v = std::exp(v - m));
-  std::vector<double> out(dv, 0.0);
-  for (size_t j = 0; j < keys.size(); ++j) {
-    for (int64_t i = 0; i < dv; ++i) out[i] += s[j] / sum * values[j][i];
-  }
-  return out;
-}
+using test::naive_attention;
 
 TEST(CpuAttention, PrefillSeveralSequences) {
   auto backend = make_cpu_backend();
@@ -90,14 +71,7 @@ void check_paged(DType cache_dtype) {
   HostBuffer qsb = test::i32_buffer(qs), lb = test::i32_buffer(lens);
   HostBuffer tb(DType::I32, {3, max_blocks});
   std::copy(tables.begin(), tables.end(), tb.ptr<int32_t>());
-  PagedKV kv;
-  kv.cache = cache.tensor();
-  kv.block_tables = tb.tensor();
-  kv.seq_lens = lb.tensor();
-  kv.query_start = qsb.tensor();
-  kv.num_seqs = 3;
-  kv.max_query_len = 3;
-  kv.max_seq_len = 14;
+  PagedKV kv = test::paged_kv(cache.tensor(), tb.tensor(), lb.tensor(), qsb.tensor(), 3, 3, 14);
   HostBuffer out = test::f32_buffer({T, H, v_dim}, NAN);
   const double scale = 0.25;
   backend->mla_attention_paged(q.tensor(), kv, float(scale), int(v_dim), out.tensor());

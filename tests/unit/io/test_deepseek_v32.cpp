@@ -1,7 +1,8 @@
 // DeepSeek-V3.2 (model/deepseek_v32/): config reading with the indexer fields, errors
 // naming the missing/bad field, indexer weight shapes checked at load naming the tensor.
-// Shapes follow MODELS.md (DeepSeek's V3.2 reference); no V3.2 forward exists yet, so
-// load_model refuses after the checks.
+// Shapes follow MODELS.md (DeepSeek's V3.2 reference). quantization_config.scale_fmt
+// 'ue8m0' (V3.1 / V3.2) is read, and a checkpoint claiming it must hold power-of-two block
+// scales (the error names the tensor). The forward itself: tests/golden (Golden.V32*).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -106,15 +107,21 @@ struct Tensors {
   }
 };
 
-Tensors v32_tensors(const ModelConfig& c) {
+// tiny_v32's checkpoint: V3's tensors in `linear` (BF16, or F8_E4M3 with [1, 1] block scales,
+// as wq_b/wk get too), k_norm in `norm`, weights_proj BF16 (as DeepSeek ships it).
+Tensors v32_tensors(const ModelConfig& c, DType linear = DType::BF16, DType norm = DType::BF16) {
   Tensors t;
-  for (const TensorSpec& s : checkpoint_layout(c, DType::BF16, false)) t.add(s.name, s.dtype, s.shape);
+  for (const TensorSpec& s : checkpoint_layout(c, linear, false)) t.add(s.name, s.dtype, s.shape);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
-    t.add(p + "wq_b.weight", DType::BF16, {16 * 8, 24});
-    t.add(p + "wk.weight", DType::BF16, {8, 32});
-    t.add(p + "k_norm.weight", DType::BF16, {8});
-    t.add(p + "k_norm.bias", DType::BF16, {8});
+    t.add(p + "wq_b.weight", linear, {16 * 8, 24});
+    t.add(p + "wk.weight", linear, {8, 32});
+    if (linear == DType::F8_E4M3) {
+      t.add(p + "wq_b.weight_scale_inv", DType::F32, {1, 1});
+      t.add(p + "wk.weight_scale_inv", DType::F32, {1, 1});
+    }
+    t.add(p + "k_norm.weight", norm, {8});
+    t.add(p + "k_norm.bias", norm, {8});
     t.add(p + "weights_proj.weight", DType::BF16, {16, 32});
   }
   return t;
@@ -154,14 +161,28 @@ void write_checkpoint(const Tensors& t, const nlohmann::json& config, const test
   dir.write("config.json", config.dump());
 }
 
-TEST(DeepseekV32Weights, LoadChecksTheIndexerThenRefusesWithoutAForward) {
+TEST(DeepseekV32Weights, LoadChecksTheIndexerAndBuildsTheSparseForward) {
   const ModelConfig c = parse(tiny_v32());
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   {
     testing::TempDir dir;
     write_checkpoint(v32_tensors(c), tiny_v32(), dir);
-    expect_contains(error_of([&] { load_model(dir.path(), *cpu); }),
-                    {"deepseek_v32", "no sparse-attention forward"});
+    std::unique_ptr<Model> model = load_model(dir.path(), *cpu);
+    // Two KV layer groups: the latent rows (kv_lora + rope = 16 + 4) and the indexer keys
+    // (index_head_dim 8), each with a cache per layer.
+    const std::vector<KvGroupSpec> groups = model->kv_groups();
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[0].name, "latent");
+    EXPECT_EQ(groups[0].row_dim, 20);
+    EXPECT_EQ(groups[1].name, "indexer_keys");
+    EXPECT_EQ(groups[1].row_dim, 8);
+    EXPECT_EQ(groups[1].num_layers, 2);
+    EXPECT_TRUE(groups[1].activation_dtype);
+    EXPECT_EQ(model->num_mtp_layers(), 0);
+    LoadOptions random;
+    random.random_weights = true;
+    expect_contains(error_of([&] { load_model(dir.path(), *cpu, random); }),
+                    {"deepseek_v32", "random-weight"});
     // deepinfer info's check of the tensors beyond ModelWeights passes.
     const CheckpointReader reader = CheckpointReader::open(dir.path());
     find_architecture("deepseek_v32", "x").check_extra_weights(c, reader);
@@ -177,6 +198,49 @@ TEST(DeepseekV32Weights, LoadChecksTheIndexerThenRefusesWithoutAForward) {
     expect_contains(error_of([&] { find_architecture("deepseek_v32", "x").check_extra_weights(c, reader); }),
                     {"'model.layers.0.self_attn.indexer.wk.weight'"});
   }
+}
+
+TEST(DeepseekV32Config, ScaleFmtIsReadAndChecked) {
+  nlohmann::json j = tiny_v32();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
+                              {"weight_block_size", {128, 128}}};
+  EXPECT_EQ(parse(j).quantization.scale_fmt, "ue8m0");
+  j["quantization_config"]["scale_fmt"] = nullptr;
+  EXPECT_EQ(parse(j).quantization.scale_fmt, "");
+  j["quantization_config"]["scale_fmt"] = "e5m2";
+  expect_contains(error_of([&] { parse(j); }), {"'quantization_config.scale_fmt'", "'e5m2'", "ue8m0"});
+  j["quantization_config"]["scale_fmt"] = 8;
+  expect_contains(error_of([&] { parse(j); }), {"'quantization_config.scale_fmt'", "string"});
+}
+
+// An FP8 V3.2 checkpoint whose config says scale_fmt 'ue8m0': power-of-two scales load, any
+// other value is refused naming the tensor (at load and by deepinfer info's check).
+TEST(DeepseekV32Weights, Ue8m0ScalesMustBePowersOfTwo) {
+  nlohmann::json j = tiny_v32();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
+                              {"weight_block_size", {128, 128}}};
+  const ModelConfig c = parse(j);
+  Tensors t = v32_tensors(c, DType::F8_E4M3, DType::F32);
+  for (auto& [name, b] : t.buffers) {  // every block scale 2^-7
+    if (name.size() > 10 && name.substr(name.size() - 10) == "_scale_inv") {
+      for (int64_t i = 0; i < b.tensor().numel(); ++i) b.ptr<float>()[i] = 0.0078125f;
+    }
+  }
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  {
+    testing::TempDir dir;
+    write_checkpoint(t, j, dir);
+    EXPECT_NO_THROW(load_model(dir.path(), *cpu));
+  }
+  const std::string bad = "model.layers.1.self_attn.indexer.wq_b.weight_scale_inv";
+  t.buffers[bad].ptr<float>()[0] = 0.006f;
+  testing::TempDir dir;
+  write_checkpoint(t, j, dir);
+  expect_contains(error_of([&] { load_model(dir.path(), *cpu); }),
+                  {"'" + bad + "'", "0.006", "power of two", "ue8m0"});
+  const CheckpointReader reader = CheckpointReader::open(dir.path());
+  expect_contains(error_of([&] { find_architecture("deepseek_v32", "x").check_extra_weights(c, reader); }),
+                  {"'" + bad + "'", "power of two"});
 }
 
 }  // namespace
