@@ -62,23 +62,29 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
            "EngineConfig.num_speculative_tokens: ", spec_k_, " MTP drafts asked, but ", mc.source,
            " has no MTP layer loaded (num_nextn_predict_layers ", mc.num_nextn_predict_layers,
            "); use speculator ngram (--speculator ngram) or 0 drafts");
-  const RunnerConfig spec_rc = runner_config(cfg, 1, 1);
+  const RunnerConfig spec_rc = runner_config(cfg, 1, max_model_len);
+  // Every KV group's pool follows from num_blocks (kv/kv_groups.h); the runner allocates the same.
+  const std::vector<KvGroupSpec> kv_groups = Runner::kv_groups(*model, spec_rc.num_mtp_kv_layers);
+  const KvPoolLimits pool_limits = Runner::pool_limits(spec_rc);
   int num_blocks = cfg.num_kv_blocks;
   if (num_blocks <= 0) {
     const int64_t bytes = cfg.kv_cache_num_bytes > 0 ? cfg.kv_cache_num_bytes : int64_t{4} << 30;
-    const int64_t per_block =
-        Runner::kv_bytes_per_block(*model, backend->activation_dtype(), bs, spec_rc.num_mtp_kv_layers);
+    const int64_t fit = kv_blocks_for_bytes(kv_groups, backend->activation_dtype(), bytes, pool_limits);
     const int64_t enough = static_cast<int64_t>(cfg.max_num_seqs) * ((max_model_len + bs - 1) / bs);
-    num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(bytes / per_block, 1), enough));
+    num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(fit, 1), enough));
   }
   stats.num_kv_blocks = num_blocks;
   stats.kv_block_size = bs;
-  blocks_ = std::make_unique<BlockManager>(num_blocks, bs, cfg.enable_prefix_caching);
+  blocks_ = std::make_unique<BlockManager>(kv_group_pools(kv_groups, num_blocks, pool_limits), bs,
+                                           cfg.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
   RunnerConfig rc = runner_config(cfg, num_blocks, max_model_len);
   rc.sample_vocab = sample_vocab;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
+  for (int g = 0; g < blocks_->num_groups(); ++g)
+    DI_CHECK(runner_->group_num_blocks(g) == blocks_->num_blocks(g), "engine: KV group ", g, " has ",
+             runner_->group_num_blocks(g), " blocks in the runner, ", blocks_->num_blocks(g), " in the block manager");
   sampler_ = std::make_unique<Sampler>(sample_vocab);
   stats.num_speculative_tokens = spec_k_;
   if (spec_k_ > 0) make_proposer();
@@ -308,7 +314,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
     // A verify step (drafts at the end) returns logits for the last token and each draft.
     run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample,
-                   s.needs_sample ? 1 + q.num_draft_tokens : 1});
+                   s.needs_sample ? 1 + q.num_draft_tokens : 1, q.kv.more_block_ids});
     begins.push_back(begin);
     rows.push_back(row);
     row += s.num_new_tokens;
@@ -355,7 +361,7 @@ void Engine::Impl::run_ahead() {
   InFlight& cur = in_flight_.front();
   if (!cur.argmax_only || cur.step_done || scheduler_->num_waiting() > 0 ||
       static_cast<int>(cur.plan.seqs.size()) != scheduler_->num_running() ||
-      blocks_->num_free_blocks() < scheduler_->num_running())
+      blocks_->min_free_blocks() < scheduler_->num_running())
     return;
   for (const ScheduledSeq& s : cur.plan.seqs) {
     if (s.seq == nullptr || !s.needs_sample) return;

@@ -41,27 +41,32 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
   const int num_seqs = std::max(1, std::min(config.max_num_seqs, (num_tokens + tokens_per_seq - 1) / tokens_per_seq));
   const int blocks_per_seq = (tokens_per_seq + bs - 1) / bs;
   const int num_blocks = num_seqs * blocks_per_seq;
-  const int64_t bytes_per_block = Runner::kv_bytes_per_block(
-      model, backend.activation_dtype(), bs, runner_config(config, 1, 1).num_mtp_kv_layers);
+  const RunnerConfig rc = runner_config(config, num_blocks, max_model_len);
+  const std::vector<KvGroupSpec> groups = Runner::kv_groups(model, rc.num_mtp_kv_layers);
   KvMemoryBudget budget;
   {
-    Runner runner(model, backend, runner_config(config, num_blocks, max_model_len));
+    Runner runner(model, backend, rc);
     const std::vector<int32_t> token_ids(static_cast<size_t>(tokens_per_seq), 0);
     std::vector<int32_t> block_ids(static_cast<size_t>(num_blocks));  // [num_seqs, blocks_per_seq]
     std::iota(block_ids.begin(), block_ids.end(), 0);
+    std::vector<std::vector<std::vector<int32_t>>> more_blocks;  // [seq][group 1..][blocks]
+    for (int i = 0; i < num_seqs; ++i) more_blocks.push_back(scratch_block_tables(runner, i, tokens_per_seq, bs));
     std::vector<RunSeq> seqs;
     for (int i = 0, left = num_tokens; i < num_seqs && left > 0; ++i, left -= tokens_per_seq)
       seqs.push_back({token_ids, 0, std::min(left, tokens_per_seq),
-                      std::span(block_ids).subspan(static_cast<size_t>(i) * blocks_per_seq, blocks_per_seq), true});
+                      std::span(block_ids).subspan(static_cast<size_t>(i) * blocks_per_seq, blocks_per_seq), true, 1,
+                      more_blocks[static_cast<size_t>(i)]});
     runner.execute(seqs);
     backend.synchronize();
     const Backend::MemoryInfo mem = backend.memory_info();
     budget.total_bytes = mem.total_bytes;
     budget.free_bytes = mem.free_bytes;
   }
-  budget.reclaimable_bytes = int64_t{num_blocks} * bytes_per_block;
+  budget.reclaimable_bytes = kv_cache_bytes(groups, backend.activation_dtype(), num_blocks, Runner::pool_limits(rc));
   budget.utilization = config.gpu_memory_utilization;
-  budget.bytes_per_block = bytes_per_block;
+  budget.groups = groups;
+  budget.activation = backend.activation_dtype();
+  budget.limits = Runner::pool_limits(rc);
   budget.block_size = bs;
   budget.max_model_len = max_model_len;
   return kv_blocks_for_memory(budget);

@@ -41,6 +41,23 @@ inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, in
   return rc;
 }
 
+// Block tables of KV groups 1.. for a throwaway step over a still-empty cache (the KV
+// sizing profile, step-time measurement): sequence `seq` of sequences of `tokens` tokens
+// each takes consecutive blocks of every group, wrapping around a pool too small for all
+// (rows nobody reads). Empty for a model with one group.
+inline std::vector<std::vector<int32_t>> scratch_block_tables(const Runner& runner, int seq, int64_t tokens,
+                                                              int block_size) {
+  std::vector<std::vector<int32_t>> tables;
+  const std::vector<KvGroupSpec>& groups = runner.kv_groups();
+  for (size_t g = 1; g < groups.size(); ++g) {
+    const int64_t rows = tokens / groups[g].tokens_per_row;
+    const int64_t n = (rows + block_size - 1) / block_size, pool = runner.group_num_blocks(static_cast<int>(g));
+    std::vector<int32_t>& t = tables.emplace_back();
+    for (int64_t i = 0; i < n; ++i) t.push_back(static_cast<int32_t>((seq * n + i) % pool));
+  }
+  return tables;
+}
+
 struct Engine::Impl {
   // `tokenizer` may be null (token-id prompts only, empty text).
   Impl(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,

@@ -57,8 +57,9 @@ void Engine::Impl::measure_step_times() {
   std::vector<double> seconds;
   std::vector<int32_t> ids(static_cast<size_t>(cap), 0), blocks(static_cast<size_t>(blocks_->blocks_for(cap)));
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
+  const std::vector<std::vector<int32_t>> more_blocks = scratch_block_tables(*runner_, 0, cap, blocks_->block_size());
   for (int b = 1; b <= cap; b = b < cap && 2 * b > cap ? cap : 2 * b) {
-    const RunSeq seq{ids, 0, b, blocks, true, 1};
+    const RunSeq seq{ids, 0, b, blocks, true, 1, more_blocks};
     std::vector<double> runs;
     for (int run = 0; run < 4; ++run) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -120,7 +121,7 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
         stats.num_kv_block_copies += static_cast<int64_t>(copies.size());
       }
     }
-    p.block_ids = seq.kv.block_ids;
+    p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's group (V3: 0)
     p.max_drafts = k;
     in.push_back(p);
     seqs.push_back(&seq);

@@ -1,21 +1,85 @@
 #include "kv/block_manager.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
 namespace deepinfer {
+namespace {
+
+bool holds_none(const KVBlocks& seq) {
+  return seq.block_ids.empty() && std::all_of(seq.more_block_ids.begin(), seq.more_block_ids.end(),
+                                              [](const std::vector<int32_t>& ids) { return ids.empty(); });
+}
+
+const std::vector<int32_t>& ids_of(const KVBlocks& seq, int g) {
+  static const std::vector<int32_t> kEmpty;
+  if (g == 0) return seq.block_ids;
+  return static_cast<size_t>(g) <= seq.more_block_ids.size() ? seq.more_block_ids[static_cast<size_t>(g - 1)]
+                                                              : kEmpty;
+}
+
+}  // namespace
 
 BlockManager::BlockManager(int num_blocks, int block_size, bool enable_prefix_caching)
-    : block_size_(block_size), prefix_caching_(enable_prefix_caching) {
-  DI_CHECK(num_blocks > 0, "KV cache: num_blocks must be > 0, got ", num_blocks);
+    : BlockManager(std::vector<KvGroupPool>{KvGroupPool{num_blocks, 1, 0}}, block_size, enable_prefix_caching) {}
+
+BlockManager::BlockManager(std::vector<KvGroupPool> groups, int block_size, bool enable_prefix_caching)
+    : block_size_(block_size), prefix_caching_(enable_prefix_caching), specs_(std::move(groups)) {
+  DI_CHECK(!specs_.empty(), "KV cache: no KV group");
   DI_CHECK(block_size > 0, "KV cache: block_size must be > 0, got ", block_size);
-  ref_counts_.assign(num_blocks, 0);
-  hash_of_.assign(num_blocks, 0);
-  has_hash_.assign(num_blocks, false);
-  cached_.resize(num_blocks);
-  free_pos_.resize(num_blocks);
-  for (int32_t b = 0; b < num_blocks; ++b) free_pos_[b] = free_list_.insert(free_list_.end(), b);
+  for (size_t g = 0; g < specs_.size(); ++g) {
+    const KvGroupPool& spec = specs_[g];
+    if (g == 0) DI_CHECK(spec.num_blocks > 0, "KV cache: num_blocks must be > 0, got ", spec.num_blocks);
+    DI_CHECK(spec.num_blocks > 0 && spec.tokens_per_row >= 1 && spec.window >= 0 &&
+                 (spec.window == 0 || spec.tokens_per_row == 1),
+             "KV cache: group ", g, " needs num_blocks > 0, tokens_per_row >= 1 and a window only on one "
+             "row per token, got ", spec.num_blocks, " blocks, tokens_per_row ", spec.tokens_per_row,
+             ", window ", spec.window);
+    Pool& p = pools_.emplace_back();
+    const int n = spec.num_blocks;
+    p.ref_counts.assign(n, 0);
+    p.hash_of.assign(n, 0);
+    p.has_hash.assign(n, false);
+    p.cached.resize(n);
+    p.free_pos.resize(n);
+    for (int32_t b = 0; b < n; ++b) p.free_pos[b] = p.free_list.insert(p.free_list.end(), b);
+  }
+}
+
+int BlockManager::min_free_blocks() const {
+  int m = num_free_blocks(0);
+  for (int g = 1; g < num_groups(); ++g) m = std::min(m, num_free_blocks(g));
+  return m;
+}
+
+int64_t BlockManager::rows_for(int g, int64_t num_tokens) const {
+  return num_tokens / specs_[static_cast<size_t>(g)].tokens_per_row;
+}
+
+int BlockManager::table_blocks(int g, int64_t num_tokens) const {
+  return static_cast<int>((rows_for(g, num_tokens) + block_size_ - 1) / block_size_);
+}
+
+int BlockManager::peak_blocks(int g, int64_t num_tokens, int max_step_tokens) const {
+  const int all = table_blocks(g, num_tokens);
+  const int window = specs_[static_cast<size_t>(g)].window;
+  if (window == 0) return all;
+  return std::min<int>(all, (window - 1 + block_size_ - 1) / block_size_ + 1 +
+                                (std::max(max_step_tokens, 1) + block_size_ - 1) / block_size_ + 1);
+}
+
+std::pair<int64_t, int64_t> BlockManager::written_blocks(int g, int64_t begin, int64_t end) const {
+  const int64_t r0 = rows_for(g, begin), r1 = rows_for(g, end);
+  if (r0 >= r1) return {0, 0};
+  return {r0 / block_size_, (r1 + block_size_ - 1) / block_size_};
+}
+
+int64_t BlockManager::first_kept_block(int g, int64_t next) const {
+  const int window = specs_[static_cast<size_t>(g)].window;
+  if (window == 0) return 0;
+  return std::max<int64_t>(next - window + 1, 0) / block_size_;
 }
 
 uint64_t BlockManager::chain_hash(uint64_t parent, std::span<const int32_t> tokens) {
@@ -31,115 +95,252 @@ uint64_t BlockManager::chain_hash(uint64_t parent, std::span<const int32_t> toke
   return h;
 }
 
-int32_t BlockManager::take_free_block() {
-  DI_CHECK(!free_list_.empty(), "KV cache: no free block");
-  int32_t b = free_list_.front();
-  free_list_.pop_front();
-  if (has_hash_[b]) {  // evict its cached contents
-    by_hash_.erase(hash_of_[b]);
-    has_hash_[b] = false;
-    cached_[b].tokens.clear();
+int32_t BlockManager::take_free_block(Pool& p) {
+  DI_CHECK(!p.free_list.empty(), "KV cache: no free block");
+  int32_t b = p.free_list.front();
+  p.free_list.pop_front();
+  if (p.has_hash[b]) {  // evict its cached contents
+    p.by_hash.erase(p.hash_of[b]);
+    p.has_hash[b] = false;
+    p.cached[b].tokens.clear();
   }
-  ref_counts_[b] = 1;
+  p.ref_counts[b] = 1;
   return b;
 }
 
-void BlockManager::add_ref(int32_t b) {
-  if (ref_counts_[b]++ == 0) free_list_.erase(free_pos_[b]);
+void BlockManager::add_ref(Pool& p, int32_t b) {
+  if (p.ref_counts[b]++ == 0) p.free_list.erase(p.free_pos[b]);
+}
+
+void BlockManager::drop_ref(Pool& p, int32_t b) {
+  DI_CHECK(p.ref_counts[b] > 0, "KV cache: block ", b, " released more often than taken");
+  if (--p.ref_counts[b] == 0) {
+    // Blocks with no reusable contents go first in line to be taken.
+    p.free_pos[b] = p.has_hash[b] ? p.free_list.insert(p.free_list.end(), b) : p.free_list.insert(p.free_list.begin(), b);
+  }
+}
+
+void BlockManager::check_seq(const KVBlocks& seq) const {
+  DI_CHECK(seq.more_block_ids.size() <= specs_.size() - 1, "KV cache: a sequence with ",
+           seq.more_block_ids.size() + 1, " block tables, the cache has ", specs_.size(), " groups");
+}
+
+int32_t BlockManager::lookup(int g, int64_t block, std::span<const uint64_t> hashes,
+                             std::span<const int32_t> tokens) const {
+  const int64_t n = specs_[static_cast<size_t>(g)].tokens_per_row;
+  const int64_t j = (block + 1) * n - 1;  // its last token block
+  if (j >= static_cast<int64_t>(hashes.size())) return -1;
+  const Pool& p = pools_[static_cast<size_t>(g)];
+  auto it = p.by_hash.find(hashes[j]);
+  if (it == p.by_hash.end()) return -1;
+  const Cached& c = p.cached[it->second];
+  auto block_tokens = tokens.subspan(j * block_size_, block_size_);
+  if (c.parent_hash != (j == 0 ? 0 : hashes[j - 1]) ||
+      !std::equal(c.tokens.begin(), c.tokens.end(), block_tokens.begin(), block_tokens.end()))
+    return -1;
+  return it->second;
+}
+
+bool BlockManager::group_serves(int g, int64_t num_tokens, std::span<const uint64_t> hashes,
+                                std::span<const int32_t> tokens) const {
+  const KvGroupPool& spec = specs_[static_cast<size_t>(g)];
+  if (spec.window == 0) {
+    const int64_t span = int64_t{spec.tokens_per_row} * block_size_;
+    if (num_tokens % span != 0) return false;
+    for (int64_t i = 0; i < num_tokens / span; ++i)
+      if (lookup(g, i, hashes, tokens) < 0) return false;
+    return true;
+  }
+  for (int64_t i = first_kept_block(g, num_tokens); i < num_tokens / block_size_; ++i)
+    if (lookup(g, i, hashes, tokens) < 0) return false;
+  return true;
 }
 
 int BlockManager::acquire_cached_prefix(std::span<const int32_t> tokens, KVBlocks& seq) {
-  DI_CHECK(seq.block_ids.empty(), "KV cache: acquire_cached_prefix on a non-empty sequence");
+  DI_CHECK(holds_none(seq), "KV cache: acquire_cached_prefix on a non-empty sequence");
   if (!prefix_caching_ || tokens.empty()) return 0;
   const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  std::vector<uint64_t> hashes;
   uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    uint64_t h = chain_hash(parent, block_tokens);
-    auto it = by_hash_.find(h);
-    if (it == by_hash_.end()) break;
-    const Cached& c = cached_[it->second];
-    if (c.parent_hash != parent || !std::equal(c.tokens.begin(), c.tokens.end(),
-                                               block_tokens.begin(), block_tokens.end()))
-      break;
-    add_ref(it->second);
-    seq.block_ids.push_back(it->second);
-    seq.block_hashes.push_back(h);
-    parent = h;
+    parent = chain_hash(parent, tokens.subspan(i * block_size_, block_size_));
+    hashes.push_back(parent);
   }
-  return static_cast<int>(seq.block_ids.size()) * block_size_;
+  // The longest run every group without a window holds from the start bounds the hit ...
+  int64_t hit = max_blocks * block_size_;
+  for (int g = 0; g < num_groups(); ++g) {
+    const KvGroupPool& spec = specs_[static_cast<size_t>(g)];
+    if (spec.window > 0) continue;
+    int64_t k = 0;
+    while (lookup(g, k, hashes, tokens) >= 0) ++k;
+    hit = std::min(hit, k * spec.tokens_per_row * block_size_);
+  }
+  // ... then the longest prefix within it that every group serves (window groups only need
+  // the blocks of their window, so a shorter prefix may be served where a longer is not).
+  for (; hit > 0; hit -= block_size_) {
+    bool all = true;
+    for (int g = 0; g < num_groups() && all; ++g) all = group_serves(g, hit, hashes, tokens);
+    if (all) break;
+  }
+  if (hit <= 0) return 0;
+  seq.more_block_ids.resize(specs_.size() - 1);
+  for (int g = 0; g < num_groups(); ++g) {
+    std::vector<int32_t>& ids = seq.group(g);
+    Pool& p = pools_[static_cast<size_t>(g)];
+    const int64_t keep = first_kept_block(g, hit);
+    for (int64_t i = 0; i < table_blocks(g, hit); ++i) {
+      if (i < keep) {
+        ids.push_back(kNullBlock);
+        continue;
+      }
+      const int32_t b = lookup(g, i, hashes, tokens);
+      DI_CHECK(b >= 0, "KV cache: prefix block ", i, " of group ", g, " vanished");
+      add_ref(p, b);
+      ids.push_back(b);
+    }
+  }
+  hashes.resize(static_cast<size_t>(hit / block_size_));
+  seq.block_hashes = std::move(hashes);
+  return static_cast<int>(hit);
 }
 
 int BlockManager::fork(const KVBlocks& parent, int64_t num_tokens, KVBlocks& child) {
-  DI_CHECK(child.block_ids.empty(), "KV cache: fork into a non-empty sequence");
-  const int num_shared = blocks_for(num_tokens);
-  DI_CHECK(num_tokens >= 0 && num_shared <= static_cast<int>(parent.block_ids.size()),
-           "KV cache: fork of ", num_tokens, " tokens from a sequence with ",
-           parent.block_ids.size(), " blocks of ", block_size_);
-  child.block_ids.assign(parent.block_ids.begin(), parent.block_ids.begin() + num_shared);
-  for (int32_t b : child.block_ids) add_ref(b);
+  DI_CHECK(holds_none(child), "KV cache: fork into a non-empty sequence");
+  check_seq(parent);
+  DI_CHECK(num_tokens >= 0, "KV cache: fork of ", num_tokens, " tokens");
+  for (int g = 0; g < num_groups(); ++g) {
+    const std::vector<int32_t>& ids = ids_of(parent, g);
+    const int n = table_blocks(g, num_tokens);
+    DI_CHECK(n <= static_cast<int>(ids.size()), "KV cache: fork of ", num_tokens,
+             " tokens from a sequence with ", ids.size(), " blocks of ", block_size_,
+             g == 0 ? std::string() : " in group " + std::to_string(g));
+    for (int64_t i = first_kept_block(g, num_tokens); i < n; ++i)
+      if (ids[static_cast<size_t>(i)] == kNullBlock) return 0;  // the parent's window moved past
+  }
+  child.more_block_ids.resize(specs_.size() - 1);
+  for (int g = 0; g < num_groups(); ++g) {
+    const std::vector<int32_t>& ids = ids_of(parent, g);
+    std::vector<int32_t>& out = child.group(g);
+    Pool& p = pools_[static_cast<size_t>(g)];
+    const int64_t keep = first_kept_block(g, num_tokens);
+    for (int64_t i = 0; i < table_blocks(g, num_tokens); ++i) {
+      const int32_t b = i < keep ? kNullBlock : ids[static_cast<size_t>(i)];
+      if (b != kNullBlock) add_ref(p, b);
+      out.push_back(b);
+    }
+  }
   const size_t num_full = std::min(parent.block_hashes.size(), static_cast<size_t>(num_tokens / block_size_));
   child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + num_full);
   return static_cast<int>(num_tokens);
 }
 
+int BlockManager::blocks_needed(int g, const KVBlocks& seq, int64_t begin, int64_t end) const {
+  const std::vector<int32_t>& ids = ids_of(seq, g);
+  const Pool& p = pools_[static_cast<size_t>(g)];
+  const int64_t size = static_cast<int64_t>(ids.size());
+  int64_t needed = std::max<int64_t>(table_blocks(g, end) - size, 0);
+  const auto [first, last] = written_blocks(g, begin, end);
+  for (int64_t i = first; i < std::min(last, size); ++i) {
+    const int32_t b = ids[static_cast<size_t>(i)];
+    needed += b != kNullBlock && p.ref_counts[b] > 1;
+  }
+  // Window blocks this step frees come back before it takes any.
+  for (int64_t i = 0; i < std::min(first_kept_block(g, begin), size); ++i) {
+    const int32_t b = ids[static_cast<size_t>(i)];
+    needed -= b != kNullBlock && p.ref_counts[b] == 1;
+  }
+  return static_cast<int>(std::max<int64_t>(needed, 0));
+}
+
 int BlockManager::blocks_needed(const KVBlocks& seq, int64_t begin, int64_t end) const {
-  const int64_t num_blocks = static_cast<int64_t>(seq.block_ids.size());
-  int64_t needed = std::max<int64_t>(blocks_for(end) - num_blocks, 0);
-  for (int64_t i = begin / block_size_; i < std::min<int64_t>(blocks_for(end), num_blocks); ++i)
-    needed += ref_counts_[seq.block_ids[i]] > 1;
-  return static_cast<int>(needed);
+  int total = 0;
+  for (int g = 0; g < num_groups(); ++g) total += blocks_needed(g, seq, begin, end);
+  return total;
+}
+
+bool BlockManager::can_allocate_slots(const KVBlocks& seq, int64_t begin, int64_t end) const {
+  check_seq(seq);
+  for (int g = 0; g < num_groups(); ++g)
+    if (blocks_needed(g, seq, begin, end) > num_free_blocks(g)) return false;
+  return true;
 }
 
 void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies) {
   DI_CHECK(0 <= begin && begin <= end, "KV cache: bad token range [", begin, ", ", end, ")");
-  DI_CHECK(can_allocate_slots(seq, begin, end), "KV cache: writing tokens [", begin, ", ", end,
-           ") needs ", blocks_needed(seq, begin, end), " blocks, only ", num_free_blocks(), " free");
-  const int64_t num_blocks = static_cast<int64_t>(seq.block_ids.size());
-  for (int64_t i = begin / block_size_; i < std::min<int64_t>(blocks_for(end), num_blocks); ++i) {
-    const int32_t shared = seq.block_ids[i];
-    if (ref_counts_[shared] <= 1) continue;
-    const int32_t copy = take_free_block();
-    --ref_counts_[shared];  // still >= 1: the other users keep it
-    seq.block_ids[i] = copy;
-    // A written block is no longer the registered full block (if it was one).
-    if (static_cast<int64_t>(seq.block_hashes.size()) > i) seq.block_hashes.resize(i);
-    copies.push_back({shared, copy});
+  for (int g = 0; g < num_groups(); ++g)
+    DI_CHECK(blocks_needed(g, seq, begin, end) <= num_free_blocks(g), "KV cache: writing tokens [", begin,
+             ", ", end, ") needs ", blocks_needed(g, seq, begin, end), " blocks, only ", num_free_blocks(g),
+             " free", g == 0 ? std::string() : " in group " + std::to_string(g));
+  check_seq(seq);
+  seq.more_block_ids.resize(specs_.size() - 1);
+  for (int g = 0; g < num_groups(); ++g) {
+    std::vector<int32_t>& ids = seq.group(g);
+    Pool& p = pools_[static_cast<size_t>(g)];
+    const int64_t size = static_cast<int64_t>(ids.size());
+    for (int64_t i = 0; i < std::min(first_kept_block(g, begin), size); ++i) {  // left the window
+      int32_t& b = ids[static_cast<size_t>(i)];
+      if (b == kNullBlock) continue;
+      drop_ref(p, b);
+      b = kNullBlock;
+    }
+    const auto [first, last] = written_blocks(g, begin, end);
+    for (int64_t i = first; i < std::min(last, size); ++i) {
+      const int32_t shared = ids[static_cast<size_t>(i)];
+      DI_CHECK(shared != kNullBlock, "KV cache: group ", g, " writes into freed block ", i);
+      if (p.ref_counts[shared] <= 1) continue;
+      const int32_t copy = take_free_block(p);
+      --p.ref_counts[shared];  // still >= 1: the other users keep it
+      ids[static_cast<size_t>(i)] = copy;
+      // A written block is no longer the registered full block (if it was one): the token
+      // blocks it covers are hashed again when committed.
+      const size_t first_token_block = static_cast<size_t>(i * specs_[static_cast<size_t>(g)].tokens_per_row);
+      if (seq.block_hashes.size() > first_token_block) seq.block_hashes.resize(first_token_block);
+      copies.push_back({shared, copy, g});
+    }
+    while (static_cast<int64_t>(ids.size()) < table_blocks(g, end)) ids.push_back(take_free_block(p));
   }
-  while (static_cast<int>(seq.block_ids.size()) < blocks_for(end)) seq.block_ids.push_back(take_free_block());
 }
 
 void BlockManager::commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq) {
   if (!prefix_caching_) return;
-  int64_t num_full = std::min<int64_t>(num_computed / block_size_, seq.block_ids.size());
-  for (int64_t i = static_cast<int64_t>(seq.block_hashes.size()); i < num_full; ++i) {
-    uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
-    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    uint64_t h = chain_hash(parent, block_tokens);
+  check_seq(seq);
+  const int64_t num_full =
+      std::min<int64_t>(num_computed, static_cast<int64_t>(tokens.size())) / block_size_;
+  for (int64_t j = static_cast<int64_t>(seq.block_hashes.size()); j < num_full; ++j) {
+    const uint64_t parent = j == 0 ? 0 : seq.block_hashes[j - 1];
+    auto block_tokens = tokens.subspan(j * block_size_, block_size_);
+    const uint64_t h = chain_hash(parent, block_tokens);
     seq.block_hashes.push_back(h);
-    int32_t b = seq.block_ids[i];
-    // A block computed twice (two sequences sharing a prefix in the same step)
-    // stays private; the first registered copy serves later hits.
-    if (has_hash_[b] || by_hash_.count(h)) continue;
-    by_hash_[h] = b;
-    hash_of_[b] = h;
-    has_hash_[b] = true;
-    cached_[b] = Cached{parent, {block_tokens.begin(), block_tokens.end()}};
+    for (int g = 0; g < num_groups(); ++g) {
+      const int64_t n = specs_[static_cast<size_t>(g)].tokens_per_row;
+      if ((j + 1) % n != 0) continue;  // token block j does not end a block of this group
+      const std::vector<int32_t>& ids = ids_of(seq, g);
+      const int64_t i = (j + 1) / n - 1;
+      if (i >= static_cast<int64_t>(ids.size()) || ids[static_cast<size_t>(i)] == kNullBlock) continue;
+      const int32_t b = ids[static_cast<size_t>(i)];
+      Pool& p = pools_[static_cast<size_t>(g)];
+      // A block computed twice (two sequences sharing a prefix in the same step)
+      // stays private; the first registered copy serves later hits.
+      if (p.has_hash[b] || p.by_hash.count(h)) continue;
+      p.by_hash[h] = b;
+      p.hash_of[b] = h;
+      p.has_hash[b] = true;
+      p.cached[b] = Cached{parent, {block_tokens.begin(), block_tokens.end()}};
+    }
   }
 }
 
 void BlockManager::release(KVBlocks& seq) {
-  for (auto it = seq.block_ids.rbegin(); it != seq.block_ids.rend(); ++it) {
-    int32_t b = *it;
-    DI_CHECK(ref_counts_[b] > 0, "KV cache: block ", b, " released more often than taken");
-    if (--ref_counts_[b] == 0) {
-      // Blocks with no reusable contents go first in line to be taken.
-      free_pos_[b] = has_hash_[b] ? free_list_.insert(free_list_.end(), b)
-                                  : free_list_.insert(free_list_.begin(), b);
-    }
+  check_seq(seq);
+  for (int g = 0; g < num_groups(); ++g) {
+    const std::vector<int32_t>& ids = ids_of(seq, g);
+    Pool& p = pools_[static_cast<size_t>(g)];
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it)
+      if (*it != kNullBlock) drop_ref(p, *it);
   }
   seq.block_ids.clear();
   seq.block_hashes.clear();
+  seq.more_block_ids.clear();
 }
 
 }  // namespace deepinfer

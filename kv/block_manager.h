@@ -1,6 +1,9 @@
 // BlockManager: the paged KV cache's bookkeeping, pure CPU. Blocks hold
-// `block_size` consecutive tokens of one sequence (per layer a latent row each;
-// the runner owns the memory, this class only hands out block ids).
+// `block_size` consecutive rows of one sequence (per layer of its group; the runner
+// owns the memory, this class only hands out block ids). A model's KV state is a list of
+// layer groups (kv/kv_groups.h: how a model declares and uses them), each with its own
+// pool of blocks and its own block table per sequence; the one-group constructor is the
+// classic cache (one row per token, every row kept), and everything below holds per group.
 //
 // Prefix reuse: once every token of a block is computed, the block is
 // registered under a chained hash  h_i = H(h_{i-1}, tokens of block i), so two
@@ -13,84 +16,143 @@
 // last one included (n > 1 samples of one prompt). A block with more than one
 // user is never written: allocate_slots() gives the writer a fresh block and
 // asks for the shared block's rows to be copied into it first (BlockCopy).
+//
+// Groups (KvGroupPool): a compressed group (tokens_per_row N) holds row r once tokens
+// [rN, (r+1)N) are computed, so its block i covers tokens [i*N*bs, (i+1)*N*bs) and is
+// registered under the chained hash of its last token block. A window group (window W)
+// frees, when a step writes tokens from `begin` on, every block whose tokens all lie
+// before begin - W + 1 (no query of the sequence reads them again); its table entry
+// becomes kNullBlock. A freed window block keeps its hash until taken, like any free
+// block. Prefix reuse takes the longest prefix (a multiple of block_size tokens, and of
+// N * block_size for compressed groups) that every group can serve: full and compressed
+// groups all its blocks, window groups the blocks of the window before its end (vLLM's
+// sliding-window cache hit); fork() shares each group's blocks the same way.
 #pragma once
 #include <cstdint>
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include "kv/kv_groups.h"
 
 namespace deepinfer {
 
-// One sequence's blocks, opaque to the scheduler. block_ids[i] holds tokens
-// [i*block_size, (i+1)*block_size); block_hashes[i] is set for the committed
-// (full and computed) prefix of block_ids.
+inline constexpr int32_t kNullBlock = -1;  // a window group's freed table entry
+
+// One sequence's blocks in every group, opaque to the scheduler. block_ids is group 0's
+// table (block_ids[i] holds its rows [i*block_size, (i+1)*block_size)); more_block_ids[g-1]
+// group g's. block_hashes[i] is the chained hash of tokens [0, (i+1)*block_size), set for
+// the committed (full and computed) token blocks; the same hashes serve every group.
 struct KVBlocks {
   std::vector<int32_t> block_ids;
   std::vector<uint64_t> block_hashes;
+  std::vector<std::vector<int32_t>> more_block_ids;  // groups 1.. (empty with one group)
+
+  std::vector<int32_t>& group(int g) { return g == 0 ? block_ids : more_block_ids[static_cast<size_t>(g - 1)]; }
+  const std::vector<int32_t>& group(int g) const {
+    return g == 0 ? block_ids : more_block_ids[static_cast<size_t>(g - 1)];
+  }
 };
 
-// The runner copies every layer's rows of block src into block dst before the
-// step that writes dst runs.
+// The runner copies every layer's rows of block src into block dst (of group `group`)
+// before the step that writes dst runs.
 struct BlockCopy {
   int32_t src_block_id;
   int32_t dst_block_id;
+  int group = 0;
 };
 
 class BlockManager {
  public:
+  // One group: one row per token, every row kept.
   BlockManager(int num_blocks, int block_size, bool enable_prefix_caching);
+  // One pool per group (kv_group_pools in kv/kv_groups.h makes them from a model's groups).
+  BlockManager(std::vector<KvGroupPool> groups, int block_size, bool enable_prefix_caching);
 
-  int num_blocks() const { return static_cast<int>(ref_counts_.size()); }
+  int num_groups() const { return static_cast<int>(pools_.size()); }
+  const KvGroupPool& group_pool(int g) const { return specs_[static_cast<size_t>(g)]; }
+  // Group 0's pool (the classic cache's), and any group's.
+  int num_blocks(int g = 0) const { return static_cast<int>(pools_[static_cast<size_t>(g)].ref_counts.size()); }
   int block_size() const { return block_size_; }
   // Blocks nobody references (including cached ones that may be evicted).
-  int num_free_blocks() const { return static_cast<int>(free_list_.size()); }
+  int num_free_blocks(int g = 0) const { return static_cast<int>(pools_[static_cast<size_t>(g)].free_list.size()); }
+  int min_free_blocks() const;  // over every group
+  // Group 0's table length for `num_tokens` tokens (of one row each).
   int blocks_for(int64_t num_tokens) const {
     return static_cast<int>((num_tokens + block_size_ - 1) / block_size_);
   }
-  int ref_count(int32_t block_id) const { return ref_counts_[block_id]; }
+  // Table length of group g for a sequence of `num_tokens` tokens (freed window entries included).
+  int table_blocks(int g, int64_t num_tokens) const;
+  // The most blocks of group g one sequence of `num_tokens` tokens holds at once when it is
+  // computed in steps of at most `max_step_tokens` (a window group: its window plus a step).
+  int peak_blocks(int g, int64_t num_tokens, int max_step_tokens) const;
+  int ref_count(int32_t block_id) const { return ref_count(0, block_id); }
+  int ref_count(int g, int32_t block_id) const {
+    return pools_[static_cast<size_t>(g)].ref_counts[static_cast<size_t>(block_id)];
+  }
 
-  // `seq` must be empty. Takes references on the longest run of cached blocks
-  // that prefix `tokens`, leaving at least one token to compute (its logits are
-  // needed). Returns the number of tokens covered.
+  // `seq` must be empty. Takes references on the longest cached prefix of `tokens` that
+  // every group serves, leaving at least one token to compute (its logits are needed).
+  // Returns the number of tokens covered.
   int acquire_cached_prefix(std::span<const int32_t> tokens, KVBlocks& seq);
   // `child` must be empty. Shares the blocks of `parent` that hold its first
   // `num_tokens` tokens (a partial last block included) and the hashes of the
   // full ones; returns num_tokens. The child's first write into a shared block copies it.
+  // Returns 0 with `child` left empty when a window group of the parent has already freed
+  // blocks the child would read (the caller then takes the prefix cache).
   int fork(const KVBlocks& parent, int64_t num_tokens, KVBlocks& child);
-  // Free blocks `seq` needs before a step writes its tokens [begin, end): new
-  // blocks past its end plus a private copy of each shared block in the range.
+  // Free blocks `seq` needs before a step writes its tokens [begin, end), summed over the
+  // groups: new blocks past its end plus a private copy of each shared block in the range,
+  // less the window blocks the step frees.
   int blocks_needed(const KVBlocks& seq, int64_t begin, int64_t end) const;
-  bool can_allocate_slots(const KVBlocks& seq, int64_t begin, int64_t end) const {
-    return blocks_needed(seq, begin, end) <= num_free_blocks();
-  }
-  // Makes tokens [begin, end) of `seq` writable (throws if short of blocks):
-  // shared blocks in the range are replaced by fresh ones, each with a copy
-  // appended to `copies`, and fresh blocks are appended until `end` fits.
+  int blocks_needed(int g, const KVBlocks& seq, int64_t begin, int64_t end) const;
+  // True when every group has the blocks it needs.
+  bool can_allocate_slots(const KVBlocks& seq, int64_t begin, int64_t end) const;
+  // Makes tokens [begin, end) of `seq` writable in every group (throws if short of blocks):
+  // window blocks left behind are freed, shared blocks in the range are replaced by fresh
+  // ones, each with a copy appended to `copies`, and fresh blocks are appended until `end` fits.
   void allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies);
   // Registers the full blocks among the first `num_computed` of `tokens` for reuse.
   void commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq);
-  // Drops the sequence's references (last block first, so its tail is evicted first).
+  // Drops the sequence's references in every group (last block first, so its tail is evicted first).
   void release(KVBlocks& seq);
 
  private:
   struct Cached {
     uint64_t parent_hash;
-    std::vector<int32_t> tokens;  // to reject hash collisions
+    std::vector<int32_t> tokens;  // its last token block's, to reject hash collisions
   };
-  int32_t take_free_block();
-  void add_ref(int32_t block_id);
+  struct Pool {
+    std::vector<int> ref_counts;                  // [num_blocks]
+    std::vector<uint64_t> hash_of;                // [num_blocks]; valid when has_hash
+    std::vector<bool> has_hash;                   // [num_blocks]
+    std::vector<Cached> cached;                   // [num_blocks]
+    std::list<int32_t> free_list;                 // front = next to take (LRU)
+    std::vector<std::list<int32_t>::iterator> free_pos;  // [num_blocks]
+    std::unordered_map<uint64_t, int32_t> by_hash;
+  };
+  int32_t take_free_block(Pool& pool);
+  static void add_ref(Pool& pool, int32_t block_id);
+  static void drop_ref(Pool& pool, int32_t block_id);
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
+  // Rows of group g's spec that tokens [0, n) complete, and the block range [first, last)
+  // a step writing tokens [begin, end) writes in (empty when it completes no row).
+  int64_t rows_for(int g, int64_t num_tokens) const;
+  std::pair<int64_t, int64_t> written_blocks(int g, int64_t begin, int64_t end) const;
+  // First table entry a window group keeps when its next query is token `next`.
+  int64_t first_kept_block(int g, int64_t next) const;
+  // The cached block of group g's block i for the prefix's token-block hashes (-1: none).
+  int32_t lookup(int g, int64_t block, std::span<const uint64_t> hashes, std::span<const int32_t> tokens) const;
+  bool group_serves(int g, int64_t num_tokens, std::span<const uint64_t> hashes,
+                    std::span<const int32_t> tokens) const;
+  void check_seq(const KVBlocks& seq) const;
 
   int block_size_;
   bool prefix_caching_;
-  std::vector<int> ref_counts_;                  // [num_blocks]
-  std::vector<uint64_t> hash_of_;                // [num_blocks]; valid when has_hash_
-  std::vector<bool> has_hash_;                   // [num_blocks]
-  std::vector<Cached> cached_;                   // [num_blocks]
-  std::list<int32_t> free_list_;                 // front = next to take (LRU)
-  std::vector<std::list<int32_t>::iterator> free_pos_;  // [num_blocks]
-  std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::vector<KvGroupPool> specs_;
+  std::vector<Pool> pools_;
 };
 
 }  // namespace deepinfer

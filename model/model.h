@@ -8,11 +8,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/kv_group_spec.h"
 #include "model/step_batch.h"
 
 namespace deepinfer {
 
 struct ModelConfig;  // model/config.h
+
+// Every KV layer group's caches: kv[g][l] = layer l of group g (Model::kv_groups).
+using KvCaches = std::vector<std::vector<Tensor>>;
 
 struct LoadOptions {
   // Progress callback for large checkpoints: (bytes done, bytes total).
@@ -31,23 +35,25 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Layers that hold a KV cache (main layers; MTP layers are extra, see spec/).
-  virtual int num_kv_layers() const = 0;
-  // Values per cached token per layer (kv_lora_rank + qk_rope_head_dim for MLA).
-  virtual int kv_row_dim() const = 0;
+  // The model's KV state as layer groups (core/kv_group_spec.h; how the pieces use them:
+  // kv/kv_groups.h). Group g's layers get kv[g][0 .. num_layers) in forward.
+  virtual std::vector<KvGroupSpec> kv_groups() const = 0;
+  // The group whose block tables the MTP layer's cache shares (its one layer more there).
+  virtual int mtp_kv_group() const { return 0; }
   virtual int vocab_size() const = 0;
-  // One forward step. kv_cache[l] is layer l's cache [num_blocks, block_size, kv_row_dim]
-  // in the backend's activation dtype. logits: F32 [batch.logits_indices.numel(), vocab].
+  // One forward step. kv[g][l] is layer l of group g, [num_blocks_g, block_size, row_dim]
+  // in the group's dtype, addressed by batch.kv_groups[g] (group 0 also by
+  // batch.block_tables / slot_mapping). logits: F32 [batch.logits_indices.numel(), vocab].
   // hidden_out (optional): the last hidden states AFTER the final norm at every row of the
   // step, [num_tokens, hidden] (what the MTP layer drafts from).
-  virtual void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
+  virtual void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                        Tensor* hidden_out = nullptr) = 0;
   // MTP layers loaded (LoadOptions::load_mtp and present in the checkpoint).
   virtual int num_mtp_layers() const { return 0; }
   // MTP layer 0 over one step (model/layers/mtp.h): row i holds the next token t_{i+1}
   // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its latent rows go
-  // to kv_cache (the MTP layer's own cache, same block tables); hidden_out [T, hidden];
-  // logits F32 [batch.logits_indices.numel(), vocab].
+  // to kv_cache (the MTP layer's own cache: kv[mtp_kv_group()][its num_layers], the same
+  // block tables); hidden_out [T, hidden]; logits F32 [batch.logits_indices.numel(), vocab].
   virtual void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
                            Tensor& hidden_out, Tensor& logits);
   // Changes whenever forward reallocates its workspaces: CUDA graphs captured over

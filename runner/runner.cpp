@@ -8,10 +8,29 @@
 
 namespace deepinfer {
 
+std::vector<KvGroupSpec> Runner::kv_groups(const Model& model, int num_mtp_kv_layers) {
+  std::vector<KvGroupSpec> groups = model.kv_groups();
+  DI_CHECK(!groups.empty(), "runner: the model declares no KV group");
+  for (const KvGroupSpec& g : groups) g.validate();
+  if (num_mtp_kv_layers > 0) {
+    const int m = model.mtp_kv_group();
+    DI_CHECK(m >= 0 && m < static_cast<int>(groups.size()), "runner: the model's MTP KV group ", m,
+             " is not one of its ", groups.size(), " groups");
+    groups[static_cast<size_t>(m)].num_layers += num_mtp_kv_layers;
+  }
+  return groups;
+}
+
+KvPoolLimits Runner::pool_limits(const RunnerConfig& config) {
+  return {config.kv_block_size, config.max_num_seqs, config.max_num_batched_tokens};
+}
+
 int64_t Runner::kv_bytes_per_block(const Model& model, DType dtype, int block_size,
                                    int num_mtp_kv_layers) {
-  return static_cast<int64_t>(model.num_kv_layers() + num_mtp_kv_layers) * block_size * model.kv_row_dim() *
-         static_cast<int64_t>(dtype_size(dtype));
+  int64_t bytes = 0;
+  for (const KvGroupSpec& g : kv_groups(model, num_mtp_kv_layers))
+    bytes += int64_t{g.num_layers} * block_size * g.row_bytes(dtype);
+  return bytes;
 }
 
 Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
@@ -25,17 +44,25 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
            "runner: ", config.num_mtp_kv_layers, " MTP KV layers asked, the model has ",
            model.num_mtp_layers(), " MTP layers loaded");
   DI_CHECK(config.max_logits_per_seq >= 1, "runner: max_logits_per_seq must be >= 1");
-  for (int l = 0; l < model.num_kv_layers() + config.num_mtp_kv_layers; ++l) {
-    kv_memory_.push_back(
-        backend.alloc(kv_dtype, {config.num_kv_blocks, config.kv_block_size, model.kv_row_dim()}));
-    kv_cache_.push_back(kv_memory_.back().tensor());
+  groups_ = kv_groups(model, config.num_mtp_kv_layers);
+  if (config.num_mtp_kv_layers > 0)  // kv_groups checked the group exists
+    mtp_layer_ = groups_[static_cast<size_t>(model.mtp_kv_group())].num_layers - config.num_mtp_kv_layers;
+  for (const KvGroupPool& pool : kv_group_pools(groups_, config.num_kv_blocks, pool_limits(config)))
+    group_blocks_.push_back(pool.num_blocks);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<Tensor>& layers = kv_.emplace_back();
+    for (int l = 0; l < groups_[g].num_layers; ++l) {
+      kv_memory_.push_back(backend.alloc(groups_[g].row_dtype(kv_dtype),
+                                         {group_blocks_[g], config.kv_block_size, groups_[g].row_dim}));
+      layers.push_back(kv_memory_.back().tensor());
+    }
   }
   const int64_t max_tokens = config.max_num_batched_tokens, max_seqs = config.max_num_seqs;
   max_blocks_per_seq_ = (config.max_model_len + config.kv_block_size - 1) / config.kv_block_size;
   const int64_t max_rows = max_rows_ =
       std::max(max_seqs, std::min(max_seqs * config.max_logits_per_seq, max_tokens));
   const int64_t capacity =
-      StepLayout::make(max_tokens, max_seqs, max_rows, max_blocks_per_seq_).total;
+      StepLayout::make(max_tokens, max_seqs, max_rows, max_blocks_per_seq_, static_cast<int64_t>(groups_.size())).total;
   inputs_ = backend.alloc(DType::I32, {capacity});
   for (DeviceBuffer& s : staging_) s = backend.alloc_host(DType::I32, {capacity});
   const int64_t vocab = model.vocab_size();
@@ -78,6 +105,10 @@ StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) cons
   batch.logits_indices = view(l.logits_indices, {l.num_logits});
   batch.host_query_start = info.host_query_start;
   batch.host_seq_lens = info.host_seq_lens;
+  batch.kv_groups.push_back({batch.block_tables, batch.slot_mapping});
+  for (int64_t g = 1; g < l.num_groups; ++g)
+    batch.kv_groups.push_back({view(l.group_tables + (g - 1) * l.num_seqs * l.max_blocks, {l.num_seqs, l.max_blocks}),
+                               view(l.group_slots + (g - 1) * l.num_tokens, {l.num_tokens})});
   return batch;
 }
 
@@ -93,7 +124,7 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
     hidden_rows_ = l.num_tokens;
   }
   if (!decode_graph) {
-    model_.forward(batch, kv_cache_, logits, hidden_out);
+    model_.forward(batch, kv_, logits, hidden_out);
     return logits;
   }
   const DecodePadding shape{static_cast<int>(l.num_seqs), static_cast<int>(l.max_blocks),
@@ -107,12 +138,12 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, bool decod
   }
   // First step of this shape (or after a workspace reallocation): run it eagerly, which
   // also grows every workspace to this shape, then record it for the next steps.
-  model_.forward(batch, kv_cache_, logits, hidden_out);
+  model_.forward(batch, kv_, logits, hidden_out);
   if (graphs_.failed(shape)) return logits;
   try {
     backend_.graph_capture_begin();
     try {
-      model_.forward(batch, kv_cache_, logits, hidden_out);
+      model_.forward(batch, kv_, logits, hidden_out);
     } catch (...) {
       try {
         backend_.graph_release(backend_.graph_capture_end());
@@ -171,7 +202,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   Tensor& host = staging_[slot].tensor();
   StepHostInfo info;
   const StepLayout l = build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr,
-                                         host.ptr<int32_t>(), host.numel(), info);
+                                         host.ptr<int32_t>(), host.numel(), info, groups_);
   const Tensor& dev = inputs_.tensor();
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
@@ -264,7 +295,8 @@ const Tensor& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int3
   Tensor& host = staging_[slot].tensor();
   StepHostInfo info;
   const StepLayout l =
-      build_step_inputs(seqs, config_.kv_block_size, nullptr, host.ptr<int32_t>(), host.numel(), info);
+      build_step_inputs(seqs, config_.kv_block_size, nullptr, host.ptr<int32_t>(), host.numel(), info,
+                        std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), 1));
   const Tensor& dev = inputs_.tensor();
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
@@ -281,7 +313,8 @@ const Tensor& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int3
   Tensor out = mtp_out_[out_index].tensor().slice_rows(0, num_tokens);
   Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
                 logits_.tensor().device);
-  model_.mtp_forward(batch, kv_cache_[static_cast<size_t>(model_.num_kv_layers())], in, out, logits);
+  model_.mtp_forward(batch, kv_[static_cast<size_t>(model_.mtp_kv_group())][static_cast<size_t>(mtp_layer_)], in,
+                     out, logits);
   mtp_cur_ = out_index;
   Tensor host_logits(host_logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()});
   if (l.num_logits > 0) backend_.copy_async(logits, host_logits);

@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "kv/block_manager.h"
+#include "kv/kv_groups.h"
 #include "model/model.h"
 #include "runner/decode_graphs.h"
 #include "runner/step_inputs.h"
@@ -46,7 +47,8 @@ struct RunnerConfig {
   int max_logits_per_seq = 1;
   // Keep every row's final hidden state of each target step (MTP drafting reads them).
   bool keep_hidden = false;
-  // KV layers beyond the model's main ones (1: the MTP layer's latent cache, same blocks).
+  // KV layers beyond the model's main ones (1: the MTP layer's latent cache, in the group
+  // Model::mtp_kv_group() names, same blocks).
   int num_mtp_kv_layers = 0;
 };
 
@@ -86,13 +88,24 @@ class Runner {
   // KV copy-on-write: copies every layer's rows of each src block to its dst block,
   // in order, before the next submitted step (runner/block_copy.cpp).
   void copy_blocks(std::span<const BlockCopy> copies);
-  // Bytes of KV cache per block (all layers), for sizing.
+  // Bytes of KV cache per block of every group's layers, each counted as one row per token
+  // (exact for models whose groups are all full attention, e.g. V3's one group; sizing
+  // with window or compressed groups uses kv_cache_bytes in kv/kv_groups.h).
   static int64_t kv_bytes_per_block(const Model& model, DType dtype, int block_size,
                                     int num_mtp_kv_layers = 0);
+  // The model's KV groups with the MTP layers added to its MTP group: what the runner
+  // allocates and the block manager must account (one entry per group, in order).
+  static std::vector<KvGroupSpec> kv_groups(const Model& model, int num_mtp_kv_layers);
+  // Pool sizes' limits from a runner config (kv_group_pools(kv_groups, num_kv_blocks, ...)
+  // gives the block manager the pools the runner allocates).
+  static KvPoolLimits pool_limits(const RunnerConfig& config);
+  const std::vector<KvGroupSpec>& kv_groups() const { return groups_; }
+  int group_num_blocks(int g) const { return group_blocks_[static_cast<size_t>(g)]; }
 
   // Speculative decoding (synchronous; no step in flight): runs the model's MTP layer over
   // `seqs` (token_ids: each position's NEXT token; positions [num_computed, + num_new)),
-  // its KV in the MTP layer's cache. hidden_rows[t]: the hidden input of token t of the
+  // its KV in the MTP layer's cache (block_ids: the table of the model's MTP KV group, the
+  // only group the step addresses). hidden_rows[t]: the hidden input of token t of the
   // call, a row of the last target step's hidden states (hidden_from_target) or of the
   // previous run_mtp's output. Returns host F32 logits [rows with logits, vocab].
   const Tensor& run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
@@ -115,8 +128,11 @@ class Runner {
   Backend& backend_;
   RunnerConfig config_;
   int max_blocks_per_seq_ = 0;
-  std::vector<DeviceBuffer> kv_memory_;  // per layer [num_blocks, block_size, kv_row_dim]
-  std::vector<Tensor> kv_cache_;
+  std::vector<KvGroupSpec> groups_;  // kv_groups(model, num_mtp_kv_layers)
+  std::vector<int> group_blocks_;    // blocks of each group's pool
+  int mtp_layer_ = 0;                // the MTP layer's index in its group
+  std::vector<DeviceBuffer> kv_memory_;  // per layer of every group [blocks_g, block_size, row_dim_g]
+  KvCaches kv_;                          // kv_[g][l]: views of kv_memory_
   DeviceBuffer inputs_;      // I32 device: every step input in one buffer (StepLayout)
   DeviceBuffer staging_[2];  // I32 host (page-locked on CUDA): inputs being built / in flight
   DeviceBuffer logits_, argmax_ids_;  // device [max_seqs, vocab] F32, [max_seqs] I32

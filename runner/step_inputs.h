@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "core/kv_group_spec.h"
+
 namespace deepinfer {
 
 // One sequence's part of a step: tokens [num_computed, num_computed + num_new)
@@ -20,6 +22,9 @@ struct RunSeq {
   // With needs_logits: logits of its last num_logits new tokens (a verify step of 1 + k
   // tokens returns 1 + k rows), in token order.
   int num_logits = 1;
+  // KV groups 1.. of the model (kv/kv_groups.h): each group's block table (KVBlocks::more_block_ids);
+  // block_ids above is group 0's. Empty for a model with one group.
+  std::span<const std::vector<int32_t>> more_block_ids = {};
 };
 
 // Offsets (in int32 elements) of a step's arrays; each starts on a 64-element (256-byte)
@@ -32,9 +37,13 @@ struct StepLayout {
   int64_t seq_lens = 0;                                   // [num_seqs]
   int64_t logits_indices = 0;                             // [num_logits]
   int64_t block_tables = 0;                               // [num_seqs, max_blocks]
+  // KV groups beyond the first (none for one group): their tables and slots, group by group.
+  int64_t num_groups = 1;
+  int64_t group_tables = 0;                               // [num_groups - 1, num_seqs, max_blocks]
+  int64_t group_slots = 0;                                // [num_groups - 1, num_tokens]
   int64_t total = 0;                                      // ints in all
   static StepLayout make(int64_t num_tokens, int64_t num_seqs, int64_t num_logits,
-                         int64_t max_blocks);
+                         int64_t max_blocks, int64_t num_groups = 1);
 };
 
 // What the model reads on the host (StepBatch's host mirrors and maxima).
@@ -58,8 +67,11 @@ struct DecodePadding {
 // at position 0, no KV store (slot -1), a context of 1 read through a block table row of
 // zeros (block 0), logits computed and never read; every row's logits are computed.
 // Throws Error naming the sequence when a RunSeq is inconsistent or the step does not fit.
+// kv_groups: the model's groups (empty: one group of one row per token); every group's table
+// is max_blocks wide, and a token's slot in a group of tokens_per_row N is that of the row it
+// completes (-1 when it completes none).
 StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
                              const DecodePadding* pad, int32_t* out, int64_t capacity,
-                             StepHostInfo& info);
+                             StepHostInfo& info, std::span<const KvGroupSpec> kv_groups = {});
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -17,9 +18,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager& blocks)
 void Scheduler::add(Sequence* seq) {
   DI_CHECK(seq->num_tokens() >= 1, "sequence ", seq->seq_id, ": empty prompt");
   int64_t max_tokens = std::max(seq->max_total_tokens, seq->num_tokens());
-  DI_CHECK(blocks_.blocks_for(max_tokens) <= blocks_.num_blocks(), "sequence ", seq->seq_id,
-           ": ", max_tokens, " tokens need ", blocks_.blocks_for(max_tokens),
-           " KV blocks, the cache has ", blocks_.num_blocks());
+  for (int g = 0; g < blocks_.num_groups(); ++g) {
+    const int need = blocks_.peak_blocks(g, max_tokens, config_.max_num_batched_tokens);
+    DI_CHECK(need <= blocks_.num_blocks(g), "sequence ", seq->seq_id, ": ", max_tokens, " tokens need ", need,
+             " KV blocks, the cache has ", blocks_.num_blocks(g),
+             g == 0 ? std::string() : " in KV group " + std::to_string(g));
+  }
   seq->status = SeqStatus::Waiting;
   waiting_.push_back(seq);
 }
@@ -88,8 +92,9 @@ SchedulerOutput Scheduler::schedule() {
       // Fork all but the last prompt token: its logits give this sample's first token.
       const bool fork = parent != nullptr && parent->status == SeqStatus::Running &&
                         parent->num_computed_tokens >= seq->num_prompt_tokens;
-      int cached = fork ? blocks_.fork(parent->kv, seq->num_prompt_tokens - 1, seq->kv)
-                        : blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
+      int cached = fork ? blocks_.fork(parent->kv, seq->num_prompt_tokens - 1, seq->kv) : 0;
+      // No fork (or the parent's window already moved past the prompt): the prefix cache.
+      if (cached == 0) cached = blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
       int n = std::min(seq->num_tokens() - cached, budget);
       if (!blocks_.can_allocate_slots(seq->kv, cached, cached + n)) {
         blocks_.release(seq->kv);

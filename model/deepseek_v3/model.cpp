@@ -37,6 +37,14 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                       weights_.embed_tokens, weights_.lm_head, backend_);
 }
 
+std::vector<KvGroupSpec> DeepseekV3Model::kv_groups() const {
+  KvGroupSpec latent;
+  latent.name = "latent";
+  latent.num_layers = config_.num_hidden_layers;
+  latent.row_dim = config_.kv_row_dim();
+  return {latent};
+}
+
 void DeepseekV3Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
                                   Tensor& hidden_out, Tensor& logits) {
   if (!mtp_) Model::mtp_forward(batch, kv_cache, hidden_in, hidden_out, logits);
@@ -60,8 +68,7 @@ void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
   ++workspace_epoch_;
 }
 
-void DeepseekV3Model::check_batch(const StepBatch& b, const std::vector<Tensor>& kv_cache,
-                                  const Tensor& logits) const {
+void DeepseekV3Model::check_batch(const StepBatch& b, const KvCaches& kv, const Tensor& logits) const {
   DI_CHECK(b.num_tokens > 0 && b.num_seqs > 0, "forward: empty step (", b.num_tokens, " tokens, ",
            b.num_seqs, " sequences)");
   DI_CHECK(b.token_ids.numel() == b.num_tokens && b.positions.numel() == b.num_tokens &&
@@ -73,10 +80,10 @@ void DeepseekV3Model::check_batch(const StepBatch& b, const std::vector<Tensor>&
                b.host_query_start.back() == b.num_tokens,
            "forward: host_query_start/host_seq_lens must describe ", b.num_seqs,
            " sequences covering ", b.num_tokens, " tokens");
-  DI_CHECK(static_cast<int>(kv_cache.size()) >= config_.num_hidden_layers,
-           "forward: ", kv_cache.size(), " KV caches for ", config_.num_hidden_layers, " layers");
+  DI_CHECK(!kv.empty() && static_cast<int>(kv[0].size()) >= config_.num_hidden_layers,
+           "forward: ", kv.empty() ? 0 : kv[0].size(), " KV caches for ", config_.num_hidden_layers, " layers");
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
-    const Tensor& c = kv_cache[l];
+    const Tensor& c = kv[0][l];
     DI_CHECK(c.ndim == 3 && c.size(2) == config_.kv_row_dim(), "forward: KV cache of layer ", l,
              " ", c.describe(), " must be [blocks, block_size, ", config_.kv_row_dim(), "]");
   }
@@ -86,9 +93,8 @@ void DeepseekV3Model::check_batch(const StepBatch& b, const std::vector<Tensor>&
            "forward: logits ", logits.describe(), " must be [", R, ", ", config_.vocab_size, "]");
 }
 
-void DeepseekV3Model::forward(const StepBatch& batch, std::vector<Tensor>& kv_cache,
-                              Tensor& logits, Tensor* hidden_out) {
-  check_batch(batch, kv_cache, logits);
+void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
+  check_batch(batch, kv, logits);
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   ensure_workspace(T);
@@ -103,7 +109,7 @@ void DeepseekV3Model::forward(const StepBatch& batch, std::vector<Tensor>& kv_ca
   if (L > 0) backend_.rms_norm(x, weights_.layers[0].input_layernorm, eps, xn);
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
-    step.kv.cache = kv_cache[l];
+    step.kv.cache = kv[0][l];
     mla_forward(backend_, config_, layer.attn, absorbed_[l], step, xn, mla_ws_, delta);
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
     if (layer.is_moe) {

@@ -31,10 +31,11 @@ class DeepseekV3Model final : public Model {
                   std::vector<MlaAbsorbedWeights> absorbed, Backend& backend);
 
   const ModelConfig& config() const override { return config_; }
-  int num_kv_layers() const override { return config_.num_hidden_layers; }
-  int kv_row_dim() const override { return static_cast<int>(config_.kv_row_dim()); }
+  // One group: every layer's MLA latent [c_kv | k_rope] (576 per token in V3), in the
+  // backend's activation dtype; the MTP layer joins it (mtp_kv_group 0).
+  std::vector<KvGroupSpec> kv_groups() const override;
   int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
-  void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
+  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override { return workspace_epoch_; }
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
@@ -45,8 +46,7 @@ class DeepseekV3Model final : public Model {
 
  private:
   void ensure_workspace(int64_t num_tokens);
-  void check_batch(const StepBatch& batch, const std::vector<Tensor>& kv_cache,
-                   const Tensor& logits) const;
+  void check_batch(const StepBatch& batch, const KvCaches& kv, const Tensor& logits) const;
 
   ModelConfig config_;
   ModelWeights weights_;

@@ -8,10 +8,14 @@ namespace deepinfer::test {
 
 PagedDriver::PagedDriver(Model& model, Backend& backend, int block_size, int num_blocks)
     : model_(model), backend_(backend), block_size_(block_size) {
-  for (int l = 0; l < model.num_kv_layers(); ++l) {
-    cache_buffers_.push_back(
-        backend.alloc(backend.activation_dtype(), {num_blocks, block_size, model.kv_row_dim()}));
-    caches_.push_back(cache_buffers_.back().tensor());
+  const std::vector<KvGroupSpec> groups = model.kv_groups();
+  DI_CHECK(groups.size() == 1 && groups[0].tokens_per_row == 1 && groups[0].window == 0,
+           "PagedDriver: one KV group of one row per token only");
+  caches_.emplace_back();
+  for (int l = 0; l < groups[0].num_layers; ++l) {
+    cache_buffers_.push_back(backend.alloc(groups[0].row_dtype(backend.activation_dtype()),
+                                           {num_blocks, block_size, groups[0].row_dim}));
+    caches_[0].push_back(cache_buffers_.back().tensor());
   }
   // Hand out blocks in a scattered order: odd ids descending, then even ids ascending.
   for (int b = num_blocks - 1; b >= 0; --b) {
@@ -80,6 +84,7 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
   b.logits_indices = upload_i32(logits_rows, {static_cast<int64_t>(logits_rows.size())});
   b.host_query_start = query_start;
   b.host_seq_lens = seq_lens;
+  b.kv_groups.push_back({b.block_tables, b.slot_mapping});
 
   const int64_t R = static_cast<int64_t>(logits_rows.size()), V = model_.vocab_size();
   DeviceBuffer logits = backend_.alloc(DType::F32, {R, V});

@@ -40,7 +40,7 @@ class PagedDriver {
   std::vector<int32_t> free_blocks_;
   std::vector<Seq> seqs_;
   std::vector<DeviceBuffer> cache_buffers_;
-  std::vector<Tensor> caches_;
+  KvCaches caches_;  // one group
   std::vector<DeviceBuffer> step_buffers_;
 };
 

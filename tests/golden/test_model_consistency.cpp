@@ -154,7 +154,7 @@ TEST(ModelConsistency, MalformedStepRaisesError) {
   LoadOptions options;
   auto model = random_model(config, *backend, options);
   StepBatch empty;
-  std::vector<Tensor> caches;
+  KvCaches caches;
   HostBuffer logits(DType::F32, {1, model->vocab_size()});
   EXPECT_THROW(model->forward(empty, caches, logits.tensor()), Error);
   test::PagedDriver driver(*model, *backend, 4);

@@ -35,8 +35,13 @@ class FakeModel final : public Model {
     config_.eos_token_ids = {eos};
   }
   const ModelConfig& config() const override { return config_; }
-  int num_kv_layers() const override { return 2; }
-  int kv_row_dim() const override { return 2; }
+  std::vector<KvGroupSpec> kv_groups() const override {
+    KvGroupSpec g;
+    g.name = "fake";
+    g.num_layers = 2;
+    g.row_dim = 2;
+    return {g};
+  }
   int vocab_size() const override { return static_cast<int>(config_.vocab_size); }
 
   // Logits of the context (independent of any cache).
@@ -47,7 +52,8 @@ class FakeModel final : public Model {
       out[v] = static_cast<float>(mix64(h ^ (0x1000000ull + v)) >> 40) / float(1 << 24) * 8.0f - 4.0f;
   }
 
-  void forward(const StepBatch& b, std::vector<Tensor>& kv, Tensor& logits, Tensor*) override {
+  void forward(const StepBatch& b, KvCaches& kv_groups, Tensor& logits, Tensor*) override {
+    std::vector<Tensor>& kv = kv_groups[0];
     const int32_t* ids = b.token_ids.ptr<int32_t>();
     const int32_t* pos = b.positions.ptr<int32_t>();
     const int32_t* slots = b.slot_mapping.ptr<int32_t>();
