@@ -32,7 +32,16 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Bac
            config_.base.source, ": deepseek_v4 runs on the CPU backend only so far (its ops have no CUDA kernels yet)");
 }
 
-void DeepseekV4Model::forward(const StepBatch& batch, std::vector<Tensor>&, Tensor& logits, Tensor* hidden_out) {
+std::vector<KvGroupSpec> DeepseekV4Model::kv_groups() const {
+  KvGroupSpec window;
+  window.name = "window";
+  window.num_layers = config_.num_layers();
+  window.row_dim = config_.head_dim;
+  window.window = static_cast<int>(config_.sliding_window);
+  return {window};
+}
+
+void DeepseekV4Model::forward(const StepBatch& batch, KvCaches&, Tensor& logits, Tensor* hidden_out) {
   DI_CHECK(batch.num_seqs == 1 && batch.host_seq_lens.size() == 1 && batch.host_seq_lens[0] == batch.num_tokens,
            config_.base.source, ": deepseek_v4 runs one whole sequence per step so far (no cached context, "
            "no batching: its KV layer groups are later work)");

@@ -40,12 +40,12 @@ class DeepseekV4Model : public Model {
   DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Backend& backend);
   const ModelConfig& config() const override { return config_.base; }
   const DeepseekV4Config& v4_config() const { return config_; }
-  int num_kv_layers() const override { return config_.num_layers(); }
-  int kv_row_dim() const override { return static_cast<int>(config_.head_dim); }
+  // The paged cache is not used yet (the state is V4SequenceState): one window group with
+  // the K=V row width stands for it until the window / compressed groups are wired in.
+  std::vector<KvGroupSpec> kv_groups() const override;
   int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
   // Single sequence, no cached context (positions 0..T-1 in one step).
-  void forward(const StepBatch& batch, std::vector<Tensor>& kv_cache, Tensor& logits,
-               Tensor* hidden_out = nullptr) override;
+  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out = nullptr) override;
   // logits F32 [T, vocab] at every position of `ids` (positions 0..T-1).
   void prefill(const std::vector<int32_t>& ids, Tensor& logits);
   // Appends `ids` at positions state.length ... to the sequence; logits F32 [ids.size(), vocab].
