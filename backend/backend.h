@@ -276,6 +276,73 @@ class Backend {
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const std::vector<ExpertWeights>& experts, Tensor& out) = 0;
 
+  // --- DeepSeek-V4 (issue 16; MODELS.md V4-Flash). Defaults in backend/cpu/{hyper_connection,
+  // v4_routing, sink_attention, compressor}.cpp compute on host memory (CPU tensors, F32
+  // activations) and fail on other devices; CUDA kernels are later work. ------------------
+  // Manifold-constrained hyper-connections (mHC) over hc residual streams. streams [T, hc, H];
+  // fn [(2 + hc) * hc, hc * H], base [(2 + hc) * hc], scale [3] (F32). Per token, with
+  // flat = streams[t] flattened and scaled by rsqrt(mean(flat^2) + norm_eps) (no weight) and
+  // mix = fn · flat split as [pre hc | post hc | comb hc*hc]:
+  //   pre = sigmoid(mix_pre * scale[0] + base_pre) + hc_eps, post = 2 sigmoid(mix_post * scale[1]
+  //   + base_post), comb = softmax_row(mix_comb * scale[2] + base_comb) + hc_eps, then comb /=
+  //   (column sums + hc_eps), then sinkhorn_iters - 1 rounds of (rows, then columns) likewise.
+  // collapsed [T, H] = sum_j pre_j streams[t, j]; post [T, hc]; comb [T, hc, hc] (row j, col k).
+  struct HyperConnectionParams {
+    int hc_mult = 4;
+    int sinkhorn_iters = 20;
+    float hc_eps = 1e-6f;
+    float norm_eps = 1e-6f;
+  };
+  virtual void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                      const HyperConnectionParams& params, Tensor& collapsed, Tensor& post,
+                      Tensor& comb);
+  // out[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * streams[t, j, :]. out [T, hc, H]
+  // must not alias streams.
+  virtual void hc_post(const Tensor& streams, const Tensor& f, const Tensor& post, const Tensor& comb,
+                       Tensor& out);
+  // Final collapse (hc_head): fn [hc, hc * H], base [hc], scale [1]; pre = sigmoid(fn · flat *
+  // scale[0] + base) + hc_eps (flat as in hc_pre); out [T, H] = sum_k pre_k streams[t, k].
+  virtual void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                       const HyperConnectionParams& params, Tensor& out);
+  // V4 routing: scores = sqrt(softplus(logits)) (fp32). Experts = hash_ids[t] (I32 [T, k], the
+  // tid2eid rows of the step's tokens) when defined, else the top-k of scores + bias (bias F32
+  // [E], may be undefined; ties: lowest index; slots by descending choice score). Weights =
+  // scores of the chosen experts / (their sum + 1e-20) * scaling. topk_ids I32 [T, k],
+  // topk_weights F32 [T, k].
+  virtual void moe_routing_sqrt_softplus(const Tensor& logits, const Tensor& bias,
+                                         const Tensor& hash_ids, int top_k, float scaling,
+                                         Tensor& topk_ids, Tensor& topk_weights);
+  // Clamped SwiGLU: out[T, I] = silu(min(g, limit)) * clamp(u, -limit, limit) with g = gate_up[:, :I],
+  // u = gate_up[:, I:].
+  virtual void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out);
+  // moe_experts with each expert's SwiGLU clamped as silu_mul_clamped (V4 routed experts).
+  virtual void moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                                   const std::vector<ExpertWeights>& experts, float limit, Tensor& out);
+  // Attention over chosen rows with a per-head sink: q [T, heads, D], kv [S, D] (K = V, one head
+  // shared by all), indices I32 [T, N] (row of kv per slot; -1 = empty), sinks F32 [heads].
+  // out[t, h] = sum_n p_n kv[indices[t, n]] with p_n = exp(l_n - m) / (sum_n exp(l_n - m) +
+  // exp(sink_h - m)), l_n = scale * q[t, h] · kv[indices[t, n]], m = max(l, sink_h). A query
+  // with no row gets 0.
+  virtual void sink_attention(const Tensor& q, const Tensor& kv, const Tensor& indices,
+                              const Tensor& sinks, float scale, Tensor& out);
+  // KV compressor pooling (CSA / HCA / the indexer's). ratio r; n = T / r windows (the tail
+  // waits). Without overlap: kv, gate [T, D], ape [r, D]; out[w, c] = sum_j softmax_j(gate[w r + j,
+  // c] + ape[j, c]) kv[w r + j, c]. With overlap: kv, gate [T, 2D], ape [r, 2D]; the softmax runs
+  // over 2r slots: window w-1's first halves (kv[., :D], gate + ape [., :D]) then window w's
+  // second halves ([., D:]); window 0's first slots come from prior_kv / prior_gate [r, D]
+  // (gate + ape already added) when defined, else are empty. out [n, D]. RMS norm and RoPE of
+  // the entries are separate ops.
+  virtual void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio,
+                               bool overlap, const Tensor& prior_kv, const Tensor& prior_gate,
+                               Tensor& out);
+  // Lightning indexer (V4 CSA): score(t, s) = sum_h weights[t, h] * weights_scale *
+  // relu(q[t, h] · keys[s]) * softmax_scale for keys s < (positions[t] + 1) / ratio; out I32 [T,
+  // top_k] = the top_k visible s by score (ties: lowest s), -1 where fewer are visible.
+  // q [T, heads, d], keys [S, d], weights [T, heads] (F32), positions I32 [T].
+  virtual void indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                            const Tensor& positions, int ratio, float softmax_scale,
+                            float weights_scale, Tensor& out);
+
   // --- sampling -------------------------------------------------------------
   // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).
   virtual void argmax(const Tensor& logits, Tensor& ids) = 0;

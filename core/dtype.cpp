@@ -11,7 +11,7 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 10> kInfo{{
+constexpr std::array<DTypeInfo, 11> kInfo{{
     {DType::F32, "F32", 4},
     {DType::F16, "F16", 2},
     {DType::BF16, "BF16", 2},
@@ -22,6 +22,7 @@ constexpr std::array<DTypeInfo, 10> kInfo{{
     {DType::I8, "I8", 1},
     {DType::U8, "U8", 1},
     {DType::BOOL, "BOOL", 1},
+    {DType::F8_E8M0, "F8_E8M0", 1},
 }};
 }  // namespace
 
@@ -114,6 +115,21 @@ uint8_t float_to_fp8_e4m3(float f) {
   uint8_t code = static_cast<uint8_t>((biased << 3) | mant);
   if (code > 0x7e) code = 0x7e;  // 448 saturates (0x7f is NaN)
   return static_cast<uint8_t>(sign | code);
+}
+
+}  // namespace deepinfer
+
+namespace deepinfer {
+
+float e8m0_to_float(uint8_t bits) {
+  if (bits == 0xff) return NAN;
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127);
+}
+
+float fp4_e2m1_to_float(uint8_t nibble) {
+  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float m = kMagnitude[nibble & 0x7u];
+  return (nibble & 0x8u) ? -m : m;
 }
 
 }  // namespace deepinfer

@@ -7,7 +7,8 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, I64, I32, I16, I8, U8, BOOL };
+// F8_E8M0: an unsigned power-of-two scale byte (OCP MX "E8M0", safetensors "F8_E8M0").
+enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, I64, I32, I16, I8, U8, BOOL, F8_E8M0 };
 
 // Bytes per element.
 size_t dtype_size(DType dtype);
@@ -39,5 +40,11 @@ uint16_t float_to_f16(float f);
 float fp8_e4m3_to_float(uint8_t bits);
 // Round to nearest even with saturation to +-448 (the way torch casts after clamping).
 uint8_t float_to_fp8_e4m3(float f);
+
+// E8M0 scale (DeepSeek-V4 "ue8m0"): value 2^(bits - 127); 0xff is NaN.
+float e8m0_to_float(uint8_t bits);
+// FP4 e2m1 (OCP MXFP4): bit 3 sign, 2 exponent bits (bias 1), 1 mantissa bit; values
+// +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}. `nibble` uses its low 4 bits.
+float fp4_e2m1_to_float(uint8_t nibble);
 
 }  // namespace deepinfer

@@ -46,7 +46,7 @@ TensorInfo parse_entry(const std::string& path, const std::string& full_name, co
   const std::string dtype_str = dtype_it->get<std::string>();
   DI_CHECK(parse_dtype(dtype_str, &info.dtype) && info.dtype != DType::BOOL, path, ": tensor '",
            name, "': unknown dtype '", dtype_str,
-           "' (expected F32, F16, BF16, F8_E4M3, I64, I32, I16, I8 or U8)");
+           "' (expected F32, F16, BF16, F8_E4M3, F8_E8M0, I64, I32, I16, I8 or U8)");
 
   auto shape_it = entry.find("shape");
   DI_CHECK(shape_it != entry.end() && shape_it->is_array(), path, ": tensor '", name,

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "model/deepseek_v3/arch.h"
 #include "model/deepseek_v32/arch.h"
+#include "model/deepseek_v4/arch.h"
 
 namespace deepinfer {
 
@@ -12,6 +13,7 @@ const std::vector<Architecture>& architectures() {
       deepseek_v3_architecture(),
       deepseek_v2_architecture(),
       deepseek_v32_architecture(),
+      deepseek_v4_architecture(),
   };
   return list;
 }

@@ -463,6 +463,9 @@ def main():
         a.device = "cpu"
     os.makedirs(a.out, exist_ok=True)
     res = [build_fixture(n, fx, a.out, a.device) for n, fx in FIXTURES.items() if not a.only or n in a.only]
+    import v4_golden  # DeepSeek-V4 fixtures (v4_golden.py; CPU, fp32)
+    res += [v4_golden.build_v4_fixture(n, fx, a.out) for n, fx in v4_golden.V4_FIXTURES.items()
+            if not a.only or n in a.only]
     for r in res:
         print(r["summary"])
 

@@ -1,0 +1,23 @@
+// Shared checks of the DeepSeek-V4 host reference ops (hyper_connection, v4_routing,
+// sink_attention, compressor): host tensors, dtype, contiguous layout, exact shape.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace deepinfer::v4_ops {
+
+inline void check_host(const Tensor& t, DType dtype, const std::vector<int64_t>& dims, const char* op,
+                       const char* name) {
+  DI_CHECK(t.defined(), op, ": ", name, " is undefined");
+  DI_CHECK(t.device == Device::CPU, op, ": ", name, " must be host memory (this op has only the CPU "
+           "reference so far), got ", t.describe());
+  DI_CHECK(t.dtype == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.describe());
+  DI_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
+  DI_CHECK(t.dims() == dims, op, ": ", name, " must have shape ", shape_string(dims), ", got ",
+           t.describe());
+}
+
+}  // namespace deepinfer::v4_ops

@@ -1,0 +1,32 @@
+#include "model/deepseek_v4/arch.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace deepinfer {
+
+namespace {
+
+std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend, const LoadOptions& options) {
+  DI_CHECK(!options.random_weights, config.source, ": deepseek_v4 has no random-weight builder yet");
+  DeepseekV4Config v4 = load_deepseek_v4_config(config.source);
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
+  V4Weights w = load_v4_weights(v4, reader);
+  return std::make_unique<DeepseekV4Model>(std::move(v4), std::move(w), backend);
+}
+
+}  // namespace
+
+Architecture deepseek_v4_architecture() {
+  Architecture a;
+  a.model_type = "deepseek_v4";
+  a.description = "DeepSeek-V4-Flash (hyper-connections, window + compressed attention, sinks, FP4 experts)";
+  a.parse_config = parse_deepseek_v4_model_config;
+  a.load = load;
+  return a;
+}
+
+}  // namespace deepinfer

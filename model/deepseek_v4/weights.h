@@ -1,0 +1,67 @@
+// DeepSeek-V4 weights, read under DeepSeek's names (`layers.N.attn.wq_a.weight`, ...) or
+// transformers' (`model.layers.N.self_attn.q_a_proj.weight`, fused experts; its
+// conversion_mapping.py), each checked against the config. On the CPU reference path the
+// small F32 tensors (hc, ape, sinks, norms) are F32 copies, FP8 e4m3 linears keep their
+// bytes with F32 block scales (E8M0 scales converted), and FP4 e2m1 routed experts
+// (I8 [out, in/2] + E8M0 [out, in/32]) are dequantized to F32 (core/quant.h).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/deepseek_v4/config.h"
+
+namespace deepinfer {
+
+class CheckpointReader;
+
+struct V4HyperConnection {
+  Tensor fn, base, scale;  // F32 [(2+hc)*hc, hc*H], [(2+hc)*hc], [3]  (hc_head: [hc, hc*H], [hc], [1])
+};
+
+struct V4Compressor {  // CSA (overlap: width 2D) or HCA (width D); the indexer's at its head dim
+  Weight wkv, wgate;  // [width, H]
+  Tensor ape;         // F32 [ratio, width]
+  Tensor norm;        // F32 [D]
+};
+
+struct V4Layer {
+  V4AttentionKind kind = V4AttentionKind::Window;
+  Tensor attn_norm, ffn_norm;  // F32 [H]
+  V4HyperConnection hc_attn, hc_ffn;
+  Weight wq_a;        // [q_lora, H]
+  Tensor q_norm;      // F32 [q_lora]
+  Weight wq_b;        // [heads * D, q_lora]
+  Weight wkv;         // [D, H]
+  Tensor kv_norm;     // F32 [D]
+  Weight wo_a;        // [o_groups * o_lora, heads * D / o_groups] (F32/BF16 on this path)
+  Weight wo_b;        // [H, o_groups * o_lora]
+  Tensor sinks;       // F32 [heads]
+  V4Compressor compressor;          // CSA / HCA
+  V4Compressor index_compressor;    // CSA only (index_head_dim)
+  Weight index_wq_b;                // [index_heads * index_dim, q_lora]
+  Weight index_weights_proj;        // [index_heads, H]
+  bool hash = false;
+  Weight gate;                      // router [E, H]
+  Tensor gate_bias;                 // F32 [E] (non-hash layers)
+  std::vector<int32_t> tid2eid;     // [vocab * top_k] (hash layers)
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;             // undefined when n_shared_experts == 0
+};
+
+struct V4Weights {
+  Tensor embed;  // [V, H]
+  std::vector<V4Layer> layers;
+  V4HyperConnection hc_head;
+  Tensor norm;   // F32 [H]
+  Weight head;   // [V, H]
+  std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
+};
+
+// Reads every main-layer tensor (MTP `mtp.*` tensors are not read yet). Throws Error
+// naming the tensor: missing, wrong shape or dtype, FP4 scales of the wrong shape,
+// tid2eid ids outside [0, n_routed_experts).
+V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader);
+
+}  // namespace deepinfer
