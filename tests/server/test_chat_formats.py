@@ -26,7 +26,8 @@ STRICT_WEATHER = {"type": "function", "function": {
                                                     "unit": {"enum": ["C", "F"]}},
                    "required": ["city", "unit"], "additionalProperties": False}}}
 STRICT_ADD = {"type": "function", "function": {
-    "name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": -99, "maximum": 99},
+                                                 "b": {"type": "integer", "minimum": -99, "maximum": 99}},
                                   "required": ["a", "b"], "additionalProperties": False}}}
 
 
