@@ -440,10 +440,15 @@ def test_graceful_shutdown_drains(start_server, model_name):
 
 # --- DeepSeek formats: tool calls and reasoning ---
 
+# Bounded schemas: forced calls follow them (grammar engine), and the tiny model at temperature 0
+# would otherwise write one unbounded string until max_tokens.
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object",
-                                                           "properties": {"city": {"type": "string"}}}}}
-ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+                                                           "properties": {"city": {"type": "string", "maxLength": 16}},
+                                                           "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "additionalProperties": False}}}
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 
