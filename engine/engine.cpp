@@ -23,7 +23,8 @@ grammar::GrammarSpec grammar_spec(const StructuredOutputArgs& so) {
   grammar::GrammarSpec spec;
   spec.kind = so.kind == "regex" ? K::Regex
               : so.kind == "json_schema" ? K::JsonSchema
-              : so.kind == "ebnf" ? K::Ebnf : K::JsonObject;
+              : so.kind == "ebnf" ? K::Ebnf
+              : so.kind == "tool_calls" ? K::ToolCalls : K::JsonObject;
   spec.source = so.source;
   spec.json_any_whitespace = so.any_whitespace;
   return spec;
@@ -98,8 +99,20 @@ std::vector<int32_t> Engine::Impl::tokenize(const Prompt& prompt, const std::str
   DI_CHECK(tokenizer != nullptr, "request ", id, ": text prompt but the engine has no tokenizer");
   if (!prompt.messages.empty()) {
     std::vector<ChatMessage> messages;
-    for (const Message& m : prompt.messages) messages.push_back({m.role, m.content});
-    return tokenizer->encode(apply_chat_template(*tokenizer, messages, true), false);
+    for (const Message& m : prompt.messages) {
+      ChatMessage c;
+      c.role = m.role;
+      c.content = m.content;
+      c.content_is_null = m.content_is_null;
+      if (m.tool_calls) {
+        c.tool_calls.emplace();
+        for (const MessageToolCall& t : *m.tool_calls) c.tool_calls->push_back({t.type, t.name, t.arguments});
+      }
+      messages.push_back(std::move(c));
+    }
+    ChatOptions options;
+    options.thinking = prompt.thinking;
+    return tokenizer->encode(apply_chat_template(*tokenizer, messages, options), false);
   }
   return tokenizer->encode(prompt.text, true);
 }

@@ -50,6 +50,10 @@ std::vector<int32_t> Engine::tokenize(const Prompt& prompt) const {
 int Engine::vocab_size() const { return impl_->model->vocab_size(); }
 int Engine::max_model_len() const { return impl_->max_model_len; }
 
+std::string Engine::chat_format() const {
+  return impl_->tokenizer ? to_string(impl_->tokenizer->chat_format()) : std::string();
+}
+
 std::string Engine::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   return impl_->tokenizer ? impl_->tokenizer->decode(ids, skip_special_tokens) : std::string();
 }

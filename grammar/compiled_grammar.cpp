@@ -27,9 +27,9 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::from_ir(const GrammarIR&
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const GrammarSpec& spec,
                                                                 std::shared_ptr<const Vocabulary> vocab,
                                                                 const CompileLimits& limits) {
-  static const char* const kKinds[] = {"regex", "json schema", "ebnf", "json object"};
+  static const char* const kKinds[] = {"regex", "json schema", "ebnf", "json object", "tool calls"};
   const auto kind = static_cast<size_t>(spec.kind);
-  DI_CHECK(kind < 4, "grammar: unknown spec kind");
+  DI_CHECK(kind < 5, "grammar: unknown spec kind");
   DI_CHECK(static_cast<int64_t>(spec.source.size()) <= limits.max_source_bytes, kKinds[kind], ": the source is ",
            spec.source.size(), " bytes, over the limit of ", limits.max_source_bytes,
            " bytes (CompileLimits::max_source_bytes)");
@@ -43,6 +43,8 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const GrammarSpe
       return from_ir(parse_ebnf(spec.source, &budget), std::move(vocab), budget);
     case GrammarSpec::Kind::JsonObject:
       return from_ir(json_object_ir(spec.json_any_whitespace), std::move(vocab), budget);
+    case GrammarSpec::Kind::ToolCalls:
+      return from_ir(tool_calls_ir(spec.source, spec.json_any_whitespace, &budget), std::move(vocab), budget);
   }
   fail("grammar: unknown spec kind");
 }

@@ -28,7 +28,9 @@
 namespace deepinfer::grammar {
 
 struct GrammarSpec {
-  enum class Kind { Regex, JsonSchema, Ebnf, JsonObject };
+  // ToolCalls: a JSON description of marker-wrapped calls whose arguments follow JSON Schemas
+  // (grammar/tool_calls.cpp).
+  enum class Kind { Regex, JsonSchema, Ebnf, JsonObject, ToolCalls };
   Kind kind = Kind::JsonObject;
   std::string source;  // regex / schema JSON text / grammar text; unused for JsonObject
   // JSON whitespace policy: true allows any run of JSON whitespace between tokens; false
@@ -44,6 +46,7 @@ GrammarIR parse_regex_grammar(const std::string& regex, CompileBudget* budget = 
 GrammarIR parse_ebnf(const std::string& text, CompileBudget* budget = nullptr);
 GrammarIR json_schema_to_ir(const std::string& schema_text, bool any_whitespace, CompileBudget* budget = nullptr);
 GrammarIR json_object_ir(bool any_whitespace);
+GrammarIR tool_calls_ir(const std::string& source, bool any_whitespace, CompileBudget* budget = nullptr);
 
 class CompiledGrammar {
  public:

@@ -103,6 +103,25 @@ int32_t GrammarIR::add(Expr e) {
   return static_cast<int32_t>(exprs_.size() - 1);
 }
 
+int32_t GrammarIR::import_rules(const GrammarIR& other) {
+  DI_CHECK(other.root() >= 0, "grammar: importing a grammar without a root rule");
+  std::vector<int32_t> rule_map(other.rules().size());
+  for (size_t r = 0; r < other.rules().size(); ++r) rule_map[r] = add_rule(other.rules()[r].name);
+  std::vector<int32_t> expr_map(other.exprs().size(), -1);
+  for (size_t i = 0; i < other.exprs().size(); ++i) {
+    Expr e = other.exprs()[i];
+    for (int32_t& c : e.children) {
+      DI_CHECK(c >= 0 && static_cast<size_t>(c) < i, "grammar: import: expression ", i, " has a later child ", c);
+      c = expr_map[c];
+    }
+    if (e.kind == ExprKind::Ref) e.rule = rule_map[e.rule];
+    expr_map[i] = add(std::move(e));
+  }
+  for (size_t r = 0; r < other.rules().size(); ++r)
+    if (other.rules()[r].body >= 0) set_body(rule_map[r], expr_map[other.rules()[r].body]);
+  return rule_map[other.root()];
+}
+
 int32_t GrammarIR::add_rule(std::string name) {
   const int64_t bytes = static_cast<int64_t>(sizeof(Rule) + name.capacity());
   bytes_ += bytes;

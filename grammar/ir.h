@@ -129,6 +129,9 @@ class GrammarIR {
   // Replaces child k of expression `expr` (used by rewriting passes such as lift.h).
   void set_child(int32_t expr, size_t k, int32_t child) { exprs_[expr].children[k] = child; }
   void set_root(int32_t rule) { root_ = rule; }
+  // Copies every rule and expression of `other` into this grammar (charged to this one's
+  // budget); returns the index here of other's root rule. Other's root stays a rule of its own.
+  int32_t import_rules(const GrammarIR& other);
 
   const std::vector<Expr>& exprs() const { return exprs_; }
   const Expr& expr(int32_t i) const { return exprs_[i]; }

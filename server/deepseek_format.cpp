@@ -13,13 +13,18 @@ size_t partial_suffix(std::string_view text, size_t from, std::string_view marke
   return 0;
 }
 
-bool parse_call(std::string_view s, ToolCall& call) {
+bool parse_call(std::string_view s, ToolFormat format, ToolCall& call) {
   while (!s.empty() && (s.front() == '\n' || s.front() == ' ')) s.remove_prefix(1);
   if (s.substr(0, kToolCallBegin.size()) != kToolCallBegin) return false;
   s.remove_prefix(kToolCallBegin.size());
   const size_t sep = s.find(kToolSep);
-  if (sep == std::string_view::npos) return false;  // "function" (the type) before the separator
-  s.remove_prefix(sep + kToolSep.size());
+  if (sep == std::string_view::npos) return false;
+  if (format == ToolFormat::V31) {  // NAME<｜tool▁sep｜>ARGS
+    call.name = std::string(s.substr(0, sep));
+    call.arguments = std::string(s.substr(sep + kToolSep.size()));
+    return !call.name.empty();
+  }
+  s.remove_prefix(sep + kToolSep.size());  // "function" (the type) before the separator
   const size_t nl = s.find('\n');
   call.name = std::string(s.substr(0, nl));
   if (nl == std::string_view::npos) return !call.name.empty();
@@ -34,9 +39,17 @@ bool parse_call(std::string_view s, ToolCall& call) {
 
 }  // namespace
 
+ToolFormat tool_format_of(const std::string& chat_format) {
+  return chat_format == "deepseek_v31" ? ToolFormat::V31 : ToolFormat::V3;
+}
+
 ParsedDelta OutputParser::feed(const std::string& text, bool final) {
   ParsedDelta d;
   const std::string_view t(text);
+  if (after_calls_) {
+    consumed_ = t.size();
+    return d;
+  }
   for (;;) {
     if (in_reasoning_) {
       if (at_start_) {
@@ -82,17 +95,18 @@ ParsedDelta OutputParser::feed(const std::string& text, bool final) {
     const size_t list_end = t.find(kToolCallsEnd, consumed_);
     if (end != std::string_view::npos && (list_end == std::string_view::npos || end < list_end)) {
       ToolCall call;
-      if (parse_call(t.substr(consumed_, end - consumed_), call)) {
+      if (parse_call(t.substr(consumed_, end - consumed_), format_, call)) {
         d.calls.push_back(std::move(call));
         ++num_calls_;
       }
       consumed_ = end + kToolCallEnd.size();
       continue;
     }
-    if (list_end != std::string_view::npos) {
-      consumed_ = list_end + kToolCallsEnd.size();
+    if (list_end != std::string_view::npos) {  // as vLLM: nothing after the list is content
+      consumed_ = t.size();
       in_calls_ = false;
-      continue;
+      after_calls_ = true;
+      return d;
     }
     if (final) {  // cut off inside a call: what was written is kept as content
       d.content.append(t.substr(consumed_));
@@ -102,9 +116,13 @@ ParsedDelta OutputParser::feed(const std::string& text, bool final) {
   }
 }
 
-std::string render_tool_calls(const std::vector<ToolCall>& calls) {
+std::string render_tool_calls(const std::vector<ToolCall>& calls, ToolFormat format) {
   std::string out(kToolCallsBegin);
   for (size_t i = 0; i < calls.size(); ++i) {
+    if (format == ToolFormat::V31) {
+      out.append(kToolCallBegin).append(calls[i].name).append(kToolSep).append(calls[i].arguments).append(kToolCallEnd);
+      continue;
+    }
     if (i > 0) out += "\n";
     out.append(kToolCallBegin).append("function").append(kToolSep).append(calls[i].name);
     out.append("\n```json\n").append(calls[i].arguments).append("\n```").append(kToolCallEnd);

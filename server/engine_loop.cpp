@@ -23,6 +23,11 @@ std::string EngineLoop::load_error() const {
   return load_error_;
 }
 
+std::string EngineLoop::chat_format() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return chat_format_;
+}
+
 EngineStats EngineLoop::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -64,6 +69,7 @@ void EngineLoop::run(EngineConfig config) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = engine->stats();
+    chat_format_ = engine->chat_format();
   }
   ready_ = true;
   for (;;) {

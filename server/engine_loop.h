@@ -28,6 +28,8 @@ class EngineLoop {
   bool ready() const { return ready_.load(); }
   bool failed() const { return failed_.load(); }
   std::string load_error() const;
+  // Engine::chat_format() (set before ready() turns true; "" before).
+  std::string chat_format() const;
 
   // Runs `task` on the engine thread before the next step (dropped if the loop stops first).
   void post(Task task);
@@ -56,6 +58,7 @@ class EngineLoop {
   std::atomic<bool> ready_{false};
   std::atomic<bool> failed_{false};
   std::string load_error_;
+  std::string chat_format_;
   EngineStats stats_;
   std::unordered_map<std::string, Sink> sinks_;  // engine thread only
   std::atomic<int> num_unfinished_{0};

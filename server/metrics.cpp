@@ -38,6 +38,18 @@ struct Metrics::Impl {
   p::Counter& prefix_hits = p::BuildCounter().Name("deepinfer:prefix_cache_hits_total")
                                 .Help("Prompt tokens served from the prefix cache").Register(registry).Add({});
   double queries_seen = 0, hits_seen = 0;  // the engine's totals at the last scrape
+  // Speculative decoding (vLLM's names; counted from EngineStats::spec at each scrape).
+  p::Counter& spec_drafts = p::BuildCounter().Name("deepinfer:spec_decode_num_drafts_total")
+                                .Help("Verify steps of a sequence with drafts (one per sequence and step)")
+                                .Register(registry).Add({});
+  p::Counter& spec_draft_tokens = p::BuildCounter().Name("deepinfer:spec_decode_num_draft_tokens_total")
+                                      .Help("Draft tokens verified").Register(registry).Add({});
+  p::Counter& spec_accepted = p::BuildCounter().Name("deepinfer:spec_decode_num_accepted_tokens_total")
+                                  .Help("Draft tokens accepted").Register(registry).Add({});
+  p::Family<p::Counter>& spec_accepted_pos = p::BuildCounter().Name("deepinfer:spec_decode_num_accepted_tokens_per_pos_total")
+                                                 .Help("Draft tokens accepted at each draft position")
+                                                 .Register(registry);
+  SpecDecodeStats spec_seen;
   p::Histogram& ttft = p::BuildHistogram().Name("deepinfer:time_to_first_token_seconds")
                            .Help("Time to first token").Register(registry).Add({}, latency_buckets());
   p::Histogram& itl = p::BuildHistogram().Name("deepinfer:inter_token_latency_seconds")
@@ -81,6 +93,20 @@ std::string Metrics::render(const EngineStats& stats, int num_running, int num_w
   if (hits > impl_->hits_seen) impl_->prefix_hits.Increment(hits - impl_->hits_seen);
   impl_->queries_seen = std::max(impl_->queries_seen, queries);
   impl_->hits_seen = std::max(impl_->hits_seen, hits);
+  const SpecDecodeStats& sp = stats.spec;
+  SpecDecodeStats& seen = impl_->spec_seen;
+  auto bump = [](p::Counter& c, int64_t now, int64_t& before) {
+    if (now > before) c.Increment(static_cast<double>(now - before));
+    before = std::max(before, now);
+  };
+  bump(impl_->spec_drafts, sp.num_verify_steps, seen.num_verify_steps);
+  bump(impl_->spec_draft_tokens, sp.num_draft_tokens, seen.num_draft_tokens);
+  bump(impl_->spec_accepted, sp.num_accepted_tokens, seen.num_accepted_tokens);
+  if (seen.accepted_per_position.size() < sp.accepted_per_position.size())
+    seen.accepted_per_position.resize(sp.accepted_per_position.size(), 0);
+  for (size_t j = 0; j < sp.accepted_per_position.size(); ++j)
+    bump(impl_->spec_accepted_pos.Add({{"position", std::to_string(j)}}), sp.accepted_per_position[j],
+         seen.accepted_per_position[j]);
   return p::TextSerializer().Serialize(impl_->registry.Collect());
 }
 

@@ -121,6 +121,78 @@ std::vector<int32_t> token_list(const json& a, const char* field, int vocab) {
   return ids;
 }
 
+// OpenAI chat messages -> engine messages (tool calls kept as structure: the engine renders them
+// in the checkpoint's format).
+std::vector<Message> parse_messages(const json& list) {
+  std::vector<Message> messages;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& m = list[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw ApiError(400, where + ": expected an object with a string role", "messages");
+    Message msg;
+    msg.role = m["role"].get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      throw ApiError(400, where + ".role: '" + msg.role + "' is not one of system, developer, user, assistant, tool",
+                     "messages");
+    msg.content = content_text(m.contains("content") ? m["content"] : json(nullptr), i);
+    msg.content_is_null = msg.role == "assistant" && !has(m, "content");
+    if (msg.role == "assistant" && has(m, "tool_calls")) {
+      if (!m["tool_calls"].is_array()) throw ApiError(400, where + ".tool_calls: expected a list", "messages");
+      msg.tool_calls.emplace();
+      for (const json& tc : m["tool_calls"]) {
+        if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
+            !tc["function"].contains("name") || !tc["function"]["name"].is_string())
+          throw ApiError(400, where + ".tool_calls: expected {function: {name, arguments}}", "messages");
+        const json& f = tc["function"];
+        const json args = f.contains("arguments") && !f["arguments"].is_null() ? f["arguments"] : json("{}");
+        MessageToolCall call;
+        call.name = f["name"].get<std::string>();
+        call.arguments = args.is_string() ? args.get<std::string>() : dump_json(args);
+        if (tc.contains("type") && tc["type"].is_string()) call.type = tc["type"].get<std::string>();
+        msg.tool_calls->push_back(std::move(call));
+      }
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}
+
+// chat_template_kwargs.thinking (or enable_thinking).
+bool thinking_of(const json& body) {
+  if (!has(body, "chat_template_kwargs")) return false;
+  const json& kw = body["chat_template_kwargs"];
+  if (!kw.is_object()) throw ApiError(400, "chat_template_kwargs: expected an object", "chat_template_kwargs");
+  return get_bool(kw, "thinking", false) || get_bool(kw, "enable_thinking", false);
+}
+
+// The `## Tools` system section (the HF templates have none; vLLM's DeepSeek tool templates and
+// the V3.1 model card write one), with the call format of the checkpoint.
+std::string tools_section(const json& tools, ToolFormat format) {
+  std::string section = "## Tools\nYou have access to the following tools:\n";
+  for (const json& t : tools) {
+    const json& f = t["function"];
+    section += "\n### " + f["name"].get<std::string>() + "\nDescription: " +
+               (f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "") +
+               "\n\nParameters: " + (f.contains("parameters") ? dump_json(f["parameters"]) : "{}") + "\n";
+  }
+  if (format == ToolFormat::V31) {
+    section += std::string("\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n") +
+               std::string(kToolCallsBegin) + std::string(kToolCallBegin) + "tool_call_name" + std::string(kToolSep) +
+               "tool_call_arguments" + std::string(kToolCallEnd) + "{{additional_tool_calls}}" +
+               std::string(kToolCallsEnd) +
+               "\n\nWhere:\n\n- `tool_call_name` must be an exact match to one of the available tools\n"
+               "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+               "- For multiple tool calls, chain them directly without separators or spaces\n";
+  } else {
+    section += std::string("\nCall a tool in this exact format:\n") + std::string(kToolCallsBegin) +
+               std::string(kToolCallBegin) + "function" + std::string(kToolSep) + "NAME\n```json\nARGUMENTS\n```" +
+               std::string(kToolCallEnd) + std::string(kToolCallsEnd) + "\n";
+  }
+  return section;
+}
+
 const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> common = {
       "model", "max_tokens", "n", "stream", "stream_options", "stop", "seed", "temperature", "top_p", "top_k",
@@ -174,6 +246,7 @@ struct Server::Job {
   int logprobs = -1;  // -1: none; k: the sampled token and the top k
   bool reasoning = false;  // chat: split <think>...</think> into reasoning_content
   bool tools = false;      // chat: parse DeepSeek tool calls out of the output
+  ToolFormat tool_format = ToolFormat::V3;  // the checkpoint's (EngineLoop::chat_format())
   std::mt19937_64 rng;     // tool call ids
   bool max_tokens_given = false;
   std::string id, model;
@@ -566,6 +639,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   }
   auto job = std::make_shared<Job>();
   job->chat = chat;
+  job->tool_format = tool_format_of(loop_.chat_format());
   job->model = options_.served_model_name;
   job->created = std::time(nullptr);
   job->arrival_s = now_s();
@@ -576,35 +650,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   if (chat) {
     if (!has(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
       throw ApiError(400, "messages: expected a non-empty list of messages", "messages");
-    std::vector<Message> messages;
-    for (size_t i = 0; i < body["messages"].size(); ++i) {
-      const json& m = body["messages"][i];
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw ApiError(400, "messages[" + std::to_string(i) + "]: expected an object with a string role", "messages");
-      std::string role = m["role"].get<std::string>();
-      if (role == "developer") role = "system";
-      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-        throw ApiError(400, "messages[" + std::to_string(i) + "].role: '" + role +
-                                "' is not one of system, developer, user, assistant, tool", "messages");
-      std::string content = content_text(m.contains("content") ? m["content"] : json(nullptr), i);
-      if (role == "assistant" && has(m, "tool_calls")) {
-        // As the checkpoint's template writes an assistant turn with calls (its content is dropped).
-        if (!m["tool_calls"].is_array())
-          throw ApiError(400, "messages[" + std::to_string(i) + "].tool_calls: expected a list", "messages");
-        std::vector<ToolCall> calls;
-        for (const json& tc : m["tool_calls"]) {
-          if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object() ||
-              !tc["function"].contains("name") || !tc["function"]["name"].is_string())
-            throw ApiError(400, "messages[" + std::to_string(i) + "].tool_calls: expected {function: {name, arguments}}",
-                           "messages");
-          const json& f = tc["function"];
-          const json args = f.contains("arguments") ? f["arguments"] : json("{}");
-          calls.push_back({f["name"].get<std::string>(), args.is_string() ? args.get<std::string>() : args.dump()});
-        }
-        if (!calls.empty()) content = render_tool_calls(calls);
-      }
-      messages.push_back({role, std::move(content)});
-    }
+    std::vector<Message> messages = parse_messages(body["messages"]);
     job->prompts.push_back(Prompt::from_messages(std::move(messages)));
   } else {
     if (!has(body, "prompt")) throw ApiError(400, "prompt: required", "prompt");
@@ -731,51 +777,39 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
       throw ApiError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", ...}", "tool_choice");
     }
     if (job->tools) {
-      // The tools as a system section (vLLM's DeepSeek tool template does the same; the HF
-      // template has none).
-      std::string section = "## Tools\nYou have access to the following tools:\n";
-      for (const json& t : tools) {
-        const json& f = t["function"];
-        section += "\n### " + f["name"].get<std::string>() + "\nDescription: " +
-                   (f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "") +
-                   "\n\nParameters: " + (f.contains("parameters") ? dump_json(f["parameters"]) : "{}") + "\n";
-      }
-      section += std::string("\nCall a tool in this exact format:\n") + std::string(kToolCallsBegin) +
-                 std::string(kToolCallBegin) + "function" + std::string(kToolSep) + "NAME\n```json\nARGUMENTS\n```" +
-                 std::string(kToolCallEnd) + std::string(kToolCallsEnd) + "\n";
+      const std::string section = tools_section(tools, job->tool_format);
       auto& msgs = job->prompts[0].messages;
       msgs.insert(msgs.begin(), Message{"system", section});
       if (!forced.empty()) {
         if (has(body, "response_format") && sp.so_args.kind != "")
           throw ApiError(400, "tool_choice: a forced tool call cannot be combined with response_format", "tool_choice");
-        // The call's structure by a regex (arguments: one line of text in braces).
-        auto escape = [](const std::string& x) {
-          std::string out;
-          for (char ch : x) {
-            if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) out += '\\';
-            out += ch;
-          }
-          return out;
-        };
-        std::string alt;
-        if (forced == "required") {
-          for (size_t i = 0; i < names.size(); ++i) alt += (i ? "|" : "") + escape(names[i]);
-        } else {
-          alt = escape(forced);
+        // The call list by the grammar engine: the checkpoint's markers around each call, the
+        // arguments following the function's parameters schema (grammar/tool_calls.cpp).
+        const bool v31 = job->tool_format == ToolFormat::V31;
+        json calls = json::array();
+        for (const json& t : tools) {
+          const json& f = t["function"];
+          const std::string name = f["name"].get<std::string>();
+          if (forced != "required" && name != forced) continue;
+          calls.push_back({{"prefix", std::string(kToolCallBegin) + (v31 ? name + std::string(kToolSep)
+                                                                          : "function" + std::string(kToolSep) + name +
+                                                                                "\n```json\n")},
+                           {"schema", f.contains("parameters") && !f["parameters"].is_null() ? f["parameters"]
+                                                                                            : json{{"type", "object"}}},
+                           {"suffix", std::string(v31 ? "" : "\n```") + std::string(kToolCallEnd)}});
         }
-        sp.so_args = {"regex", std::string(kToolCallsBegin) + std::string(kToolCallBegin) + "function" +
-                                   std::string(kToolSep) + "(" + alt + ")\\n```json\\n\\{[^`\\n]{0,200}\\}\\n```" +
-                                   std::string(kToolCallEnd) + std::string(kToolCallsEnd), false};
+        const bool parallel = get_bool(body, "parallel_tool_calls", true);
+        const json source = {{"begin", std::string(kToolCallsBegin)}, {"end", std::string(kToolCallsEnd)},
+                             {"separator", v31 ? "" : "\n"}, {"min_calls", 1},
+                             {"max_calls", forced == "required" && parallel ? -1 : 1}, {"calls", calls}};
+        sp.so_args = {"tool_calls", dump_json(source), false};
       }
     }
   }
-  if (chat && has(body, "chat_template_kwargs")) {
-    const json& kw = body["chat_template_kwargs"];
-    if (!kw.is_object()) throw ApiError(400, "chat_template_kwargs: expected an object", "chat_template_kwargs");
-    const bool thinking = get_bool(kw, "thinking", false) || get_bool(kw, "enable_thinking", false);
+  if (chat) {
+    const bool thinking = thinking_of(body);
+    job->prompts[0].thinking = thinking;
     job->reasoning = options_.reasoning_parser == "deepseek_r1" || (options_.reasoning_parser == "deepseek_v3" && thinking);
-  } else if (chat) {
-    job->reasoning = options_.reasoning_parser == "deepseek_r1";
   }
   // vLLM's guided_* extras (structured outputs by regex, JSON Schema or grammar).
   for (const auto& [field, kind] : {std::pair<const char*, const char*>{"guided_regex", "regex"},
@@ -796,7 +830,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   const size_t num_choices = job->prompts.size() * static_cast<size_t>(job->n);
   job->choices.resize(num_choices);
   if (job->chat && (job->reasoning || job->tools))
-    for (auto& ch : job->choices) ch.parser = std::make_unique<OutputParser>(job->reasoning, job->tools);
+    for (auto& ch : job->choices) ch.parser = std::make_unique<OutputParser>(job->reasoning, job->tools, job->tool_format);
   job->finished.assign(job->prompts.size(), false);
   job->last_token_s.assign(job->prompts.size(), 0.0);
   job->reply = reply;
@@ -889,11 +923,17 @@ void Server::tokenize(const HttpRequest& req, std::shared_ptr<Reply> reply) {
   if (has(body, "messages")) {
     if (!body["messages"].is_array() || body["messages"].empty())
       throw ApiError(400, "messages: expected a non-empty list", "messages");
-    for (size_t i = 0; i < body["messages"].size(); ++i) {
-      const json& m = body["messages"][i];
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-        throw ApiError(400, "messages[" + std::to_string(i) + "]: expected an object with a string role", "messages");
-      prompt.messages.push_back({m["role"].get<std::string>(), content_text(m.contains("content") ? m["content"] : json(), i)});
+    prompt.messages = parse_messages(body["messages"]);
+    prompt.thinking = thinking_of(body);
+    // As a chat request renders them: a tools list adds the `## Tools` system section.
+    if (has(body, "tools") && body["tools"].is_array() && !body["tools"].empty() &&
+        !(has(body, "tool_choice") && body["tool_choice"] == "none")) {
+      for (const json& t : body["tools"])
+        if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
+            !t["function"].contains("name") || !t["function"]["name"].is_string())
+          throw ApiError(400, "tools: expected [{\"type\": \"function\", \"function\": {\"name\", ...}}]", "tools");
+      prompt.messages.insert(prompt.messages.begin(),
+                             Message{"system", tools_section(body["tools"], tool_format_of(loop_.chat_format()))});
     }
   } else if (has(body, "prompt") && body["prompt"].is_string()) {
     prompt.text = body["prompt"].get<std::string>();

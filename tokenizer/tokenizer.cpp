@@ -37,6 +37,9 @@ Tokenizer Tokenizer::from_dir(const std::string& dir) {
   if (std::filesystem::exists(config_path)) {
     tokenizer_detail::load_tokenizer_config(read_text_file(config_path), config_path, *data);
   }
+  // transformers 5 saves the template next to the config instead of inside it.
+  const std::string jinja_path = (root / "chat_template.jinja").string();
+  if (data->chat_template.empty() && std::filesystem::exists(jinja_path)) data->chat_template = read_text_file(jinja_path);
   return Tokenizer(std::move(data));
 }
 
@@ -116,6 +119,8 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 int32_t Tokenizer::bos_id() const { return data_->bos_id; }
 int32_t Tokenizer::eos_id() const { return data_->eos_id; }
 bool Tokenizer::add_bos_token() const { return data_->add_bos_token; }
+const std::string& Tokenizer::chat_template() const { return data_->chat_template; }
+ChatFormat Tokenizer::chat_format() const { return chat_format_of_template(data_->chat_template); }
 bool Tokenizer::add_eos_token() const { return data_->add_eos_token; }
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)

@@ -27,6 +27,8 @@ namespace tokenizer_detail {
 struct TokenizerData;
 }
 
+enum class ChatFormat;
+
 class Tokenizer {
  public:
   // Loads tokenizer.json. Throws Error naming the file and the JSON path of a malformed or
@@ -59,6 +61,9 @@ class Tokenizer {
   int32_t eos_id() const;
   bool add_bos_token() const;
   bool add_eos_token() const;
+  // tokenizer_config.json's chat_template ("" when absent) and the format it writes.
+  const std::string& chat_template() const;
+  ChatFormat chat_format() const;
 
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::TokenizerData> data);
@@ -81,16 +86,46 @@ class IncrementalDecoder {
   std::string pending_bytes_;  // an incomplete UTF-8 sequence, at most 3 bytes
 };
 
+// The chat formats of DeepSeek checkpoints (chosen from tokenizer_config's chat_template):
+//   DeepSeekV3  (V3, R1): tool calls "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```
+//               <｜tool▁call▁end｜>" joined by "\n"; tool results in <｜tool▁outputs▁begin｜>...;
+//   DeepSeekV31 (V3.1): "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>" chained; tool
+//               results as bare <｜tool▁output▁begin｜>...; the assistant turn opens with
+//               "</think>" (non-thinking) or "<think>" (thinking).
+enum class ChatFormat { DeepSeekV3, DeepSeekV31 };
+const char* to_string(ChatFormat format);  // "deepseek_v3" | "deepseek_v31"
+// Which format a chat_template text writes (V3.1's renders "<｜Assistant｜></think>"); an empty
+// or unknown template is DeepSeek-V3's.
+ChatFormat chat_format_of_template(std::string_view chat_template);
+
+struct ChatToolCall {
+  std::string type = "function";
+  std::string name;
+  std::string arguments;  // JSON text, written as given
+};
+
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // The templates test `content is none` (an assistant turn that only calls tools).
+  bool content_is_null = false;
+  std::optional<std::vector<ChatToolCall>> tool_calls = std::nullopt;  // assistant turns
 };
 
-// DeepSeek-V3's chat format, as its tokenizer_config chat_template renders it: BOS text, the
-// system prompts joined by "\n\n", then <｜User｜>..., <｜Assistant｜>...<｜end▁of▁sentence｜>,
-// tool outputs; add_generation_prompt appends "<｜Assistant｜>" (unless the last turn was a
-// tool output). Throws Error for an unknown role.
+struct ChatOptions {
+  bool add_generation_prompt = true;
+  bool thinking = false;  // chat_template_kwargs.thinking (V3.1; V3's template has none)
+};
+
+// The checkpoint's chat format (Tokenizer::chat_format()) rendered exactly as transformers renders
+// its tokenizer_config chat_template, quirks included (V3: the call list is closed only after a
+// second call; V3.1: reasoning before "</think>" is dropped from history turns). BOS text, the
+// system prompts joined by "\n\n", then the turns. Throws Error for an unknown role.
 std::string apply_chat_template(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt);
+std::string apply_chat_template(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
+                                const ChatOptions& options);
+std::string apply_chat_template(ChatFormat format, std::string_view bos_text,
+                                const std::vector<ChatMessage>& messages, const ChatOptions& options);
 
 }  // namespace deepinfer

@@ -30,6 +30,7 @@ struct TokenizerData {
   // From tokenizer_config.json.
   int32_t bos_id = -1, eos_id = -1;
   bool add_bos_token = false, add_eos_token = false;
+  std::string chat_template;
 };
 
 // Parses tokenizer.json text; `path` names it in errors. Throws Error naming the JSON path.

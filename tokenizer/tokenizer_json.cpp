@@ -314,6 +314,8 @@ void load_tokenizer_config(std::string_view json_text, const std::string& path, 
     if (it == data.string_to_id.end()) r.error(key, "token '" + token + "' is not in the vocabulary");
     return it->second;
   };
+  if (const json* t = r.optional(root, "chat_template", ""); t != nullptr && t->is_string())
+    data.chat_template = t->get<std::string>();
   data.bos_id = resolve("bos_token");
   data.eos_id = resolve("eos_token");
   if (data.add_bos_token && data.bos_id < 0) r.error("add_bos_token", "true but bos_token is not set");

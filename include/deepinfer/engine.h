@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,9 +66,18 @@ struct EngineConfig {
   int spec_varlen = -1;
 };
 
+// A tool call of an assistant turn, rendered back into the prompt in the checkpoint's format.
+struct MessageToolCall {
+  std::string name;
+  std::string arguments;  // JSON text
+  std::string type = "function";
+};
+
 struct Message {
   std::string role;  // "system" | "user" | "assistant" | "tool"
   std::string content;
+  bool content_is_null = false;  // an assistant turn with only tool calls (OpenAI `content: null`)
+  std::optional<std::vector<MessageToolCall>> tool_calls = std::nullopt;
 };
 
 // One prompt: text, chat messages (the model's chat template is applied), or token ids.
@@ -75,6 +85,7 @@ struct Prompt {
   std::string text;
   std::vector<Message> messages;
   std::vector<int32_t> token_ids;
+  bool thinking = false;  // chat_template_kwargs.thinking: V3.1's thinking mode (<think> opens the reply)
   static Prompt from_text(std::string text) { return Prompt{std::move(text), {}, {}}; }
   static Prompt from_messages(std::vector<Message> m) { return Prompt{{}, std::move(m), {}}; }
   static Prompt from_tokens(std::vector<int32_t> ids) { return Prompt{{}, {}, std::move(ids)}; }
@@ -94,6 +105,7 @@ struct CompletionOutput {
   int index = 0;
   std::string text;
   std::vector<int32_t> token_ids;
+  bool thinking = false;  // chat_template_kwargs.thinking: V3.1's thinking mode (<think> opens the reply)
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;  // the stop string, or the stop token id as text
   std::vector<TokenLogprob> logprobs;  // when SamplingParams::logprobs >= 0
@@ -190,6 +202,9 @@ class Engine {
   // The token ids a prompt is run with (chat template applied to messages).
   // Throws Error for an empty prompt or a text prompt without a tokenizer.
   std::vector<int32_t> tokenize(const Prompt& prompt) const;
+  // The chat format messages are rendered in and tool calls are written in: "deepseek_v3" or
+  // "deepseek_v31" (from the tokenizer's chat_template; "" without a tokenizer).
+  std::string chat_format() const;
   // Text of token ids (empty without a tokenizer).
   std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens = true) const;
 

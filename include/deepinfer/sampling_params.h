@@ -11,7 +11,9 @@ namespace deepinfer {
 
 // Structured output constraint (so_args). Empty kind means none.
 struct StructuredOutputArgs {
-  std::string kind;    // "" | "regex" | "json_schema" | "ebnf" | "json_object"
+  // "" | "regex" | "json_schema" | "ebnf" | "json_object" | "tool_calls" (marker-wrapped calls whose
+  // arguments follow JSON Schemas; source format in grammar/tool_calls.cpp)
+  std::string kind;
   std::string source;  // the pattern, schema text or grammar text
   // JSON whitespace between tokens. false (default): compact JSON, so a small or
   // unsure model cannot loop on whitespace (the failure vLLM users hit with

@@ -2,6 +2,7 @@
 
 The binary comes from --deepinfer (CTest passes it) or DEEPINFER_BIN.
 """
+import contextlib
 import os
 import re
 import signal
@@ -82,8 +83,9 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
-@pytest.fixture()
-def start_server(binary):
+@contextlib.contextmanager
+def server_starter(binary):
+    """start(*args) -> ServerProcess; every server started is stopped at the end."""
     started = []
 
     def start(*args):
@@ -91,6 +93,21 @@ def start_server(binary):
         started.append(s)
         return s
 
-    yield start
-    for s in started:
-        s.stop()
+    try:
+        yield start
+    finally:
+        for s in started:
+            s.stop()
+
+
+@pytest.fixture()
+def start_server(binary):
+    with server_starter(binary) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def start_module_server(binary):
+    """As start_server, for servers a whole test module shares."""
+    with server_starter(binary) as start:
+        yield start

@@ -233,6 +233,22 @@ def test_metrics_names(server, client, model_name):
         assert "deepinfer:" + name in text, name
     assert metric(server, "deepinfer:generation_tokens_total") >= 2
     assert 'deepinfer:request_success_total{finished_reason="length"}' in text
+    for name in ["spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total"]:
+        assert metric(server, "deepinfer:" + name) == 0, name  # speculative decoding is off
+
+
+def test_spec_decode_metrics(start_server, model_name):
+    s = start_server("--num-speculative-tokens", "2", "--speculator", "ngram")
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    c.completions.create(model=model_name, prompt="def f(x):\n    return x\n" * 6, max_tokens=24, temperature=0)
+    drafts = metric(s, "deepinfer:spec_decode_num_drafts_total")
+    proposed = metric(s, "deepinfer:spec_decode_num_draft_tokens_total")
+    accepted = metric(s, "deepinfer:spec_decode_num_accepted_tokens_total")
+    per_pos = metric(s, "deepinfer:spec_decode_num_accepted_tokens_per_pos_total")
+    assert drafts > 0 and drafts <= proposed <= 2 * drafts
+    assert 0 <= accepted <= proposed and per_pos == accepted
+    assert 'deepinfer:spec_decode_num_accepted_tokens_per_pos_total{position="0"}' in httpx.get(s.url + "/metrics").text
 
 
 # --- errors ---
@@ -424,10 +440,15 @@ def test_graceful_shutdown_drains(start_server, model_name):
 
 # --- DeepSeek formats: tool calls and reasoning ---
 
+# Bounded schemas: forced calls follow them (grammar engine), and the tiny model at temperature 0
+# would otherwise write one unbounded string until max_tokens.
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                             "parameters": {"type": "object",
-                                                           "properties": {"city": {"type": "string"}}}}}
-ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+                                                           "properties": {"city": {"type": "string", "maxLength": 16}},
+                                                           "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "additionalProperties": False}}}
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 

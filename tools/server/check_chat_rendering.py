@@ -2,8 +2,8 @@
 """Checks `deepinfer serve`'s chat rendering (tool calls, tool results) against transformers.
 
 Needs a venv with `transformers` (not part of CI): for each conversation below it renders the
-checkpoint's own chat template with transformers (`apply_chat_template(..., tokenize=True,
-add_generation_prompt=True)`) and compares the token ids with the server's POST /tokenize of the
+checkpoint's own chat template with transformers (`apply_chat_template(..., add_generation_prompt=True)`,
+then its ids) and compares the token ids with the server's POST /tokenize of the
 same messages. The HF template has no tools section, so requests here carry no `tools` (the
 server adds its `## Tools` system section only for tool_choice other than none).
 
@@ -44,7 +44,9 @@ def main():
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     failures = 0
     for i, messages in enumerate(CONVERSATIONS):
-        want = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        # (transformers 5 returns an Encoding for tokenize=True: render, then encode the text.)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        want = tok.encode(text, add_special_tokens=False)
         got = httpx.post(args.url + "/tokenize", json={"messages": messages}, timeout=60).json()
         got = got.get("tokens", got)
         if got == want:

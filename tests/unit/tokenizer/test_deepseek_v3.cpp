@@ -5,6 +5,7 @@
 // Loading the 7.8 MB tokenizer.json makes this binary slow under sanitizers: LABELS slow.
 #include <gtest/gtest.h>
 
+#include "tests/unit/tokenizer/chat_rows.h"
 #include "tests/unit/tokenizer/check_fixture.h"
 #include "tests/unit/tokenizer/fixture.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,24 @@ TEST(TokenizerChat, DeepSeekV3MatchesTransformersTemplate) {
     EXPECT_EQ(tok.encode(text), rows[i]["ids"].get<std::vector<int32_t>>()) << "conversation " << i;
   }
   EXPECT_GT(num_with_tools, 10u);
+}
+
+// Tool calls and tool results (deepseek_chat_tools.jsonl.gz, V3 rows): the checkpoint's own
+// template is picked from its tokenizer_config, and the rendered text encodes to HF's ids.
+TEST(TokenizerChat, DeepSeekV3ToolCallsMatchTransformers) {
+  if (!test::have_deepseek_v3()) GTEST_SKIP() << "no " << test::deepseek_v3_dir();
+  const Tokenizer tok = Tokenizer::from_dir(test::deepseek_v3_dir());
+  EXPECT_EQ(tok.chat_format(), ChatFormat::DeepSeekV3);
+  const auto rows = test::read_jsonl_gz(test::tokenizer_data_dir() + "/deepseek_chat_tools.jsonl.gz");
+  size_t checked = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i]["format"] != "deepseek_v3") continue;
+    const std::string text = apply_chat_template(tok, test::chat_messages(rows[i]["messages"]), test::chat_options(rows[i]));
+    ASSERT_EQ(text, rows[i]["text"].get<std::string>()) << "row " << i;
+    EXPECT_EQ(tok.encode(text), rows[i]["ids"].get<std::vector<int32_t>>()) << "row " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 150u);
 }
 
 }  // namespace
