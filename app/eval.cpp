@@ -217,6 +217,7 @@ std::string extract_final_answer(std::string_view text) {
 
 std::string normalize_answer(std::string_view s_in) {
   std::string s = trim(s_in);
+  while (!s.empty() && s.back() == '.') s.pop_back();
   if (s.size() >= 2 && s.front() == '$' && s.back() == '$') s = trim(std::string_view(s).substr(1, s.size() - 2));
   if (s.rfind("\\text{", 0) == 0 && !s.empty() && s.back() == '}') s = trim(std::string_view(s).substr(6, s.size() - 7));
   while (!s.empty() && s.back() == '.') s.pop_back();

@@ -103,6 +103,25 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("bogus")
     check(r.returncode == 2, "unknown eval stage is a usage error")
 
+    # Converters for user-downloaded benchmark files (tools/eval/convert.py).
+    conv = os.path.join(root, "tools/eval/convert.py")
+    gpqa_csv = os.path.join(tmp, "gpqa.csv")
+    with open(gpqa_csv, "w", newline="") as f:
+        f.write("Record ID,Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\n"
+                "r1,What is 2+2?,4,3,5,22\nr2,Capital of France?,Paris,Rome,Lyon,Nice\n")
+    out = os.path.join(tmp, "gpqa.jsonl")
+    c = subprocess.run([sys.executable, conv, "gpqa", gpqa_csv, out], capture_output=True, text=True)
+    check(c.returncode == 0, "convert gpqa: %s" % c.stderr)
+    conv_items = lines(out) if c.returncode == 0 else []
+    for it, right in zip(conv_items, ["4", "Paris"]):
+        check(it["kind"] == "multiple_choice" and it["choices"]["ABCD".index(it["answer"])] == right and
+              ("%s) %s" % (it["answer"], right)) in it["prompt"], "gpqa answer letter names the right choice: %s" % it)
+    aime_in = os.path.join(tmp, "aime.jsonl")
+    open(aime_in, "w").write('{"id": "2024-I-1", "problem": "Find 1+1.", "answer": 2}\n')
+    c = subprocess.run([sys.executable, conv, "aime", aime_in, out, "--chat"], capture_output=True, text=True)
+    it = lines(out)[0] if c.returncode == 0 else {}
+    check(it.get("kind") == "exact_answer" and it.get("answer") == "2" and "messages" in it, "convert aime: %s" % it)
+
     # Exact perplexity baselines.
     texts = os.path.join(root, "tests/models/ppl_texts.jsonl")
     baseline = os.path.join(root, "tests/models/ppl_baselines.json")
