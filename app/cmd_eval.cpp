@@ -168,7 +168,10 @@ int eval_generate(int argc, char** argv) {
   }
   std::map<size_t, json> results;
   for (json& r : read_jsonl(batch_path, "--output"))
-    if (r.contains("index") && r["index"].is_number_unsigned()) results[r["index"].get<size_t>()] = std::move(r);
+    if (r.contains("index") && r["index"].is_number_unsigned()) {
+      const size_t index = r["index"].get<size_t>();  // before the move (C++17 sequences the right side first)
+      results[index] = std::move(r);
+    }
   const json engine = engine_json(config);
   std::string raw;
   int num_errors = 0;

@@ -279,7 +279,8 @@ std::string resolve_python(const std::string& name) {
   return out;
 }
 
-RunResult run_python(const std::string& python, const std::string& program, double timeout_s) {
+RunResult run_python(const std::string& python, const std::string& program, double timeout_s,
+                     size_t keep_bytes) {
   RunResult result;
   std::error_code ec;
   std::string templ = (std::filesystem::temp_directory_path(ec) / "deepinfer-eval-XXXXXX").string();
@@ -346,7 +347,7 @@ RunResult run_python(const std::string& python, const std::string& program, doub
   {
     std::ifstream f(out_path, std::ios::binary);
     std::string all((std::istreambuf_iterator<char>(f)), {});
-    result.output_tail = all.size() > 400 ? all.substr(all.size() - 400) : all;
+    result.output_tail = all.size() > keep_bytes ? all.substr(all.size() - keep_bytes) : all;
   }
   std::filesystem::remove_all(dir, ec);
   if (result.exit_code == 127 && !result.timed_out)
@@ -364,7 +365,7 @@ std::vector<json> check_structured(const std::string& python, const std::string&
   // (no arguments, no stdin) runs it unchanged.
   std::string payload = json(entries).dump(-1, ' ', false, json::error_handler_t::replace);
   std::string program = code + "\nmain(" + json(payload).dump() + ")\n";
-  const RunResult r = run_python(python, program, 60.0);
+  const RunResult r = run_python(python, program, 60.0, size_t{64} << 20);
   DI_CHECK(!r.timed_out, "--check-structured-output: the validator timed out");
   DI_CHECK(r.exit_code == 0, "--check-structured-output: the validator failed (exit ", r.exit_code, "): ",
            r.output_tail);

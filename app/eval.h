@@ -70,7 +70,9 @@ struct RunResult {
 // The interpreter's real path (sys.executable), asked once with the full environment (pyenv
 // shims and virtual environments need theirs); the sandbox then runs that path with none.
 std::string resolve_python(const std::string& name);
-RunResult run_python(const std::string& python, const std::string& program, double timeout_s);
+// output_tail keeps the last keep_bytes of the output.
+RunResult run_python(const std::string& python, const std::string& program, double timeout_s,
+                     size_t keep_bytes = 400);
 
 // One sample's grade.
 struct Grade {

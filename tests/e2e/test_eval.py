@@ -45,7 +45,7 @@ with tempfile.TemporaryDirectory() as tmp:
         for field in ("request", "sampling", "seed", "text", "token_ids", "finish_reason", "engine", "item"):
             check(field in x, "record %s has %s" % (x.get("task_id"), field))
     first = recs[0]
-    check(first["seed"] == 11 and first["sampling"]["temperature"] == 0.7, "seed and sampling recorded")
+    check(first["seed"] == 11 and abs(first["sampling"]["temperature"] - 0.7) < 1e-6, "seed and sampling recorded")
     check(first["sampling"]["max_tokens"] == items[0]["max_tokens"], "the item's own max_tokens is used")
     check(first["engine"]["version"] and first["engine"]["backend"] == "cpu", "engine version and config recorded")
     check(all(x["token_ids"] for x in recs if x["finish_reason"] != "error"), "every sample has token ids")
