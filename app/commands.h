@@ -26,4 +26,5 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_grammar(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 }  // namespace deepinfer::app

@@ -24,6 +24,8 @@ constexpr Command kCommands[] = {
     {"grammar", "grammar tools: `grammar check` walks texts through a constraint",
      deepinfer::app::cmd_grammar},
     {"serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)", deepinfer::app::cmd_serve},
+    {"eval", "evals in two stages (generate raw records, score them) and exact perplexity baselines",
+     deepinfer::app::cmd_eval},
 };
 
 void usage(std::FILE* to) {

@@ -208,6 +208,14 @@ class Engine {
   // Text of token ids (empty without a tokenizer).
   std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens = true) const;
 
+  // Teacher forcing (perplexity, `deepinfer eval ppl`): entry i is the natural log-probability
+  // of token i + 1 of the prompt given tokens 0..i (size: tokens - 1), from one prefill step of
+  // the whole prompt outside the request queue, log-softmax over the sampled vocabulary in
+  // double. Deterministic for a given backend configuration. Throws Error when requests are
+  // unfinished, or the prompt has fewer than 2 tokens or more than max_model_len
+  // (engine/engine_score.cpp).
+  std::vector<double> prompt_logprobs(const Prompt& prompt);
+
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);  // engine/engine_impl.h (tests: fake models)
 
