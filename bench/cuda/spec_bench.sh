@@ -98,12 +98,15 @@ PY
     python3 - "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k3${inv}.jsonl" "${inv:-default kernels}" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 try:
-    a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
+    # Result lines come in completion order (each carries its input line's `index`).
+    a = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda r: r["index"])
+    b = sorted((json.loads(l) for l in open(sys.argv[2])), key=lambda r: r["index"])
 except OSError as e:
     sys.exit(f"missing output: {e}")
-diff = [i for i, (x, y) in enumerate(zip(a, b)) if x.get("token_ids") != y.get("token_ids")]
+diff = [x["index"] for x, y in zip(a, b) if x.get("token_ids") != y.get("token_ids") or x["index"] != y["index"]]
 print(f"{sys.argv[3]}: {len(diff)} of {len(a)} requests differ between k = 0 and k = 3: {diff}")
 PY
+    cp "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k3${inv}.jsonl" "$OUT/" 2>/dev/null
   done
 fi
 rm -rf "$TMP"
