@@ -12,6 +12,28 @@
 #include "core/error.h"
 
 namespace deepinfer::app {
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {  // a second signal: end at once
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+}  // namespace
+
+int BatchJob::run_until_signalled(Engine& engine) {
+  g_stop_signal = 0;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const int code = run(engine, [] { return static_cast<int>(g_stop_signal); });
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return code;
+}
 namespace {
 
 using nlohmann::json;

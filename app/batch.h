@@ -52,6 +52,9 @@ class BatchJob {
   // every finished line and reports how many remain. Returns the exit code: 0 every
   // request succeeded, 1 some failed, 128 + signal when stopped.
   int run(Engine& engine, const std::function<int()>& stop_signal = nullptr);
+  // run() with SIGINT/SIGTERM as the stop signal (handlers installed for the run, defaults
+  // restored after): the first one stops after the current step; a second ends the process.
+  int run_until_signalled(Engine& engine);
 
   size_t num_requests() const { return num_requests_; }
   size_t num_skipped() const { return skipped_; }

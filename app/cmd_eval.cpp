@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 #include <cinttypes>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,15 +29,6 @@ namespace {
 
 using nlohmann::json;
 
-volatile std::sig_atomic_t g_eval_stop = 0;
-void on_eval_stop(int sig) {
-  if (g_eval_stop != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_eval_stop = sig;
-}
 
 std::vector<json> read_jsonl(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -158,12 +148,7 @@ int eval_generate(int argc, char** argv) {
     BatchJob job({requests_path, batch_path, resume}, defaults);
     Engine engine(config);
     config.max_model_len = engine.max_model_len();
-    g_eval_stop = 0;
-    std::signal(SIGINT, on_eval_stop);
-    std::signal(SIGTERM, on_eval_stop);
-    const int code = job.run(engine, [] { return static_cast<int>(g_eval_stop); });
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    const int code = job.run_until_signalled(engine);
     if (code >= 128) return code;  // stopped: --resume finishes it
   }
   std::map<size_t, json> results;

@@ -6,7 +6,6 @@
 // Output lines (app/batch.h): index, text, token_ids, finish_reason, usage (and outputs when
 // n > 1), appended in completion order as each request finishes.
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -20,19 +19,6 @@
 
 namespace deepinfer::app {
 namespace {
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-// First SIGINT/SIGTERM: finish the current step, keep every result, exit 128 + signal.
-// A second one ends the process at once.
-void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-}
 
 // vLLM's --generation-config: "auto" reads the model's generation_config.json (when there is
 // one), a directory reads that directory's; its sampling fields become the defaults wherever
@@ -115,12 +101,8 @@ int cmd_generate(int argc, char** argv) {
     // Input read and output opened before the model loads: bad paths fail at once.
     BatchJob job({input, output, resume}, p);
     Engine engine(config);
-    g_stop_signal = 0;
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-    const int code = job.run(engine, [] { return static_cast<int>(g_stop_signal); });
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    // First SIGINT/SIGTERM: finish the current step, keep every result, exit 128 + signal.
+    const int code = job.run_until_signalled(engine);
     return code;
   }
 
