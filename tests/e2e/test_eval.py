@@ -12,6 +12,9 @@ import sys
 import tempfile
 
 binary, root = sys.argv[1], os.path.abspath(sys.argv[2])
+# "no-bitwise": a Debug (sanitizer) build, whose perplexities differ from the optimized build's
+# `cpu` baseline in the last bits; the bit-for-bit checks are skipped there.
+bitwise = len(sys.argv) < 4 or sys.argv[3] != "no-bitwise"
 tasks = os.path.join(root, "tests/data/eval/tasks.jsonl")
 env = dict(os.environ, DEEPINFER_NUM_THREADS="2")
 failures = []
@@ -127,18 +130,19 @@ with tempfile.TemporaryDirectory() as tmp:
     baseline = os.path.join(root, "tests/models/ppl_baselines.json")
     ppl_out = os.path.join(tmp, "ppl.jsonl")
     r = run("ppl", "--texts", texts, "--baseline", baseline, "--threads", "2", "--output", ppl_out)
-    check(r.returncode == 0, "ppl equals the CPU baseline bit for bit: %s" % r.stderr[-1500:])
+    check(r.returncode == 0 or not bitwise, "ppl equals the CPU baseline bit for bit: %s" % r.stderr[-1500:])
     ppl = lines(ppl_out)
     check(len(ppl) == len(lines(texts)) and all(1.0 < p["ppl"] < 8192 for p in ppl), "a finite ppl per text")
     doc = json.load(open(baseline))
-    sample = sorted(doc["platforms"]["cpu"]["samples"])[0]
-    h = doc["platforms"]["cpu"]["samples"][sample]["ppl_hex"]
-    doc["platforms"]["cpu"]["samples"][sample]["ppl_hex"] = h[:-1] + ("0" if h[-1] != "0" else "1")  # one ulp-ish
-    changed = os.path.join(tmp, "changed.json")
-    json.dump(doc, open(changed, "w"))
-    r = run("ppl", "--texts", texts, "--baseline", changed, "--threads", "2", "--output", ppl_out)
-    check(r.returncode == 1 and ("ppl baseline: %s:" % sample) in r.stderr and "1 differ" in r.stderr,
-          "a changed last bit is reported by sample: %s" % r.stderr[-800:])
+    if bitwise:
+        sample = sorted(doc["platforms"]["cpu"]["samples"])[0]
+        h = doc["platforms"]["cpu"]["samples"][sample]["ppl_hex"]
+        doc["platforms"]["cpu"]["samples"][sample]["ppl_hex"] = h[:-1] + ("0" if h[-1] != "0" else "1")  # one ulp-ish
+        changed = os.path.join(tmp, "changed.json")
+        json.dump(doc, open(changed, "w"))
+        r = run("ppl", "--texts", texts, "--baseline", changed, "--threads", "2", "--output", ppl_out)
+        check(r.returncode == 1 and ("ppl baseline: %s:" % sample) in r.stderr and "1 differ" in r.stderr,
+              "a changed last bit is reported by sample: %s" % r.stderr[-800:])
     r = run("ppl", "--texts", texts, "--baseline", baseline, "--platform", "nowhere", "--output", ppl_out)
     check(r.returncode == 1 and "no entry for platform 'nowhere'" in r.stderr, "unknown platform refused")
 
