@@ -13,6 +13,17 @@ BUILD_DIR="$root/build/ci" "$root/tools/build.sh" -DDEEPINFER_WERROR=ON -DDEEPIN
 step "tests"
 ctest --test-dir "$root/build/ci" --output-on-failure -j "$jobs" --timeout 900
 
+step "Python package (wheel built in a fresh virtual environment, tests/python)"
+# pip builds the core again through scikit-build-core (Release, PIC, CPU only): the wheel a user
+# gets from `pip install ./python`, not the test build above.
+rm -rf "$root/build/pyvenv"
+python3 -m venv "$root/build/pyvenv"
+"$root/build/pyvenv/bin/pip" install --quiet --upgrade pip
+CMAKE_BUILD_PARALLEL_LEVEL="$jobs" "$root/build/pyvenv/bin/pip" install --quiet "$root/python[test]" \
+  -Ccmake.define.DEEPINFER_CUDA=OFF -Cbuild-dir="$root/build/pywheel"
+(cd "$root/tests/python" && DEEPINFER_CLI="$root/build/ci/app/deepinfer" \
+  "$root/build/pyvenv/bin/python" -m pytest -q -p no:cacheprovider .)
+
 step "tests under ASan + UBSan"
 BUILD_DIR="$root/build/asan" BUILD_TYPE=Debug "$root/tools/build.sh" -DDEEPINFER_WERROR=ON \
   -DDEEPINFER_SANITIZE=ON -DDEEPINFER_CUDA=OFF -DDEEPINFER_BENCH=OFF
