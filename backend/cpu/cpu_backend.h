@@ -101,8 +101,14 @@ void axpy(float alpha, const float* x, float* y, int64_t n);
 
 // Single-threaded blocked GEMM over output columns [n_begin, n_end):
 // out[m, n] = sum_k x[m, k] * W[n, k]. Used by gemm() and by the MoE experts.
+// Up to 2 x rows run the direct path (weights converted in registers), more the buffered one
+// (each weight block converted once into a buffer and reused by every row); both give the
+// same bits, so a row's result does not depend on how many rows share the call.
 void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                   int64_t n_end);
+// The buffered path alone, for any number of rows (tests compare the two paths bitwise).
+void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end);
 // Checks a Weight's dtype, scales and shape; `what` names it in the message.
 void check_weight(const Weight& w, int64_t in_features, const char* what);
 // Threaded GEMM on `pool`: splits the output columns into fixed tiles.

@@ -6,6 +6,12 @@
 // times its block scale) into a small padded buffer, then every x row is dotted with
 // every weight row of the block (8 fp32 lanes, fixed horizontal sum).
 //
+// Few rows (decode: one token, or the one or two a MoE expert gets) take a direct path
+// instead: the weight bytes are converted in registers, 8 at a time, right before their
+// FMA, so no weight block is written to and read back from a buffer (the conversion was
+// most of batch-1 decode). Both paths compute every element and every sum the same way,
+// in the same order, so they give the same bits (`CpuGemm.DirectPathMatchesBufferedBits`).
+//
 // Batch invariance by construction: out[m, n] = (((0 + d_0) + d_1) + ...) where d_b is
 // the 8-lane dot of block b of x row m and weight row n. Neither the block sizes nor the
 // lane order depend on M, on the row's place in the batch, or on how columns are split
@@ -49,6 +55,51 @@ inline void dot8x4(const float* x, const float* w0, const float* w1, const float
   out4[1] = hsum(a1);
   out4[2] = hsum(a2);
   out4[3] = hsum(a3);
+}
+
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint8_t v8b __attribute__((vector_size(8)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+inline v8f bits_to_float(v8u u) {
+  v8f f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// fp8_row_to_float of 8 codes, in registers: the same integer steps and the same final
+// multiply by the scale, so each lane equals what the buffered path stores.
+inline v8f fp8x8_to_float(const uint8_t* src, float scale) {
+  v8b raw;
+  std::memcpy(&raw, src, sizeof(raw));
+  const v8u b = __builtin_convertvector(raw, v8u);
+  const v8u normal_bits = ((b & 0x7fu) << 20) + (120u << 23);
+  const v8f subnormal = __builtin_convertvector(b & 7u, v8f) * 0x1p-9f;
+  v8u subnormal_bits;
+  std::memcpy(&subnormal_bits, &subnormal, sizeof(subnormal_bits));
+  const v8u normal_mask = 0u - (((b & 0x78u) + 0x78u) >> 7);
+  const v8u nan_bits = (((b & 0x7fu) + 1u) >> 7) * 0x7fc00000u;
+  v8u bits = (normal_bits & normal_mask) | (subnormal_bits & ~normal_mask);
+  bits |= nan_bits | ((b & 0x80u) << 24);
+  return bits_to_float(bits) * scale;
+}
+
+inline v8f bf16x8_to_float(const uint16_t* src) {
+  v8h raw;
+  std::memcpy(&raw, src, sizeof(raw));
+  return bits_to_float(__builtin_convertvector(raw, v8u) << 16);
+}
+
+// 8 weights of row `row` at column k (a multiple of 8, k + 8 <= K) as fp32.
+inline v8f weight8(const Weight& w, const char* row, int64_t k, const float* row_scales) {
+  switch (w.w.dtype) {
+    case DType::F8_E4M3:
+      return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, row_scales[k / w.block_k]);
+    case DType::BF16:
+      return bf16x8_to_float(reinterpret_cast<const uint16_t*>(row) + k);
+    default:
+      return load8(reinterpret_cast<const float*>(row) + k);
+  }
 }
 
 // Converts W[n, k0 : k0 + kb] to fp32 (with its FP8 block scale) into dst[0, kb_pad).
@@ -108,8 +159,86 @@ void check_weight(const Weight& w, int64_t in_features, const char* what) {
   }
 }
 
+namespace {
+
+constexpr int64_t kDirectMaxRows = 2;  // at most this many x rows: the direct path
+
+bool direct_path_applies(const Rows& x, const Weight& w) {
+  if (x.rows > kDirectMaxRows) return false;
+  // An 8-wide chunk must lie inside one FP8 scale block.
+  return w.w.dtype != DType::F8_E4M3 || w.block_k % 8 == 0;
+}
+
+// The direct path: for each group of 4 weight rows and each kBlockK block, 8-lane partial
+// sums from weights converted in registers (the tail chunk of the last block converted
+// into a zero-padded buffer, as the buffered path pads it), then the fixed horizontal sum.
+void gemm_columns_direct(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                         int64_t n_end) {
+  const int64_t M = x.rows, K = x.cols;
+  const int64_t row_stride = w.w.stride[0] * static_cast<int64_t>(dtype_size(w.w.dtype));
+  const char* wbase = static_cast<const char*>(w.w.data);
+  float* xbuf = scratch_floats(2, kBlockK);
+  float* wtail = scratch_floats(1, 4 * 8);
+  const int64_t k_full = K / 8 * 8;  // chunks below this come straight from the weights
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += 4) {
+    const int64_t nr = std::min<int64_t>(4, n_end - n0);
+    const char* rows[4];
+    const float* scales[4] = {nullptr, nullptr, nullptr, nullptr};
+    for (int64_t j = 0; j < 4; ++j) {
+      const int64_t n = n0 + std::min<int64_t>(j, nr - 1);  // padding rows repeat the last row
+      rows[j] = wbase + n * row_stride;
+      if (w.w.dtype == DType::F8_E4M3)
+        scales[j] = w.scale_inv.ptr<float>() + (n / w.block_n) * w.scale_inv.stride[0];
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+        const int64_t kb = std::min(kBlockK, K - k0);
+        const int64_t kb_pad = (kb + 7) / 8 * 8;
+        const float* xr = x.f32(m) + k0;
+        if (kb_pad != kb) {
+          std::memcpy(xbuf, xr, static_cast<size_t>(kb) * 4);
+          std::fill(xbuf + kb, xbuf + kb_pad, 0.0f);
+          xr = xbuf;
+        }
+        v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
+        int64_t k = 0;
+        for (; k < kb_pad && k0 + k + 8 <= k_full; k += 8) {
+          const v8f xv = load8(xr + k);
+          a0 += xv * weight8(w, rows[0], k0 + k, scales[0]);
+          a1 += xv * weight8(w, rows[1], k0 + k, scales[1]);
+          a2 += xv * weight8(w, rows[2], k0 + k, scales[2]);
+          a3 += xv * weight8(w, rows[3], k0 + k, scales[3]);
+        }
+        if (k < kb_pad) {  // the last, partial chunk: through weight_row_block's zero padding
+          for (int64_t j = 0; j < 4; ++j)
+            weight_row_block(w, n0 + std::min<int64_t>(j, nr - 1), k0 + k, kb - k, 8, wtail + 8 * j);
+          const v8f xv = load8(xr + k);
+          a0 += xv * load8(wtail);
+          a1 += xv * load8(wtail + 8);
+          a2 += xv * load8(wtail + 16);
+          a3 += xv * load8(wtail + 24);
+        }
+        acc[0] += hsum(a0);
+        acc[1] += hsum(a1);
+        acc[2] += hsum(a2);
+        acc[3] += hsum(a3);
+      }
+      std::memcpy(out.f32(m) + n0, acc, static_cast<size_t>(nr) * 4);
+    }
+  }
+}
+
+}  // namespace
+
 void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                   int64_t n_end) {
+  if (direct_path_applies(x, w)) return gemm_columns_direct(x, w, out, n_begin, n_end);
+  gemm_columns_buffered(x, w, out, n_begin, n_end);
+}
+
+void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end) {
   const int64_t M = x.rows, K = x.cols;
   float* xbuf = scratch_floats(2, kBlockK);
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kTileN) {

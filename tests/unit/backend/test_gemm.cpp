@@ -94,6 +94,38 @@ TEST(CpuGemm, BatchAndThreadInvariant) {
   }
 }
 
+// Up to two rows take the direct path (weights converted in registers), more rows the
+// buffered one: the same bits for every weight dtype, every FP8 code (subnormals, -0 and the
+// largest values included), scale blocks of 128 and 16, and K with a partial last chunk.
+TEST(CpuGemm, DirectPathMatchesBufferedBits) {
+  struct Case { DType dtype; int64_t N, K; int block; };
+  for (const Case c : {Case{DType::F8_E4M3, 37, 515, 128}, Case{DType::F8_E4M3, 20, 264, 16},
+                       Case{DType::BF16, 33, 301, 128}, Case{DType::F32, 9, 260, 128},
+                       Case{DType::F8_E4M3, 5, 1024, 128}}) {
+    TestWeight tw = make_weight(c.dtype, c.N, c.K, 19, c.block);
+    if (c.dtype == DType::F8_E4M3) {  // every code but the two NaNs, in a scrambled order
+      uint8_t* q = tw.w.ptr<uint8_t>();
+      for (int64_t i = 0; i < c.N * c.K; ++i) {
+        const uint8_t b = static_cast<uint8_t>((i * 37 + 11) % 256);
+        q[i] = (b & 0x7f) == 0x7f ? static_cast<uint8_t>(b ^ 1) : b;
+      }
+    }
+    const int64_t M = 7;
+    HostBuffer x = test::random_f32({M, c.K}, 23);
+    auto backend = make_cpu_backend();
+    HostBuffer full = test::f32_buffer({M, c.N}, NAN);
+    backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered (M > 2)
+    for (int64_t rows : {1, 2}) {
+      for (int64_t m = 0; m + rows <= M; m += 3) {
+        HostBuffer part = test::f32_buffer({rows, c.N}, NAN);
+        backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
+        ASSERT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * c.N, rows * c.N * 4), 0)
+            << dtype_name(c.dtype) << " K=" << c.K << " rows " << m << "+" << rows;
+      }
+    }
+  }
+}
+
 TEST(CpuGemm, StridedRowsAndBadShapes) {
   auto backend = make_cpu_backend();
   TestWeight tw = make_weight(DType::F32, 8, 16, 1);
