@@ -18,6 +18,9 @@
 // among threads, so a row's result is bit-identical whatever else shares the call.
 #include <algorithm>
 #include <cstring>
+#if defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/cpu_backend.h"
 
@@ -67,6 +70,26 @@ inline v8f bits_to_float(v8u u) {
   return f;
 }
 
+#if defined(__AVX2__) && defined(__F16C__)
+// fp8_row_to_float of 8 codes, in registers, through the F16C converter: e4m3's exponent and
+// mantissa bits placed at fp16's top (s eeee mmm -> s 0eeee mmm0000000) are the same number
+// times 2^-8 (normals and subnormals alike: fp16 holds every e4m3 value exactly), so
+// half_to_float(bits) * (scale * 256) is the exact product code * scale rounded once, the same
+// float fp8_row_to_float stores. The two NaN codes become fp16 NaN, hence the same f32 NaN.
+// `scale256` = scale * 256 (exact: a power-of-two multiple).
+inline v8f fp8x8_to_float_f16c(const uint8_t* src, float scale256) {
+  __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
+  __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+  const __m128i is_nan = _mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f));
+  h = _mm_or_si128(h, _mm_and_si128(is_nan, _mm_set1_epi16(0x7e00)));
+  const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(scale256));
+  v8f out;
+  std::memcpy(&out, &f, sizeof(out));
+  return out;
+}
+#endif
+
 // fp8_row_to_float of 8 codes, in registers: the same integer steps and the same final
 // multiply by the scale, so each lane equals what the buffered path stores.
 inline v8f fp8x8_to_float(const uint8_t* src, float scale) {
@@ -94,7 +117,16 @@ inline v8f bf16x8_to_float(const uint16_t* src) {
 inline v8f weight8(const Weight& w, const char* row, int64_t k, const float* row_scales) {
   switch (w.w.dtype) {
     case DType::F8_E4M3:
+#if defined(__AVX2__) && defined(__F16C__)
+    {
+      const float scale = row_scales[k / w.block_k];
+      if (scale < 0x1p100f && scale > -0x1p100f)  // scale * 256 exact (finite)
+        return fp8x8_to_float_f16c(reinterpret_cast<const uint8_t*>(row) + k, scale * 256.0f);
+      return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, scale);
+    }
+#else
       return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, row_scales[k / w.block_k]);
+#endif
     case DType::BF16:
       return bf16x8_to_float(reinterpret_cast<const uint16_t*>(row) + k);
     default:

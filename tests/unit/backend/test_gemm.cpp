@@ -126,6 +126,29 @@ TEST(CpuGemm, DirectPathMatchesBufferedBits) {
   }
 }
 
+// The two NaN codes and huge or tiny block scales: still the buffered path's bits.
+TEST(CpuGemm, DirectPathNanCodesAndExtremeScales) {
+  const int64_t N = 6, K = 300, M = 5;
+  for (float extreme : {0x1p110f, 0x1p-140f, -0.5f}) {
+    TestWeight tw = make_weight(DType::F8_E4M3, N, K, 29);
+    tw.scale.ptr<float>()[1] = extreme;  // the block at columns 128..255
+    uint8_t* q = tw.w.ptr<uint8_t>();
+    q[3 * K + 5] = 0x7f;   // row 3 becomes NaN, the other rows stay finite
+    q[3 * K + 200] = 0xff;
+    HostBuffer x = test::random_f32({M, K}, 31);
+    auto backend = make_cpu_backend();
+    HostBuffer full = test::f32_buffer({M, N}, 0.0f);
+    backend->gemm(x.tensor(), tw.weight, full.tensor());
+    ASSERT_TRUE(std::isnan(full.ptr<float>()[3]));
+    ASSERT_FALSE(std::isnan(full.ptr<float>()[2]));
+    for (int64_t m = 0; m < M; ++m) {
+      HostBuffer one = test::f32_buffer({1, N}, 0.0f);
+      backend->gemm(x.tensor().slice_rows(m, m + 1), tw.weight, one.tensor());
+      ASSERT_EQ(std::memcmp(one.ptr<float>(), full.ptr<float>() + m * N, N * 4), 0) << extreme << " row " << m;
+    }
+  }
+}
+
 TEST(CpuGemm, StridedRowsAndBadShapes) {
   auto backend = make_cpu_backend();
   TestWeight tw = make_weight(DType::F32, 8, 16, 1);
