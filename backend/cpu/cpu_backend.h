@@ -7,6 +7,7 @@
 // shape of one row/token, never by how many rows share the call, so every op is
 // batch-invariant by construction (batch_invariant() only reports the option).
 #pragma once
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,11 +94,66 @@ void row_to_float(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = fp8_e4m3(src[i]) * scale (branch-free decode; exact, as fp8_e4m3_to_float).
 void fp8_row_to_float(const uint8_t* src, int64_t n, float scale, float* dst);
 
+// Eight fp32 lanes (AVX2 with -march=x86-64-v3; emulated without it). Used inside inline
+// functions only, never passed by value across a call, so the psabi note does not apply.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f_lanes __attribute__((vector_size(32)));
+
+inline v8f_lanes load8_lanes(const float* p) {
+  v8f_lanes v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline float hsum8_lanes(v8f_lanes v) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
 // Dot product of a and b with eight fp32 lanes (lane i takes elements i, i+8, ...)
-// summed in a fixed order: the result depends only on the two vectors.
-float dot8(const float* a, const float* b, int64_t n);
+// summed in a fixed order: the result depends only on the two vectors. Inline: attention
+// calls it once per (query, key) pair.
+inline float dot8(const float* a, const float* b, int64_t n) {
+  v8f_lanes acc = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) acc += load8_lanes(a + k) * load8_lanes(b + k);
+  for (int64_t i = 0; k + i < n; ++i) acc[i] += a[k + i] * b[k + i];  // tail into lanes 0..
+  return hsum8_lanes(acc);
+}
+// dot8(a, b_j, n) for four b rows at once (n a multiple of 8): the same four results.
+inline void dot8x4_rows(const float* a, const float* b0, const float* b1, const float* b2,
+                        const float* b3, int64_t n, float* out4) {
+  v8f_lanes c0 = {}, c1 = {}, c2 = {}, c3 = {};
+  for (int64_t k = 0; k < n; k += 8) {
+    const v8f_lanes av = load8_lanes(a + k);
+    c0 += av * load8_lanes(b0 + k);
+    c1 += av * load8_lanes(b1 + k);
+    c2 += av * load8_lanes(b2 + k);
+    c3 += av * load8_lanes(b3 + k);
+  }
+  out4[0] = hsum8_lanes(c0);
+  out4[1] = hsum8_lanes(c1);
+  out4[2] = hsum8_lanes(c2);
+  out4[3] = hsum8_lanes(c3);
+}
+#pragma GCC diagnostic pop
+
 // y[0..n) += alpha * x[0..n)  (elementwise, no reassociation).
-void axpy(float alpha, const float* x, float* y, int64_t n);
+inline void axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+// axpy with a0, x0 then a1, x1, ... a3, x3, each element updated in that order: the bits of
+// four axpy calls, with y loaded and stored once.
+inline void axpy4(const float* alpha, const float* x0, const float* x1, const float* x2,
+                  const float* x3, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = y[i];
+    v += alpha[0] * x0[i];
+    v += alpha[1] * x1[i];
+    v += alpha[2] * x2[i];
+    v += alpha[3] * x3[i];
+    y[i] = v;
+  }
+}
 
 // Single-threaded blocked GEMM over output columns [n_begin, n_end):
 // out[m, n] = sum_k x[m, k] * W[n, k]. Used by gemm() and by the MoE experts.

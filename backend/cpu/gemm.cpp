@@ -186,18 +186,6 @@ void weight_row_block(const Weight& w, int64_t n, int64_t k0, int64_t kb, int64_
 
 }  // namespace
 
-float dot8(const float* a, const float* b, int64_t n) {
-  v8f acc = {};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) acc += load8(a + k) * load8(b + k);
-  for (int64_t i = 0; k + i < n; ++i) acc[i] += a[k + i] * b[k + i];  // tail into lanes 0..
-  return hsum(acc);
-}
-
-void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
 void check_weight(const Weight& w, int64_t in_features, const char* what) {
   check_cpu(w.w, what);
   DI_CHECK(w.w.ndim == 2, what, ": weight must be 2-D [out, in], got ", w.w.describe());

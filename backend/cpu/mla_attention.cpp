@@ -200,13 +200,25 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
       const int64_t first = qs[seq_of[t]];
       const int64_t n = positions_of(sel, t, ctx(t), pos);
       float* scores = scratch_floats(3, static_cast<size_t>(std::max<int64_t>(n, 1)));
-      for (int64_t j = 0; j < n; ++j) {
-        scores[j] = dot8(qv.at(t, h), kv.at(first + pos[j], h), qv.D) * softmax_scale;
+      // Four keys per pass (dot8x4_rows, axpy4): the same products and sums, in the same
+      // order, as one dot8 / axpy per key.
+      const float* qrow = qv.at(t, h);
+      auto key = [&](int64_t j) { return kv.at(first + pos[j], h); };
+      auto value = [&](int64_t j) { return vv.at(first + pos[j], h); };
+      int64_t j = 0;
+      if (qv.D % 8 == 0) {
+        for (; j + 4 <= n; j += 4) {
+          dot8x4_rows(qrow, key(j), key(j + 1), key(j + 2), key(j + 3), qv.D, scores + j);
+          for (int i = 0; i < 4; ++i) scores[j + i] *= softmax_scale;
+        }
       }
+      for (; j < n; ++j) scores[j] = dot8(qrow, key(j), qv.D) * softmax_scale;
       const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
       float* o = ov.at(t, h);
       std::fill(o, o + v_dim, 0.0f);
-      for (int64_t j = 0; j < n; ++j) axpy(scores[j], vv.at(first + pos[j], h), o, v_dim);
+      j = 0;
+      for (; j + 4 <= n; j += 4) axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
+      for (; j < n; ++j) axpy(scores[j], value(j), o, v_dim);
       for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
     }
   });
