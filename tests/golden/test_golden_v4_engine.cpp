@@ -6,7 +6,8 @@
 //  - a prefix hit (a multiple of ratio x block size tokens in every compressed group, the
 //    window groups' blocks still cached) gives the bits of recomputing the whole prompt;
 //  - window blocks are freed as the window moves: a sequence far longer than the window
-//    groups' pools runs without preemption.
+//    groups' pools runs without preemption;
+//  - preemption (a short cache) and forked samples (n > 1) keep each output's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -160,6 +161,59 @@ TEST(EngineV4Window, WindowBlocksAreFreedAsTheWindowMoves) {
   Engine reference(roomy);
   const auto want = reference.generate({prompt}, {greedy(200)});
   expect_same(want[0].outputs[0], out[0].outputs[0], "tight window pools vs roomy");
+}
+
+// A cache too small for every sequence at once: the compressed groups' pools run short,
+// sequences are preempted and recomputed, and every output keeps the bits of its run alone.
+TEST(EngineV4Preemption, ShortCacheBatchWithPreemptionEqualsAlone) {
+  std::mt19937 rng(19);
+  std::vector<Prompt> prompts;
+  for (int len : {41, 37, 44, 30, 50, 39}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(30));
+  EngineConfig tight = v4_config("v4_tiny");
+  tight.max_num_seqs = 4;
+  tight.max_num_batched_tokens = 13;
+  tight.num_kv_blocks = 24;  // csa_entries: 24 / 4 + 4 = 10 blocks of 16 tokens, four sequences of ~70 need 20
+  Engine engine(tight);
+  const auto out = engine.generate(prompts, params);
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  EngineConfig alone_cfg = v4_config("v4_tiny");
+  alone_cfg.max_num_seqs = 1;
+  alone_cfg.enable_prefix_caching = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine alone(alone_cfg);
+    const auto want = alone.generate({prompts[i]}, {params[i]});
+    ASSERT_TRUE(out[i].error.empty()) << out[i].error;
+    expect_same(want[0].outputs[0], out[i].outputs[0], "request " + std::to_string(i));
+  }
+}
+
+// n = 3 samples of one prompt: samples 1..2 fork sample 0's blocks in every group and copy
+// shared blocks on first write (46 tokens: the window of the fork point, tokens 40.., is
+// still held when they are admitted), or take the prefix cache when sample 0's window has
+// moved past the fork point (45 tokens: it freed tokens 36..39 as its first decode began);
+// greedy, every sample gives the bits of n = 1.
+TEST(EngineV4Fork, SamplesSharingThePromptEqualOneSample) {
+  for (int len : {45, 46}) {
+    std::mt19937 rng(20);
+    const Prompt prompt = Prompt::from_tokens(random_ids(rng, len));
+    SamplingParams p = greedy(16);
+    EngineConfig cfg = v4_config("v4_tiny");
+    Engine single(cfg);
+    const auto want = single.generate({prompt}, {p});
+    p.n = 3;
+    Engine engine(cfg);
+    const auto out = engine.generate({prompt}, {p});
+    ASSERT_EQ(out[0].outputs.size(), 3u);
+    if (len == 46) {
+      EXPECT_EQ(out[0].num_cached_tokens, 45) << "forked";
+      EXPECT_GT(engine.stats().num_kv_block_copies, 0);
+    } else {
+      EXPECT_EQ(out[0].num_cached_tokens, 32) << "prefix cache";
+    }
+    for (const CompletionOutput& c : out[0].outputs)
+      expect_same(want[0].outputs[0], c, std::to_string(len) + " tokens, sample " + std::to_string(c.index));
+  }
 }
 
 }  // namespace
