@@ -7,7 +7,8 @@
 //    window groups' blocks still cached) gives the bits of recomputing the whole prompt;
 //  - window blocks are freed as the window moves: a sequence far longer than the window
 //    groups' pools runs without preemption;
-//  - preemption (a short cache) and forked samples (n > 1) keep each output's bits.
+//  - preemption (a short cache), forked samples (n > 1) and n-gram speculative decoding
+//    (verify steps, rejected drafts) keep each output's bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -214,6 +215,36 @@ TEST(EngineV4Fork, SamplesSharingThePromptEqualOneSample) {
     for (const CompletionOutput& c : out[0].outputs)
       expect_same(want[0].outputs[0], c, std::to_string(len) + " tokens, sample " + std::to_string(c.index));
   }
+}
+
+// Speculative decoding with n-gram drafts: verify steps of 1 + k tokens per sequence write
+// window rows, pending rows and (when a draft completes a group) compressed entries that a
+// rejected draft leaves behind; the next step rewrites them, so the tokens and logprob bits
+// are those of decoding without drafts. Repetitive prompts make the drafts hit.
+TEST(EngineV4Spec, NgramDraftsKeepTheTokens) {
+  std::mt19937 rng(21);
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int32_t> motif = random_ids(rng, 3 + i);
+    std::vector<int32_t> ids;
+    while (ids.size() < 40) ids.insert(ids.end(), motif.begin(), motif.end());
+    prompts.push_back(Prompt::from_tokens(ids));
+  }
+  const std::vector<SamplingParams> params(prompts.size(), greedy(24));
+  EngineConfig plain_cfg = v4_config("v4_tiny");
+  plain_cfg.num_speculative_tokens = 0;
+  Engine plain(plain_cfg);
+  const auto want = plain.generate(prompts, params);
+  EngineConfig spec_cfg = v4_config("v4_tiny");
+  spec_cfg.num_speculative_tokens = 3;
+  spec_cfg.speculator = "ngram";
+  Engine spec(spec_cfg);
+  const auto got = spec.generate(prompts, params);
+  const SpecDecodeStats& st = spec.stats().spec;
+  EXPECT_GT(st.num_accepted_tokens, 0);                    // drafts kept
+  EXPECT_GT(st.num_draft_tokens, st.num_accepted_tokens);  // and drafts rejected
+  for (size_t i = 0; i < prompts.size(); ++i)
+    expect_same(want[i].outputs[0], got[i].outputs[0], "request " + std::to_string(i));
 }
 
 }  // namespace
