@@ -53,6 +53,18 @@ void print_files(const CheckpointReader& reader, const std::map<std::string, uin
   }
 }
 
+// `j` with the checkpoint's file facts added, as one JSON object.
+void print_json_with_files(nlohmann::json& j, const CheckpointReader& reader,
+                           const std::map<std::string, uint64_t>& bytes_by_dtype,
+                           const std::map<std::string, int64_t>& tensors_by_dtype) {
+  j["num_tensors"] = reader.names().size();
+  j["total_bytes"] = reader.total_bytes();
+  j["bytes_by_dtype"] = bytes_by_dtype;
+  j["tensors_by_dtype"] = tensors_by_dtype;
+  j["files"] = reader.files();
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -95,12 +107,7 @@ int cmd_info(int argc, char** argv) {
       j.erase("summary");
       j["model"] = model_dir;
       j["model_type"] = config.model_type;
-      j["num_tensors"] = reader->names().size();
-      j["total_bytes"] = reader->total_bytes();
-      j["bytes_by_dtype"] = bytes_by_dtype;
-      j["tensors_by_dtype"] = tensors_by_dtype;
-      j["files"] = reader->files();
-      std::printf("%s\n", j.dump(2).c_str());
+      print_json_with_files(j, *reader, bytes_by_dtype, tensors_by_dtype);
       return 0;
     }
     std::printf("%s", j.at("summary").get<std::string>().c_str());
@@ -150,12 +157,7 @@ int cmd_info(int argc, char** argv) {
                        {"embedding", params.embedding},
                        {"mtp_total", params.mtp_total},
                        {"mtp_active_per_token", params.mtp_active_per_token}};
-    j["num_tensors"] = reader->names().size();
-    j["total_bytes"] = reader->total_bytes();
-    j["bytes_by_dtype"] = bytes_by_dtype;
-    j["tensors_by_dtype"] = tensors_by_dtype;
-    j["files"] = reader->files();
-    std::printf("%s\n", j.dump(2).c_str());
+    print_json_with_files(j, *reader, bytes_by_dtype, tensors_by_dtype);
     return 0;
   }
 
