@@ -112,7 +112,8 @@ int cmd_info(int argc, char** argv) {
     }
     std::printf("%s", j.at("summary").get<std::string>().c_str());
     std::printf("parameters             %s total, %s active per token\n",
-                billions(p.at("total").get<int64_t>()).c_str(), billions(p.at("active_per_token").get<int64_t>()).c_str());
+                billions(p.at("total").get<int64_t>()).c_str(),
+                billions(p.at("active_per_token").get<int64_t>()).c_str());
     print_files(*reader, bytes_by_dtype, tensors_by_dtype);
     return 0;
   }

@@ -91,7 +91,8 @@ std::string v4_summary(const DeepseekV4Config& c) {
   for (size_t g = 0; g < lay.groups.size(); ++g) {
     const KvGroupSpec& s = lay.groups[g];
     const int64_t row_bytes = s.num_layers * s.row_bytes(DType::BF16);
-    os << (g == 0 ? "" : "                       ") << s.name << ": " << s.num_layers << (s.num_layers == 1 ? " layer x " : " layers x ") << s.row_dim;
+    os << (g == 0 ? "" : "                       ") << s.name << ": " << s.num_layers
+       << (s.num_layers == 1 ? " layer x " : " layers x ") << s.row_dim;
     if (s.window > 0) {
       os << ", the last " << s.window << " tokens (" << row_bytes * s.window << " B per sequence)\n";
       per_seq += row_bytes * s.window;

@@ -132,8 +132,8 @@ void DeepseekV4Model::check_step(const StepBatch& batch, const KvCaches& kv) con
   const int32_t* pos = batch.positions.ptr<const int32_t>();
   for (int64_t s = 0; s < S; ++s) {
     const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], end = batch.host_seq_lens[s];
-    DI_CHECK(t0 <= t1 && end >= t1 - t0 && end <= config_.base.max_position_embeddings, "forward: deepseek_v4 sequence ",
-             s, ": ", t1 - t0, " new tokens ending at ", end, " (max_position_embeddings ",
+    DI_CHECK(t0 <= t1 && end >= t1 - t0 && end <= config_.base.max_position_embeddings,
+             "forward: deepseek_v4 sequence ", s, ": ", t1 - t0, " new tokens ending at ", end, " (max_position_embeddings ",
              config_.base.max_position_embeddings, ")");
     for (int64_t t = t0; t < t1; ++t)
       DI_CHECK(pos[t] == end - (t1 - t), "forward: deepseek_v4 sequence ", s, ": token ", t, " at position ", pos[t],
@@ -183,7 +183,8 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
     auto put = [&](const Weight& w, int64_t cols, int64_t col) {
       HostBuffer p = buf({T, cols});
       be_.gemm(x, w, p.tensor());
-      for (int64_t t = 0; t < T; ++t) std::copy_n(p.ptr<float>() + t * cols, cols, rows.ptr<float>() + t * row_dim + col);
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(p.ptr<float>() + t * cols, cols, rows.ptr<float>() + t * row_dim + col);
     };
     put(L.compressor.wkv, width, csa ? lay.csa_kv : lay.hca_kv);
     put(L.compressor.wgate, width, csa ? lay.csa_gate : lay.hca_gate);

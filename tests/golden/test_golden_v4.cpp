@@ -215,6 +215,22 @@ TEST(GoldenV4Layout, KvGroupsAreTheAttentionState) {
   }
 }
 
+// A step without the model's groups (e.g. a runner built for another model) is refused by name.
+TEST(GoldenV4Layout, ForwardRefusesMissingKvGroups) {
+  auto backend = make_cpu_backend();
+  auto model = load_model(fixture("v4_tiny"), *backend);
+  KvCaches none;
+  StepBatch batch;
+  batch.num_tokens = 1;
+  HostBuffer logits(DType::F32, {1, model->vocab_size()});
+  try {
+    model->forward(batch, none, logits.tensor());
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("deepseek_v4 needs its 6 KV groups"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV4, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
 
 }  // namespace

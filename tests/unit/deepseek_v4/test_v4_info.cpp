@@ -49,7 +49,8 @@ TEST_P(V4Info, DescribeIsV4Shaped) {
   EXPECT_NE(text.find("hyper-connections      4 streams"), std::string::npos) << text;
   EXPECT_NE(text.find("csa_pending"), std::string::npos) << text;
   EXPECT_EQ(j.at("attention_kinds"), nlohmann::json({"window", "csa", "hca"}));
-  EXPECT_EQ(j.at("parameters").at("total").get<int64_t>(), v4_parameter_count(load_deepseek_v4_config(fixture(GetParam()))).total);
+  EXPECT_EQ(j.at("parameters").at("total").get<int64_t>(),
+            v4_parameter_count(load_deepseek_v4_config(fixture(GetParam()))).total);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, V4Info, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
