@@ -43,6 +43,28 @@ std::string billions(int64_t n) {
   return buf;
 }
 
+void print_files(const CheckpointReader& reader, const std::map<std::string, uint64_t>& bytes_by_dtype,
+                 const std::map<std::string, int64_t>& tensors_by_dtype) {
+  std::printf("files                  %zu, %zu tensors, %.3f GB\n", reader.files().size(),
+              reader.names().size(), static_cast<double>(reader.total_bytes()) / 1e9);
+  for (const auto& [dtype, bytes] : bytes_by_dtype) {
+    std::printf("  %-8s %8lld tensors %16llu bytes\n", dtype.c_str(),
+                static_cast<long long>(tensors_by_dtype.at(dtype)), static_cast<unsigned long long>(bytes));
+  }
+}
+
+// `j` with the checkpoint's file facts added, as one JSON object.
+void print_json_with_files(nlohmann::json& j, const CheckpointReader& reader,
+                           const std::map<std::string, uint64_t>& bytes_by_dtype,
+                           const std::map<std::string, int64_t>& tensors_by_dtype) {
+  j["num_tensors"] = reader.names().size();
+  j["total_bytes"] = reader.total_bytes();
+  j["bytes_by_dtype"] = bytes_by_dtype;
+  j["tensors_by_dtype"] = tensors_by_dtype;
+  j["files"] = reader.files();
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
 }  // namespace
 
 int cmd_info(int argc, char** argv) {
@@ -76,6 +98,25 @@ int cmd_info(int argc, char** argv) {
     bytes_by_dtype[std::string(dtype_name(info.dtype))] += info.num_bytes();
     tensors_by_dtype[std::string(dtype_name(info.dtype))] += 1;
   }
+  const Architecture& arch = find_architecture(config.model_type, config.source);
+  if (arch.describe != nullptr) {  // facts beyond the shared config (V4)
+    nlohmann::json j;
+    arch.describe(model_dir, reader, j);
+    const nlohmann::json& p = j.at("parameters");
+    if (as_json) {
+      j.erase("summary");
+      j["model"] = model_dir;
+      j["model_type"] = config.model_type;
+      print_json_with_files(j, *reader, bytes_by_dtype, tensors_by_dtype);
+      return 0;
+    }
+    std::printf("%s", j.at("summary").get<std::string>().c_str());
+    std::printf("parameters             %s total, %s active per token\n",
+                billions(p.at("total").get<int64_t>()).c_str(),
+                billions(p.at("active_per_token").get<int64_t>()).c_str());
+    print_files(*reader, bytes_by_dtype, tensors_by_dtype);
+    return 0;
+  }
   Progress progress;
   LoadOptions options;
   // Touching every page is cheap for small checkpoints; only large ones get a progress line.
@@ -87,7 +128,6 @@ int cmd_info(int argc, char** argv) {
   // Checks every tensor's name, shape and dtype against the config.
   const ModelWeights weights = load_weights(reader, config, options);
   // Tensors beyond ModelWeights (e.g. V3.2's indexer), checked by the architecture.
-  const Architecture& arch = find_architecture(config.model_type, config.source);
   if (arch.check_extra_weights != nullptr) arch.check_extra_weights(config, *reader);
   const ParameterCount params = config.parameter_count();
 
@@ -118,12 +158,7 @@ int cmd_info(int argc, char** argv) {
                        {"embedding", params.embedding},
                        {"mtp_total", params.mtp_total},
                        {"mtp_active_per_token", params.mtp_active_per_token}};
-    j["num_tensors"] = reader->names().size();
-    j["total_bytes"] = reader->total_bytes();
-    j["bytes_by_dtype"] = bytes_by_dtype;
-    j["tensors_by_dtype"] = tensors_by_dtype;
-    j["files"] = reader->files();
-    std::printf("%s\n", j.dump(2).c_str());
+    print_json_with_files(j, *reader, bytes_by_dtype, tensors_by_dtype);
     return 0;
   }
 
@@ -133,12 +168,7 @@ int cmd_info(int argc, char** argv) {
   std::printf("MTP parameters         %s (%d of %d layers in the checkpoint)\n",
               billions(params.mtp_total).c_str(), static_cast<int>(weights.mtp.size()),
               config.num_nextn_predict_layers);
-  std::printf("files                  %zu, %zu tensors, %.3f GB\n", reader->files().size(),
-              reader->names().size(), static_cast<double>(reader->total_bytes()) / 1e9);
-  for (const auto& [dtype, bytes] : bytes_by_dtype) {
-    std::printf("  %-8s %8lld tensors %16llu bytes\n", dtype.c_str(),
-                static_cast<long long>(tensors_by_dtype[dtype]), static_cast<unsigned long long>(bytes));
-  }
+  print_files(*reader, bytes_by_dtype, tensors_by_dtype);
   return 0;
 }
 

@@ -34,7 +34,9 @@ std::vector<double> Engine::prompt_logprobs(const Prompt& prompt) {
   Runner runner(*impl.model, *impl.backend, rc);
   std::vector<int32_t> blocks(static_cast<size_t>(num_blocks));
   std::iota(blocks.begin(), blocks.end(), 0);
-  const RunSeq seq{ids, 0, n, blocks, true, n};
+  // Groups 1.. (V3.2's indexer keys, V4's window / compressed groups): blocks of their own.
+  const std::vector<std::vector<int32_t>> more = scratch_block_tables(runner, 0, n, bs);
+  const RunSeq seq{ids, 0, n, blocks, true, n, more};
   const Tensor& logits = runner.execute(std::span(&seq, 1));  // [n, vocab] host F32
   DI_CHECK(logits.size(0) == n, "prompt_logprobs: the runner returned ", logits.size(0), " logits rows for ", n,
            " tokens");

@@ -5,8 +5,9 @@
 //  1. Declare: Model::kv_groups() returns one KvGroupSpec (core/kv_group_spec.h) per group:
 //     name, num_layers, row_dim + dtype, tokens_per_row (1, or N for compressed rows),
 //     window (0, or W for a sliding window). V3 declares one group {"latent", L layers, 576,
-//     activation dtype}; V3.2 adds {"indexer_keys", L, 128}; V4 will declare window rings
-//     (window 128), compressed groups (tokens_per_row 4 / 128) and indexer keys.
+//     activation dtype}; V3.2 adds {"indexer_keys", L, 128}; V4 declares its window rows
+//     (window 128), compressed entries per ratio (tokens_per_row 4 / 128), indexer keys and
+//     its compressors' pending inputs (model/deepseek_v4/kv_layout.h).
 //     Model::mtp_kv_group() says which group the MTP layer's cache joins (one layer more,
 //     the same block table; V3: group 0).
 //  2. Forward: Model::forward(batch, kv, ...) gets kv[g][l] = layer l of group g,
@@ -21,11 +22,11 @@
 //
 // State that is not one row per token fits the same shapes. V4's per-sequence partial-group
 // buffers (the compressor inputs of tokens whose group of N is not complete, CSA's previous
-// half window for the overlap) are a window group whose rows are the compressor's per-token
-// inputs: a window of W serves a token t rows [t - W + 1, t], so W = 2N covers what an
-// overlapping compressor reads at the token completing a group; chunked and one-shot prefill
-// then hold the same rows, and a
-// prefix hit (a multiple of N * block_size tokens) restores them like any window group.
+// group for the overlap) are a window group whose rows are the compressor's per-token
+// inputs: a step writing from token b reads rows from floor(b / N) * N - N (overlap) or
+// floor(b / N) * N on, which a window of 2N (overlap) or N keeps; chunked and one-shot
+// prefill then hold the same rows, and a prefix hit (a multiple of N * block_size tokens)
+// restores them like any window group (model/deepseek_v4/kv_layout.h).
 //
 // Accounting (kv/block_manager.h): one block pool per group, one block table per group per
 // sequence, the same chained token hashes for prefix reuse in every group, copy-on-write per

@@ -27,6 +27,13 @@ struct Architecture {
   // Checks the checkpoint's tensors that ModelWeights (load_weights) does not hold, e.g.
   // V3.2's indexer; throws Error naming the tensor. nullptr: nothing beyond ModelWeights.
   void (*check_extra_weights)(const ModelConfig& config, const CheckpointReader& reader) = nullptr;
+  // `deepinfer info` for an architecture whose facts the shared ModelConfig does not hold
+  // (V4: layer kinds, windows, compressors, hyper-connections): loads every weight of `dir`
+  // against its config (throws naming the tensor) and fills `out` with "summary" (text),
+  // "parameters" {total, active_per_token, embedding, mtp_total, mtp_active_per_token} and
+  // its own fields. nullptr: ModelConfig::summary / parameter_count and load_weights.
+  void (*describe)(const std::string& dir, std::shared_ptr<const CheckpointReader> reader,
+                   nlohmann::json& out) = nullptr;
 };
 
 // Every registered architecture, in registry order.

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/info.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/weights.h"
 
@@ -26,6 +27,7 @@ Architecture deepseek_v4_architecture() {
   a.description = "DeepSeek-V4-Flash (hyper-connections, window + compressed attention, sinks, FP4 experts)";
   a.parse_config = parse_deepseek_v4_model_config;
   a.load = load;
+  a.describe = describe_deepseek_v4;
   return a;
 }
 

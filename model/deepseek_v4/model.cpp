@@ -24,125 +24,270 @@ HostBuffer inverse_table(const HostBuffer& table) {
   return inv;
 }
 
+// One sequence's rows in one layer's cache of one group: row r sits in block
+// block_tables[seq][r / block_size] at offset r % block_size (kv/kv_groups.h).
+class SeqRows {
+ public:
+  SeqRows(const Tensor& cache, const KvGroupTables& tables, int64_t seq, const std::string& group)
+      : cache_(cache.ptr<float>()),
+        num_blocks_(cache.size(0)),
+        block_size_(cache.size(1)),
+        dim_(cache.size(2)),
+        width_(tables.block_tables.size(1)),
+        table_(tables.block_tables.ptr<const int32_t>() + seq * width_),
+        group_(group) {}
+  float* row(int64_t r) const {
+    const int64_t i = r / block_size_;
+    const int32_t b = i < width_ ? table_[i] : -2;
+    DI_CHECK(b >= 0 && b < num_blocks_, "deepseek_v4: row ", r, " of KV group '", group_, "' has no block (table ",
+             "entry ", i, " is ", b, ": freed, or a table too short)");
+    return cache_ + (b * block_size_ + r % block_size_) * dim_;
+  }
+
+ private:
+  float* cache_;
+  int64_t num_blocks_, block_size_, dim_, width_;
+  const int32_t* table_;
+  const std::string& group_;
+};
+
+// Pools the compression groups that one sequence's tokens [p0, end) complete (groups
+// [p0 / ratio, end / ratio)) from its pending rows (columns [kv_col, + width) and
+// [gate_col, + width); this step's rows already stored), norms them, rotates group k at its
+// first token's position k * ratio and writes it to row k of `entries`. overlap (CSA): each
+// window also reads the previous group's first halves (gate + ape), the one before the
+// step's first group from the pending rows too.
+void compress_groups(Backend& be, const V4Compressor& cp, int ratio, bool overlap, int64_t d, int64_t rope_dim,
+                     const Tensor& table, float eps, const SeqRows& pending, int64_t kv_col, int64_t gate_col,
+                     const SeqRows& entries, int64_t p0, int64_t end) {
+  const int64_t k0 = p0 / ratio, k1 = end / ratio, n = k1 - k0, width = overlap ? 2 * d : d;
+  if (n <= 0) return;
+  const int64_t used = n * ratio;
+  HostBuffer kv = buf({used, width}), gate = buf({used, width});
+  for (int64_t i = 0; i < used; ++i) {
+    const float* row = pending.row(k0 * ratio + i);
+    std::copy_n(row + kv_col, width, kv.ptr<float>() + i * width);
+    std::copy_n(row + gate_col, width, gate.ptr<float>() + i * width);
+  }
+  HostBuffer prior_kv, prior_gate;  // undefined: the first group has no predecessor
+  if (overlap && k0 > 0) {
+    prior_kv = buf({ratio, d});
+    prior_gate = buf({ratio, d});
+    for (int64_t j = 0; j < ratio; ++j) {
+      const float* row = pending.row((k0 - 1) * ratio + j);
+      for (int64_t c = 0; c < d; ++c) {
+        prior_kv.ptr<float>()[j * d + c] = row[kv_col + c];
+        prior_gate.ptr<float>()[j * d + c] = row[gate_col + c] + cp.ape.ptr<const float>()[j * width + c];
+      }
+    }
+  }
+  HostBuffer pooled = buf({n, d}), normed = buf({n, d});
+  be.compressor_pool(kv.tensor(), gate.tensor(), cp.ape, ratio, overlap, prior_kv.tensor(), prior_gate.tensor(),
+                     pooled.tensor());
+  be.rms_norm(pooled.tensor(), cp.norm, eps, normed.tensor());
+  HostBuffer pos(DType::I32, {n});
+  for (int64_t w = 0; w < n; ++w) pos.ptr<int32_t>()[w] = static_cast<int32_t>((k0 + w) * ratio);
+  be.rope(normed.tensor(), pos.tensor(), table, static_cast<int>(d - rope_dim), static_cast<int>(rope_dim), true);
+  for (int64_t w = 0; w < n; ++w) std::copy_n(normed.ptr<float>() + w * d, d, entries.row(k0 + w));
+}
+
+// rows [T, row_dim] -> their slots of `cache` in group `tables` (slot -1: none).
+void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const KvGroupTables& tables) {
+  PagedKV kv;
+  kv.cache = cache;
+  kv.slot_mapping = tables.slot_mapping;
+  be.kv_store(rows, kv);
+}
+
 }  // namespace
 
 DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Backend& backend)
-    : config_(std::move(config)), w_(std::move(weights)), be_(backend) {
+    : config_(std::move(config)), w_(std::move(weights)), be_(backend), layout_(v4_kv_layout(config_)) {
   DI_CHECK(be_.device() == Device::CPU && be_.activation_dtype() == DType::F32,
            config_.base.source, ": deepseek_v4 runs on the CPU backend only so far (its ops have no CUDA kernels yet)");
 }
 
-std::vector<KvGroupSpec> DeepseekV4Model::kv_groups() const {
-  KvGroupSpec window;
-  window.name = "window";
-  window.num_layers = config_.num_layers();
-  window.row_dim = config_.head_dim;
-  window.window = static_cast<int>(config_.sliding_window);
-  return {window};
-}
-
-void DeepseekV4Model::forward(const StepBatch& batch, KvCaches&, Tensor& logits, Tensor* hidden_out) {
-  DI_CHECK(batch.num_seqs == 1 && batch.host_seq_lens.size() == 1 && batch.host_seq_lens[0] == batch.num_tokens,
-           config_.base.source, ": deepseek_v4 runs one whole sequence per step so far (no cached context, "
-           "no batching: its KV layer groups are later work)");
-  DI_CHECK(hidden_out == nullptr, "deepseek_v4: hidden_out (MTP) is not supported yet");
-  const int T = batch.num_tokens;
-  std::vector<int32_t> ids(static_cast<size_t>(T));
-  std::copy_n(batch.token_ids.ptr<const int32_t>(), T, ids.data());
-  HostBuffer all(DType::F32, {T, config_.base.vocab_size});
-  prefill(ids, all.tensor());
-  const int64_t n = batch.logits_indices.numel(), V = config_.base.vocab_size;
-  DI_CHECK(logits.dims() == std::vector<int64_t>({n, V}), "deepseek_v4: logits must be [", n, ", ", V, "]");
-  for (int64_t i = 0; i < n; ++i) {
-    const int32_t r = batch.logits_indices.ptr<const int32_t>()[i];
-    DI_CHECK(r >= 0 && r < T, "deepseek_v4: logits index ", r, " outside the step's ", T, " tokens");
-    std::copy_n(all.ptr<float>() + r * V, V, logits.ptr<float>() + i * V);
-  }
-}
-
-void DeepseekV4Model::prefill(const std::vector<int32_t>& ids, Tensor& logits) {
-  V4SequenceState state;
-  step(state, ids, logits);
-}
-
-namespace {
-
-// One compressor over the step's new rows: projections appended to the pending rows, every
-// full group pooled (overlap: with the previous window's first halves), normed, rotated at
-// its first token's position and appended to st.entries; the rest stays pending.
-void compress_step(Backend& be, const V4Compressor& cp, const Tensor& x, int ratio, bool overlap, int64_t d,
-                   int64_t rope_dim, const Tensor& table, float eps, V4CompressorState& st) {
-  const int64_t T = x.size(0), width = overlap ? 2 * d : d;
-  HostBuffer kv(DType::F32, {T, width}), gate(DType::F32, {T, width});
-  be.gemm(x, cp.wkv, kv.tensor());
-  be.gemm(x, cp.wgate, gate.tensor());
-  st.pending_kv.insert(st.pending_kv.end(), kv.ptr<float>(), kv.ptr<float>() + T * width);
-  st.pending_gate.insert(st.pending_gate.end(), gate.ptr<float>(), gate.ptr<float>() + T * width);
-  st.n_pending += T;
-  const int64_t n = st.n_pending / ratio;
-  if (n == 0) return;
-  const int64_t used = n * ratio;
-  Tensor pkv(st.pending_kv.data(), DType::F32, {used, width}), pg(st.pending_gate.data(), DType::F32, {used, width});
-  Tensor prior_kv, prior_gate;
-  if (overlap && !st.prior_kv.empty()) {
-    prior_kv = Tensor(st.prior_kv.data(), DType::F32, {ratio, d});
-    prior_gate = Tensor(st.prior_gate.data(), DType::F32, {ratio, d});
-  }
-  HostBuffer pooled(DType::F32, {n, d}), normed(DType::F32, {n, d});
-  be.compressor_pool(pkv, pg, cp.ape, ratio, overlap, prior_kv, prior_gate, pooled.tensor());
-  be.rms_norm(pooled.tensor(), cp.norm, eps, normed.tensor());
-  HostBuffer pos(DType::I32, {n});
-  for (int64_t w = 0; w < n; ++w) pos.ptr<int32_t>()[w] = static_cast<int32_t>((st.n_entries + w) * ratio);
-  be.rope(normed.tensor(), pos.tensor(), table, static_cast<int>(d - rope_dim), static_cast<int>(rope_dim), true);
-  st.entries.insert(st.entries.end(), normed.ptr<float>(), normed.ptr<float>() + n * d);
-  st.n_entries += n;
-  if (overlap) {  // the last full window's first halves, gate + ape, for the next group
-    st.prior_kv.assign(static_cast<size_t>(ratio * d), 0.0f);
-    st.prior_gate.assign(static_cast<size_t>(ratio * d), 0.0f);
-    for (int64_t j = 0; j < ratio; ++j) {
-      const int64_t row = (n - 1) * ratio + j;
-      for (int64_t c = 0; c < d; ++c) {
-        st.prior_kv[j * d + c] = st.pending_kv[row * width + c];
-        st.prior_gate[j * d + c] = st.pending_gate[row * width + c] + cp.ape.ptr<const float>()[j * width + c];
-      }
+void DeepseekV4Model::check_step(const StepBatch& batch, const KvCaches& kv) const {
+  const std::vector<KvGroupSpec>& groups = layout_.groups;
+  DI_CHECK(kv.size() == groups.size() && batch.kv_groups.size() == groups.size(), "forward: deepseek_v4 needs its ",
+           groups.size(), " KV groups (", config_.base.source, "), got ", kv.size(), " caches and ",
+           batch.kv_groups.size(), " block tables");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    DI_CHECK(static_cast<int>(kv[g].size()) >= groups[g].num_layers, "forward: deepseek_v4 KV group '",
+             groups[g].name, "' needs ", groups[g].num_layers, " layers, got ", kv[g].size());
+    for (int l = 0; l < groups[g].num_layers; ++l) {
+      const Tensor& c = kv[g][static_cast<size_t>(l)];
+      DI_CHECK(c.device == Device::CPU && c.dtype == DType::F32 && c.ndim == 3 && c.is_contiguous() &&
+                   c.size(2) == groups[g].row_dim,
+               "forward: deepseek_v4 KV group '", groups[g].name, "' layer ", l, ": ", c.describe(),
+               " must be host F32 [blocks, block_size, ", groups[g].row_dim, "]");
     }
   }
-  st.pending_kv.erase(st.pending_kv.begin(), st.pending_kv.begin() + used * width);
-  st.pending_gate.erase(st.pending_gate.begin(), st.pending_gate.begin() + used * width);
-  st.n_pending -= used;
+  const int64_t S = batch.num_seqs;
+  DI_CHECK(batch.num_tokens > 0 && static_cast<int64_t>(batch.host_query_start.size()) == S + 1 &&
+               static_cast<int64_t>(batch.host_seq_lens.size()) == S && batch.host_query_start[0] == 0 &&
+               batch.host_query_start[S] == batch.num_tokens,
+           "forward: deepseek_v4 step of ", batch.num_tokens, " tokens with inconsistent query starts / seq_lens for ",
+           S, " sequences");
+  const int32_t* pos = batch.positions.ptr<const int32_t>();
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], end = batch.host_seq_lens[s];
+    DI_CHECK(t0 <= t1 && end >= t1 - t0 && end <= config_.base.max_position_embeddings,
+             "forward: deepseek_v4 sequence ", s, ": ", t1 - t0, " new tokens ending at ", end, " (max_position_embeddings ",
+             config_.base.max_position_embeddings, ")");
+    for (int64_t t = t0; t < t1; ++t)
+      DI_CHECK(pos[t] == end - (t1 - t), "forward: deepseek_v4 sequence ", s, ": token ", t, " at position ", pos[t],
+               ", expected ", end - (t1 - t));
+  }
 }
 
-}  // namespace
+void DeepseekV4Model::grow_rope_tables(int64_t num_positions) {
+  if (rope_.rows >= num_positions) return;
+  const int64_t rows = std::min<int64_t>(std::max<int64_t>({num_positions, 2 * rope_.rows, 256}),
+                                         std::max<int64_t>(config_.base.max_position_embeddings, num_positions));
+  rope_.main = rope_cos_sin_table(config_.main_rope_config(), rows);
+  rope_.compress = rope_cos_sin_table(config_.compress_rope_config(), rows);
+  rope_.main_inv = inverse_table(rope_.main);
+  rope_.compress_inv = inverse_table(rope_.compress);
+  rope_.rows = rows;
+}
 
-void DeepseekV4Model::step(V4SequenceState& state, const std::vector<int32_t>& ids, Tensor& logits) {
+void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, const Tensor& x, const Tensor& qr,
+                                const Tensor& q, Tensor& out) {
   const DeepseekV4Config& c = config_;
-  const int64_t T = static_cast<int64_t>(ids.size()), H = c.base.hidden_size, hc = c.hc_mult;
+  const V4KvLayout& lay = layout_;
+  const V4Layer& L = w_.layers[static_cast<size_t>(l)];
+  const int64_t T = x.size(0), D = c.head_dim, rd = c.rope_dim, W = c.sliding_window;
+  const int64_t nh = c.index_n_heads, di = c.index_head_dim;
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  const bool csa = L.kind == V4AttentionKind::Csa, hca = L.kind == V4AttentionKind::Hca;
+  const int ratio = c.ratio(l), gl = lay.layer_in_group[static_cast<size_t>(l)];
+  const Tensor& table = csa || hca ? rope_.compress.tensor() : rope_.main.tensor();
+  const Tensor& positions = batch.positions;
+  const std::vector<KvGroupSpec>& groups = lay.groups;
+
+  // This step's K=V rows -> the window cache.
+  HostBuffer kv_raw = buf({T, D}), kvn = buf({T, D});
+  be_.gemm(x, L.wkv, kv_raw.tensor());
+  be_.rms_norm(kv_raw.tensor(), L.kv_norm, eps, kvn.tensor());
+  be_.rope(kvn.tensor(), positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
+  store_rows(be_, kvn.tensor(), kv[lay.window][l], batch.kv_groups[lay.window]);
+
+  // Compressor inputs of this step's tokens -> the pending cache; CSA: the indexer's
+  // queries and head weights.
+  const int pending = csa ? lay.csa_pending : lay.hca_pending, entries = csa ? lay.csa_entries : lay.hca_entries;
+  HostBuffer iq, iw;
+  if (csa || hca) {
+    const int64_t width = csa ? 2 * D : D, row_dim = csa ? lay.csa_row : lay.hca_row;
+    HostBuffer rows = buf({T, row_dim});
+    auto put = [&](const Weight& w, int64_t cols, int64_t col) {
+      HostBuffer p = buf({T, cols});
+      be_.gemm(x, w, p.tensor());
+      for (int64_t t = 0; t < T; ++t)
+        std::copy_n(p.ptr<float>() + t * cols, cols, rows.ptr<float>() + t * row_dim + col);
+    };
+    put(L.compressor.wkv, width, csa ? lay.csa_kv : lay.hca_kv);
+    put(L.compressor.wgate, width, csa ? lay.csa_gate : lay.hca_gate);
+    if (csa) {
+      put(L.index_compressor.wkv, 2 * di, lay.csa_index_kv);
+      put(L.index_compressor.wgate, 2 * di, lay.csa_index_gate);
+      iq = buf({T, nh, di});
+      iw = buf({T, nh});
+      Tensor iq2 = iq.tensor().view({T, nh * di});
+      be_.gemm(qr, L.index_wq_b, iq2);
+      be_.rope(iq.tensor(), positions, table, static_cast<int>(di - rd), static_cast<int>(rd), true);
+      be_.gemm(x, L.index_weights_proj, iw.tensor());
+    }
+    store_rows(be_, rows.tensor(), kv[pending][gl], batch.kv_groups[pending]);
+  }
+
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], nq = t1 - t0;
+    if (nq == 0) continue;
+    const int64_t end = batch.host_seq_lens[s], p0 = end - nq;
+    const SeqRows window(kv[lay.window][l], batch.kv_groups[lay.window], s, groups[lay.window].name);
+    // The groups this step completes, pooled into the entry caches.
+    int64_t nc = 0;  // entries visible to the sequence's last token
+    if (csa || hca) {
+      const SeqRows pend(kv[pending][gl], batch.kv_groups[pending], s, groups[pending].name);
+      const SeqRows ent(kv[entries][gl], batch.kv_groups[entries], s, groups[entries].name);
+      compress_groups(be_, L.compressor, ratio, csa, D, rd, table, eps, pend, csa ? lay.csa_kv : lay.hca_kv,
+                      csa ? lay.csa_gate : lay.hca_gate, ent, p0, end);
+      if (csa) {
+        const SeqRows keys(kv[lay.indexer_keys][gl], batch.kv_groups[lay.indexer_keys], s,
+                           groups[lay.indexer_keys].name);
+        compress_groups(be_, L.index_compressor, ratio, true, di, rd, table, eps, pend, lay.csa_index_kv,
+                        lay.csa_index_gate, keys, p0, end);
+      }
+      nc = end / ratio;
+    }
+    // Rows read: the window rows of tokens [w0, end), then entries [0, nc).
+    const int64_t w0 = std::max<int64_t>(0, p0 - W + 1), nw = end - w0;
+    HostBuffer rows = buf({nw + nc, D});
+    for (int64_t r = 0; r < nw; ++r) std::copy_n(window.row(w0 + r), D, rows.ptr<float>() + r * D);
+    if (nc > 0) {
+      const SeqRows ent(kv[entries][gl], batch.kv_groups[entries], s, groups[entries].name);
+      for (int64_t i = 0; i < nc; ++i) std::copy_n(ent.row(i), D, rows.ptr<float>() + (nw + i) * D);
+    }
+    // CSA: the indexer's top entries among those each query sees.
+    std::vector<int32_t> chosen;
+    int64_t topk = 0;
+    if (csa && nc > 0) {
+      const SeqRows keys(kv[lay.indexer_keys][gl], batch.kv_groups[lay.indexer_keys], s, groups[lay.indexer_keys].name);
+      HostBuffer key_rows = buf({nc, di});
+      for (int64_t i = 0; i < nc; ++i) std::copy_n(keys.row(i), di, key_rows.ptr<float>() + i * di);
+      topk = std::min<int64_t>(c.index_topk, nc);
+      HostBuffer sel(DType::I32, {nq, topk});
+      be_.indexer_topk(iq.tensor().slice_rows(t0, t1), key_rows.tensor(), iw.tensor().slice_rows(t0, t1),
+                       positions.slice_rows(t0, t1), ratio, 1.0f / std::sqrt(static_cast<float>(di)),
+                       1.0f / std::sqrt(static_cast<float>(nh)), sel.tensor());
+      chosen.assign(sel.ptr<int32_t>(), sel.ptr<int32_t>() + nq * topk);
+    }
+    // Each query's rows: its window, then the visible (HCA) or chosen (CSA) entries.
+    const int64_t slots = std::max<int64_t>(std::min(W, nw) + (csa ? topk : nc), 1);
+    HostBuffer idx(DType::I32, {nq, slots});
+    std::fill(idx.ptr<int32_t>(), idx.ptr<int32_t>() + nq * slots, -1);
+    for (int64_t t = 0; t < nq; ++t) {
+      const int64_t p = p0 + t;
+      int32_t* r = idx.ptr<int32_t>() + t * slots;
+      int64_t n = 0;
+      for (int64_t a = std::max<int64_t>(0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(a - w0);
+      if (hca) {
+        for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[n++] = static_cast<int32_t>(nw + i);
+      } else if (csa) {
+        for (int64_t j = 0; j < topk; ++j)
+          if (chosen[t * topk + j] >= 0) r[n++] = static_cast<int32_t>(nw + chosen[t * topk + j]);
+      }
+    }
+    Tensor out_s = out.slice_rows(t0, t1);
+    be_.sink_attention(q.slice_rows(t0, t1), rows.tensor(), idx.tensor(), L.sinks,
+                       1.0f / std::sqrt(static_cast<float>(D)), out_s);
+  }
+}
+
+void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
+  DI_CHECK(hidden_out == nullptr, config_.base.source, ": deepseek_v4 has no MTP layer yet (hidden_out asked)");
+  check_step(batch, kv);
+  const DeepseekV4Config& c = config_;
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
   const int64_t heads = c.base.num_attention_heads, D = c.head_dim, rd = c.rope_dim, V = c.base.vocab_size;
   const int64_t ql = c.base.q_lora_rank, G = c.o_groups, gin = heads * D / G, ol = c.o_lora_rank;
-  const int64_t E = c.base.n_routed_experts, K = c.base.num_experts_per_tok, W = c.sliding_window;
-  const int64_t p0 = state.length, end = p0 + T;
+  const int64_t E = c.base.n_routed_experts, K = c.base.num_experts_per_tok;
   const float eps = static_cast<float>(c.base.rms_norm_eps);
-  DI_CHECK(T > 0, "deepseek_v4 step: no tokens");
-  DI_CHECK(logits.dims() == std::vector<int64_t>({T, V}), "deepseek_v4 step: logits must be [", T, ", ", V, "]");
-  DI_CHECK(end <= c.base.max_position_embeddings, c.base.source, ": position ", end - 1,
-           " is beyond max_position_embeddings = ", c.base.max_position_embeddings);
-  for (int32_t id : ids) DI_CHECK(id >= 0 && id < V, "deepseek_v4: token id ", id, " outside the vocabulary of ", V);
-  if (state.layers.empty()) state.layers.resize(static_cast<size_t>(c.num_layers()));
+  const int64_t R = batch.logits_indices.numel();
+  DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v4: logits must be [", R, ", ", V, "], got ",
+           logits.describe());
+  const int32_t* ids = batch.token_ids.ptr<const int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    DI_CHECK(ids[t] >= 0 && ids[t] < V, "deepseek_v4: token id ", ids[t], " outside the vocabulary of ", V);
+  grow_rope_tables(batch.max_seq_len);
   Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
-
-  HostBuffer main_table = rope_cos_sin_table(c.main_rope_config(), end);
-  HostBuffer comp_table = rope_cos_sin_table(c.compress_rope_config(), end);
-  HostBuffer main_inv = inverse_table(main_table), comp_inv = inverse_table(comp_table);
-  HostBuffer pos(DType::I32, {T});
-  for (int64_t t = 0; t < T; ++t) pos.ptr<int32_t>()[t] = static_cast<int32_t>(p0 + t);
   HostBuffer ones = buf({D});
   std::fill(ones.ptr<float>(), ones.ptr<float>() + D, 1.0f);
 
   // Embedding, copied into every stream.
-  HostBuffer tok(DType::I32, {T});
-  std::copy(ids.begin(), ids.end(), tok.ptr<int32_t>());
   HostBuffer emb = buf({T, H});
-  be_.embedding(tok.tensor(), w_.embed, emb.tensor());
+  be_.embedding(batch.token_ids, w_.embed, emb.tensor());
   HostBuffer streams = buf({T, hc, H}), next = buf({T, hc, H});
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < hc; ++k) std::copy_n(emb.ptr<float>() + t * H, H, streams.ptr<float>() + (t * hc + k) * H);
@@ -150,10 +295,9 @@ void DeepseekV4Model::step(V4SequenceState& state, const std::vector<int32_t>& i
   HostBuffer collapsed = buf({T, H}), post = buf({T, hc}), comb = buf({T, hc, hc}), x = buf({T, H});
   for (int l = 0; l < c.num_layers(); ++l) {
     const V4Layer& L = w_.layers[static_cast<size_t>(l)];
-    V4LayerState& S = state.layers[static_cast<size_t>(l)];
-    const bool compressed = L.kind != V4AttentionKind::Window, csa = L.kind == V4AttentionKind::Csa;
-    const Tensor& table = compressed ? comp_table.tensor() : main_table.tensor();
-    const Tensor& inv = compressed ? comp_inv.tensor() : main_inv.tensor();
+    const bool compressed = L.kind != V4AttentionKind::Window;
+    const Tensor& table = compressed ? rope_.compress.tensor() : rope_.main.tensor();
+    const Tensor& inv = compressed ? rope_.compress_inv.tensor() : rope_.main_inv.tensor();
     // --- attention site
     be_.hc_pre(streams.tensor(), L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, hp, collapsed.tensor(),
                post.tensor(), comb.tensor());
@@ -166,65 +310,10 @@ void DeepseekV4Model::step(V4SequenceState& state, const std::vector<int32_t>& i
       Tensor q2 = q.tensor().view({T * heads, D}), qn2 = qn.tensor().view({T * heads, D});
       be_.rms_norm(q2, ones.tensor(), eps, qn2);  // unweighted per-head RMS norm
     }
-    be_.rope(qn.tensor(), pos.tensor(), table, static_cast<int>(D - rd), static_cast<int>(rd), true);
-    HostBuffer kv = buf({T, D}), kvn = buf({T, D});
-    be_.gemm(x.tensor(), L.wkv, kv.tensor());
-    be_.rms_norm(kv.tensor(), L.kv_norm, eps, kvn.tensor());
-    be_.rope(kvn.tensor(), pos.tensor(), table, static_cast<int>(D - rd), static_cast<int>(rd), true);
-    const int ratio = c.ratio(l);
-    std::vector<int32_t> chosen;  // CSA: [T, topk] entries picked by the indexer
-    int64_t topk = 0;
-    if (compressed) {
-      compress_step(be_, L.compressor, x.tensor(), ratio, csa, D, rd, comp_table.tensor(), eps, S.compressor);
-      if (csa) {
-        const int64_t di = c.index_head_dim, nh = c.index_n_heads;
-        compress_step(be_, L.index_compressor, x.tensor(), ratio, true, di, rd, comp_table.tensor(), eps, S.indexer);
-        const int64_t n = S.indexer.n_entries;
-        if (n > 0) {
-          HostBuffer iq = buf({T, nh * di}), iw = buf({T, nh});
-          be_.gemm(qr.tensor(), L.index_wq_b, iq.tensor());
-          Tensor iq3 = iq.tensor().view({T, nh, di});
-          be_.rope(iq3, pos.tensor(), comp_table.tensor(), static_cast<int>(di - rd), static_cast<int>(rd), true);
-          be_.gemm(x.tensor(), L.index_weights_proj, iw.tensor());
-          topk = std::min<int64_t>(c.index_topk, n);
-          HostBuffer sel(DType::I32, {T, topk});
-          Tensor keys(S.indexer.entries.data(), DType::F32, {n, di});
-          be_.indexer_topk(iq3, keys, iw.tensor(), pos.tensor(), ratio, 1.0f / std::sqrt(static_cast<float>(di)),
-                           1.0f / std::sqrt(static_cast<float>(nh)), sel.tensor());
-          chosen.assign(sel.ptr<int32_t>(), sel.ptr<int32_t>() + T * topk);
-        }
-      }
-    }
-    // Rows: [kept window rows | this step's rows | compressed entries].
-    const int64_t nw = S.n_window, nc = compressed ? S.compressor.n_entries : 0;
-    HostBuffer rows = buf({nw + T + nc, D});
-    std::copy(S.window.begin(), S.window.end(), rows.ptr<float>());
-    std::copy_n(kvn.ptr<float>(), T * D, rows.ptr<float>() + nw * D);
-    if (nc > 0) std::copy(S.compressor.entries.begin(), S.compressor.entries.end(), rows.ptr<float>() + (nw + T) * D);
-    // Each query's rows: its window, then the visible (HCA) or chosen (CSA) entries.
-    const int64_t slots = std::min<int64_t>(W, nw + T) + (csa ? topk : nc);
-    HostBuffer idx(DType::I32, {T, std::max<int64_t>(slots, 1)});
-    std::fill(idx.ptr<int32_t>(), idx.ptr<int32_t>() + idx.tensor().numel(), -1);
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t p = p0 + t;
-      int32_t* r = idx.ptr<int32_t>() + t * idx.tensor().size(1);
-      int64_t s = 0;
-      for (int64_t a = std::max<int64_t>(0, p - W + 1); a <= p; ++a) r[s++] = static_cast<int32_t>(a - (p0 - nw));
-      if (L.kind == V4AttentionKind::Hca) {
-        for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[s++] = static_cast<int32_t>(nw + T + i);
-      } else if (csa) {
-        for (int64_t j = 0; j < topk; ++j)
-          if (chosen[t * topk + j] >= 0) r[s++] = static_cast<int32_t>(nw + T + chosen[t * topk + j]);
-      }
-    }
-    // The window for the next step: the last sliding_window - 1 rows.
-    const int64_t keep = std::min<int64_t>(W - 1, nw + T);
-    S.window.assign(rows.ptr<float>() + (nw + T - keep) * D, rows.ptr<float>() + (nw + T) * D);
-    S.n_window = keep;
+    be_.rope(qn.tensor(), batch.positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
     HostBuffer attn = buf({T, heads, D});
-    be_.sink_attention(qn.tensor(), rows.tensor(), idx.tensor(), L.sinks, 1.0f / std::sqrt(static_cast<float>(D)),
-                       attn.tensor());
-    be_.rope(attn.tensor(), pos.tensor(), inv, static_cast<int>(D - rd), static_cast<int>(rd), true);
+    attention(l, batch, kv, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
+    be_.rope(attn.tensor(), batch.positions, inv, static_cast<int>(D - rd), static_cast<int>(rd), true);
     // Grouped output projection: group g's heads [T, heads*D/G] through wo_a rows [g*ol, (g+1)*ol).
     HostBuffer grouped = buf({T, G * ol}), part = buf({T, gin}), og = buf({T, ol}), o = buf({T, H});
     for (int64_t g = 0; g < G; ++g) {
@@ -272,11 +361,17 @@ void DeepseekV4Model::step(V4SequenceState& state, const std::vector<int32_t>& i
     be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
     std::swap(streams, next);
   }
-  HostBuffer h = buf({T, H}), hn = buf({T, H});
-  be_.hc_head(streams.tensor(), w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, hp, h.tensor());
+  // Logits of the asked rows only: hc_head, norm and head are per row.
+  if (R == 0) return;
+  HostBuffer picked = buf({R, hc, H}), h = buf({R, H}), hn = buf({R, H});
+  for (int64_t i = 0; i < R; ++i) {
+    const int32_t r = batch.logits_indices.ptr<const int32_t>()[i];
+    DI_CHECK(r >= 0 && r < T, "deepseek_v4: logits index ", r, " outside the step's ", T, " tokens");
+    std::copy_n(streams.ptr<float>() + r * hc * H, hc * H, picked.ptr<float>() + i * hc * H);
+  }
+  be_.hc_head(picked.tensor(), w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, hp, h.tensor());
   be_.rms_norm(h.tensor(), w_.norm, eps, hn.tensor());
   be_.gemm(hn.tensor(), w_.head, logits);
-  state.length = end;
 }
 
 }  // namespace deepinfer

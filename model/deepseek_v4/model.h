@@ -1,60 +1,51 @@
-// DeepSeek-V4 forward on the CPU reference backend, one sequence at a time, with its state
-// in host memory (V4SequenceState): per layer the last sliding_window - 1 K=V rows, the
-// compressed entries so far (CSA / HCA, and the indexer's keys on CSA layers), the rows
-// waiting for their compression group to fill, and (CSA) the previous window's first halves
-// for the overlap. step() appends any number of tokens, so one-shot prefill, chunked
-// prefill and decode are the same code. The paged KV layer groups (kv/) are later work:
-// forward() (the Model interface) runs whole sequences without cached context only.
+// DeepSeek-V4 forward on the CPU reference backend over the paged KV layer groups of
+// kv_layout.h: any number of sequences per step, each appending any number of tokens after
+// its cached context (prefill, chunked prefill, decode and prefix hits are one code path).
+//
+//  per step:    token-wise work (hyper-connections, projections, MoE) over all the step's rows;
+//  per layer:   this step's window rows and compressor inputs go to their caches first, then
+//               per sequence the compression groups the step completes are pooled into the
+//               entry caches (CSA: also the indexer's keys), and each query attends its window
+//               rows plus the visible (HCA) or indexer-chosen (CSA) entries, read back through
+//               the sequence's block tables;
+//  logits:      only at batch.logits_indices.
 #pragma once
-#include <memory>
 #include <vector>
 
 #include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/kv_layout.h"
 #include "model/deepseek_v4/weights.h"
 #include "model/model.h"
 
 namespace deepinfer {
-
-// The rows one compressor has emitted and the rows still waiting for their group.
-struct V4CompressorState {
-  std::vector<float> entries;  // [n_entries, d] after norm and RoPE
-  int64_t n_entries = 0;
-  std::vector<float> pending_kv, pending_gate;  // [n_pending, width] projections not yet pooled
-  int64_t n_pending = 0;
-  std::vector<float> prior_kv, prior_gate;      // overlap: [ratio, d] (gate + ape); empty before
-};
-
-struct V4LayerState {
-  std::vector<float> window;  // [n_window, head_dim] the last <= sliding_window - 1 K=V rows
-  int64_t n_window = 0;
-  V4CompressorState compressor, indexer;
-};
-
-struct V4SequenceState {
-  int64_t length = 0;  // tokens processed
-  std::vector<V4LayerState> layers;
-};
 
 class DeepseekV4Model : public Model {
  public:
   DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Backend& backend);
   const ModelConfig& config() const override { return config_.base; }
   const DeepseekV4Config& v4_config() const { return config_; }
-  // The paged cache is not used yet (the state is V4SequenceState): one window group with
-  // the K=V row width stands for it until the window / compressed groups are wired in.
-  std::vector<KvGroupSpec> kv_groups() const override;
+  const V4KvLayout& kv_layout() const { return layout_; }
+  std::vector<KvGroupSpec> kv_groups() const override { return layout_.groups; }
   int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
-  // Single sequence, no cached context (positions 0..T-1 in one step).
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out = nullptr) override;
-  // logits F32 [T, vocab] at every position of `ids` (positions 0..T-1).
-  void prefill(const std::vector<int32_t>& ids, Tensor& logits);
-  // Appends `ids` at positions state.length ... to the sequence; logits F32 [ids.size(), vocab].
-  void step(V4SequenceState& state, const std::vector<int32_t>& ids, Tensor& logits);
 
  private:
+  struct RopeTables {
+    HostBuffer main, compress, main_inv, compress_inv;  // [rows, rope_dim]; inv: rotation by -position
+    int64_t rows = 0;
+  };
+  void check_step(const StepBatch& batch, const KvCaches& kv) const;
+  void grow_rope_tables(int64_t num_positions);
+  // Layer l's attention over the step: x [T, H] its normed input, qr [T, q_lora] the q_norm
+  // output, q [T, heads, D] the rotated queries; out [T, heads, D] before the inverse RoPE.
+  void attention(int l, const StepBatch& batch, KvCaches& kv, const Tensor& x, const Tensor& qr,
+                 const Tensor& q, Tensor& out);
+
   DeepseekV4Config config_;
   V4Weights w_;
   Backend& be_;
+  V4KvLayout layout_;
+  RopeTables rope_;
 };
 
 }  // namespace deepinfer

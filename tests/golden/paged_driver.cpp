@@ -1,36 +1,75 @@
 #include "paged_driver.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 
 #include "core/error.h"
 
 namespace deepinfer::test {
 
 PagedDriver::PagedDriver(Model& model, Backend& backend, int block_size, int num_blocks)
-    : model_(model), backend_(backend), block_size_(block_size) {
-  const std::vector<KvGroupSpec> groups = model.kv_groups();
-  for (const KvGroupSpec& g : groups) {
-    DI_CHECK(g.tokens_per_row == 1 && g.window == 0,
-             "PagedDriver: KV groups of one row per token, no window, only (group '", g.name, "')");
+    : model_(model), backend_(backend), block_size_(block_size), num_blocks_(num_blocks),
+      groups_(model.kv_groups()) {
+  // Group 0 hands out odd ids descending, then even ids ascending; group g > 0 the mirror
+  // image (id b of group 0's order is num_blocks - 1 - b there).
+  std::vector<int32_t> order;
+  for (int b = num_blocks - 1; b >= 0; --b) {
+    if (b % 2 == 1) order.push_back(b);
+  }
+  for (int b = 0; b < num_blocks; b += 2) order.push_back(b);
+  std::reverse(order.begin(), order.end());  // pop_back takes them in that order
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const KvGroupSpec& spec = groups_[g];
     caches_.emplace_back();
-    for (int l = 0; l < g.num_layers; ++l) {
-      cache_buffers_.push_back(backend.alloc(g.row_dtype(backend.activation_dtype()),
-                                             {num_blocks, block_size, g.row_dim}));
+    for (int l = 0; l < spec.num_layers; ++l) {
+      cache_buffers_.push_back(backend.alloc(spec.row_dtype(backend.activation_dtype()),
+                                             {num_blocks, block_size, spec.row_dim}));
       caches_.back().push_back(cache_buffers_.back().tensor());
     }
+    std::vector<int32_t>& free = free_blocks_.emplace_back(order);
+    if (g > 0)
+      for (int32_t& b : free) b = num_blocks - 1 - b;
   }
-  num_blocks_ = num_blocks;
-  // Hand out blocks in a scattered order: odd ids descending, then even ids ascending.
-  for (int b = num_blocks - 1; b >= 0; --b) {
-    if (b % 2 == 1) free_blocks_.push_back(b);
-  }
-  for (int b = 0; b < num_blocks; b += 2) free_blocks_.push_back(b);
-  std::reverse(free_blocks_.begin(), free_blocks_.end());  // pop_back takes them in that order
 }
 
 int PagedDriver::add_sequence() {
   seqs_.emplace_back();
+  seqs_.back().blocks.resize(groups_.size());
   return static_cast<int>(seqs_.size()) - 1;
+}
+
+void PagedDriver::free_block(int g, int32_t block) {
+  // NaN over every layer's rows of the block, then first in line to be taken again.
+  for (Tensor& layer : caches_[static_cast<size_t>(g)]) {
+    Tensor dst = layer.row(block);
+    HostBuffer nan(dst.dtype, dst.dims());
+    if (dst.dtype == DType::F32) {
+      std::fill(nan.ptr<float>(), nan.ptr<float>() + dst.numel(), std::numeric_limits<float>::quiet_NaN());
+    } else if (dst.dtype == DType::BF16) {
+      std::fill(nan.ptr<uint16_t>(), nan.ptr<uint16_t>() + dst.numel(), uint16_t{0x7fc0});
+    } else {
+      std::memset(nan.ptr<uint8_t>(), 0xff, dst.num_bytes());
+    }
+    backend_.copy(nan.tensor(), dst);
+  }
+  backend_.synchronize();
+  free_blocks_[static_cast<size_t>(g)].push_back(block);
+}
+
+void PagedDriver::release(int seq) {
+  Seq& s = seqs_[seq];
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (int32_t b : s.blocks[g])
+      if (b >= 0) free_block(static_cast<int>(g), b);
+    s.blocks[g].clear();
+  }
+  s.tokens.clear();
+}
+
+int PagedDriver::held_blocks(int seq, int g) const {
+  const std::vector<int32_t>& ids = seqs_[seq].blocks[static_cast<size_t>(g)];
+  return static_cast<int>(std::count_if(ids.begin(), ids.end(), [](int32_t b) { return b >= 0; }));
 }
 
 Tensor PagedDriver::upload_i32(const std::vector<int32_t>& values, std::vector<int64_t> dims) {
@@ -43,22 +82,46 @@ Tensor PagedDriver::upload_i32(const std::vector<int32_t>& values, std::vector<i
 
 std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chunks) {
   step_buffers_.clear();
+  const size_t num_groups = groups_.size();
   StepBatch b;
-  std::vector<int32_t> ids, positions, slots, logits_rows, seq_lens, query_start = {0};
+  std::vector<int32_t> ids, positions, logits_rows, seq_lens, query_start = {0};
+  std::vector<std::vector<int32_t>> slots(num_groups);
   size_t max_blocks = 1;
   for (const Chunk& c : chunks) {
     Seq& s = seqs_[c.seq];
     const int first = static_cast<int>(s.tokens.size());
+    for (size_t g = 0; g < num_groups; ++g) {
+      const KvGroupSpec& spec = groups_[g];
+      std::vector<int32_t>& table = s.blocks[g];
+      if (spec.window > 0) {  // blocks no query from `first` on reads
+        const int keep = std::max(first - spec.window + 1, 0) / block_size_;
+        for (int i = 0; i < std::min(keep, static_cast<int>(table.size())); ++i) {
+          if (table[i] < 0) continue;
+          free_block(static_cast<int>(g), table[i]);
+          table[i] = -1;
+        }
+      }
+    }
     for (size_t i = 0; i < c.tokens.size(); ++i) {
       const int pos = first + static_cast<int>(i);
-      if (pos / block_size_ >= static_cast<int>(s.blocks.size())) {
-        DI_CHECK(!free_blocks_.empty(), "PagedDriver: out of KV blocks");
-        s.blocks.push_back(free_blocks_.back());
-        free_blocks_.pop_back();
+      for (size_t g = 0; g < num_groups; ++g) {
+        const int n = groups_[g].tokens_per_row;
+        std::vector<int32_t>& table = s.blocks[g];
+        if ((pos + 1) % n != 0) {
+          slots[g].push_back(-1);
+          continue;
+        }
+        const int row = (pos + 1) / n - 1;
+        if (row / block_size_ >= static_cast<int>(table.size())) {
+          std::vector<int32_t>& free = free_blocks_[g];
+          DI_CHECK(!free.empty(), "PagedDriver: out of KV blocks in group '", groups_[g].name, "'");
+          table.push_back(free.back());
+          free.pop_back();
+        }
+        slots[g].push_back(table[row / block_size_] * block_size_ + row % block_size_);
       }
       ids.push_back(c.tokens[i]);
       positions.push_back(pos);
-      slots.push_back(s.blocks[pos / block_size_] * block_size_ + pos % block_size_);
       if (c.all_logits || i + 1 == c.tokens.size()) {
         logits_rows.push_back(static_cast<int32_t>(ids.size()) - 1);
       }
@@ -66,14 +129,9 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
     }
     query_start.push_back(static_cast<int32_t>(ids.size()));
     seq_lens.push_back(static_cast<int32_t>(s.tokens.size()));
-    max_blocks = std::max(max_blocks, s.blocks.size());
+    for (size_t g = 0; g < num_groups; ++g) max_blocks = std::max(max_blocks, s.blocks[g].size());
     b.max_query_len = std::max(b.max_query_len, static_cast<int>(c.tokens.size()));
     b.max_seq_len = std::max(b.max_seq_len, static_cast<int>(s.tokens.size()));
-  }
-  std::vector<int32_t> tables(chunks.size() * max_blocks, 0);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const Seq& s = seqs_[chunks[i].seq];
-    std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + i * max_blocks);
   }
   const int64_t S = static_cast<int64_t>(chunks.size());
   b.num_tokens = static_cast<int>(ids.size());
@@ -82,26 +140,20 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
   b.positions = upload_i32(positions, {b.num_tokens});
   b.query_start = upload_i32(query_start, {S + 1});
   b.seq_lens = upload_i32(seq_lens, {S});
-  b.block_tables = upload_i32(tables, {S, static_cast<int64_t>(max_blocks)});
-  b.slot_mapping = upload_i32(slots, {b.num_tokens});
   b.logits_indices = upload_i32(logits_rows, {static_cast<int64_t>(logits_rows.size())});
   b.host_query_start = query_start;
   b.host_seq_lens = seq_lens;
-  b.kv_groups.push_back({b.block_tables, b.slot_mapping});
-  // Groups 1.. (e.g. V3.2's indexer keys) get their own tables: block id b of group 0 is
-  // num_blocks - 1 - b there, so a model reading another group's tables reads wrong rows.
-  for (size_t g = 1; g < caches_.size(); ++g) {
-    std::vector<int32_t> t = tables, sl = slots;
+  for (size_t g = 0; g < num_groups; ++g) {
+    std::vector<int32_t> tables(chunks.size() * max_blocks, 0);
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const size_t n = seqs_[chunks[i].seq].blocks.size();
-      for (size_t j = 0; j < n; ++j) t[i * max_blocks + j] = num_blocks_ - 1 - t[i * max_blocks + j];
+      const std::vector<int32_t>& t = seqs_[chunks[i].seq].blocks[g];
+      std::copy(t.begin(), t.end(), tables.begin() + i * max_blocks);
     }
-    for (int32_t& slot : sl) {
-      slot = (num_blocks_ - 1 - slot / block_size_) * block_size_ + slot % block_size_;
-    }
-    b.kv_groups.push_back({upload_i32(t, {S, static_cast<int64_t>(max_blocks)}),
-                           upload_i32(sl, {b.num_tokens})});
+    b.kv_groups.push_back({upload_i32(tables, {S, static_cast<int64_t>(max_blocks)}),
+                           upload_i32(slots[g], {b.num_tokens})});
   }
+  b.block_tables = b.kv_groups[0].block_tables;
+  b.slot_mapping = b.kv_groups[0].slot_mapping;
 
   const int64_t R = static_cast<int64_t>(logits_rows.size()), V = model_.vocab_size();
   DeviceBuffer logits = backend_.alloc(DType::F32, {R, V});

@@ -1,6 +1,10 @@
-// PagedDriver: a minimal test-only stand-in for runner/ + kv/: owns a paged latent
-// cache per layer, hands out blocks in a scattered order (so block tables are never
-// contiguous), builds StepBatches and runs Model::forward on any backend.
+// PagedDriver: a minimal test-only stand-in for runner/ + kv/: owns a paged cache per
+// layer of every KV group the model declares (kv/kv_groups.h), hands out blocks in a
+// scattered order (so block tables are never contiguous, and each group's differ), builds
+// StepBatches and runs Model::forward on any backend. Compressed groups (tokens_per_row N)
+// get one row per N tokens; window groups free the blocks a step's queries can no longer
+// read, fill them with NaN and hand them out again first, so a model reading a freed row
+// or another group's rows gives wrong (or NaN) logits.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -17,6 +21,10 @@ class PagedDriver {
   // Starts an empty sequence and returns its id.
   int add_sequence();
   int seq_len(int seq) const { return static_cast<int>(seqs_[seq].tokens.size()); }
+  // Gives back every block of `seq` (filled with NaN); the sequence is empty afterwards.
+  void release(int seq);
+  // Blocks of KV group g that `seq` holds (freed window entries not counted).
+  int held_blocks(int seq, int g) const;
 
   struct Chunk {
     int seq = 0;
@@ -30,15 +38,17 @@ class PagedDriver {
  private:
   struct Seq {
     std::vector<int32_t> tokens;
-    std::vector<int32_t> blocks;
+    std::vector<std::vector<int32_t>> blocks;  // [group][table entry]; -1: freed
   };
   Tensor upload_i32(const std::vector<int32_t>& values, std::vector<int64_t> dims);
+  void free_block(int g, int32_t block);
 
   Model& model_;
   Backend& backend_;
   int block_size_;
   int num_blocks_ = 0;
-  std::vector<int32_t> free_blocks_;
+  std::vector<KvGroupSpec> groups_;
+  std::vector<std::vector<int32_t>> free_blocks_;  // [group]; back = next taken
   std::vector<Seq> seqs_;
   std::vector<DeviceBuffer> cache_buffers_;
   KvCaches caches_;  // [group][layer]

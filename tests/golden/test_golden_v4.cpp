@@ -1,12 +1,15 @@
-// DeepSeek-V4 golden tests: the CPU prefill forward (model/deepseek_v4) against HF
-// transformers 5.17's DeepseekV4ForCausalLM (fp32, eager) on tiny random checkpoints made
-// by tools/golden/make_golden.py (v4_golden.py): fixtures/v4_* /{config.json,
-// model.safetensors, reference.json}.
+// DeepSeek-V4 golden tests: the CPU forward (model/deepseek_v4) over its paged KV layer
+// groups (test::PagedDriver: scattered blocks, window blocks freed and filled with NaN as
+// the window moves) against HF transformers 5.17's DeepseekV4ForCausalLM (fp32, eager) on
+// tiny random checkpoints made by tools/golden/make_golden.py (v4_golden.py):
+// fixtures/v4_* /{config.json, model.safetensors, reference.json}.
 //  1. whole-prompt prefill: every position's logits within 1e-4 * max(1, max |oracle|);
-//  2. greedy tokens decoded one at a time through the sequence state (window rows,
-//     compressed entries, pending groups, CSA overlap) identical to the oracle's (which
-//     recomputes without cache), and the same with a whole re-prefill every 8th step;
-//  3. the prompt in chunks (7, 1, the rest): logits within the same tolerance.
+//  2. greedy tokens decoded one at a time through the paged cache (window rows, compressed
+//     entries, indexer keys, pending compressor inputs, CSA overlap) identical to the
+//     oracle's (which recomputes without cache), each 8th step's logits bit-equal to a
+//     whole re-prefill's last row, and the window groups holding a bounded number of blocks;
+//  3. the prompt in chunks (7, 1, the rest): logits bit-equal to the one-shot prefill's;
+//  4. sequences of different lengths and chunkings in one step: bit-equal to each alone.
 // The shared expert is clamped as transformers does; DeepSeek's reference leaves it
 // unclamped. In these fixtures no shared-expert pre-activation reaches the limit 10, so
 // both rules give the same logits (checked: SharedExpertClampDoesNotActHere).
@@ -16,12 +19,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/model.h"
 #include "model/model.h"
+#include "paged_driver.h"
 
 namespace deepinfer {
 namespace {
@@ -50,20 +55,29 @@ double max_abs(const V4Reference& ref) {
   return m;
 }
 
-// max |logits[t] - oracle[first + t]| over the rows of `logits`.
-double worst_diff(const HostBuffer& logits, const V4Reference& ref, int64_t first) {
-  const Tensor& t = logits.tensor();
+using Rows = std::vector<std::vector<float>>;
+
+// max |rows[r] - oracle[first + r]| over the rows.
+double worst_diff(const Rows& rows, const V4Reference& ref, int64_t first) {
   double worst = 0.0;
-  for (int64_t r = 0; r < t.size(0); ++r)
-    for (int64_t v = 0; v < t.size(1); ++v)
-      worst = std::max(worst, std::fabs(t.ptr<const float>()[r * t.size(1) + v] - ref.logits[first + r][v]));
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t v = 0; v < rows[r].size(); ++v)
+      worst = std::max(worst, std::fabs(rows[r][v] - ref.logits[first + r][v]));
   return worst;
 }
 
-int32_t last_argmax(const HostBuffer& logits) {
-  const Tensor& t = logits.tensor();
-  const float* row = t.ptr<const float>() + (t.size(0) - 1) * t.size(1);
-  return static_cast<int32_t>(std::max_element(row, row + t.size(1)) - row);
+int32_t argmax(const std::vector<float>& row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Bit equality of logits rows (NaN included: a NaN row equals nothing, not even itself).
+void expect_same_bits(const Rows& a, const Rows& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t r = 0; r < a.size(); ++r) {
+    ASSERT_EQ(a[r].size(), b[r].size()) << what;
+    for (size_t v = 0; v < a[r].size(); ++v)
+      ASSERT_TRUE(a[r][v] == b[r][v]) << what << ": row " << r << " col " << v << ": " << a[r][v] << " vs " << b[r][v];
+  }
 }
 
 class GoldenV4 : public ::testing::TestWithParam<std::string> {
@@ -75,6 +89,12 @@ class GoldenV4 : public ::testing::TestWithParam<std::string> {
     v4_ = dynamic_cast<DeepseekV4Model*>(model_.get());
     ASSERT_NE(v4_, nullptr);
   }
+  // Every position's logits of `ids` in one step, on a fresh driver.
+  Rows prefill(Model& model, const std::vector<int32_t>& ids) {
+    test::PagedDriver driver(model, *backend_, kBlockSize);
+    return driver.step({{driver.add_sequence(), ids, true}});
+  }
+  static constexpr int kBlockSize = 4;  // several blocks per compressed group, window blocks freed
   V4Reference ref_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
@@ -82,53 +102,84 @@ class GoldenV4 : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(GoldenV4, PrefillLogitsMatchTransformers) {
-  const int64_t T = static_cast<int64_t>(ref_.prompt.size()), V = v4_->vocab_size();
-  HostBuffer logits(DType::F32, {T, V});
-  v4_->prefill(ref_.prompt, logits.tensor());
+  const Rows logits = prefill(*v4_, ref_.prompt);
   const double worst = worst_diff(logits, ref_, 0), max_ref = max_abs(ref_);
-  std::printf("[golden v4] %s: prefill of %lld tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
-              GetParam().c_str(), static_cast<long long>(T), worst, max_ref);
+  std::printf("[golden v4] %s: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+              GetParam().c_str(), ref_.prompt.size(), worst, max_ref);
   EXPECT_LE(worst, 1e-4 * max_ref) << GetParam();
 }
 
-TEST_P(GoldenV4, GreedyDecodeThroughTheSequenceStateMatchesTransformers) {
-  const int64_t T = static_cast<int64_t>(ref_.prompt.size()), V = v4_->vocab_size();
-  V4SequenceState state;
-  HostBuffer logits(DType::F32, {T, V});
-  v4_->step(state, ref_.prompt, logits.tensor());
+TEST_P(GoldenV4, GreedyDecodeThroughThePagedCacheMatchesTransformers) {
+  test::PagedDriver driver(*v4_, *backend_, kBlockSize);
+  const int seq = driver.add_sequence();
   std::vector<int32_t> ids = ref_.prompt;
-  int32_t next = last_argmax(logits);
+  int32_t next = argmax(driver.step({{seq, ref_.prompt, false}})[0]);
+  const V4KvLayout& lay = v4_->kv_layout();
   for (size_t step = 0; step < ref_.greedy.size(); ++step) {
     ASSERT_EQ(next, ref_.greedy[step]) << GetParam() << ": greedy step " << step;
     ids.push_back(next);
-    HostBuffer one(DType::F32, {1, V});
-    v4_->step(state, {next}, one.tensor());
-    next = last_argmax(one);
-    if (step % 8 == 7) {  // the state's decode logits equal a whole re-prefill's last row
-      HostBuffer all(DType::F32, {static_cast<int64_t>(ids.size()), V});
-      v4_->prefill(ids, all.tensor());
-      double worst = 0.0;
-      for (int64_t v = 0; v < V; ++v)
-        worst = std::max(worst, static_cast<double>(std::fabs(all.ptr<float>()[(ids.size() - 1) * V + v] -
-                                                              one.ptr<float>()[v])));
-      EXPECT_LE(worst, 1e-4 * max_abs(ref_)) << GetParam() << ": decode vs re-prefill at step " << step;
+    const Rows one = driver.step({{seq, {next}, false}});
+    next = argmax(one[0]);
+    if (step % 8 == 7) {  // the paged decode's logits equal a whole re-prefill's last row
+      const Rows all = prefill(*v4_, ids);
+      expect_same_bits({all.back()}, one, GetParam() + ": decode vs re-prefill at step " + std::to_string(step));
+    }
+    // Window groups keep the blocks of their window and the one being written only.
+    for (size_t g = 0; g < lay.groups.size(); ++g) {
+      const KvGroupSpec& spec = lay.groups[g];
+      if (spec.window == 0) continue;
+      EXPECT_LE(driver.held_blocks(seq, static_cast<int>(g)), (spec.window - 1 + kBlockSize - 1) / kBlockSize + 2)
+          << GetParam() << ": group " << spec.name << " at step " << step;
     }
   }
 }
 
-TEST_P(GoldenV4, ChunkedPrefillMatchesTransformers) {
-  const int64_t T = static_cast<int64_t>(ref_.prompt.size()), V = v4_->vocab_size();
-  V4SequenceState state;
+TEST_P(GoldenV4, ChunkedPrefillEqualsOneShot) {
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size());
+  const Rows whole = prefill(*v4_, ref_.prompt);
+  test::PagedDriver driver(*v4_, *backend_, kBlockSize);
+  const int seq = driver.add_sequence();
+  Rows chunked;
   int64_t first = 0;
-  double worst = 0.0;
   for (int64_t len : {int64_t{7}, int64_t{1}, T - 8}) {
     std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
-    HostBuffer logits(DType::F32, {len, V});
-    v4_->step(state, chunk, logits.tensor());
-    worst = std::max(worst, worst_diff(logits, ref_, first));
+    for (auto& row : driver.step({{seq, chunk, true}})) chunked.push_back(std::move(row));
     first += len;
   }
-  EXPECT_LE(worst, 1e-4 * max_abs(ref_)) << GetParam() << ": chunks 7 + 1 + " << T - 8;
+  expect_same_bits(whole, chunked, GetParam() + ": chunks 7 + 1 + rest");
+  EXPECT_LE(worst_diff(chunked, ref_, 0), 1e-4 * max_abs(ref_)) << GetParam();
+}
+
+// Three sequences of different lengths (the prompt, a shorter prefix of it, its reverse)
+// computed together, in chunks that differ per sequence and step, decode included: every
+// logits row bit-equal to the same sequence's alone in one shot.
+TEST_P(GoldenV4, BatchedSequencesEqualEachAlone) {
+  const std::vector<int32_t>& p = ref_.prompt;
+  const std::vector<std::vector<int32_t>> seqs = {
+      p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
+  test::PagedDriver driver(*v4_, *backend_, kBlockSize, /*num_blocks=*/160);  // HCA pending: 128-token windows
+  std::vector<int> ids;
+  std::vector<size_t> done(seqs.size(), 0);
+  std::vector<Rows> got(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(driver.add_sequence());
+  for (int step = 0; ; ++step) {
+    std::vector<test::PagedDriver::Chunk> chunks;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const size_t len = std::min(seqs[i].size() - done[i], static_cast<size_t>(1 + (step * 5 + i * 3) % 11));
+      if (len == 0) continue;
+      chunks.push_back({ids[i], {seqs[i].begin() + done[i], seqs[i].begin() + done[i] + len}, true});
+      which.push_back(i);
+      done[i] += len;
+    }
+    if (chunks.empty()) break;
+    const Rows rows = driver.step(chunks);
+    size_t r = 0;
+    for (size_t c = 0; c < chunks.size(); ++c)
+      for (size_t k = 0; k < chunks[c].tokens.size(); ++k) got[which[c]].push_back(rows[r++]);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(*v4_, seqs[i]), got[i], GetParam() + ": sequence " + std::to_string(i));
 }
 
 TEST_P(GoldenV4, SharedExpertClampDoesNotActHere) {
@@ -136,11 +187,48 @@ TEST_P(GoldenV4, SharedExpertClampDoesNotActHere) {
   c.clamp_shared_expert = false;  // DeepSeek's reference rule
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
   DeepseekV4Model unclamped(c, load_v4_weights(c, reader), *backend_);
-  const int64_t T = static_cast<int64_t>(ref_.prompt.size()), V = v4_->vocab_size();
-  HostBuffer a(DType::F32, {T, V}), b(DType::F32, {T, V});
-  v4_->prefill(ref_.prompt, a.tensor());
-  unclamped.prefill(ref_.prompt, b.tensor());
-  for (int64_t i = 0; i < T * V; ++i) ASSERT_EQ(a.ptr<float>()[i], b.ptr<float>()[i]) << i;
+  expect_same_bits(prefill(*v4_, ref_.prompt), prefill(unclamped, ref_.prompt), GetParam());
+}
+
+// The groups v4_tiny declares (layers: window-only, CSA ratio 4, HCA ratio 8; window 6,
+// head_dim 32, index_head_dim 16): the real state, nothing allocated for nothing.
+TEST(GoldenV4Layout, KvGroupsAreTheAttentionState) {
+  auto backend = make_cpu_backend();
+  auto model = load_model(fixture("v4_tiny"), *backend);
+  struct Want {
+    const char* name;
+    int layers;
+    int64_t row_dim;
+    int tokens_per_row, window;
+  };
+  const std::vector<Want> want = {{"window", 3, 32, 1, 6},      {"csa_entries", 1, 32, 4, 0},
+                                  {"indexer_keys", 1, 16, 4, 0}, {"csa_pending", 1, 4 * 32 + 4 * 16, 1, 8},
+                                  {"hca_entries", 1, 32, 8, 0},  {"hca_pending", 1, 2 * 32, 1, 8}};
+  const std::vector<KvGroupSpec> groups = model->kv_groups();
+  ASSERT_EQ(groups.size(), want.size());
+  for (size_t g = 0; g < want.size(); ++g) {
+    EXPECT_EQ(groups[g].name, want[g].name);
+    EXPECT_EQ(groups[g].num_layers, want[g].layers) << want[g].name;
+    EXPECT_EQ(groups[g].row_dim, want[g].row_dim) << want[g].name;
+    EXPECT_EQ(groups[g].tokens_per_row, want[g].tokens_per_row) << want[g].name;
+    EXPECT_EQ(groups[g].window, want[g].window) << want[g].name;
+  }
+}
+
+// A step without the model's groups (e.g. a runner built for another model) is refused by name.
+TEST(GoldenV4Layout, ForwardRefusesMissingKvGroups) {
+  auto backend = make_cpu_backend();
+  auto model = load_model(fixture("v4_tiny"), *backend);
+  KvCaches none;
+  StepBatch batch;
+  batch.num_tokens = 1;
+  HostBuffer logits(DType::F32, {1, model->vocab_size()});
+  try {
+    model->forward(batch, none, logits.tensor());
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("deepseek_v4 needs its 6 KV groups"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV4, ::testing::Values("v4_tiny", "v4_fp8_fp4"));

@@ -1,0 +1,251 @@
+// DeepSeek-V4 through the engine (scheduler, block manager, runner) like V3: its attention
+// state in KV layer groups (model/deepseek_v4/kv_layout.h), on the tiny fixtures.
+//  - several sequences of different lengths batched in one step with chunked prefill give
+//    the tokens and logprob bits of each run alone in one shot, and the fixture prompt gives
+//    the oracle's 32 greedy tokens;
+//  - a prefix hit (a multiple of ratio x block size tokens in every compressed group, the
+//    window groups' blocks still cached) gives the bits of recomputing the whole prompt;
+//  - window blocks are freed as the window moves: a sequence far longer than the window
+//    groups' pools runs without preemption;
+//  - preemption (a short cache), forked samples (n > 1) and n-gram speculative decoding
+//    (verify steps, rejected drafts) keep each output's bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "deepinfer/engine.h"
+
+namespace deepinfer {
+namespace {
+
+std::string fixture(const std::string& name) {
+  return std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/" + name;
+}
+
+EngineConfig v4_config(const std::string& name) {
+  EngineConfig c;
+  c.model_dir = fixture(name);
+  c.backend = "cpu";
+  c.num_threads = 2;
+  c.kv_block_size = 4;
+  c.max_model_len = 512;
+  return c;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 3;
+  return p;
+}
+
+std::vector<int32_t> random_ids(std::mt19937& rng, int len) {
+  std::vector<int32_t> ids(static_cast<size_t>(len));
+  for (int32_t& t : ids) t = 2 + static_cast<int32_t>(rng() % 250);
+  return ids;
+}
+
+// Same tokens and the same logprob bits (sampled token and its top alternatives).
+void expect_same(const CompletionOutput& a, const CompletionOutput& b, const std::string& what) {
+  ASSERT_EQ(a.token_ids, b.token_ids) << what;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_EQ(a.logprobs[i].token_id, b.logprobs[i].token_id) << what << " position " << i;
+    EXPECT_EQ(a.logprobs[i].logprob, b.logprobs[i].logprob) << what << " position " << i;
+    EXPECT_EQ(a.logprobs[i].top, b.logprobs[i].top) << what << " position " << i;
+  }
+}
+
+class EngineV4 : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineV4, BatchedChunkedPrefillEqualsEachAlone) {
+  std::ifstream in(fixture(GetParam()) + "/reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const auto oracle_prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto oracle_greedy = ref.at("greedy_ids").get<std::vector<int32_t>>();
+  std::mt19937 rng(16);
+  std::vector<Prompt> prompts = {Prompt::from_tokens(oracle_prompt)};
+  for (int len : {3, 11, 29, 47, 70}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  std::vector<SamplingParams> params(prompts.size(), greedy(20));
+  params[0] = greedy(static_cast<int>(oracle_greedy.size()));
+
+  EngineConfig batched = v4_config(GetParam());
+  batched.max_num_seqs = 4;
+  batched.max_num_batched_tokens = 13;  // prefill in chunks, beside other sequences' decodes
+  batched.enable_prefix_caching = false;
+  Engine engine(batched);
+  const std::vector<RequestOutput> out = engine.generate(prompts, params);
+  ASSERT_EQ(out.size(), prompts.size());
+  EXPECT_EQ(out[0].outputs[0].token_ids, oracle_greedy) << GetParam() << ": the oracle's greedy tokens";
+
+  EngineConfig alone_cfg = v4_config(GetParam());
+  alone_cfg.max_num_seqs = 1;
+  alone_cfg.max_num_batched_tokens = 512;  // the whole prompt in one step
+  alone_cfg.enable_prefix_caching = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine alone(alone_cfg);
+    const std::vector<RequestOutput> one = alone.generate({prompts[i]}, {params[i]});
+    ASSERT_TRUE(one[0].error.empty() && out[i].error.empty()) << one[0].error << out[i].error;
+    expect_same(one[0].outputs[0], out[i].outputs[0], GetParam() + ": request " + std::to_string(i));
+  }
+}
+
+// Engine::prompt_logprobs (one prefill step on a runner of its own, every group's blocks)
+// against the log-softmax of the oracle's logits.
+TEST_P(EngineV4, PromptLogprobsMatchTheOracle) {
+  std::ifstream in(fixture(GetParam()) + "/reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const auto prompt = ref.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto logits = ref.at("logits").get<std::vector<std::vector<double>>>();
+  Engine engine(v4_config(GetParam()));
+  const std::vector<double> got = engine.prompt_logprobs(Prompt::from_tokens(prompt));
+  ASSERT_EQ(got.size() + 1, prompt.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    double mx = -INFINITY, sum = 0.0;
+    for (double v : logits[i]) mx = std::max(mx, v);
+    for (double v : logits[i]) sum += std::exp(v - mx);
+    const double want = logits[i][static_cast<size_t>(prompt[i + 1])] - mx - std::log(sum);
+    EXPECT_NEAR(got[i], want, 1e-4 * std::max(1.0, std::fabs(want))) << GetParam() << " position " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineV4, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
+
+// v4_tiny (CSA ratio 4, HCA ratio 8, window 6), blocks of 4 tokens: a hit is a multiple of
+// 8 x 4 = 32 tokens; for a 75-token prompt 64, the window groups' blocks of tokens 56..63
+// freed by the first request but still cached.
+TEST(EngineV4Prefix, PrefixHitEqualsRecompute) {
+  std::mt19937 rng(17);
+  const std::vector<int32_t> prefix = random_ids(rng, 70);
+  std::vector<int32_t> longer = prefix;
+  for (int32_t t : {5, 9, 13, 17, 21}) longer.push_back(t);
+  EngineConfig cached_cfg = v4_config("v4_tiny");
+  Engine cached(cached_cfg);
+  const auto first = cached.generate({Prompt::from_tokens(prefix)}, {greedy(8)});
+  EXPECT_EQ(first[0].num_cached_tokens, 0);
+  const auto second = cached.generate({Prompt::from_tokens(longer)}, {greedy(12)});
+  EXPECT_EQ(second[0].num_cached_tokens, 64);
+
+  EngineConfig plain_cfg = v4_config("v4_tiny");
+  plain_cfg.enable_prefix_caching = false;
+  Engine plain(plain_cfg);
+  const auto want = plain.generate({Prompt::from_tokens(longer)}, {greedy(12)});
+  EXPECT_EQ(want[0].num_cached_tokens, 0);
+  expect_same(want[0].outputs[0], second[0].outputs[0], "prefix hit vs recompute");
+}
+
+// One sequence, steps of at most 8 tokens: the window groups' pools hold 7 blocks (28
+// tokens; kv/kv_groups.h), the sequence reaches 208 tokens. Without freeing it could not
+// run; with it, no preemption and the tokens of a roomy cache.
+TEST(EngineV4Window, WindowBlocksAreFreedAsTheWindowMoves) {
+  std::mt19937 rng(18);
+  const Prompt prompt = Prompt::from_tokens(random_ids(rng, 8));
+  EngineConfig tight = v4_config("v4_tiny");
+  tight.max_num_seqs = 1;
+  tight.max_num_batched_tokens = 8;
+  tight.num_kv_blocks = 64;
+  tight.enable_prefix_caching = false;
+  Engine engine(tight);
+  const auto out = engine.generate({prompt}, {greedy(200)});
+  ASSERT_TRUE(out[0].error.empty()) << out[0].error;
+  EXPECT_EQ(engine.stats().num_preemptions, 0);
+
+  EngineConfig roomy = v4_config("v4_tiny");
+  roomy.enable_prefix_caching = false;
+  Engine reference(roomy);
+  const auto want = reference.generate({prompt}, {greedy(200)});
+  expect_same(want[0].outputs[0], out[0].outputs[0], "tight window pools vs roomy");
+}
+
+// A cache too small for every sequence at once: the compressed groups' pools run short,
+// sequences are preempted and recomputed, and every output keeps the bits of its run alone.
+TEST(EngineV4Preemption, ShortCacheBatchWithPreemptionEqualsAlone) {
+  std::mt19937 rng(19);
+  std::vector<Prompt> prompts;
+  for (int len : {41, 37, 44, 30, 50, 39}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(30));
+  EngineConfig tight = v4_config("v4_tiny");
+  tight.max_num_seqs = 4;
+  tight.max_num_batched_tokens = 13;
+  tight.num_kv_blocks = 24;  // csa_entries: 24 / 4 + 4 = 10 blocks of 16 tokens, four sequences of ~70 need 20
+  Engine engine(tight);
+  const auto out = engine.generate(prompts, params);
+  EXPECT_GT(engine.stats().num_preemptions, 0);
+  EngineConfig alone_cfg = v4_config("v4_tiny");
+  alone_cfg.max_num_seqs = 1;
+  alone_cfg.enable_prefix_caching = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine alone(alone_cfg);
+    const auto want = alone.generate({prompts[i]}, {params[i]});
+    ASSERT_TRUE(out[i].error.empty()) << out[i].error;
+    expect_same(want[0].outputs[0], out[i].outputs[0], "request " + std::to_string(i));
+  }
+}
+
+// n = 3 samples of one prompt: samples 1..2 fork sample 0's blocks in every group and copy
+// shared blocks on first write (46 tokens: the window of the fork point, tokens 40.., is
+// still held when they are admitted), or take the prefix cache when sample 0's window has
+// moved past the fork point (45 tokens: it freed tokens 36..39 as its first decode began);
+// greedy, every sample gives the bits of n = 1.
+TEST(EngineV4Fork, SamplesSharingThePromptEqualOneSample) {
+  for (int len : {45, 46}) {
+    std::mt19937 rng(20);
+    const Prompt prompt = Prompt::from_tokens(random_ids(rng, len));
+    SamplingParams p = greedy(16);
+    EngineConfig cfg = v4_config("v4_tiny");
+    Engine single(cfg);
+    const auto want = single.generate({prompt}, {p});
+    p.n = 3;
+    Engine engine(cfg);
+    const auto out = engine.generate({prompt}, {p});
+    ASSERT_EQ(out[0].outputs.size(), 3u);
+    if (len == 46) {
+      EXPECT_EQ(out[0].num_cached_tokens, 45) << "forked";
+      EXPECT_GT(engine.stats().num_kv_block_copies, 0);
+    } else {
+      EXPECT_EQ(out[0].num_cached_tokens, 32) << "prefix cache";
+    }
+    for (const CompletionOutput& c : out[0].outputs)
+      expect_same(want[0].outputs[0], c, std::to_string(len) + " tokens, sample " + std::to_string(c.index));
+  }
+}
+
+// Speculative decoding with n-gram drafts: verify steps of 1 + k tokens per sequence write
+// window rows, pending rows and (when a draft completes a group) compressed entries that a
+// rejected draft leaves behind; the next step rewrites them, so the tokens and logprob bits
+// are those of decoding without drafts. Repetitive prompts make the drafts hit.
+TEST(EngineV4Spec, NgramDraftsKeepTheTokens) {
+  std::mt19937 rng(21);
+  std::vector<Prompt> prompts;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int32_t> motif = random_ids(rng, 3 + i);
+    std::vector<int32_t> ids;
+    while (ids.size() < 40) ids.insert(ids.end(), motif.begin(), motif.end());
+    prompts.push_back(Prompt::from_tokens(ids));
+  }
+  const std::vector<SamplingParams> params(prompts.size(), greedy(24));
+  EngineConfig plain_cfg = v4_config("v4_tiny");
+  plain_cfg.num_speculative_tokens = 0;
+  Engine plain(plain_cfg);
+  const auto want = plain.generate(prompts, params);
+  EngineConfig spec_cfg = v4_config("v4_tiny");
+  spec_cfg.num_speculative_tokens = 3;
+  spec_cfg.speculator = "ngram";
+  Engine spec(spec_cfg);
+  const auto got = spec.generate(prompts, params);
+  const SpecDecodeStats& st = spec.stats().spec;
+  EXPECT_GT(st.num_accepted_tokens, 0);                    // drafts kept
+  EXPECT_GT(st.num_draft_tokens, st.num_accepted_tokens);  // and drafts rejected
+  for (size_t i = 0; i < prompts.size(); ++i)
+    expect_same(want[i].outputs[0], got[i].outputs[0], "request " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace deepinfer
