@@ -3,7 +3,16 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <sched.h>
+
 #include "core/settings.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DI_CPU_RELAX() _mm_pause()
+#else
+#define DI_CPU_RELAX() ((void)0)
+#endif
 
 namespace deepinfer {
 
@@ -16,6 +25,13 @@ struct InsideJob {
   InsideJob() { t_inside_job = true; }
   ~InsideJob() { t_inside_job = previous; }
 };
+
+// Waiting for the next job: ~this many pause loops (tens of microseconds), then yields (which
+// give the core away when more threads than cores want it, as under `ctest -j`), then sleep.
+constexpr int kSpins = 2000;
+constexpr int kYields = 200;
+
+uint64_t generation_of(uint64_t claim) { return claim >> 32; }
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -28,12 +44,33 @@ ThreadPool::ThreadPool(int num_threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
   }
   work_cv_.notify_all();
   for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::run_chunks(uint64_t gen) {
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (generation_of(claim) != gen) return;  // that job is over; a newer one is not ours
+    const int64_t c = static_cast<int64_t>(claim & 0xffffffffu);
+    // The job's fields are read before the claim: a successful claim proves the job (and so
+    // these fields) did not change in between, since a job ends only when every chunk ran.
+    const auto* fn = job_.load(std::memory_order_relaxed);
+    const int64_t n = job_n_.load(std::memory_order_relaxed);
+    const int64_t chunk = job_chunk_.load(std::memory_order_relaxed);
+    const int64_t num_chunks = job_num_chunks_.load(std::memory_order_relaxed);
+    if (c >= num_chunks) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;  // `claim` reloaded
+    (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
+    chunks_done_.fetch_add(1, std::memory_order_acq_rel);
+    claim = claim_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
@@ -48,46 +85,51 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   }
   std::lock_guard<std::mutex> job_lock(job_mutex_);
   InsideJob inside;
-  int64_t chunk = (n + num_chunks - 1) / num_chunks;
+  const int64_t chunk = (n + num_chunks - 1) / num_chunks;
   num_chunks = (n + chunk - 1) / chunk;
-  std::unique_lock<std::mutex> lock(mutex_);
-  job_ = &fn;
-  job_n_ = n;
-  job_chunk_ = chunk;
-  job_num_chunks_ = num_chunks;
-  next_chunk_ = 0;
-  chunks_done_ = 0;
-  ++generation_;
-  work_cv_.notify_all();
-  // The caller works too.
-  while (next_chunk_ < job_num_chunks_) {
-    int64_t c = next_chunk_++;
-    lock.unlock();
-    fn(c * chunk, std::min(n, (c + 1) * chunk));
-    lock.lock();
-    ++chunks_done_;
+  job_.store(&fn, std::memory_order_relaxed);
+  job_n_.store(n, std::memory_order_relaxed);
+  job_chunk_.store(chunk, std::memory_order_relaxed);
+  job_num_chunks_.store(num_chunks, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = generation_of(claim_.load(std::memory_order_relaxed)) + 1;
+  claim_.store(gen << 32, std::memory_order_seq_cst);  // publishes the fields above
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    work_cv_.notify_all();
   }
-  done_cv_.wait(lock, [&] { return chunks_done_ == job_num_chunks_; });
-  job_ = nullptr;
+  run_chunks(gen);  // the caller works too
+  for (int spins = 0; chunks_done_.load(std::memory_order_acquire) != num_chunks; ++spins) {
+    if (spins < kSpins) DI_CPU_RELAX();
+    else sched_yield();
+  }
 }
 
 void ThreadPool::worker_loop(int) {
   t_inside_job = true;
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && job_ != nullptr); });
-    if (stop_) return;
-    seen = generation_;
-    while (job_ != nullptr && next_chunk_ < job_num_chunks_) {
-      int64_t c = next_chunk_++;
-      const auto* fn = job_;
-      int64_t n = job_n_, chunk = job_chunk_;
-      lock.unlock();
-      (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
-      lock.lock();
-      if (++chunks_done_ == job_num_chunks_) done_cv_.notify_all();
+    uint64_t gen = seen;
+    for (int spins = 0;; ++spins) {
+      if (stop_.load(std::memory_order_acquire)) return;
+      gen = generation_of(claim_.load(std::memory_order_acquire));
+      if (gen != seen) break;
+      if (spins < kSpins) {
+        DI_CPU_RELAX();
+      } else if (spins < kSpins + kYields) {
+        sched_yield();
+      } else {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        work_cv_.wait(lock, [&] {
+          return stop_.load() || generation_of(claim_.load(std::memory_order_seq_cst)) != seen;
+        });
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        spins = 0;
+      }
     }
+    seen = gen;
+    run_chunks(gen);
   }
 }
 

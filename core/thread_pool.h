@@ -1,5 +1,6 @@
 // ThreadPool: a fixed set of workers for the CPU backend's data-parallel loops.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -27,16 +28,23 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  // Runs chunks of the job of generation `gen` until none is left to claim.
+  void run_chunks(uint64_t gen);
 
+  // Workers wait for a job by spinning briefly (a decode step issues a loop every few
+  // microseconds; a futex wake-up per loop cost more than the loop), then yielding, then
+  // sleeping on work_cv_. The claim counter carries the job's generation in its top 32 bits,
+  // so a worker that arrives late can never claim a chunk of the next job.
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;  // one job at a time
-  std::mutex mutex_;
-  std::condition_variable work_cv_, done_cv_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0, job_chunk_ = 0, job_num_chunks_ = 0;
-  int64_t next_chunk_ = 0, chunks_done_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::mutex mutex_;      // sleepers and work_cv_
+  std::condition_variable work_cv_;
+  std::atomic<uint64_t> claim_{0};  // (generation << 32) | next chunk
+  std::atomic<int64_t> chunks_done_{0};
+  std::atomic<const std::function<void(int64_t, int64_t)>*> job_{nullptr};
+  std::atomic<int64_t> job_n_{0}, job_chunk_{0}, job_num_chunks_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Process-wide pool for the CPU backend (created on first use).
