@@ -180,7 +180,6 @@ TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
                                                       << st.num_steps << " steps replayed a graph";
     }
   }
-}
   // Confidence-scheduled lengths from the step times measured at start-up on the graphed
   // verify shapes, chained MTP passes issued without a host wait between them: the same
   // tokens and logprob bits again (whatever lengths and depths the table chose).
