@@ -120,6 +120,13 @@ struct Engine::Impl {
   // spec_varlen: the next steps' draft depth from the batch, the measured acceptance and the
   // step times (choose_draft_depth); else k.
   void update_draft_depth();
+  // Expected survival by draft position over the run: recent accepted / made drafts (counts
+  // decay by 0.9 per verify step, so a change of load or text shows within ~10 steps); a
+  // position without counts takes the one before it (1 before any: drafting is tried).
+  std::vector<double> run_survival() const;
+  // spec_varlen 1: confidences of a request's next num_drafts drafts from its own recent
+  // acceptance blended with the run's survival.
+  std::vector<float> history_confidences(const RequestState& r, int num_drafts, std::span<const double> run) const;
   // The step computed only decode tokens of sequences without drafts (none of a prompt):
   // with draft depth 0 it may be followed by a step issued ahead, as k = 0 does.
   static bool decode_only(const InFlight& step);

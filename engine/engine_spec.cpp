@@ -54,6 +54,9 @@ void check_speculation_config(const EngineConfig& config) {
   DI_CHECK(config.num_speculative_tokens >= -1 && config.num_speculative_tokens <= 16,
            "EngineConfig.num_speculative_tokens (DEEPINFER_USE_NEXTN_DECODE, --num-speculative-tokens): "
            "expected 0..16, got ", config.num_speculative_tokens);
+  DI_CHECK(config.spec_varlen >= -1 && config.spec_varlen <= 2,
+           "EngineConfig.spec_varlen (DEEPINFER_ENABLE_MTP_VARLEN, --spec-varlen): expected 0, 1 or 2, got ",
+           config.spec_varlen);
   DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
            "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
 }
@@ -61,9 +64,9 @@ void check_speculation_config(const EngineConfig& config) {
 void Engine::Impl::make_proposer() {
   if (config.speculator == "mtp") {
     mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, sample_vocab);
-    // Confidences (a softmax over the vocabulary per draft, logits to the host) only for
-    // confidence-scheduled verification.
-    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen > 0);
+    // Draft probabilities (a softmax over the vocabulary per draft, logits to the host) only
+    // for spec_varlen 2; 1 takes confidences from the acceptance history.
+    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen >= 2);
   } else {
     proposer_ = std::make_unique<NgramProposer>();
   }
@@ -246,6 +249,38 @@ void Engine::Impl::count_verified(RequestState& r, int num_drafts, int num_accep
   if (drafted_decayed_.size() < k) drafted_decayed_.resize(k, 0.0), accepted_decayed_.resize(k, 0.0);
   for (size_t j = 0; j < k; ++j) drafted_decayed_[j] += 1.0;
   for (size_t j = 0; j < static_cast<size_t>(num_accepted); ++j) accepted_decayed_[j] += 1.0;
+  // The request's own history (decayed per verify step of the request).
+  if (r.spec_drafted_decayed.size() < k) r.spec_drafted_decayed.resize(k, 0.0), r.spec_accepted_decayed.resize(k, 0.0);
+  for (size_t j = 0; j < r.spec_drafted_decayed.size(); ++j)
+    r.spec_drafted_decayed[j] *= 0.9, r.spec_accepted_decayed[j] *= 0.9;
+  for (size_t j = 0; j < k; ++j) r.spec_drafted_decayed[j] += 1.0;
+  for (size_t j = 0; j < static_cast<size_t>(num_accepted); ++j) r.spec_accepted_decayed[j] += 1.0;
+}
+
+std::vector<double> Engine::Impl::run_survival() const {
+  std::vector<double> survival(static_cast<size_t>(spec_k_), 1.0);
+  for (size_t j = 0; j < survival.size(); ++j) {
+    const bool seen = j < drafted_decayed_.size() && drafted_decayed_[j] > 0.5;
+    survival[j] = seen ? accepted_decayed_[j] / drafted_decayed_[j] : j > 0 ? survival[j - 1] : 1.0;
+  }
+  return survival;
+}
+
+std::vector<float> Engine::Impl::history_confidences(const RequestState& r, int num_drafts,
+                                                     std::span<const double> run) const {
+  // Survival a_j of the request, its counts blended with the run's (worth two verify steps),
+  // turned into conditional confidences c_j = a_j / a_{j-1}.
+  constexpr double kPriorSteps = 2.0;
+  std::vector<float> c(static_cast<size_t>(num_drafts), 0.0f);
+  double prev = 1.0;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const double acc = j < r.spec_accepted_decayed.size() ? r.spec_accepted_decayed[j] : 0.0;
+    const double dr = j < r.spec_drafted_decayed.size() ? r.spec_drafted_decayed[j] : 0.0;
+    const double a = std::min((acc + kPriorSteps * run[j]) / (dr + kPriorSteps), prev);
+    c[j] = prev > 0 ? static_cast<float>(a / prev) : 0.0f;
+    prev = a;
+  }
+  return c;
 }
 
 void Engine::Impl::update_draft_depth() {
@@ -253,15 +288,8 @@ void Engine::Impl::update_draft_depth() {
     draft_depth_ = spec_k_;
     return;
   }
-  // Expected survival by position: the recent acceptance (counts decay by 0.9 per verify
-  // step, so a change of load or text shows within ~10 steps); a position not verified yet
-  // takes the one before it (1 before any: drafting is tried once).
-  std::vector<double> survival(static_cast<size_t>(spec_k_), 1.0);
-  for (size_t j = 0; j < survival.size(); ++j) {
-    const bool seen = j < drafted_decayed_.size() && drafted_decayed_[j] > 0.5;
-    survival[j] = seen ? accepted_decayed_[j] / drafted_decayed_[j] : j > 0 ? survival[j - 1] : 1.0;
-  }
-  draft_depth_ = choose_draft_depth(survival, std::max(scheduler_->num_running(), 1), spec_k_, step_cost_,
+  // Expected survival by position: the recent acceptance (run_survival).
+  draft_depth_ = choose_draft_depth(run_survival(), std::max(scheduler_->num_running(), 1), spec_k_, step_cost_,
                                     config.async_scheduling);
 }
 
@@ -311,12 +339,23 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
   proposer_->propose(in, out);
   if (config.spec_varlen > 0 && !step_cost_.empty()) {
     std::vector<std::vector<float>> conf(out.size());
+    const std::vector<double> run = run_survival();
     for (size_t i = 0; i < out.size(); ++i) {
-      conf[i] = out[i].confidences;
-      conf[i].resize(std::min(out[i].drafts.size(), static_cast<size_t>(in[i].max_drafts)), 0.0f);
+      const size_t n = std::min(out[i].drafts.size(), static_cast<size_t>(in[i].max_drafts));
+      conf[i] = config.spec_varlen == 1 ? history_confidences(*seqs[i]->request, static_cast<int>(n), run)
+                                        : out[i].confidences;
+      conf[i].resize(n, 0.0f);
     }
     const std::vector<int> lengths = schedule_verify_lengths(conf, step_cost_);
-    for (size_t i = 0; i < out.size(); ++i) out[i].drafts.resize(static_cast<size_t>(lengths[i]));
+    for (size_t i = 0; i < out.size(); ++i) {
+      // Drafts made and not verified count as not accepted for the draft depth (else drafts
+      // that are never worth verifying would keep being made).
+      for (size_t j = static_cast<size_t>(lengths[i]); j < conf[i].size(); ++j) {
+        if (drafted_decayed_.size() <= j) drafted_decayed_.resize(j + 1, 0.0), accepted_decayed_.resize(j + 1, 0.0);
+        drafted_decayed_[j] += 1.0;
+      }
+      out[i].drafts.resize(static_cast<size_t>(lengths[i]));
+    }
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
     SeqState& seq = *seqs[i];

@@ -138,7 +138,7 @@ def records(name):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 def label(r):
     k = r["num_speculative_tokens"]
-    return f"k{k}" + (" varlen" if r.get("spec_varlen") else "") + (" eager" if r.get("enforce_eager") else "")
+    return f"k{k}" + (" varlen" if (r.get("spec_varlen") or 0) > 0 else "") + (" eager" if r.get("enforce_eager") else "")
 for name, title in (("spec_tiny.jsonl", "embedded model (trained MTP): emitted tok/s, speed-up vs k0, acceptance by position"),
                     ("spec_bench_model.jsonl", "bench model (random MTP): ms per step, ratio to k0 (1 + k tokens per sequence vs 1)")):
     recs = [r for r in records(name) if r.get("kind", "decode") == "decode" and "steps" in r]

@@ -62,7 +62,7 @@ struct EngineConfig {
   // -1: DEEPINFER_USE_NEXTN_DECODE, else 0 (off). Range 0..16.
   int num_speculative_tokens = -1;
   std::string speculator = "mtp";  // "mtp" (the checkpoint's MTP layer) | "ngram" (prompt lookup)
-  // 1: verify length per request scheduled from draft confidences (DSpark); 0: all k drafts.
+  // DSpark draft depth + verify lengths from measured step times; confidences 1: acceptance history, 2: draft softmax; 0: all k.
   // -1: DEEPINFER_ENABLE_MTP_VARLEN, else 0.
   int spec_varlen = -1;
   // spec_varlen: the step times to schedule from; empty (default): measured at start-up on

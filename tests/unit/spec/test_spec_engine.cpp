@@ -218,10 +218,13 @@ TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
   std::vector<SamplingParams> sp = {greedy(40), sampled(40, 3), greedy(40), sampled(40, 5)};
   const auto base = run(config(0), prompts(), sp);
   EngineConfig c = config(4);
-  c.spec_varlen = 1;
+  c.spec_varlen = 2;  // confidences: each draft's softmax probability
+  EngineStats st2;
+  expect_same(base, run(c, prompts(), sp, &st2), "scheduled k<=4, draft probabilities");
+  c.spec_varlen = 1;  // confidences: the acceptance history
   EngineStats st;
   expect_same(base, run(c, prompts(), sp, &st), "scheduled k<=4");
-  EXPECT_GT(st.spec.num_verify_steps, 0);
+  EXPECT_GT(st.spec.num_verify_steps + st2.spec.num_verify_steps, 0);
   // The table it chose from: measured at start-up on verify shapes of 1..5 tokens per
   // sequence from batch 1, with the MTP passes (no mixed entries: the CPU has no graphs).
   const SpecStepTimes& t = st.spec_step_times;
