@@ -84,10 +84,10 @@ double StepCost::draft_seconds(int num_seqs, int depth) const {
 }
 
 int choose_draft_depth(std::span<const double> survival, int num_seqs, int max_depth, const StepCost& cost,
-                       bool ahead) {
+                       bool ahead, double min_gain) {
   max_depth = std::min(max_depth, static_cast<int>(survival.size()));
   if (cost.empty() || num_seqs <= 0 || max_depth <= 0) return std::max(max_depth, 0);
-  double best = num_seqs / cost.decode_seconds(num_seqs, ahead), tau = 1.0;
+  double best = min_gain * num_seqs / cost.decode_seconds(num_seqs, ahead), tau = 1.0;
   int best_d = 0;
   for (int d = 1; d <= max_depth; ++d) {
     tau += std::clamp(survival[static_cast<size_t>(d - 1)], 0.0, 1.0);

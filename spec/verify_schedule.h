@@ -49,9 +49,10 @@ class StepCost {
 
 // Decision 1: survival[j - 1] = a_j (expected, unconditional: the fraction of drafts at
 // position j accepted), max_depth <= survival.size(); ahead: k = 0 would run with
-// asynchronous scheduling. Returns d in [0, max_depth].
+// asynchronous scheduling. min_gain: drafting must promise at least this factor over d = 0.
+// Returns d in [0, max_depth].
 int choose_draft_depth(std::span<const double> survival, int num_seqs, int max_depth, const StepCost& cost,
-                       bool ahead);
+                       bool ahead, double min_gain = 1.0);
 
 // Decision 2: confidences[r] = c_{r,1..k_r} (request r's drafts). Returns l_r in [0, k_r].
 std::vector<int> schedule_verify_lengths(std::span<const std::vector<float>> confidences, const StepCost& cost);

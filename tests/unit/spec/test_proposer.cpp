@@ -354,6 +354,9 @@ TEST(VerifySchedule, DraftDepthFallsBackToZeroWhereDraftingDoesNotPay) {
   // Without asynchronous scheduling k = 0 pays 1.0 at batch 64: two drafts (2.85 / 2.6) pay.
   EXPECT_EQ(choose_draft_depth(high, 64, 3, cost, false), 2);
   EXPECT_EQ(choose_draft_depth(high, 64, 3, StepCost(), true), 3);  // no table: always k
+  // A required gain: two drafts promise 1.096x over k = 0 (without ahead), not 1.1x.
+  EXPECT_EQ(choose_draft_depth(high, 64, 3, cost, false, 1.1), 0);
+  EXPECT_EQ(choose_draft_depth(high, 1, 3, cost, true, 1.1), 3);
 }
 
 }  // namespace
