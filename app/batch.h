@@ -30,6 +30,14 @@ inline nlohmann::json spec_json(const SpecDecodeStats& s) {
           {"tokens_per_verify_step", s.tokens_per_verify_step()}};
 }
 
+// The step times --spec-varlen chose from (measured at start-up), as recorded by bench.
+inline nlohmann::json spec_step_times_json(const SpecStepTimes& t) {
+  return {{"batches", t.batches},           {"max_tokens_per_seq", t.max_tokens_per_seq},
+          {"verify_s", t.verify_s},         {"mixed_s", t.mixed_s},
+          {"decode_ahead_s", t.decode_ahead_s}, {"mtp_first_s", t.mtp_first_s},
+          {"mtp_chain_s", t.mtp_chain_s},   {"measure_s", t.measure_s}};
+}
+
 
 struct BatchOptions {
   std::string input, output;

@@ -266,6 +266,7 @@ int cmd_bench(int argc, char** argv) {
     rec["num_speculative_tokens"] = engine.stats().num_speculative_tokens;
     rec["speculator"] = config.speculator;
     rec["spec_varlen"] = config.spec_varlen;
+    if (!engine.stats().spec_step_times.empty()) rec["spec_step_times"] = spec_step_times_json(engine.stats().spec_step_times);
     rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
     rec["enforce_eager"] = config.enforce_eager;
     rec["graph_steps_total"] = engine.stats().num_graph_steps;  // since the engine started
@@ -336,6 +337,7 @@ int cmd_bench(int argc, char** argv) {
       // later prompts are still in prefill: those tokens are not in the timed part).
       std::vector<double> times, prefill_times, timed_tokens, timed_steps;
       SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
+      int64_t undrafted_timed = 0;  // steps after which drafting was skipped (spec_varlen), all runs
       for (int run = 0; run < warmup + repeats; ++run) {
         const auto t0 = Clock::now();
         for (int i = 0; i < b; ++i)
@@ -371,6 +373,7 @@ int cmd_bench(int argc, char** argv) {
             d.accepted_per_position[j] -= at_decode.spec.accepted_per_position[j];
           }
           spec_timed.add(d);
+          undrafted_timed += end.num_steps_without_drafts - at_decode.num_steps_without_drafts;
         }
       }
       // Every run makes the same tokens in the same steps (same scheduler, same lengths).
@@ -381,6 +384,7 @@ int cmd_bench(int argc, char** argv) {
                   {"temperature", p.temperature},
                   {"top_p", p.top_p}, {"top_k", p.top_k}, {"device_sampling", config.device_sampling},
                   {"prompt_file", prompt_file}, {"spec_decode", spec_json(spec_timed)},
+                  {"steps_without_drafts", static_cast<double>(undrafted_timed) / std::max(repeats, 1)},
                   {"curve", tag + "decode ctx=" + std::to_string(ctx)},
                   // Pareto axes: output tokens/s of the batch against tokens/s seen by one request.
                   {"per_user_tokens_per_s", tokens / b / median(times)}};

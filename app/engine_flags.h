@@ -61,9 +61,11 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_option("--speculator", c.speculator, "draft source: mtp (the checkpoint's MTP layer) | ngram (prompt lookup)")
       ->check(CLI::IsMember({"mtp", "ngram"}));
   app.add_option("--spec-varlen", c.spec_varlen,
-                 "1: verify length per request from draft confidences (DSpark); 0: all drafts "
+                 "verify length per request scheduled from the step times measured at start-up (DSpark): "
+                 "1 with confidences from the request's recent acceptance by draft position, 2 from each "
+                 "draft's softmax probability (its logits come to the host); 0: all drafts "
                  "(default DEEPINFER_ENABLE_MTP_VARLEN, else 0)")
-      ->check(CLI::Range(0, 1));
+      ->check(CLI::Range(0, 2));
 }
 
 // Resolves --model / --random-weights / --config into the EngineConfig.

@@ -303,8 +303,11 @@ std::vector<RequestOutput> Engine::Impl::step() {
     submit(std::move(plan), false);
   }
   // Speculating, steps run one at a time: a step's drafts depend on the previous step's
-  // verified tokens (asynchronous scheduling falls back to synchronous).
-  if (config.async_scheduling && spec_k_ == 0) run_ahead();
+  // verified tokens. Only where the verify-length scheduler drafts nothing at this batch
+  // (draft depth 0) may a decode step be followed by one issued ahead, as k = 0 does.
+  if (spec_k_ > 0) update_draft_depth();
+  if (config.async_scheduling && (spec_k_ == 0 || (draft_depth_ == 0 && decode_only(in_flight_.front()))))
+    run_ahead();
   std::vector<RequestOutput> outputs = collect();
   if (!deferred_.empty()) {  // scheduled ahead but not issued: its tokens are known now
     SchedulerOutput next = std::move(deferred_);
@@ -453,6 +456,7 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   }
 
   std::vector<RequestState*> touched;
+  bool verified_any = false;
   int row = 0;
   for (const ScheduledSeq& s : cur.plan.seqs) {
     if (!s.needs_sample) continue;
@@ -481,10 +485,22 @@ std::vector<RequestOutput> Engine::Impl::collect() {
       ++accepted;
     }
     if (!drafts.empty()) count_verified(r, static_cast<int>(drafts.size()), accepted, emitted);
+    verified_any = verified_any || !drafts.empty();
     scheduler_->on_drafts_verified(&seq, accepted);
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }
-  if (spec_k_ > 0) propose_drafts(cur);
+  if (spec_k_ > 0) {
+    // Drafts follow a step only when nothing else is issued yet. With draft depth 0 a
+    // decode-only step drafts nothing and skips the MTP layer (the step after runs as
+    // k = 0's); a step with prompt positions still gives them their MTP rows.
+    if (in_flight_.empty() && deferred_.empty() && (draft_depth_ > 0 || !decode_only(cur))) {
+      propose_drafts(cur);
+    } else {
+      ++stats.num_steps_without_drafts;
+    }
+    if (verified_any)
+      for (size_t j = 0; j < drafted_decayed_.size(); ++j) drafted_decayed_[j] *= 0.9, accepted_decayed_[j] *= 0.9;
+  }
   std::vector<RequestOutput> outputs;
   for (RequestState* r : touched) {
     outputs.push_back(make_output(*r));

@@ -115,19 +115,36 @@ struct Engine::Impl {
   SampleResult sample_next(SeqState& seq, int row, const Tensor* logits,
                            const std::vector<int32_t>* argmax_ids);
   // Speculative decoding (engine/engine_spec.cpp): drafts for the sequences of a collected
-  // step, appended to their token_ids as Sequence::num_draft_tokens.
+  // step (at most draft_depth_ each), appended to their token_ids as Sequence::num_draft_tokens.
   void propose_drafts(const InFlight& step);
+  // spec_varlen: the next steps' draft depth from the batch, the measured acceptance and the
+  // step times (choose_draft_depth); else k.
+  void update_draft_depth();
+  // Expected survival by draft position over the run: recent accepted / made drafts (counts
+  // decay by 0.9 per verify step, so a change of load or text shows within ~10 steps); a
+  // position without counts takes the one before it (1 before any: drafting is tried).
+  std::vector<double> run_survival() const;
+  // spec_varlen 1: confidences of a request's next num_drafts drafts from its own recent
+  // acceptance blended with the run's survival.
+  std::vector<float> history_confidences(const RequestState& r, int num_drafts, std::span<const double> run) const;
+  // The step computed only decode tokens of sequences without drafts (none of a prompt):
+  // with draft depth 0 it may be followed by a step issued ahead, as k = 0 does.
+  static bool decode_only(const InFlight& step);
   // How many drafts a sequence may take: k cut so the verify step can neither pass
   // max_tokens nor max_model_len.
   int draft_budget(const SeqState& seq) const;
   void make_proposer();
-  void measure_step_times();
+  SpecStepTimes measure_step_times();
   // Adds one verify step's counts to the request's and the run's SpecDecodeStats.
   void count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted);
   int spec_k_ = 0;  // resolved num_speculative_tokens
   std::unique_ptr<MtpExecutor> mtp_exec_;
   std::unique_ptr<Proposer> proposer_;
-  StepTimeTable step_times_;  // spec_varlen: step seconds by tokens, measured at start-up
+  StepCost step_cost_;  // spec_varlen: from the step times measured at start-up
+  int draft_depth_ = 0;  // drafts the next proposal may make per sequence (update_draft_depth)
+  // Accepted / verified drafts by draft position, decayed per verify step: the expected
+  // survival choose_draft_depth reads.
+  std::vector<double> accepted_decayed_, drafted_decayed_;
 
   std::deque<InFlight> in_flight_;
   SchedulerOutput deferred_;  // scheduled by run_ahead, submitted after the next collect

@@ -5,8 +5,12 @@
 // drafts that equal the sampled tokens (engine/engine.cpp).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/engine_impl.h"
 
 namespace deepinfer {
@@ -17,18 +21,23 @@ namespace {
 class RunnerMtp final : public MtpExecutor {
  public:
   RunnerMtp(Runner& runner, int vocab) : runner_(runner), vocab_(vocab) {}
-  MtpResult run_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits) override {
+  void submit_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits,
+                  bool tokens_from_previous) override {
     seqs_.clear();
     hidden_.clear();
     for (const MtpRows& r : rows) {
       seqs_.push_back({r.next_tokens, r.begin, r.count, r.block_ids, r.want_logits, 1});
       for (int t = 0; t < r.count; ++t) hidden_.push_back(r.hidden_row + t);
     }
+    runner_.submit_mtp(seqs_, hidden_, hidden_from_target, want_logits, tokens_from_previous);
+  }
+  MtpResult collect_mtp() override {
     MtpResult out;
-    out.tokens = runner_.run_mtp(seqs_, hidden_, hidden_from_target, want_logits);
-    if (want_logits) out.logits = &runner_.mtp_logits();
+    out.tokens = runner_.collect_mtp();
+    if (runner_.mtp_logits().defined()) out.logits = &runner_.mtp_logits();
     return out;
   }
+  int max_overlapped_rows() const override { return runner_.max_overlapped_mtp_rows(); }
   int vocab_size() const override { return vocab_; }
 
  private:
@@ -45,6 +54,9 @@ void check_speculation_config(const EngineConfig& config) {
   DI_CHECK(config.num_speculative_tokens >= -1 && config.num_speculative_tokens <= 16,
            "EngineConfig.num_speculative_tokens (DEEPINFER_USE_NEXTN_DECODE, --num-speculative-tokens): "
            "expected 0..16, got ", config.num_speculative_tokens);
+  DI_CHECK(config.spec_varlen >= -1 && config.spec_varlen <= 2,
+           "EngineConfig.spec_varlen (DEEPINFER_ENABLE_MTP_VARLEN, --spec-varlen): expected 0, 1 or 2, got ",
+           config.spec_varlen);
   DI_CHECK(config.speculator == "mtp" || config.speculator == "ngram",
            "EngineConfig.speculator: expected mtp or ngram, got '", config.speculator, "'");
 }
@@ -52,41 +64,158 @@ void check_speculation_config(const EngineConfig& config) {
 void Engine::Impl::make_proposer() {
   if (config.speculator == "mtp") {
     mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, sample_vocab);
-    // Confidences (a softmax over the vocabulary per draft, logits to the host) only for
-    // confidence-scheduled verification.
-    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen > 0);
+    // Draft probabilities (a softmax over the vocabulary per draft, logits to the host) only
+    // for spec_varlen 2; 1 takes confidences from the acceptance history.
+    proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen >= 2);
   } else {
     proposer_ = std::make_unique<NgramProposer>();
   }
-  if (config.spec_varlen > 0) measure_step_times();
+  draft_depth_ = spec_k_;
+  if (config.spec_varlen > 0) {
+    stats.spec_step_times = config.spec_step_times.empty() ? measure_step_times() : config.spec_step_times;
+    if (!stats.spec_step_times.empty()) step_cost_ = StepCost(stats.spec_step_times);
+    const SpecStepTimes& t = stats.spec_step_times;
+    std::string line;
+    auto ms = [&line](const char* before, double seconds) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s%.3f", before, 1e3 * seconds);
+      line.append(buf);
+    };
+    for (size_t i = 0; i < t.batches.size(); ++i) {
+      line.append(" | b").append(std::to_string(t.batches[i])).append(":");
+      for (int q = 0; q < t.max_tokens_per_seq; ++q)
+        ms(" ", t.verify_s[i * static_cast<size_t>(t.max_tokens_per_seq) + static_cast<size_t>(q)]);
+      if (!t.mixed_s.empty()) ms(" mixed ", t.mixed_s[i]);
+      if (!t.decode_ahead_s.empty()) ms(" ahead ", t.decode_ahead_s[i]);
+      if (!t.mtp_first_s.empty()) ms(" mtp ", t.mtp_first_s[i]), ms("+", t.mtp_chain_s[i]);
+    }
+    log_info("spec-varlen step times (ms; verify 1..", t.max_tokens_per_seq, " tokens per sequence), measured in ",
+             t.measure_s, " s:", line.empty() ? std::string(" none (no verify shape fits)") : line);
+  }
 }
 
-// The DSpark table: one step of B fresh tokens (one sequence, blocks 0.. of the still
-// empty cache) for B = 1, 2, 4, .. up to what a step of max_num_seqs x (1 + k) tokens
-// can hold; median of 3 runs after a warm-up. (Prefill-shaped steps: on the CPU their
-// time is the GEMMs' and MoE's, as a verify step's.)
-void Engine::Impl::measure_step_times() {
-  const int cap = std::min({config.max_num_batched_tokens, config.max_num_seqs * (1 + spec_k_),
-                            blocks_->num_blocks() * blocks_->block_size(), max_model_len, 1024});
-  std::vector<int> tokens;
-  std::vector<double> seconds;
-  std::vector<int32_t> ids(static_cast<size_t>(cap), 0), blocks(static_cast<size_t>(blocks_->blocks_for(cap)));
-  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
-  const std::vector<std::vector<int32_t>> more_blocks = scratch_block_tables(*runner_, 0, cap, blocks_->block_size());
-  for (int b = 1; b <= cap; b = b < cap && 2 * b > cap ? cap : 2 * b) {
-    const RunSeq seq{ids, 0, b, blocks, true, 1, more_blocks};
+// The DSpark table on the shapes steps run as (deepinfer/spec_step_times.h): b sequences
+// (b = 1, 2, 4, .. up to max_num_seqs) after a cached context of one prefilled block run
+// (shared by every sequence: its rows are real, so tokens chosen from it are real ids),
+// each computing q = 1..1 + k tokens with logits rows: the uniform verify step (a graph on
+// CUDA, as the engine's steps replay), a mixed one (eager), decode steps issued ahead, and
+// the MTP passes. Median of 3 after two warm-ups (the first of a shape captures its
+// graph). Bounded: batches stop once the measurement has taken kBudgetS; larger batches
+// are extrapolated from the last two.
+SpecStepTimes Engine::Impl::measure_step_times() {
+  constexpr double kBudgetS = 2.0;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  SpecStepTimes t;
+  const int Q = 1 + spec_k_, bs = blocks_->block_size();
+  const int max_rows = std::min(config.max_num_seqs * Q, config.max_num_batched_tokens);
+  // Context: whole blocks (>= 64 tokens), room for q + 3 more tokens (the chained MTP pass).
+  const int ctx = std::min({(64 + bs - 1) / bs * bs, (max_model_len - Q - 3) / bs * bs,
+                            config.max_num_batched_tokens / bs * bs});
+  const int pool = blocks_->num_blocks();
+  const int ctx_blocks = ctx / bs, tail_blocks = (Q + 3 + bs - 1) / bs;
+  if (ctx <= 0 || pool < ctx_blocks + 1) {
+    log_warn("spec-varlen: no step times measured (context ", max_model_len, ", ", pool,
+             " KV blocks): every draft is verified");
+    return t;
+  }
+  const bool graphs = backend->supports_graphs() && !config.enforce_eager;
+  const bool one_group = runner_->kv_groups().size() == 1;
+  const int mtp_group = mtp_exec_ ? model->mtp_kv_group() : 0;
+  std::vector<int32_t> ids(static_cast<size_t>(ctx + Q + 3), 0);
+  // Sequence s: the context's blocks (shared), then its own tail (wrapping in a small pool).
+  auto table = [&](int s) {
+    std::vector<int32_t> b;
+    for (int i = 0; i < ctx_blocks; ++i) b.push_back(i);
+    for (int i = 0; i < tail_blocks; ++i)
+      b.push_back(static_cast<int32_t>(ctx_blocks + (s * tail_blocks + i) % std::max(pool - ctx_blocks, 1)));
+    return b;
+  };
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<std::vector<int32_t>>> more;
+  auto run_step = [&](std::span<const RunSeq> seqs) {
+    runner_->submit(seqs, true);
+    runner_->collect_argmax();
+  };
+  auto median_of = [&](const std::function<void()>& f, int warmups) {
+    for (int i = 0; i < warmups; ++i) f();
     std::vector<double> runs;
-    for (int run = 0; run < 4; ++run) {
+    for (int i = 0; i < 3; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      runner_->execute(std::span(&seq, 1));
-      if (run > 0) runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      f();
+      runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(runs.begin(), runs.end());
-    tokens.push_back(b);
-    seconds.push_back(std::max(runs[1], 1e-9));
-    if (b == cap) break;
+    return std::max(runs[1], 1e-9);
+  };
+  {  // the shared context: one prefill of its rows in every layer of every group
+    tables.push_back(table(0));
+    more.push_back(scratch_block_tables(*runner_, 0, ctx + Q + 3, bs));
+    const RunSeq prefill{ids, 0, ctx, tables[0], false, 1, more[0]};
+    run_step(std::span(&prefill, 1));
   }
-  step_times_ = StepTimeTable(std::move(tokens), std::move(seconds));
+  std::vector<int> batches;
+  for (int b = 1; b < config.max_num_seqs; b *= 2) batches.push_back(b);
+  batches.push_back(config.max_num_seqs);
+  for (int b : batches) {
+    if (b * Q > max_rows || (!t.batches.empty() && elapsed() > kBudgetS)) break;
+    while (static_cast<int>(tables.size()) < b) {
+      tables.push_back(table(static_cast<int>(tables.size())));
+      more.push_back(scratch_block_tables(*runner_, static_cast<int>(more.size()), ctx + Q + 3, bs));
+    }
+    std::vector<RunSeq> seqs(static_cast<size_t>(b));
+    auto shape = [&](int q) {
+      for (int s = 0; s < b; ++s) seqs[static_cast<size_t>(s)] = {ids, ctx, q, tables[static_cast<size_t>(s)], true, q,
+                                                                 more[static_cast<size_t>(s)]};
+    };
+    t.batches.push_back(b);
+    for (int q = 1; q <= Q; ++q) {
+      shape(q);
+      t.verify_s.push_back(median_of([&] { run_step(seqs); }, 2));
+    }
+    if (graphs && Q >= 2) {  // one sequence a token short: the step is not uniform (eager)
+      shape(Q);
+      seqs.back().num_new = seqs.back().num_logits = Q - 1;
+      t.mixed_s.push_back(b >= 2 ? median_of([&] { run_step(seqs); }, 1) : t.verify_s.back());
+    }
+    if (config.async_scheduling && one_group) {  // decode steps each issued before the last is read
+      shape(1);
+      t.decode_ahead_s.push_back(median_of([&] {
+        constexpr int kSteps = 4;
+        runner_->submit(seqs, true);
+        for (int i = 1; i < kSteps; ++i) {
+          runner_->submit(seqs, true, true);
+          runner_->collect_argmax();
+        }
+        runner_->collect_argmax();
+      }, 1) / 4);
+    }
+    if (mtp_exec_) {
+      shape(Q);
+      run_step(seqs);  // the target hidden states the first pass reads: b x Q rows
+      std::vector<RunSeq> mtp(static_cast<size_t>(b));
+      std::vector<int32_t> rows;
+      for (int s = 0; s < b; ++s) {
+        const std::vector<int32_t>& tb =
+            mtp_group == 0 ? tables[static_cast<size_t>(s)] : more[static_cast<size_t>(s)][static_cast<size_t>(mtp_group - 1)];
+        mtp[static_cast<size_t>(s)] = {ids, ctx, 2, tb, true, 1};
+        rows.push_back(2 * s);
+        rows.push_back(2 * s + 1);
+      }
+      t.mtp_first_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, true, true); }, 1));
+      for (int s = 0; s < b; ++s) {
+        mtp[static_cast<size_t>(s)].num_computed = ctx + 2;
+        mtp[static_cast<size_t>(s)].num_new = 1;
+      }
+      rows.resize(static_cast<size_t>(b));
+      for (int s = 0; s < b; ++s) rows[static_cast<size_t>(s)] = s;
+      runner_->run_mtp(std::span(mtp).first(static_cast<size_t>(b)), rows, true, true);  // chained passes read its rows
+      t.mtp_chain_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, false, true); }, 2));
+    }
+  }
+  t.max_tokens_per_seq = t.batches.empty() ? 0 : Q;
+  t.measure_s = elapsed();
+  return t;
 }
 
 int Engine::Impl::draft_budget(const SeqState& seq) const {
@@ -116,6 +245,66 @@ void add_verified(SpecDecodeStats& s, int num_drafts, int num_accepted, int num_
 void Engine::Impl::count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted) {
   add_verified(r.spec, num_drafts, num_accepted, num_emitted);
   add_verified(stats.spec, num_drafts, num_accepted, num_emitted);
+  const size_t k = static_cast<size_t>(num_drafts);
+  if (drafted_decayed_.size() < k) drafted_decayed_.resize(k, 0.0), accepted_decayed_.resize(k, 0.0);
+  for (size_t j = 0; j < k; ++j) drafted_decayed_[j] += 1.0;
+  for (size_t j = 0; j < static_cast<size_t>(num_accepted); ++j) accepted_decayed_[j] += 1.0;
+  // The request's own history (decayed per verify step of the request).
+  if (r.spec_drafted_decayed.size() < k) r.spec_drafted_decayed.resize(k, 0.0), r.spec_accepted_decayed.resize(k, 0.0);
+  for (size_t j = 0; j < r.spec_drafted_decayed.size(); ++j)
+    r.spec_drafted_decayed[j] *= 0.9, r.spec_accepted_decayed[j] *= 0.9;
+  for (size_t j = 0; j < k; ++j) r.spec_drafted_decayed[j] += 1.0;
+  for (size_t j = 0; j < static_cast<size_t>(num_accepted); ++j) r.spec_accepted_decayed[j] += 1.0;
+}
+
+std::vector<double> Engine::Impl::run_survival() const {
+  std::vector<double> survival(static_cast<size_t>(spec_k_), 1.0);
+  for (size_t j = 0; j < survival.size(); ++j) {
+    const bool seen = j < drafted_decayed_.size() && drafted_decayed_[j] > 0.5;
+    survival[j] = seen ? accepted_decayed_[j] / drafted_decayed_[j] : j > 0 ? survival[j - 1] : 1.0;
+  }
+  return survival;
+}
+
+std::vector<float> Engine::Impl::history_confidences(const RequestState& r, int num_drafts,
+                                                     std::span<const double> run) const {
+  // Survival a_j of the request, its counts blended with the run's (worth two verify steps),
+  // turned into conditional confidences c_j = a_j / a_{j-1}.
+  constexpr double kPriorSteps = 2.0;
+  std::vector<float> c(static_cast<size_t>(num_drafts), 0.0f);
+  double prev = 1.0;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const double acc = j < r.spec_accepted_decayed.size() ? r.spec_accepted_decayed[j] : 0.0;
+    const double dr = j < r.spec_drafted_decayed.size() ? r.spec_drafted_decayed[j] : 0.0;
+    const double a = std::min((acc + kPriorSteps * run[j]) / (dr + kPriorSteps), prev);
+    c[j] = prev > 0 ? static_cast<float>(a / prev) : 0.0f;
+    prev = a;
+  }
+  return c;
+}
+
+void Engine::Impl::update_draft_depth() {
+  if (config.spec_varlen <= 0 || step_cost_.empty()) {
+    draft_depth_ = spec_k_;
+    return;
+  }
+  // Expected survival by position: the recent acceptance (run_survival).
+  // Drafting must promise 10% over k = 0: the table is measured on full batches of equal
+  // steps, while a real batch's sequences accept differently and finish apart (on the H200
+  // at batch 8 the table promised ~1.1x, the run of 8 x 128 tokens gave 0.75x).
+  constexpr double kMinDraftGain = 1.1;
+  draft_depth_ = choose_draft_depth(run_survival(), std::max(scheduler_->num_running(), 1), spec_k_, step_cost_,
+                                    config.async_scheduling, kMinDraftGain);
+}
+
+bool Engine::Impl::decode_only(const InFlight& step) {
+  for (size_t i = 0; i < step.plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = step.plan.seqs[i];
+    if (s.seq == nullptr) continue;
+    if (s.num_new_tokens != 1 || s.seq->num_draft_tokens != 0 || step.begins[i] < s.seq->num_prompt_tokens)
+      return false;
+  }
+  return true;
 }
 
 void Engine::Impl::propose_drafts(const InFlight& step) {
@@ -132,7 +321,7 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
     p.computed_end = seq.num_computed_tokens;
     p.target_row = step.rows[i];
     // Only a sequence whose last token is sampled and not computed yet drafts.
-    int k = seq.num_computed_tokens + 1 == seq.num_tokens() ? draft_budget(seq) : 0;
+    int k = seq.num_computed_tokens + 1 == seq.num_tokens() ? std::min(draft_budget(seq), draft_depth_) : 0;
     // Drafts 2..k write the MTP layer's rows at positions num_tokens - 1 ..: make those
     // slots writable now (the verify step needs them anyway); fewer drafts if short.
     if (mtp_exec_) {
@@ -152,14 +341,25 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
   if (in.empty()) return;
   std::vector<Proposal> out;
   proposer_->propose(in, out);
-  if (config.spec_varlen > 0 && !step_times_.empty()) {
+  if (config.spec_varlen > 0 && !step_cost_.empty()) {
     std::vector<std::vector<float>> conf(out.size());
+    const std::vector<double> run = run_survival();
     for (size_t i = 0; i < out.size(); ++i) {
-      conf[i] = out[i].confidences;
-      conf[i].resize(std::min(out[i].drafts.size(), static_cast<size_t>(in[i].max_drafts)), 0.0f);
+      const size_t n = std::min(out[i].drafts.size(), static_cast<size_t>(in[i].max_drafts));
+      conf[i] = config.spec_varlen == 1 ? history_confidences(*seqs[i]->request, static_cast<int>(n), run)
+                                        : out[i].confidences;
+      conf[i].resize(n, 0.0f);
     }
-    const std::vector<int> lengths = schedule_verify_lengths(conf, step_times_);
-    for (size_t i = 0; i < out.size(); ++i) out[i].drafts.resize(static_cast<size_t>(lengths[i]));
+    const std::vector<int> lengths = schedule_verify_lengths(conf, step_cost_);
+    for (size_t i = 0; i < out.size(); ++i) {
+      // Drafts made and not verified count as not accepted for the draft depth (else drafts
+      // that are never worth verifying would keep being made).
+      for (size_t j = static_cast<size_t>(lengths[i]); j < conf[i].size(); ++j) {
+        if (drafted_decayed_.size() <= j) drafted_decayed_.resize(j + 1, 0.0), accepted_decayed_.resize(j + 1, 0.0);
+        drafted_decayed_[j] += 1.0;
+      }
+      out[i].drafts.resize(static_cast<size_t>(lengths[i]));
+    }
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
     SeqState& seq = *seqs[i];

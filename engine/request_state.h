@@ -42,6 +42,9 @@ struct RequestState {
   double time_finished_s = -1.0;
   int num_finished = 0;
   SpecDecodeStats spec;
+  // spec_varlen 1: this request's accepted / verified drafts by draft position, decayed per
+  // verify step (its draft confidences come from them, blended with the run's).
+  std::vector<double> spec_accepted_decayed, spec_drafted_decayed;
   bool finished() const { return num_finished == static_cast<int>(seqs.size()); }
 };
 

@@ -80,7 +80,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
     mtp_in_ = backend.alloc(dt, {max_tokens, H});
     for (DeviceBuffer& b : mtp_out_) b = backend.alloc(dt, {max_tokens, H});
     mtp_rows_ = backend.alloc(DType::I32, {max_tokens});
-    host_mtp_rows_ = backend.alloc_host(DType::I32, {max_tokens});
+    for (DeviceBuffer& h : host_mtp_rows_) h = backend.alloc_host(DType::I32, {max_tokens});
     mtp_ids_ = backend.alloc(DType::I32, {max_rows});
   }
   // A graph step has one logits row per token: buckets (x tokens per sequence) stay within
@@ -176,6 +176,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
            " sequences in a step (max ", config_.max_num_seqs, ")");
   DI_CHECK(in_flight_.size() < 2, "runner: two steps are in flight; collect one first");
+  DI_CHECK(mtp_pending_.empty(), "runner: a step submitted while MTP passes are pending");
   DI_CHECK(argmax_only || in_flight_.empty() || in_flight_.front().argmax_only,
            "runner: at most one step returning logits may be in flight");
   // Uniform step (graph-able): every sequence computes q new tokens after cached context,
@@ -286,10 +287,11 @@ const Tensor& Runner::collect_logits() {
   return logits_out_;
 }
 
-const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
-                                            bool hidden_from_target, bool logits_to_host) {
+void Runner::submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows, bool hidden_from_target,
+                        bool logits_to_host, bool tokens_from_previous) {
   DI_CHECK(in_flight_.empty(), "runner: run_mtp while asynchronous steps are in flight");
   DI_CHECK(config_.num_mtp_kv_layers > 0, "runner: run_mtp without an MTP KV layer (RunnerConfig)");
+  DI_CHECK(mtp_pending_.size() < 2, "runner: two MTP passes are pending; collect one first");
   const int num_seqs = static_cast<int>(seqs.size());
   int64_t num_tokens = 0;
   for (const RunSeq& s : seqs) num_tokens += s.num_new;
@@ -297,6 +299,9 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
                static_cast<int64_t>(hidden_rows.size()) == num_tokens,
            "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
            hidden_rows.size(), " hidden rows");
+  DI_CHECK(!tokens_from_previous || (num_tokens == num_seqs && last_mtp_rows_ >= num_seqs),
+           "runner: an MTP pass with tokens from the previous one needs one row per sequence and a previous pass of ",
+           "at least ", num_seqs, " logits rows (had ", last_mtp_rows_, ")");
   const Tensor& src_all = hidden_from_target ? hidden_.tensor() : mtp_out_[mtp_cur_].tensor();
   const int64_t src_rows = hidden_from_target ? hidden_rows_ : mtp_out_rows_;
   for (int32_t r : hidden_rows)
@@ -317,6 +322,8 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
   if (uniform && config_.use_graphs && backend_.supports_graphs())
     pad = mtp_graphs_[variant].shape_for(num_seqs, 1, max_seq_len);
   const bool graph = pad.num_seqs > 0;
+  // The host staging of this slot was last read by the pass before the pending one (at
+  // most two pending, collected in order): free.
   const int slot = next_slot_;
   next_slot_ ^= 1;
   Tensor& host = staging_[slot].tensor();
@@ -328,8 +335,16 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
   backend_.copy_async(src, dst);
+  if (tokens_from_previous) {
+    // Row i's token is the previous pass's argmax of its row i (issued before on the same
+    // stream: read once that pass is done; a NaN row's no-token id embeds as a NaN row).
+    Tensor prev(mtp_ids_.tensor().data, DType::I32, {num_seqs}, mtp_ids_.tensor().device);
+    Tensor ids(dev.ptr<int32_t>() + l.token_ids, DType::I32, {num_seqs}, dev.device);
+    backend_.copy_async(prev, ids);
+  }
   // Hidden source rows; padding rows read row 0.
-  Tensor host_rows(host_mtp_rows_.tensor().data, DType::I32, {l.num_tokens}, host_mtp_rows_.tensor().device);
+  Tensor& host_rows_all = host_mtp_rows_[slot].tensor();
+  Tensor host_rows(host_rows_all.data, DType::I32, {l.num_tokens}, host_rows_all.device);
   std::fill(std::copy(hidden_rows.begin(), hidden_rows.end(), host_rows.ptr<int32_t>()),
             host_rows.ptr<int32_t>() + l.num_tokens, 0);
   Tensor rows(mtp_rows_.tensor().data, DType::I32, {l.num_tokens}, mtp_rows_.tensor().device);
@@ -358,20 +373,51 @@ const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::s
   const int64_t rows_out = graph ? num_seqs : l.num_logits;
   DI_CHECK(rows_out <= mtp_ids_.tensor().numel(), "runner: run_mtp returns ", rows_out,
            " logits rows (max ", mtp_ids_.tensor().numel(), ")");
-  Tensor host_ids(host_ids_[slot].tensor().data, DType::I32, {rows_out});
+  MtpPending p;
+  p.slot = slot;
+  p.rows = rows_out;
+  p.logits = logits_to_host;
   if (rows_out > 0) {
     Tensor ids(mtp_ids_.tensor().data, DType::I32, {rows_out}, mtp_ids_.tensor().device);
     Tensor chosen = logits.slice_rows(0, rows_out);  // [rows, sample_vocab] of [rows, vocab]
     if (config_.sample_vocab > 0 && config_.sample_vocab < chosen.shape[1]) chosen.shape[1] = config_.sample_vocab;
     backend_.argmax(chosen, ids);
+    Tensor host_ids(host_ids_[slot].tensor().data, DType::I32, {rows_out});
     backend_.copy_async(ids, host_ids);
   }
-  Tensor host_logits(host_logits_.tensor().data, DType::F32, {rows_out, model_.vocab_size()});
-  if (logits_to_host && rows_out > 0) backend_.copy_async(logits.slice_rows(0, rows_out), host_logits);
-  backend_.wait_fence(backend_.record_fence());
-  logits_out_ = logits_to_host ? host_logits : Tensor{};
-  ids_out_.assign(host_ids.ptr<int32_t>(), host_ids.ptr<int32_t>() + rows_out);
+  if (logits_to_host && rows_out > 0) {
+    // Two pending passes keep their host logits in the two halves of host_logits_.
+    const bool half = rows_out <= max_overlapped_mtp_rows();
+    DI_CHECK(half || mtp_pending_.empty(), "runner: an MTP pass of ", rows_out, " logits rows to the host while ",
+             "another is pending (at most ", max_overlapped_mtp_rows(), " rows each)");
+    p.logits_row0 = half ? slot * max_overlapped_mtp_rows() : 0;
+    Tensor host_logits(host_logits_.tensor().ptr<float>() + p.logits_row0 * model_.vocab_size(), DType::F32,
+                       {rows_out, model_.vocab_size()});
+    backend_.copy_async(logits.slice_rows(0, rows_out), host_logits);
+  }
+  last_mtp_rows_ = rows_out;
+  p.fence = backend_.record_fence();
+  mtp_pending_.push_back(p);
+}
+
+const std::vector<int32_t>& Runner::collect_mtp() {
+  DI_CHECK(!mtp_pending_.empty(), "runner: collect_mtp without a pending MTP pass");
+  const MtpPending p = mtp_pending_.front();
+  mtp_pending_.pop_front();
+  backend_.wait_fence(p.fence);
+  logits_out_ = p.logits ? Tensor(host_logits_.tensor().ptr<float>() + p.logits_row0 * model_.vocab_size(), DType::F32,
+                                  {p.rows, model_.vocab_size()})
+                         : Tensor{};
+  const int32_t* ids = host_ids_[p.slot].tensor().ptr<int32_t>();
+  ids_out_.assign(ids, ids + p.rows);
   return ids_out_;
+}
+
+const std::vector<int32_t>& Runner::run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
+                                            bool hidden_from_target, bool logits_to_host) {
+  DI_CHECK(mtp_pending_.empty(), "runner: run_mtp while MTP passes are pending");
+  submit_mtp(seqs, hidden_rows, hidden_from_target, logits_to_host);
+  return collect_mtp();
 }
 
 const Tensor& Runner::execute(std::span<const RunSeq> seqs) {

@@ -104,16 +104,25 @@ class Runner {
   const std::vector<KvGroupSpec>& kv_groups() const { return groups_; }
   int group_num_blocks(int g) const { return group_blocks_[static_cast<size_t>(g)]; }
 
-  // Speculative decoding (synchronous; no step in flight): runs the model's MTP layer over
-  // `seqs` (token_ids: each position's NEXT token; positions [num_computed, + num_new)),
-  // its KV in the MTP layer's cache (block_ids: the table of the model's MTP KV group, the
-  // only group the step addresses). hidden_rows[t]: the hidden input of token t of the
-  // call, a row of the last target step's hidden states (hidden_from_target) or of the
-  // previous run_mtp's output. Returns the argmax (over sample_vocab, lowest id on ties;
-  // a NaN row gives a negative id) of each logits row, chosen on the device; with
-  // logits_to_host, mtp_logits() then holds the host F32 logits [rows, vocab] too.
+  // Speculative decoding (no step in flight): runs the model's MTP layer over `seqs`
+  // (token_ids: each position's NEXT token; positions [num_computed, + num_new)), its KV in
+  // the MTP layer's cache (block_ids: the table of the model's MTP KV group, the only group
+  // the step addresses). hidden_rows[t]: the hidden input of token t of the call, a row of
+  // the last target step's hidden states (hidden_from_target) or of the previous pass's
+  // output. Returns the argmax (over sample_vocab, lowest id on ties; a NaN row gives a
+  // negative id) of each logits row, chosen on the device; with logits_to_host,
+  // mtp_logits() then holds the host F32 logits [rows, vocab] too.
   const std::vector<int32_t>& run_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows,
                                       bool hidden_from_target, bool logits_to_host = false);
+  // The same pass issued without waiting (at most two pending), its result from
+  // collect_mtp in issue order (valid until the next collect). tokens_from_previous: every
+  // sequence computes one row and its token is row i of the previous pass's device argmax
+  // (chained drafts: no host wait between passes); token_ids' entry is then not read. Two
+  // pending passes with logits_to_host may have max_overlapped_mtp_rows() rows each.
+  void submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows, bool hidden_from_target,
+                  bool logits_to_host = false, bool tokens_from_previous = false);
+  const std::vector<int32_t>& collect_mtp();
+  int max_overlapped_mtp_rows() const { return static_cast<int>(max_rows_ / 2); }
   // Host logits of the last run_mtp with logits_to_host (valid until the next call).
   const Tensor& mtp_logits() const { return logits_out_; }
 
@@ -153,7 +162,7 @@ class Runner {
   int64_t max_rows_ = 0;              // logits rows per step (max_seqs x max_logits_per_seq, capped)
   DeviceBuffer hidden_;               // [max_tokens, hidden] target hidden states (with an MTP KV layer)
   DeviceBuffer mtp_in_, mtp_out_[2];  // [max_tokens, hidden] MTP inputs / outputs (chained)
-  DeviceBuffer mtp_rows_, host_mtp_rows_;  // I32 [max_tokens] hidden source rows
+  DeviceBuffer mtp_rows_, host_mtp_rows_[2];  // I32 [max_tokens] hidden source rows (host: per slot)
   DeviceBuffer mtp_ids_;              // I32 [max_rows] device argmax of MTP rows (not argmax_ids_:
                                       // a later tokens_from_previous step reads that)
   int mtp_cur_ = 0;                   // mtp_out_ index written by the last run_mtp
@@ -166,6 +175,15 @@ class Runner {
   // [0] target -> mtp_out_[0], [1] mtp_out_[0] -> [1], [2] mtp_out_[1] -> [0].
   DecodeGraphs mtp_graphs_[3];
   std::deque<Pending> in_flight_;
+  struct MtpPending {
+    int64_t fence = 0;
+    int slot = 0;           // host ids / staging slot
+    int64_t rows = 0;       // logits rows (drafts) it returns
+    bool logits = false;    // its logits come to the host, at row logits_row0 of host_logits_
+    int64_t logits_row0 = 0;
+  };
+  std::deque<MtpPending> mtp_pending_;
+  int64_t last_mtp_rows_ = -1;  // logits rows of the last submitted MTP pass
   int next_slot_ = 0;
   int64_t last_argmax_rows_ = -1;  // token rows of the last submitted step (-1: logits step)
   RunnerStats stats_;

@@ -20,19 +20,29 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
   const int64_t vocab = exec_.vocab_size();
   next_.resize(seqs.size());
   // 1. Every newly verified position p gets its MTP row (h_p, t_{p+1}); the last one of a
-  //    drafting sequence gives draft 1.
+  //    drafting sequence gives draft 1. Drafting sequences come first, by drafts wanted
+  //    (descending), so each chained pass is a prefix of the one before.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < seqs.size(); ++i) order.push_back(i);
+  auto wants = [&](size_t i) {
+    const int n = static_cast<int>(seqs[i].token_ids.size());
+    return seqs[i].max_drafts > 0 && std::min(seqs[i].computed_end, n - 1) == n - 1 && seqs[i].computed_begin < n - 1
+               ? seqs[i].max_drafts
+               : 0;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wants(a) > wants(b); });
   rows_.clear();
-  drafting_.clear();  // seqs index per logits row
+  drafting_.clear();   // seqs index per logits row
   hidden_of_.clear();  // per logits row: the call's token row whose output hidden state chains
   int tokens = 0;
-  for (size_t i = 0; i < seqs.size(); ++i) {
+  for (size_t i : order) {
     const ProposeSeq& s = seqs[i];
     const int n = static_cast<int>(s.token_ids.size());
     // Row p needs t_{p+1}: positions up to n - 2.
     const int end = std::min(s.computed_end, n - 1);
     if (end <= s.computed_begin) continue;
     next_[i].assign(s.token_ids.begin() + 1, s.token_ids.end());
-    const bool want = s.max_drafts > 0 && end == n - 1;
+    const bool want = wants(i) > 0;
     rows_.push_back({next_[i], s.computed_begin, end - s.computed_begin, s.block_ids, want, s.target_row});
     tokens += end - s.computed_begin;
     if (want) {
@@ -41,36 +51,49 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
     }
   }
   if (rows_.empty()) return;
-  MtpResult result = exec_.run_mtp(rows_, true, confidences_ && !drafting_.empty());
-  // 2. Chain: draft j + 1 from draft j's output hidden state, one row per sequence.
-  for (int j = 0; !drafting_.empty(); ++j) {
-    DI_CHECK(result.tokens.size() == drafting_.size() && (!confidences_ || result.logits != nullptr),
-             "MtpProposer: ", result.tokens.size(), " draft tokens for ", drafting_.size(), " rows",
+  exec_.submit_mtp(rows_, true, confidences_ && !drafting_.empty(), false);
+  // 2. Chain: draft d + 1 from draft d's output hidden state and token (on the device), one
+  //    row per sequence; pass d + 1 is issued before the host reads pass d's drafts, unless
+  //    two passes' logits cannot both wait on the host.
+  const bool overlap = !confidences_ || static_cast<int>(drafting_.size()) <= exec_.max_overlapped_rows();
+  alive_.assign(seqs.size(), 1);
+  size_t pending_rows = drafting_.size();  // logits rows of the pending pass (a prefix of drafting_)
+  for (int d = 1;; ++d) {                  // the pending pass gives draft d
+    size_t next_rows = 0;                  // rows of the pass giving draft d + 1
+    while (next_rows < pending_rows && seqs[drafting_[next_rows]].max_drafts > d) ++next_rows;
+    auto submit_next = [&] {
+      rows_.clear();
+      for (size_t r = 0; r < next_rows; ++r) {
+        const size_t i = drafting_[r];
+        next_[i].push_back(0);  // draft d: the token comes from the device
+        const int pos = static_cast<int>(seqs[i].token_ids.size()) - 2 + d;  // draft d's position - 1
+        // A call's output rows are its token rows: in the first call a sequence may have several.
+        rows_.push_back({next_[i], pos, 1, seqs[i].block_ids, true, d == 1 ? hidden_of_[r] : static_cast<int>(r)});
+      }
+      exec_.submit_mtp(rows_, false, confidences_, true);
+    };
+    if (next_rows > 0 && overlap) submit_next();
+    const MtpResult result = exec_.collect_mtp();
+    DI_CHECK(result.tokens.size() == pending_rows && (!confidences_ || pending_rows == 0 || result.logits != nullptr),
+             "MtpProposer: ", result.tokens.size(), " draft tokens for ", pending_rows, " rows",
              confidences_ && result.logits == nullptr ? ", no logits for the confidences" : "");
-    still_.clear();
-    rows_.clear();
-    for (size_t r = 0; r < drafting_.size(); ++r) {
+    for (size_t r = 0; r < pending_rows; ++r) {
       const size_t i = drafting_[r];
       const int32_t tok = result.tokens[r];
-      if (tok < 0 || tok >= vocab) continue;  // a NaN row (no token): this sequence's drafts end
+      if (!alive_[i]) continue;
+      if (tok < 0 || tok >= vocab) {  // a NaN row (no token): this sequence's drafts end
+        alive_[i] = 0;
+        continue;
+      }
       out[i].drafts.push_back(tok);
       if (confidences_)
         out[i].confidences.push_back(
             softmax_probability(result.logits->ptr<float>() + static_cast<int64_t>(r) * result.logits->size(1),
                                 vocab, tok));
-      if (static_cast<int>(out[i].drafts.size()) >= seqs[i].max_drafts) continue;
-      next_[i].push_back(tok);
-      const int pos = static_cast<int>(seqs[i].token_ids.size()) - 1 + j;  // the draft's position
-      // Chain on the output hidden state of the row that drafted tok (a call's output rows
-      // are its token rows: in the first call a sequence may have several).
-      rows_.push_back({next_[i], pos, 1, seqs[i].block_ids, true, hidden_of_[r]});
-      still_.push_back(i);
     }
-    std::swap(drafting_, still_);
-    hidden_of_.resize(drafting_.size());
-    for (size_t r = 0; r < drafting_.size(); ++r) hidden_of_[r] = static_cast<int>(r);  // one row each
-    if (drafting_.empty()) break;
-    result = exec_.run_mtp(rows_, false, confidences_);
+    if (next_rows == 0) break;
+    if (!overlap) submit_next();
+    pending_rows = next_rows;
   }
 }
 

@@ -81,10 +81,21 @@ struct MtpResult {
 class MtpExecutor {
  public:
   virtual ~MtpExecutor() = default;
-  // hidden_from_target: the rows' hidden inputs are rows of the last target step's hidden
-  // states; else rows of the previous run's output hidden states (chaining).
-  virtual MtpResult run_mtp(std::span<const MtpRows> rows, bool hidden_from_target,
-                            bool want_logits) = 0;
+  // Issues one pass over `rows` and returns without waiting; its result comes from
+  // collect_mtp, in issue order, at most two pending. hidden_from_target: the rows' hidden
+  // inputs are rows of the last target step's hidden states; else rows of the previous
+  // pass's output hidden states (chaining). tokens_from_previous (a chained pass, one row
+  // per sequence): row r's token is the previous pass's draft r, taken on the device (the
+  // host's next_tokens entry is not read), so passes follow each other without a host wait.
+  virtual void submit_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits,
+                          bool tokens_from_previous) = 0;
+  virtual MtpResult collect_mtp() = 0;
+  // Two pending passes that want logits may have this many logits rows each.
+  virtual int max_overlapped_rows() const = 0;
+  MtpResult run_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits) {
+    submit_mtp(rows, hidden_from_target, want_logits, false);
+    return collect_mtp();
+  }
   // Columns drafts are chosen from (the engine's sample_vocab: padding rows never drafted).
   virtual int vocab_size() const = 0;
 };
@@ -93,7 +104,10 @@ class MtpExecutor {
 // the final norm) and the sequence's last token; drafts 2..k chain the same layer on its
 // own output hidden state and the previous draft. Each step it first runs the layer over
 // every newly verified position (so its latent KV covers the whole sequence) and takes
-// draft 1 from the last one. Drafts are the argmax of the MTP logits (on the device). With
+// draft 1 from the last one. Chained passes take their tokens on the device and are issued
+// one ahead of the host reading the previous pass's drafts (sequences ordered by drafts
+// wanted, so the ones that stop drafting leave the tail); a sequence whose draft is not a
+// token (NaN row) keeps being computed and its later drafts are dropped. Drafts are the argmax of the MTP logits (on the device). With
 // `confidences` (confidence-scheduled verification) each draft's confidence is its softmax
 // probability (the logits come to the host for it); without, Proposal::confidences stays
 // empty and nothing of [rows, vocab] leaves the device.
@@ -109,8 +123,9 @@ class MtpProposer final : public Proposer {
   bool confidences_;
   std::vector<std::vector<int32_t>> next_;  // per sequence: shifted tokens + drafts
   std::vector<MtpRows> rows_;
-  std::vector<size_t> drafting_, still_;
+  std::vector<size_t> drafting_;  // seqs index per drafting row, by max_drafts descending
   std::vector<int> hidden_of_;
+  std::vector<char> alive_;
 };
 
 // Softmax probability of `token` in a logits row of `vocab` columns.

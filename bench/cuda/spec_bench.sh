@@ -10,8 +10,10 @@
 #     elapsed / steps is the step time of 1 + k tokens per sequence (MTP drafting included)
 #     against k = 0's 1 token, at batch 1, 8, 32, 64; k = 3 once more with --enforce-eager
 #     (no graphs) to show what the verify-step graphs give. Acceptance there is meaningless.
-# Other parts (each its own device call): PART=equal (k = 0 vs 3 token ids, with and without
-# --batch-invariant), PART=nsys (kernel summary of the bench model at batch 64, k = 0 and 3,
+# Other parts (each its own device call): PART=varlen (k = 0, k = 3 fixed and k = 3 with
+# --spec-varlen 1 on both models at batch 1, 8, 64: the scheduled length must not lose to
+# k = 0 where drafting does not pay; the bench model's random drafts never pay), PART=equal
+# (k = 0 vs 3 vs 3 varlen token ids, with and without --batch-invariant), PART=nsys (kernel summary of the bench model at batch 64, k = 0 and 3,
 # when nsys is installed). PART=tiny or PART=bench run one part alone.
 # What comes back stays small (the device tool returns <= 8 files): $OUT/spec_tiny.jsonl,
 # $OUT/spec_bench_model.jsonl, $OUT/spec.log (every run's log, appended), $OUT/summary.txt
@@ -56,6 +58,20 @@ if want tiny; then
       --output "$OUT/spec_tiny.jsonl"
   done
 fi
+if [[ $PART == varlen ]]; then
+  for k in 0 3 v3; do
+    if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
+    run 80 "tiny k=$k" "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 \
+      --gen-len 128 --prompt-file bench/prompts/code.jsonl --repeats 3 --warmup 1 "${a[@]}" \
+      --output "$OUT/spec_tiny.jsonl"
+  done
+  for k in 0 3 v3; do
+    if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
+    run 80 "bench model k=$k" "$DEEPINFER" bench --backend cuda --config "$BENCH_CONFIG" --random-weights \
+      --dtype bf16 --batch 1,8,64 --prompt-len 512 --gen-len 64 --repeats 2 --warmup 1 "${a[@]}" \
+      --output "$OUT/spec_bench_model.jsonl"
+  done
+fi
 if want bench; then
   for k in 0 1 2 3 3e; do
     a=(--num-speculative-tokens "${k%e}")
@@ -91,11 +107,13 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(p) + "\n")
 PY
   for inv in "" --batch-invariant; do
-    for k in 0 3; do
+    for k in 0 3 v3; do
+      if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
       run 100 "generate k=$k $inv" "$DEEPINFER" generate --backend cuda --input "$TMP/equal_in.jsonl" \
-        --output "$TMP/equal_k${k}${inv}.jsonl" --num-speculative-tokens "$k" $inv
+        --output "$TMP/equal_k${k}${inv}.jsonl" "${a[@]}" $inv
     done
-    python3 - "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k3${inv}.jsonl" "${inv:-default kernels}" <<'PY' | tee -a "$OUT/summary.txt"
+    for k in 3 v3; do
+    python3 - "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k${k}${inv}.jsonl" "${inv:-default kernels} k=$k" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 try:
     # Result lines come in completion order (each carries its input line's `index`).
@@ -104,8 +122,9 @@ try:
 except OSError as e:
     sys.exit(f"missing output: {e}")
 diff = [x["index"] for x, y in zip(a, b) if x.get("token_ids") != y.get("token_ids") or x["index"] != y["index"]]
-print(f"{sys.argv[3]}: {len(diff)} of {len(a)} requests differ between k = 0 and k = 3: {diff}")
+print(f"{sys.argv[3]}: {len(diff)} of {len(a)} requests differ from k = 0: {diff}")
 PY
+    done
     cp "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k3${inv}.jsonl" "$OUT/" 2>/dev/null
   done
 fi
@@ -119,7 +138,7 @@ def records(name):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 def label(r):
     k = r["num_speculative_tokens"]
-    return f"k{k}" + (" varlen" if r.get("spec_varlen") else "") + (" eager" if r.get("enforce_eager") else "")
+    return f"k{k}" + (" varlen" if (r.get("spec_varlen") or 0) > 0 else "") + (" eager" if r.get("enforce_eager") else "")
 for name, title in (("spec_tiny.jsonl", "embedded model (trained MTP): emitted tok/s, speed-up vs k0, acceptance by position"),
                     ("spec_bench_model.jsonl", "bench model (random MTP): ms per step, ratio to k0 (1 + k tokens per sequence vs 1)")):
     recs = [r for r in records(name) if r.get("kind", "decode") == "decode" and "steps" in r]
@@ -135,8 +154,24 @@ for name, title in (("spec_tiny.jsonl", "embedded model (trained MTP): emitted t
             pos = [round(a / d, 3) if d else 0 for a, d in zip(s.get("accepted_per_position", []), s.get("drafts_per_position", []))]
             ratio = r["tokens_per_s"] / b["tokens_per_s"] if b else float("nan")
             print(f"batch {r['batch']:3d} {label(r):10s} {r['tokens_per_s']:10.1f} tok/s {ratio:5.2f}x  step {step_ms:7.3f} ms"
-                  f"  accept {pos}  mean len {s.get('mean_accepted_length', 0):.2f}")
+                  f"  accept {pos}  mean len {s.get('mean_accepted_length', 0):.2f}"
+                  f"  undrafted steps {r.get('steps_without_drafts', 0):.0f}")
         else:
             b_ms = 1e3 * b["elapsed_s"] / max(b["steps"], 1) if b else float("nan")
-            print(f"batch {r['batch']:3d} {label(r):10s} step {step_ms:8.3f} ms  {step_ms / b_ms:5.2f}x of k0")
+            ratio = r["tokens_per_s"] / b["tokens_per_s"] if b else float("nan")
+            print(f"batch {r['batch']:3d} {label(r):10s} step {step_ms:8.3f} ms  {step_ms / b_ms:5.2f}x of k0"
+                  f"  {r['tokens_per_s']:10.1f} tok/s {ratio:5.2f}x  undrafted steps {r.get('steps_without_drafts', 0):.0f}")
+# The step-time tables --spec-varlen measured (one line per model: ms by batch x tokens per sequence).
+for name in ("spec_tiny.jsonl", "spec_bench_model.jsonl"):
+    for r in records(name):
+        t = r.get("spec_step_times")
+        if t and r.get("batch") == 1:
+            q = t["max_tokens_per_seq"]
+            rows = [f"b{b}: " + "/".join(f"{1e3 * v:.3f}" for v in t["verify_s"][i * q:(i + 1) * q]) +
+                    (f" ahead {1e3 * t['decode_ahead_s'][i]:.3f}" if t["decode_ahead_s"] else "") +
+                    (f" mixed {1e3 * t['mixed_s'][i]:.3f}" if t["mixed_s"] else "") +
+                    (f" mtp {1e3 * t['mtp_first_s'][i]:.3f}+{1e3 * t['mtp_chain_s'][i]:.3f}" if t["mtp_first_s"] else "")
+                    for i, b in enumerate(t["batches"])]
+            print(f"== {name} step times (ms; measured in {t['measure_s']:.2f} s): " + " | ".join(rows))
+            break
 PY

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "deepinfer/sampling_params.h"
+#include "deepinfer/spec_step_times.h"
 
 namespace deepinfer {
 
@@ -61,9 +62,12 @@ struct EngineConfig {
   // -1: DEEPINFER_USE_NEXTN_DECODE, else 0 (off). Range 0..16.
   int num_speculative_tokens = -1;
   std::string speculator = "mtp";  // "mtp" (the checkpoint's MTP layer) | "ngram" (prompt lookup)
-  // 1: verify length per request scheduled from draft confidences (DSpark); 0: all k drafts.
+  // DSpark draft depth + verify lengths from measured step times; confidences 1: acceptance history, 2: draft softmax; 0: all k.
   // -1: DEEPINFER_ENABLE_MTP_VARLEN, else 0.
   int spec_varlen = -1;
+  // spec_varlen: the step times to schedule from; empty (default): measured at start-up on
+  // the shapes the engine's steps run as (EngineStats::spec_step_times shows them).
+  SpecStepTimes spec_step_times;
 };
 
 // A tool call of an assistant turn, rendered back into the prompt in the checkpoint's format.
@@ -166,6 +170,11 @@ struct EngineStats {
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)
   SpecDecodeStats spec;            // over the run
+  // spec_varlen: the step times verify lengths are chosen from (measured at start-up or given),
+  // and the decode steps after which drafting was skipped because it would not pay at that
+  // batch (the step ran as k = 0 does).
+  SpecStepTimes spec_step_times;
+  int64_t num_steps_without_drafts = 0;
   // Load right now (read by the server's /metrics): filled in by stats().
   int num_free_kv_blocks = 0;
   int num_running_seqs = 0;

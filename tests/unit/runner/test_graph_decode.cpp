@@ -127,11 +127,11 @@ uint32_t bits(float f) {
 }
 
 TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
-  auto run = [](int k, bool eager, EngineStats* st) {
+  auto run = [](int k, bool eager, EngineStats* st, int varlen = 0) {
     EngineConfig cfg = test_config("models/deepseek-v3-tiny-code", true, eager);
     cfg.max_model_len = 512;
     cfg.num_speculative_tokens = k;
-    cfg.spec_varlen = 0;
+    cfg.spec_varlen = varlen;
     Engine engine(cfg);
     std::vector<Prompt> ps;
     for (const char* t : {"def fibonacci(n):\n", "import os\nimport sys\n", "for i in range(10):\n"})
@@ -180,6 +180,23 @@ TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
                                                       << st.num_steps << " steps replayed a graph";
     }
   }
+  // Confidence-scheduled lengths from the step times measured at start-up on the graphed
+  // verify shapes, chained MTP passes issued without a host wait between them: the same
+  // tokens and logprob bits again (whatever lengths and depths the table chose).
+  EngineStats sv;
+  const auto varlen = run(3, false, &sv, 1);
+  ASSERT_EQ(want.size(), varlen.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(varlen[i].error.empty()) << varlen[i].error;
+    const CompletionOutput &a = want[i].outputs[0], &b = varlen[i].outputs[0];
+    ASSERT_EQ(a.token_ids, b.token_ids) << "varlen request " << i;
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+    for (size_t t = 0; t < a.logprobs.size(); ++t)
+      ASSERT_EQ(bits(a.logprobs[t].logprob), bits(b.logprobs[t].logprob)) << "varlen request " << i << " token " << t;
+  }
+  ASSERT_FALSE(sv.spec_step_times.empty());
+  EXPECT_EQ(sv.spec_step_times.max_tokens_per_seq, 4);
+  EXPECT_EQ(sv.spec_step_times.mixed_s.empty(), accelerator() != "cuda");  // graphs: mixed steps measured
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ class MtpRecordingModel final : public Model {
   void mtp_forward(const StepBatch& b, Tensor&, const Tensor& hidden_in, Tensor& hidden_out,
                    Tensor& logits) override {
     seen.clear();
+    seen_tokens.assign(b.token_ids.ptr<int32_t>(), b.token_ids.ptr<int32_t>() + b.num_tokens);
     for (int t = 0; t < b.num_tokens; ++t) {
       seen.push_back(hidden_in.ptr<float>()[t * kHidden]);
       for (int h = 0; h < kHidden; ++h)
@@ -59,6 +60,7 @@ class MtpRecordingModel final : public Model {
     }
   }
   std::vector<float> seen;
+  std::vector<int32_t> seen_tokens;
 
  private:
   ModelConfig config_;
@@ -113,6 +115,38 @@ TEST(RunnerMtp, DraftsFromSampleVocabLogitsOnlyWhenAskedChainedHidden) {
   // A hidden row outside the source (pass 2 wrote rows 0, 1) is refused.
   const std::vector<int32_t> bad = {0, 2};
   EXPECT_THROW(f.runner->run_mtp(pass2, bad, false), Error);
+}
+
+// Chained passes issued without a host wait: the second takes its tokens from the first's
+// device argmax (the host's entries are not read), both stay pending, and each keeps its
+// own host logits until collected in order.
+TEST(RunnerMtp, ChainedPassTakesTokensFromThePreviousPassOnTheDevice) {
+  MtpFixture f(60);
+  const std::vector<int32_t> a = {5, 6, 7}, b = {8, 9}, blocks_a = {1}, blocks_b = {2};
+  std::vector<RunSeq> target = {{a, 0, 3, blocks_a, true}, {b, 0, 2, blocks_b, true}};
+  f.runner->execute(target);
+  const std::vector<int32_t> next_a = {6, 7, 99}, next_b = {9, 99};
+  std::vector<RunSeq> pass1 = {{next_a, 0, 2, blocks_a, true, 1}, {next_b, 0, 1, blocks_b, true, 1}};
+  const std::vector<int32_t> rows1 = {0, 1, 3};
+  f.runner->submit_mtp(pass1, rows1, true, true);
+  std::vector<RunSeq> pass2 = {{next_a, 2, 1, blocks_a, true, 1}, {next_b, 1, 1, blocks_b, true, 1}};
+  const std::vector<int32_t> rows2 = {1, 2};
+  f.runner->submit_mtp(pass2, rows2, false, true, true);
+  EXPECT_EQ(f.model.seen_tokens, (std::vector<int32_t>{1, 2}));  // pass 1's drafts, not 99
+  EXPECT_THROW(f.runner->submit_mtp(pass2, rows2, false), Error);  // a third pending pass
+  EXPECT_THROW(f.runner->execute(target), Error);                  // a target step meanwhile
+  EXPECT_EQ(f.runner->collect_mtp(), (std::vector<int32_t>{1, 2}));
+  ASSERT_TRUE(f.runner->mtp_logits().defined());
+  const float* l1 = f.runner->mtp_logits().ptr<float>();
+  EXPECT_EQ(f.runner->collect_mtp(), (std::vector<int32_t>{1, 2}));
+  const float* l2 = f.runner->mtp_logits().ptr<float>();
+  EXPECT_NE(l1, l2);  // two halves of the host logits
+  EXPECT_EQ(l2[kVocab + 2], 10.0f);
+  EXPECT_THROW(f.runner->collect_mtp(), Error);
+  // One row per sequence is required (and a previous pass with as many rows).
+  std::vector<RunSeq> two = {{next_a, 0, 2, blocks_a, true, 1}};
+  const std::vector<int32_t> rows_two = {0, 1};
+  EXPECT_THROW(f.runner->submit_mtp(two, rows_two, true, false, true), Error);
 }
 
 TEST(RunnerMtp, WithoutSampleVocabEveryColumnCounts) {

@@ -218,10 +218,74 @@ TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
   std::vector<SamplingParams> sp = {greedy(40), sampled(40, 3), greedy(40), sampled(40, 5)};
   const auto base = run(config(0), prompts(), sp);
   EngineConfig c = config(4);
-  c.spec_varlen = 1;
+  c.spec_varlen = 2;  // confidences: each draft's softmax probability
+  EngineStats st2;
+  expect_same(base, run(c, prompts(), sp, &st2), "scheduled k<=4, draft probabilities");
+  c.spec_varlen = 1;  // confidences: the acceptance history
   EngineStats st;
   expect_same(base, run(c, prompts(), sp, &st), "scheduled k<=4");
-  EXPECT_GT(st.spec.num_verify_steps, 0);
+  EXPECT_GT(st.spec.num_verify_steps + st2.spec.num_verify_steps, 0);
+  // The table it chose from: measured at start-up on verify shapes of 1..5 tokens per
+  // sequence from batch 1, with the MTP passes (no mixed entries: the CPU has no graphs).
+  const SpecStepTimes& t = st.spec_step_times;
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(t.batches[0], 1);
+  EXPECT_EQ(t.max_tokens_per_seq, 5);
+  EXPECT_EQ(t.verify_s.size(), t.batches.size() * 5);
+  EXPECT_EQ(t.mtp_first_s.size(), t.batches.size());
+  EXPECT_TRUE(t.mixed_s.empty());
+  EXPECT_GT(t.measure_s, 0.0);
+  EXPECT_LT(t.measure_s, 10.0);
+}
+
+// A table on which drafting pays at batch <= 2 only (verify steps of 4 sequences cost 10x
+// a decode step). With 4 requests the engine first drafts nothing and runs as k = 0 does
+// (decode steps issued ahead, the MTP layer skipped); as requests finish it drafts again
+// over a cache whose MTP rows have gaps. Output stays bitwise that of k = 0.
+SpecStepTimes small_batch_table() {
+  SpecStepTimes t;
+  t.batches = {1, 2, 4};
+  t.max_tokens_per_seq = 4;
+  t.verify_s = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 1e-2, 1e-2, 1e-2};
+  t.decode_ahead_s = {1e-3, 1e-3, 1e-3};
+  t.mtp_first_s = {1e-5, 1e-5, 1e-5};
+  t.mtp_chain_s = {1e-5, 1e-5, 1e-5};
+  return t;
+}
+
+TEST(SpecEngine, DraftingOffWhereItDoesNotPayThenOnAgainEqualsNoSpeculation) {
+  std::vector<SamplingParams> sp = {greedy(40), sampled(40, 3), greedy(12), sampled(20, 5)};
+  const auto base = run(config(0), prompts(), sp);
+  EngineConfig c = config(3);
+  c.spec_varlen = 1;
+  c.spec_step_times = small_batch_table();
+  EngineStats st;
+  expect_same(base, run(c, prompts(), sp, &st), "depth 0 then drafting");
+  EXPECT_GT(st.num_steps_without_drafts, 8);      // 4 and 3 requests: no drafts
+  EXPECT_GT(st.spec.num_verify_steps, 0);          // 2 and 1: drafts again
+  EXPECT_GT(st.spec.num_accepted_tokens, 0);
+  EXPECT_EQ(st.spec_step_times.batches, c.spec_step_times.batches);  // given, not measured
+}
+
+// Greedy requests without logprobs: at batch 4 the engine with k = 3 and the table above
+// never drafts, issues decode steps ahead as k = 0 does, and takes as many steps.
+TEST(SpecEngine, WhereDraftingDoesNotPayTheStepsAreThoseOfNoSpeculation) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 24;
+  EngineStats st0, st3;
+  const auto base = run(config(0), prompts(), {p}, &st0);
+  EngineConfig c = config(3);
+  c.spec_varlen = 1;
+  c.spec_step_times = small_batch_table();
+  for (size_t i : {1, 2, 3, 5, 6, 7}) c.spec_step_times.verify_s[i] = 1e-2;  // batch 1 and 2 do not pay either
+  expect_same(base, run(c, prompts(), {p}, &st3), "never drafting");
+  EXPECT_EQ(st3.spec.num_draft_tokens, 0);
+  EXPECT_GT(st0.num_steps_ahead, 0);
+  // k = 0 may issue ahead of the prompts' step too; k = 3 first gives the prompts their MTP rows.
+  EXPECT_GE(st3.num_steps_ahead, st0.num_steps_ahead - 1);
+  EXPECT_EQ(st3.num_steps, st0.num_steps);
+  EXPECT_GT(st3.num_steps_without_drafts, 0);
 }
 
 }  // namespace
