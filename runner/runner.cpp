@@ -75,7 +75,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   host_logits_ = backend.alloc_host(DType::F32, {max_rows, vocab});
   if (config.num_mtp_kv_layers > 0) {
     const DType dt = backend.activation_dtype();
-    const int64_t H = model.config().hidden_size;
+    const int64_t H = model.mtp_hidden_size();
     hidden_ = backend.alloc(dt, {max_tokens, H});
     mtp_in_ = backend.alloc(dt, {max_tokens, H});
     for (DeviceBuffer& b : mtp_out_) b = backend.alloc(dt, {max_tokens, H});
