@@ -36,6 +36,11 @@ class SeqRows {
         width_(tables.block_tables.size(1)),
         table_(tables.block_tables.ptr<const int32_t>() + seq * width_),
         group_(group) {}
+  // Whether row r's block is still held (a window group frees blocks as the window moves).
+  bool held(int64_t r) const {
+    const int64_t i = r / block_size_;
+    return i < width_ && table_[i] >= 0 && table_[i] < num_blocks_;
+  }
   float* row(int64_t r) const {
     const int64_t i = r / block_size_;
     const int32_t b = i < width_ ? table_[i] : -2;
@@ -227,7 +232,14 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       nc = end / ratio;
     }
     // Rows read: the window rows of tokens [w0, end), then entries [0, nc).
-    const int64_t w0 = std::max<int64_t>(0, p0 - W + 1), nw = end - w0;
+    int64_t w0 = std::max<int64_t>(0, p0 - W + 1);
+    // The MTP block (l < 0) runs after the target step freed the window blocks its next
+    // query no longer reads: a pass's rows before its last read only the rows still held.
+    // Only their K=V rows (which attention does not change) and the last row's output are
+    // used, and the last row's window is held (the runner keeps one row more, runner.cpp).
+    if (l < 0)
+      while (w0 < p0 && !window.held(w0)) ++w0;
+    const int64_t nw = end - w0;
     HostBuffer rows = buf({nw + nc, D});
     for (int64_t r = 0; r < nw; ++r) std::copy_n(window.row(w0 + r), D, rows.ptr<float>() + r * D);
     if (nc > 0) {
@@ -256,7 +268,7 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       const int64_t p = p0 + t;
       int32_t* r = idx.ptr<int32_t>() + t * slots;
       int64_t n = 0;
-      for (int64_t a = std::max<int64_t>(0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(a - w0);
+      for (int64_t a = std::max<int64_t>(w0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(a - w0);
       if (hca) {
         for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[n++] = static_cast<int32_t>(nw + i);
       } else if (csa) {
