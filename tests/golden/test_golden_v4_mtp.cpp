@@ -9,7 +9,9 @@
 //  1. through the runner (target step, then run_mtp over every prompt position from the
 //     target's hidden rows): the MTP logits within 1e-4 * max(1, max |oracle|), the main
 //     model's last logits too;
-//  2. a config declaring more MTP layers than the checkpoint holds: an Error naming the
+//  2. fixtures/v4_mtp_hf (the same values, the MTP block in transformers' spelling
+//     model.mtp.0.self_attn.*, fused experts): the same MTP logits bit for bit;
+//  3. a config declaring more MTP layers than the checkpoint holds: an Error naming the
 //     missing tensor; load_mtp off: no MTP block, no error.
 #include <gtest/gtest.h>
 
@@ -40,6 +42,47 @@ double worst(const float* got, const std::vector<double>& want, double& max_ref)
     max_ref = std::max(max_ref, std::fabs(want[v]));
   }
   return w;
+}
+
+// The MTP logits of every prompt position of `dir`'s model (target step, then one MTP pass).
+std::vector<float> mtp_logits(const std::string& dir, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& next) {
+  auto backend = make_cpu_backend();
+  auto model = load_model(dir, *backend);
+  RunnerConfig rc;
+  rc.num_kv_blocks = 64;
+  rc.kv_block_size = 4;
+  rc.max_num_batched_tokens = 64;
+  rc.max_num_seqs = 2;
+  rc.max_model_len = 64;
+  rc.max_logits_per_seq = 32;
+  rc.num_mtp_kv_layers = 1;
+  Runner runner(*model, *backend, rc);
+  const int S = static_cast<int>(prompt.size());
+  std::vector<int32_t> blocks;
+  for (int32_t b = 1; b <= 8; ++b) blocks.push_back(b);
+  const std::vector<std::vector<int32_t>> more(model->kv_groups().size() - 1, blocks);
+  std::vector<RunSeq> target = {{prompt, 0, S, blocks, true, 1, more}};
+  runner.execute(target);
+  std::vector<RunSeq> pass = {{next, 0, S, blocks, true, S}};
+  std::vector<int32_t> rows(static_cast<size_t>(S));
+  for (int i = 0; i < S; ++i) rows[static_cast<size_t>(i)] = i;
+  runner.run_mtp(pass, rows, true, true);
+  const Tensor& ml = runner.mtp_logits();
+  return std::vector<float>(ml.ptr<float>(), ml.ptr<float>() + ml.numel());
+}
+
+TEST(GoldenV4Mtp, TransformersSpellingLoadsTheSameBlock) {
+  std::ifstream in(fixture("v4_mtp") + "/reference.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const auto prompt = j.at("prompt_ids").get<std::vector<int32_t>>();
+  const auto next = j.at("next_ids").get<std::vector<int32_t>>();
+  const std::vector<float> a = mtp_logits(fixture("v4_mtp"), prompt, next);
+  const std::vector<float> b = mtp_logits(fixture("v4_mtp_hf"), prompt, next);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), prompt.size() * 256);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i] == b[i]) << "logit " << i << ": " << a[i] << " vs " << b[i];
 }
 
 TEST(GoldenV4Mtp, MtpLogitsMatchTheReference) {

@@ -16,6 +16,8 @@ main model, 3 sliding_attention + moe = the MTP block) and a forward pre-hook on
 e_proj(enorm(embed(t_{i+1}))) + h_proj(hnorm(h_i)); the MTP row of position i sits at position i (as the engine
 places it). The checkpoint stores layers 0-2 under transformers' names and layer 3 as `mtp.0.*`.
 
+fixtures/v4_mtp_hf holds the same values with the MTP block in transformers' spelling (model.mtp.0.*).
+
 Run: /work/venv/bin/python tools/golden/v4_mtp_golden.py tests/golden/fixtures
 """
 from __future__ import annotations
@@ -90,6 +92,16 @@ def main(out_root):
     cfg_d.update(num_hidden_layers=3, num_nextn_predict_layers=1, layer_types=FX["layer_types"][:3],
                  mlp_layer_types=FX["mlp_layer_types"][:3])
     with open(os.path.join(fdir, "config.json"), "w") as f:
+        json.dump(cfg_d, f, indent=2)
+    # v4_mtp_hf: the same values with the MTP block in transformers' spelling (model.mtp.0.self_attn.q_a_proj,
+    # fused mlp.experts.gate_up_proj, ...; transformers itself drops mtp.*), no reference of its own.
+    hdir = os.path.join(out_root, "v4_mtp_hf")
+    os.makedirs(hdir, exist_ok=True)
+    hf = {k: v for k, v in disk.items() if not k.startswith("model.layers.3.")}
+    hf.update({"model.mtp.0." + k[len("model.layers.3."):]: v for k, v in disk.items() if k.startswith("model.layers.3.")})
+    hf.update({"model.mtp.0." + k: out["mtp.0." + k] for k in extra})
+    save_file(dict(sorted(hf.items())), os.path.join(hdir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(hdir, "config.json"), "w") as f:
         json.dump(cfg_d, f, indent=2)
 
     ref = DeepseekV4ForCausalLM(copy.deepcopy(cfg)).float().eval()
