@@ -20,7 +20,7 @@ namespace {
 // take a padding row's id).
 class RunnerMtp final : public MtpExecutor {
  public:
-  RunnerMtp(Runner& runner, int vocab) : runner_(runner), vocab_(vocab) {}
+  RunnerMtp(Runner& runner, int vocab, int kv_window) : runner_(runner), vocab_(vocab), kv_window_(kv_window) {}
   void submit_mtp(std::span<const MtpRows> rows, bool hidden_from_target, bool want_logits,
                   bool tokens_from_previous) override {
     seqs_.clear();
@@ -39,10 +39,12 @@ class RunnerMtp final : public MtpExecutor {
   }
   int max_overlapped_rows() const override { return runner_.max_overlapped_mtp_rows(); }
   int vocab_size() const override { return vocab_; }
+  int kv_window() const override { return kv_window_; }
 
  private:
   Runner& runner_;
   int vocab_;
+  int kv_window_;
   std::vector<RunSeq> seqs_;
   std::vector<int32_t> hidden_;
 };
@@ -63,7 +65,10 @@ void check_speculation_config(const EngineConfig& config) {
 
 void Engine::Impl::make_proposer() {
   if (config.speculator == "mtp") {
-    mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, sample_vocab);
+    // The MTP layer's window: that of its KV group as the model declares it (V4: the
+    // sliding window; V3: none).
+    const int window = model->kv_groups()[static_cast<size_t>(model->mtp_kv_group())].window;
+    mtp_exec_ = std::make_unique<RunnerMtp>(*runner_, sample_vocab, window);
     // Draft probabilities (a softmax over the vocabulary per draft, logits to the host) only
     // for spec_varlen 2; 1 takes confidences from the acceptance history.
     proposer_ = std::make_unique<MtpProposer>(*mtp_exec_, config.spec_varlen >= 2);

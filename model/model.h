@@ -50,6 +50,9 @@ class Model {
                        Tensor* hidden_out = nullptr) = 0;
   // MTP layers loaded (LoadOptions::load_mtp and present in the checkpoint).
   virtual int num_mtp_layers() const { return 0; }
+  // Columns of a hidden row forward's hidden_out gives and mtp_forward takes and returns
+  // (V3: hidden_size; V4: its hc_mult hyper-connection streams, hc_mult * hidden_size).
+  virtual int64_t mtp_hidden_size() const;
   // MTP layer 0 over one step (model/layers/mtp.h): row i holds the next token t_{i+1}
   // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its latent rows go
   // to kv_cache (the MTP layer's own cache: kv[mtp_kv_group()][its num_layers], the same

@@ -17,7 +17,13 @@ std::vector<KvGroupSpec> Runner::kv_groups(const Model& model, int num_mtp_kv_la
     const int m = model.mtp_kv_group();
     DI_CHECK(m >= 0 && m < static_cast<int>(groups.size()), "runner: the model's MTP KV group ", m,
              " is not one of its ", groups.size(), " groups");
-    groups[static_cast<size_t>(m)].num_layers += num_mtp_kv_layers;
+    KvGroupSpec& g = groups[static_cast<size_t>(m)];
+    g.num_layers += num_mtp_kv_layers;
+    // A window group keeps one row more: the MTP pass after a step (its last row at the
+    // step's last position p reads rows [p - W + 1 - 1 ...]: the MTP row of position p - W + 1
+    // sits one before the next query's window) runs after the step freed what that query
+    // no longer reads.
+    if (g.window > 0) g.window += 1;
   }
   return groups;
 }
@@ -75,7 +81,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   host_logits_ = backend.alloc_host(DType::F32, {max_rows, vocab});
   if (config.num_mtp_kv_layers > 0) {
     const DType dt = backend.activation_dtype();
-    const int64_t H = model.config().hidden_size;
+    const int64_t H = model.mtp_hidden_size();
     hidden_ = backend.alloc(dt, {max_tokens, H});
     mtp_in_ = backend.alloc(dt, {max_tokens, H});
     for (DeviceBuffer& b : mtp_out_) b = backend.alloc(dt, {max_tokens, H});

@@ -40,11 +40,15 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
     const int n = static_cast<int>(s.token_ids.size());
     // Row p needs t_{p+1}: positions up to n - 2.
     const int end = std::min(s.computed_end, n - 1);
-    if (end <= s.computed_begin) continue;
+    // A window W: later MTP queries (positions >= computed_end - 1) read rows from
+    // computed_end - W on only.
+    const int window = exec_.kv_window();
+    const int begin = window > 0 ? std::max(s.computed_begin, s.computed_end - window) : s.computed_begin;
+    if (end <= begin) continue;
     next_[i].assign(s.token_ids.begin() + 1, s.token_ids.end());
     const bool want = wants(i) > 0;
-    rows_.push_back({next_[i], s.computed_begin, end - s.computed_begin, s.block_ids, want, s.target_row});
-    tokens += end - s.computed_begin;
+    rows_.push_back({next_[i], begin, end - begin, s.block_ids, want, s.target_row + (begin - s.computed_begin)});
+    tokens += end - begin;
     if (want) {
       drafting_.push_back(i);
       hidden_of_.push_back(tokens - 1);  // its last row (the draft's position - 1)

@@ -98,6 +98,10 @@ class MtpExecutor {
   }
   // Columns drafts are chosen from (the engine's sample_vocab: padding rows never drafted).
   virtual int vocab_size() const = 0;
+  // The MTP layer's attention window W (0: none). With one, a step's rows before its last
+  // W positions are not run: no later MTP query reads their rows (the window group has
+  // freed them).
+  virtual int kv_window() const { return 0; }
 };
 
 // DeepSeek-V3 MTP: draft 1 from the MTP layer on the target's last hidden state (after

@@ -55,7 +55,7 @@ std::string v4_summary(const DeepseekV4Config& c) {
   os << "model_type             " << b.model_type << "\n"
      << "layers                 " << c.num_layers() << ": " << window << " window-only, " << csa << " CSA (ratio "
      << c.csa_rate << ", indexer), " << hca << " HCA (ratio " << c.hca_rate << "); " << hash
-     << " hash-routed MoE; + " << b.num_nextn_predict_layers << " MTP (not run yet)\n"
+     << " hash-routed MoE; + " << b.num_nextn_predict_layers << " MTP\n"
      << "hidden / vocab         " << b.hidden_size << " / " << b.vocab_size << "\n"
      << "attention              " << b.num_attention_heads << " heads x " << c.head_dim
      << " over one K=V latent (rope " << c.rope_dim << ", interleaved), q_lora " << b.q_lora_rank << ", output "

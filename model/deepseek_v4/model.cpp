@@ -36,6 +36,11 @@ class SeqRows {
         width_(tables.block_tables.size(1)),
         table_(tables.block_tables.ptr<const int32_t>() + seq * width_),
         group_(group) {}
+  // Whether row r's block is still held (a window group frees blocks as the window moves).
+  bool held(int64_t r) const {
+    const int64_t i = r / block_size_;
+    return i < width_ && table_[i] >= 0 && table_[i] < num_blocks_;
+  }
   float* row(int64_t r) const {
     const int64_t i = r / block_size_;
     const int32_t b = i < width_ ? table_[i] : -2;
@@ -123,6 +128,10 @@ void DeepseekV4Model::check_step(const StepBatch& batch, const KvCaches& kv) con
                " must be host F32 [blocks, block_size, ", groups[g].row_dim, "]");
     }
   }
+  check_positions(batch);
+}
+
+void DeepseekV4Model::check_positions(const StepBatch& batch) const {
   const int64_t S = batch.num_seqs;
   DI_CHECK(batch.num_tokens > 0 && static_cast<int64_t>(batch.host_query_start.size()) == S + 1 &&
                static_cast<int64_t>(batch.host_seq_lens.size()) == S && batch.host_query_start[0] == 0 &&
@@ -152,16 +161,17 @@ void DeepseekV4Model::grow_rope_tables(int64_t num_positions) {
   rope_.rows = rows;
 }
 
-void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, const Tensor& x, const Tensor& qr,
-                                const Tensor& q, Tensor& out) {
+void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv,
+                                const Tensor& window_cache, const KvGroupTables& window_tables, const Tensor& x,
+                                const Tensor& qr, const Tensor& q, Tensor& out) {
   const DeepseekV4Config& c = config_;
   const V4KvLayout& lay = layout_;
-  const V4Layer& L = w_.layers[static_cast<size_t>(l)];
   const int64_t T = x.size(0), D = c.head_dim, rd = c.rope_dim, W = c.sliding_window;
   const int64_t nh = c.index_n_heads, di = c.index_head_dim;
   const float eps = static_cast<float>(c.base.rms_norm_eps);
   const bool csa = L.kind == V4AttentionKind::Csa, hca = L.kind == V4AttentionKind::Hca;
-  const int ratio = c.ratio(l), gl = lay.layer_in_group[static_cast<size_t>(l)];
+  DI_CHECK(l >= 0 || L.kind == V4AttentionKind::Window, "deepseek_v4: an MTP block must be window-only");
+  const int ratio = l >= 0 ? c.ratio(l) : 0, gl = l >= 0 ? lay.layer_in_group[static_cast<size_t>(l)] : -1;
   const Tensor& table = csa || hca ? rope_.compress.tensor() : rope_.main.tensor();
   const Tensor& positions = batch.positions;
   const std::vector<KvGroupSpec>& groups = lay.groups;
@@ -171,7 +181,7 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
   be_.gemm(x, L.wkv, kv_raw.tensor());
   be_.rms_norm(kv_raw.tensor(), L.kv_norm, eps, kvn.tensor());
   be_.rope(kvn.tensor(), positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
-  store_rows(be_, kvn.tensor(), kv[lay.window][l], batch.kv_groups[lay.window]);
+  store_rows(be_, kvn.tensor(), window_cache, window_tables);
 
   // Compressor inputs of this step's tokens -> the pending cache; CSA: the indexer's
   // queries and head weights.
@@ -205,7 +215,7 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
     const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], nq = t1 - t0;
     if (nq == 0) continue;
     const int64_t end = batch.host_seq_lens[s], p0 = end - nq;
-    const SeqRows window(kv[lay.window][l], batch.kv_groups[lay.window], s, groups[lay.window].name);
+    const SeqRows window(window_cache, window_tables, s, groups[lay.window].name);
     // The groups this step completes, pooled into the entry caches.
     int64_t nc = 0;  // entries visible to the sequence's last token
     if (csa || hca) {
@@ -222,7 +232,14 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
       nc = end / ratio;
     }
     // Rows read: the window rows of tokens [w0, end), then entries [0, nc).
-    const int64_t w0 = std::max<int64_t>(0, p0 - W + 1), nw = end - w0;
+    int64_t w0 = std::max<int64_t>(0, p0 - W + 1);
+    // The MTP block (l < 0) runs after the target step freed the window blocks its next
+    // query no longer reads: a pass's rows before its last read only the rows still held.
+    // Only their K=V rows (which attention does not change) and the last row's output are
+    // used, and the last row's window is held (the runner keeps one row more, runner.cpp).
+    if (l < 0)
+      while (w0 < p0 && !window.held(w0)) ++w0;
+    const int64_t nw = end - w0;
     HostBuffer rows = buf({nw + nc, D});
     for (int64_t r = 0; r < nw; ++r) std::copy_n(window.row(w0 + r), D, rows.ptr<float>() + r * D);
     if (nc > 0) {
@@ -251,7 +268,7 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
       const int64_t p = p0 + t;
       int32_t* r = idx.ptr<int32_t>() + t * slots;
       int64_t n = 0;
-      for (int64_t a = std::max<int64_t>(0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(a - w0);
+      for (int64_t a = std::max<int64_t>(w0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(a - w0);
       if (hca) {
         for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[n++] = static_cast<int32_t>(nw + i);
       } else if (csa) {
@@ -265,36 +282,20 @@ void DeepseekV4Model::attention(int l, const StepBatch& batch, KvCaches& kv, con
   }
 }
 
-void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
-  DI_CHECK(hidden_out == nullptr, config_.base.source, ": deepseek_v4 has no MTP layer yet (hidden_out asked)");
-  check_step(batch, kv);
+void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv, const Tensor& window_cache,
+                            const KvGroupTables& window_tables, HostBuffer& streams, HostBuffer& next) {
   const DeepseekV4Config& c = config_;
   const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
-  const int64_t heads = c.base.num_attention_heads, D = c.head_dim, rd = c.rope_dim, V = c.base.vocab_size;
+  const int64_t heads = c.base.num_attention_heads, D = c.head_dim, rd = c.rope_dim;
   const int64_t ql = c.base.q_lora_rank, G = c.o_groups, gin = heads * D / G, ol = c.o_lora_rank;
   const int64_t E = c.base.n_routed_experts, K = c.base.num_experts_per_tok;
   const float eps = static_cast<float>(c.base.rms_norm_eps);
-  const int64_t R = batch.logits_indices.numel();
-  DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v4: logits must be [", R, ", ", V, "], got ",
-           logits.describe());
   const int32_t* ids = batch.token_ids.ptr<const int32_t>();
-  for (int64_t t = 0; t < T; ++t)
-    DI_CHECK(ids[t] >= 0 && ids[t] < V, "deepseek_v4: token id ", ids[t], " outside the vocabulary of ", V);
-  grow_rope_tables(batch.max_seq_len);
   Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
   HostBuffer ones = buf({D});
   std::fill(ones.ptr<float>(), ones.ptr<float>() + D, 1.0f);
-
-  // Embedding, copied into every stream.
-  HostBuffer emb = buf({T, H});
-  be_.embedding(batch.token_ids, w_.embed, emb.tensor());
-  HostBuffer streams = buf({T, hc, H}), next = buf({T, hc, H});
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < hc; ++k) std::copy_n(emb.ptr<float>() + t * H, H, streams.ptr<float>() + (t * hc + k) * H);
-
   HostBuffer collapsed = buf({T, H}), post = buf({T, hc}), comb = buf({T, hc, hc}), x = buf({T, H});
-  for (int l = 0; l < c.num_layers(); ++l) {
-    const V4Layer& L = w_.layers[static_cast<size_t>(l)];
+  {
     const bool compressed = L.kind != V4AttentionKind::Window;
     const Tensor& table = compressed ? rope_.compress.tensor() : rope_.main.tensor();
     const Tensor& inv = compressed ? rope_.compress_inv.tensor() : rope_.main_inv.tensor();
@@ -312,7 +313,7 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
     }
     be_.rope(qn.tensor(), batch.positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
     HostBuffer attn = buf({T, heads, D});
-    attention(l, batch, kv, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
+    attention(L, l, batch, kv, window_cache, window_tables, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
     be_.rope(attn.tensor(), batch.positions, inv, static_cast<int>(D - rd), static_cast<int>(rd), true);
     // Grouped output projection: group g's heads [T, heads*D/G] through wo_a rows [g*ol, (g+1)*ol).
     HostBuffer grouped = buf({T, G * ol}), part = buf({T, gin}), og = buf({T, ol}), o = buf({T, H});
@@ -361,17 +362,101 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
     be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
     std::swap(streams, next);
   }
-  // Logits of the asked rows only: hc_head, norm and head are per row.
+}
+
+// Logits of batch.logits_indices' rows of `streams` [T, hc, H]: hc_head, norm and head are per row.
+void DeepseekV4Model::head_logits(const StepBatch& batch, const HostBuffer& streams, const V4HyperConnection& hc_head,
+                                  const Tensor& norm, Tensor& logits) {
+  const DeepseekV4Config& c = config_;
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult, V = c.base.vocab_size;
+  const int64_t R = batch.logits_indices.numel();
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v4: logits must be [", R, ", ", V, "], got ",
+           logits.describe());
   if (R == 0) return;
+  Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
   HostBuffer picked = buf({R, hc, H}), h = buf({R, H}), hn = buf({R, H});
   for (int64_t i = 0; i < R; ++i) {
     const int32_t r = batch.logits_indices.ptr<const int32_t>()[i];
     DI_CHECK(r >= 0 && r < T, "deepseek_v4: logits index ", r, " outside the step's ", T, " tokens");
     std::copy_n(streams.ptr<float>() + r * hc * H, hc * H, picked.ptr<float>() + i * hc * H);
   }
-  be_.hc_head(picked.tensor(), w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, hp, h.tensor());
-  be_.rms_norm(h.tensor(), w_.norm, eps, hn.tensor());
+  be_.hc_head(picked.tensor(), hc_head.fn, hc_head.base, hc_head.scale, hp, h.tensor());
+  be_.rms_norm(h.tensor(), norm, eps, hn.tensor());
   be_.gemm(hn.tensor(), w_.head, logits);
+}
+
+void DeepseekV4Model::check_tokens(const StepBatch& batch) const {
+  const int64_t V = config_.base.vocab_size;
+  const int32_t* ids = batch.token_ids.ptr<const int32_t>();
+  for (int64_t t = 0; t < batch.num_tokens; ++t)
+    DI_CHECK(ids[t] >= 0 && ids[t] < V, "deepseek_v4: token id ", ids[t], " outside the vocabulary of ", V);
+}
+
+void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
+  check_step(batch, kv);
+  check_tokens(batch);
+  const DeepseekV4Config& c = config_;
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
+  if (hidden_out != nullptr)
+    DI_CHECK(hidden_out->device == Device::CPU && hidden_out->dtype == DType::F32 && hidden_out->is_contiguous() &&
+                 hidden_out->dims() == std::vector<int64_t>({T, hc * H}),
+             "deepseek_v4: hidden_out must be host F32 [", T, ", ", hc * H,
+             "] (the hyper-connection streams after the last layer), got ", hidden_out->describe());
+  grow_rope_tables(batch.max_seq_len);
+  // Embedding, copied into every stream.
+  HostBuffer emb = buf({T, H});
+  be_.embedding(batch.token_ids, w_.embed, emb.tensor());
+  HostBuffer streams = buf({T, hc, H}), next = buf({T, hc, H});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < hc; ++k) std::copy_n(emb.ptr<float>() + t * H, H, streams.ptr<float>() + (t * hc + k) * H);
+  for (int l = 0; l < c.num_layers(); ++l)
+    block(w_.layers[static_cast<size_t>(l)], l, batch, kv, kv[layout_.window][static_cast<size_t>(l)],
+          batch.kv_groups[layout_.window], streams, next);
+  if (hidden_out != nullptr) std::copy_n(streams.ptr<float>(), T * hc * H, hidden_out->ptr<float>());
+  head_logits(batch, streams, w_.hc_head, w_.norm, logits);
+}
+
+void DeepseekV4Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+                                  Tensor& hidden_out, Tensor& logits) {
+  const DeepseekV4Config& c = config_;
+  DI_CHECK(!w_.mtp.empty(), c.base.source, ": deepseek_v4 mtp_forward without an MTP block loaded");
+  const V4MtpBlock& B = w_.mtp.front();
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
+  const KvGroupSpec& wg = layout_.groups[static_cast<size_t>(layout_.window)];
+  DI_CHECK(!batch.kv_groups.empty(), "mtp_forward: deepseek_v4 needs the block tables of KV group '", wg.name, "'");
+  DI_CHECK(kv_cache.device == Device::CPU && kv_cache.dtype == DType::F32 && kv_cache.ndim == 3 &&
+               kv_cache.is_contiguous() && kv_cache.size(2) == wg.row_dim,
+           "mtp_forward: deepseek_v4 MTP cache ", kv_cache.describe(), " must be host F32 [blocks, block_size, ",
+           wg.row_dim, "] (a layer of KV group '", wg.name, "')");
+  for (const Tensor* t : {&hidden_in, static_cast<const Tensor*>(&hidden_out)})
+    DI_CHECK(t->device == Device::CPU && t->dtype == DType::F32 && t->is_contiguous() &&
+                 t->dims() == std::vector<int64_t>({T, hc * H}),
+             "mtp_forward: deepseek_v4 hidden rows must be host F32 [", T, ", ", hc * H,
+             "] (hyper-connection streams), got ", t->describe());
+  check_positions(batch);
+  check_tokens(batch);
+  grow_rope_tables(batch.max_seq_len);
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  // Block input: stream k of row t = e_proj(enorm(embed(t_{i+1}))) + h_proj(hnorm(h_i stream k)).
+  HostBuffer emb = buf({T, H}), en = buf({T, H}), ep = buf({T, H});
+  be_.embedding(batch.token_ids, w_.embed, emb.tensor());
+  be_.rms_norm(emb.tensor(), B.enorm, eps, en.tensor());
+  be_.gemm(en.tensor(), B.e_proj, ep.tensor());
+  HostBuffer hn = buf({T * hc, H}), streams = buf({T, hc, H}), next = buf({T, hc, H});
+  be_.rms_norm(hidden_in.view({T * hc, H}), B.hnorm, eps, hn.tensor());
+  Tensor s2 = streams.tensor().view({T * hc, H});
+  be_.gemm(hn.tensor(), B.h_proj, s2);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < hc; ++k) {
+      float* row = streams.ptr<float>() + (t * hc + k) * H;
+      const float* e = ep.ptr<float>() + t * H;
+      for (int64_t i = 0; i < H; ++i) row[i] = e[i] + row[i];
+    }
+  KvCaches none;  // a window-only block reads no other group
+  block(B.block, -1, batch, none, kv_cache, batch.kv_groups.front(), streams, next);
+  std::copy_n(streams.ptr<float>(), T * hc * H, hidden_out.ptr<float>());
+  head_logits(batch, streams, B.hc_head, B.norm, logits);
 }
 
 }  // namespace deepinfer

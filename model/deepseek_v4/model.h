@@ -27,7 +27,19 @@ class DeepseekV4Model : public Model {
   const V4KvLayout& kv_layout() const { return layout_; }
   std::vector<KvGroupSpec> kv_groups() const override { return layout_.groups; }
   int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
+  // hidden_out: host F32 [T, hc_mult * hidden], the hyper-connection streams after the last
+  // layer (before hc_head), what the MTP block drafts from.
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out = nullptr) override;
+  // The MTP block (DeepSeek's MTPBlock, window-only): its K=V rows are one more layer of the
+  // "window" group (the runner adds it there; same block tables, same sliding window).
+  int num_mtp_layers() const override { return static_cast<int>(w_.mtp.size()); }
+  int mtp_kv_group() const override { return layout_.window; }
+  int64_t mtp_hidden_size() const override { return config_.hc_mult * config_.base.hidden_size; }
+  // Row i: token t_{i+1} (batch.token_ids) at position i with hidden_in [T, hc * hidden] =
+  // the target's streams h_i (or a chained draft's output streams); hidden_out [T, hc *
+  // hidden] its output streams; logits from its own hc_head and norm and the shared head.
+  void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in, Tensor& hidden_out,
+                   Tensor& logits) override;
 
  private:
   struct RopeTables {
@@ -35,11 +47,21 @@ class DeepseekV4Model : public Model {
     int64_t rows = 0;
   };
   void check_step(const StepBatch& batch, const KvCaches& kv) const;
+  void check_positions(const StepBatch& batch) const;
+  void check_tokens(const StepBatch& batch) const;
   void grow_rope_tables(int64_t num_positions);
   // Layer l's attention over the step: x [T, H] its normed input, qr [T, q_lora] the q_norm
   // output, q [T, heads, D] the rotated queries; out [T, heads, D] before the inverse RoPE.
-  void attention(int l, const StepBatch& batch, KvCaches& kv, const Tensor& x, const Tensor& qr,
-                 const Tensor& q, Tensor& out);
+  // l: the main layer's index, -1 for the MTP block (window-only); its window rows live in
+  // window_cache, addressed by window_tables.
+  void attention(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv, const Tensor& window_cache,
+                 const KvGroupTables& window_tables, const Tensor& x, const Tensor& qr, const Tensor& q, Tensor& out);
+  // One block (attention then MoE, each between hc_pre and hc_post) over streams [T, hc, H]
+  // in place (next: scratch of the same shape).
+  void block(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv, const Tensor& window_cache,
+             const KvGroupTables& window_tables, HostBuffer& streams, HostBuffer& next);
+  void head_logits(const StepBatch& batch, const HostBuffer& streams, const V4HyperConnection& hc_head,
+                   const Tensor& norm, Tensor& logits);
 
   DeepseekV4Config config_;
   V4Weights w_;

@@ -1,5 +1,6 @@
 #include "model/deepseek_v4/weights.h"
 
+#include <deque>
 #include <utility>
 
 #include "core/error.h"
@@ -144,10 +145,11 @@ class Loader {
     out.norm = f32(p + "norm.weight", {d}, "compressor norm");
     return out;
   }
-  std::vector<ExpertWeights> experts(int l) {
+  std::vector<ExpertWeights> experts(const std::string& block) {
     const int64_t E = c_.base.n_routed_experts, I = c_.base.moe_intermediate_size, H = c_.base.hidden_size;
     std::vector<ExpertWeights> out(static_cast<size_t>(E));
-    const std::string fused = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    std::string fused = hf_name(block + "ffn.experts.x");  // model.layers.N.mlp.experts.x
+    fused.pop_back();
     if (r_->has(fused + "gate_up_proj")) {
       Tensor gu = r_->tensor(fused + "gate_up_proj"), dn = r_->tensor(fused + "down_proj");
       check_dims(gu, fused + "gate_up_proj", {E, 2 * I, H}, "fused routed experts [E, 2I, H]");
@@ -160,10 +162,10 @@ class Loader {
       return out;
     }
     for (int64_t e = 0; e < E; ++e) {
-      const std::string p = "layers." + std::to_string(l) + ".ffn.experts." + std::to_string(e) + ".";
-      out[e].gate = linear(p + "w1", I, H, "routed expert w1 (gate)");
-      out[e].up = linear(p + "w3", I, H, "routed expert w3 (up)");
-      out[e].down = linear(p + "w2", H, I, "routed expert w2 (down)");
+      const std::string p = block + "ffn.experts." + std::to_string(e) + ".";
+      out[e].gate = linear(p + "w1", I, H, w("routed expert w1 (gate)"));
+      out[e].up = linear(p + "w3", I, H, w("routed expert w3 (up)"));
+      out[e].down = linear(p + "w2", H, I, w("routed expert w2 (down)"));
     }
     return out;
   }
@@ -185,7 +187,66 @@ class Loader {
     return out;
   }
 
+  // One V4 block under prefix p ("layers.N." or "mtp.N."); why: appended to every
+  // tensor's description (which MTP block), "" for main layers.
+  V4Layer layer(const std::string& p, V4AttentionKind kind, bool hash, const std::string& why) {
+    why_ = why;
+    const int64_t H = c_.base.hidden_size, heads = c_.base.num_attention_heads, D = c_.head_dim;
+    const int64_t hc = c_.hc_mult, mixes = (2 + hc) * hc;
+    V4Layer L;
+    L.kind = kind;
+    L.attn_norm = f32(p + "attn_norm.weight", {H}, w("attention norm"));
+    L.ffn_norm = f32(p + "ffn_norm.weight", {H}, w("ffn norm"));
+    L.hc_attn = {f32(p + "hc_attn_fn", {mixes, hc * H}, w("hyper-connection fn [(2+hc)*hc, hc*hidden]")),
+                 f32(p + "hc_attn_base", {mixes}, w("hyper-connection base")),
+                 f32(p + "hc_attn_scale", {3}, w("hyper-connection scale"))};
+    L.hc_ffn = {f32(p + "hc_ffn_fn", {mixes, hc * H}, w("hyper-connection fn [(2+hc)*hc, hc*hidden]")),
+                f32(p + "hc_ffn_base", {mixes}, w("hyper-connection base")),
+                f32(p + "hc_ffn_scale", {3}, w("hyper-connection scale"))};
+    const std::string a = p + "attn.";
+    L.wq_a = linear(a + "wq_a", c_.base.q_lora_rank, H, w("query down-projection"));
+    L.q_norm = f32(a + "q_norm.weight", {c_.base.q_lora_rank}, w("query norm"));
+    L.wq_b = linear(a + "wq_b", heads * D, c_.base.q_lora_rank, w("query up-projection"));
+    L.wkv = linear(a + "wkv", D, H, w("K=V projection"));
+    L.kv_norm = f32(a + "kv_norm.weight", {D}, w("K=V norm"));
+    L.wo_a = linear(a + "wo_a", c_.o_groups * c_.o_lora_rank, heads * D / c_.o_groups, w("grouped output wo_a"), true);
+    L.wo_b = linear(a + "wo_b", H, c_.o_groups * c_.o_lora_rank, w("output wo_b"));
+    L.sinks = f32(a + "attn_sink", {heads}, w("attention sinks"));
+    if (L.kind == V4AttentionKind::Csa) {
+      L.compressor = compressor(a + "compressor.", 2 * D, D, c_.csa_rate);
+      L.index_compressor = compressor(a + "indexer.compressor.", 2 * c_.index_head_dim, c_.index_head_dim, c_.csa_rate);
+      L.index_wq_b = linear(a + "indexer.wq_b", c_.index_n_heads * c_.index_head_dim, c_.base.q_lora_rank,
+                            w("indexer query projection"));
+      L.index_weights_proj = linear(a + "indexer.weights_proj", c_.index_n_heads, H, w("indexer head weights"));
+    } else if (L.kind == V4AttentionKind::Hca) {
+      L.compressor = compressor(a + "compressor.", D, D, c_.hca_rate);
+    }
+    const std::string f = p + "ffn.";
+    L.hash = hash;
+    L.gate = linear(f + "gate", c_.base.n_routed_experts, H, w("router"));
+    if (L.hash) L.tid2eid = tid2eid(f + "gate.tid2eid");
+    else L.gate_bias = f32(f + "gate.bias", {c_.base.n_routed_experts}, w("router selection bias"));
+    L.experts = experts(p);
+    if (c_.base.n_shared_experts > 0) {
+      const int64_t I = c_.base.moe_intermediate_size;
+      L.shared.gate = linear(f + "shared_experts.w1", I, H, w("shared expert w1 (gate)"));
+      L.shared.up = linear(f + "shared_experts.w3", I, H, w("shared expert w3 (up)"));
+      L.shared.down = linear(f + "shared_experts.w2", H, I, w("shared expert w2 (down)"));
+    }
+    why_.clear();
+    return L;
+  }
+
  private:
+  // `base` + the current block's why_, kept alive for the Error messages built from it.
+  const char* w(const char* base) {
+    if (why_.empty()) return base;
+    notes_.push_back(std::string(base) + why_);
+    return notes_.back().c_str();
+  }
+
+  std::string why_;
+  std::deque<std::string> notes_;
   const DeepseekV4Config& c_;
   std::shared_ptr<const CheckpointReader> r_;
   V4Weights& w_;
@@ -193,12 +254,11 @@ class Loader {
 
 }  // namespace
 
-V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> reader) {
+V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> reader, bool load_mtp) {
   V4Weights w;
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   Loader ld(c, reader, w);
-  const int64_t H = c.base.hidden_size, V = c.base.vocab_size, heads = c.base.num_attention_heads;
-  const int64_t D = c.head_dim, hc = c.hc_mult, mixes = (2 + hc) * hc;
+  const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult;
   {
     Tensor e = ld.raw("embed.weight", "token embedding");
     ld.check_dims(e, "embed.weight", {V, H}, "token embedding [vocab, hidden]");
@@ -209,49 +269,27 @@ V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const Check
   w.head = ld.linear("head", V, H, "output head");
   w.hc_head = {ld.f32("hc_head_fn", {hc, hc * H}, "hc_head fn"), ld.f32("hc_head_base", {hc}, "hc_head base"),
                ld.f32("hc_head_scale", {1}, "hc_head scale")};
-  for (int l = 0; l < c.num_layers(); ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    V4Layer L;
-    L.kind = c.attention[static_cast<size_t>(l)];
-    L.attn_norm = ld.f32(p + "attn_norm.weight", {H}, "attention norm");
-    L.ffn_norm = ld.f32(p + "ffn_norm.weight", {H}, "ffn norm");
-    L.hc_attn = {ld.f32(p + "hc_attn_fn", {mixes, hc * H}, "hyper-connection fn [(2+hc)*hc, hc*hidden]"),
-                 ld.f32(p + "hc_attn_base", {mixes}, "hyper-connection base"),
-                 ld.f32(p + "hc_attn_scale", {3}, "hyper-connection scale")};
-    L.hc_ffn = {ld.f32(p + "hc_ffn_fn", {mixes, hc * H}, "hyper-connection fn [(2+hc)*hc, hc*hidden]"),
-                ld.f32(p + "hc_ffn_base", {mixes}, "hyper-connection base"),
-                ld.f32(p + "hc_ffn_scale", {3}, "hyper-connection scale")};
-    const std::string a = p + "attn.";
-    L.wq_a = ld.linear(a + "wq_a", c.base.q_lora_rank, H, "query down-projection");
-    L.q_norm = ld.f32(a + "q_norm.weight", {c.base.q_lora_rank}, "query norm");
-    L.wq_b = ld.linear(a + "wq_b", heads * D, c.base.q_lora_rank, "query up-projection");
-    L.wkv = ld.linear(a + "wkv", D, H, "K=V projection");
-    L.kv_norm = ld.f32(a + "kv_norm.weight", {D}, "K=V norm");
-    L.wo_a = ld.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups, "grouped output wo_a", true);
-    L.wo_b = ld.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank, "output wo_b");
-    L.sinks = ld.f32(a + "attn_sink", {heads}, "attention sinks");
-    if (L.kind == V4AttentionKind::Csa) {
-      L.compressor = ld.compressor(a + "compressor.", 2 * D, D, c.csa_rate);
-      L.index_compressor = ld.compressor(a + "indexer.compressor.", 2 * c.index_head_dim, c.index_head_dim, c.csa_rate);
-      L.index_wq_b = ld.linear(a + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.base.q_lora_rank,
-                               "indexer query projection");
-      L.index_weights_proj = ld.linear(a + "indexer.weights_proj", c.index_n_heads, H, "indexer head weights");
-    } else if (L.kind == V4AttentionKind::Hca) {
-      L.compressor = ld.compressor(a + "compressor.", D, D, c.hca_rate);
+  for (int l = 0; l < c.num_layers(); ++l)
+    w.layers.push_back(ld.layer("layers." + std::to_string(l) + ".", c.attention[static_cast<size_t>(l)],
+                                c.hash_moe[static_cast<size_t>(l)], ""));
+  if (load_mtp) {
+    for (int m = 0; m < c.base.num_nextn_predict_layers; ++m) {
+      const std::string p = "mtp." + std::to_string(m) + ".";
+      const std::string why = " of MTP block " + std::to_string(m) + " (config num_nextn_predict_layers = " +
+                              std::to_string(c.base.num_nextn_predict_layers) + ")";
+      V4MtpBlock B;
+      B.block = ld.layer(p, V4AttentionKind::Window, false, why);
+      const std::string e = "MTP e_proj" + why, h = "MTP h_proj" + why;
+      B.e_proj = ld.linear(p + "e_proj", H, H, e.c_str());
+      B.h_proj = ld.linear(p + "h_proj", H, H, h.c_str());
+      B.enorm = ld.f32(p + "enorm.weight", {H}, ("MTP enorm" + why).c_str());
+      B.hnorm = ld.f32(p + "hnorm.weight", {H}, ("MTP hnorm" + why).c_str());
+      B.norm = ld.f32(p + "norm.weight", {H}, ("MTP norm" + why).c_str());
+      B.hc_head = {ld.f32(p + "hc_head_fn", {hc, hc * H}, ("MTP hc_head fn" + why).c_str()),
+                   ld.f32(p + "hc_head_base", {hc}, ("MTP hc_head base" + why).c_str()),
+                   ld.f32(p + "hc_head_scale", {1}, ("MTP hc_head scale" + why).c_str())};
+      w.mtp.push_back(std::move(B));
     }
-    const std::string f = p + "ffn.";
-    L.hash = c.hash_moe[static_cast<size_t>(l)];
-    L.gate = ld.linear(f + "gate", c.base.n_routed_experts, H, "router");
-    if (L.hash) L.tid2eid = ld.tid2eid(f + "gate.tid2eid");
-    else L.gate_bias = ld.f32(f + "gate.bias", {c.base.n_routed_experts}, "router selection bias");
-    L.experts = ld.experts(l);
-    if (c.base.n_shared_experts > 0) {
-      const int64_t I = c.base.moe_intermediate_size;
-      L.shared.gate = ld.linear(f + "shared_experts.w1", I, H, "shared expert w1 (gate)");
-      L.shared.up = ld.linear(f + "shared_experts.w3", I, H, "shared expert w3 (up)");
-      L.shared.down = ld.linear(f + "shared_experts.w2", H, I, "shared expert w2 (down)");
-    }
-    w.layers.push_back(std::move(L));
   }
   return w;
 }

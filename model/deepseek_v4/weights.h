@@ -50,18 +50,32 @@ struct V4Layer {
   ExpertWeights shared;             // undefined when n_shared_experts == 0
 };
 
+// The MTP block (DeepSeek's MTPBlock; weights `mtp.N.*`, transformers' spelling
+// `model.mtp.N.*` too): a window-only V4 block with a non-hash MoE between
+// e_proj(enorm(embed(t))) + h_proj(hnorm(h)) and its own hc_head and norm (the embedding and
+// head are the main model's).
+struct V4MtpBlock {
+  V4Layer block;
+  Weight e_proj, h_proj;          // [H, H]
+  Tensor enorm, hnorm, norm;      // F32 [H]
+  V4HyperConnection hc_head;      // [hc, hc*H], [hc], [1]
+};
+
 struct V4Weights {
   Tensor embed;  // [V, H]
   std::vector<V4Layer> layers;
+  std::vector<V4MtpBlock> mtp;  // num_nextn_predict_layers blocks when loaded
   V4HyperConnection hc_head;
   Tensor norm;   // F32 [H]
   Weight head;   // [V, H]
   std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
 };
 
-// Reads every main-layer tensor (MTP `mtp.*` tensors are not read yet). Throws Error
-// naming the tensor: missing, wrong shape or dtype, FP4 scales of the wrong shape,
+// Reads every main-layer tensor and, with load_mtp, the num_nextn_predict_layers MTP blocks
+// the config declares. Throws Error naming the tensor: missing (an MTP tensor of a config
+// that declares MTP layers included), wrong shape or dtype, FP4 scales of the wrong shape,
 // tid2eid ids outside [0, n_routed_experts).
-V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader);
+V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader,
+                          bool load_mtp = true);
 
 }  // namespace deepinfer

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "model/config.h"
 #include "model/layers/common.h"
 
 namespace deepinfer {
@@ -83,6 +84,8 @@ void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& c
 }  // namespace deepinfer
 
 namespace deepinfer {
+
+int64_t Model::mtp_hidden_size() const { return config().hidden_size; }
 
 void Model::mtp_forward(const StepBatch&, Tensor&, const Tensor&, Tensor&, Tensor&) {
   fail("model: no MTP layer is loaded (the checkpoint has none, or LoadOptions::load_mtp is off)");
