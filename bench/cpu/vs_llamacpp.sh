@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# deepinfer's CPU backend against llama.cpp on this machine, same model, same threads, rounds
+# interleaved (issue 21): prefill 512, decode batch 1 and batch 8 after a 512-token prompt.
+#
+# llama.cpp is built from its source beside the project, never committed (e.g. the copy inside
+# the llama-cpp-python sdist from PyPI: `pip download --no-deps --no-binary :all: llama-cpp-python`),
+# CPU only, AVX2 like our build:
+#   cmake -B build -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAMA_CURL=OFF
+#   cmake --build build --target llama-batched-bench
+# and the model converted with its own converter (BF16 and Q8_0), through
+# bench/cpu/convert_for_llamacpp.py (torch + the converter's gguf-py in a venv).
+#
+#   LLAMA_CPP=/path/to/llama.cpp GGUF_DIR=/path/to/ggufs bench/cpu/vs_llamacpp.sh [OUT_DIR]
+# GGUF_DIR holds tiny-bf16.gguf and tiny-q8_0.gguf. Records: OUT_DIR/deepinfer.jsonl and
+# OUT_DIR/llamacpp.jsonl (raw, every round), OUT_DIR/summary.txt (medians and ratios).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${1:-$root/bench/results/$(date -u +%F)-cpu-vs-llamacpp}"
+threads="${THREADS:-$(nproc)}"
+rounds="${ROUNDS:-6}"
+gen="${GEN_LEN:-64}"
+di="${DEEPINFER:-$root/build/ci/app/deepinfer}"
+lb="${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp checkout with build/bin/llama-batched-bench}/build/bin/llama-batched-bench"
+gguf="${GGUF_DIR:?set GGUF_DIR to the folder with tiny-bf16.gguf and tiny-q8_0.gguf}"
+mkdir -p "$out"
+: > "$out/deepinfer.jsonl"
+: > "$out/llamacpp.jsonl"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (an idle machine reads ~0)" | tee "$out/summary.txt"
+for r in $(seq 1 "$rounds"); do
+  "$di" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
+    --repeats 1 --warmup 1 --tag "round$r" >> "$out/deepinfer.jsonl" 2>/dev/null
+  for q in bf16 q8_0; do
+    "$lb" -m "$gguf/tiny-$q.gguf" -c 8192 -b 2048 -ub 512 -npp 512 -ntg "$gen" -npl 1,8 -t "$threads" \
+      --output-format jsonl 2>/dev/null | grep '^{' | sed "s/^{/{\"quant\": \"$q\", \"round\": $r, /" >> "$out/llamacpp.jsonl"
+  done
+  echo "round $r done"
+done
+python3 - "$out" "$threads" <<'EOF' | tee -a "$out/summary.txt"
+import json, statistics, sys
+out, threads = sys.argv[1], sys.argv[2]
+di = [json.loads(l) for l in open(f"{out}/deepinfer.jsonl")]
+lc = [json.loads(l) for l in open(f"{out}/llamacpp.jsonl")]
+def med(xs): return statistics.median(xs) if xs else float("nan")
+ours = {
+    "prefill 512": med([r["tokens_per_s"] for r in di if r["kind"] == "prefill"]),
+    "decode batch 1": med([r["tokens_per_s"] for r in di if r["kind"] == "decode" and r["batch"] == 1]),
+    "decode batch 8": med([r["tokens_per_s"] for r in di if r["kind"] == "decode" and r["batch"] == 8]),
+}
+def peer(q, row):
+    if row == "prefill 512":
+        return med([r["speed_pp"] for r in lc if r["quant"] == q and r["pl"] == 1])
+    pl = 1 if row.endswith(" 1") else 8
+    return med([r["speed_tg"] for r in lc if r["quant"] == q and r["pl"] == pl])
+print(f"threads {threads}, rounds {len(di) // 3}, tok/s medians (deepinfer FP8 checkpoint; llama.cpp BF16 / Q8_0)")
+print(f"{'figure':16} {'deepinfer':>10} {'llama BF16':>11} {'llama Q8_0':>11} {'vs BF16':>8} {'vs Q8_0':>8}")
+for row, v in ours.items():
+    b, q = peer("bf16", row), peer("q8_0", row)
+    print(f"{row:16} {v:10.1f} {b:11.1f} {q:11.1f} {v / b:8.2f} {v / q:8.2f}")
+EOF
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/summary.txt"
