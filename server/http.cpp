@@ -65,6 +65,7 @@ class ReplyImpl final : public Reply {
   void start_stream(int status, std::string content_type, Headers headers) override;
   void write(std::string data) override;
   void end() override;
+  void run(std::function<void()> f) override;
   void on_disconnect(std::function<void()> f) override;
 
  private:
@@ -107,6 +108,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (last) self->reply_ending_ = true;
       self->flush();
     });
+  }
+  void run_task(std::function<void()> f) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), f = std::move(f)] { f(); });
   }
   void set_disconnect(std::function<void()> f) {
     asio::post(stream_.get_executor(), [self = shared_from_this(), f = std::move(f)]() mutable {
@@ -284,6 +288,8 @@ void ReplyImpl::write(std::string data) {
 }
 
 void ReplyImpl::end() { session_->post_data("0\r\n\r\n", true); }
+
+void ReplyImpl::run(std::function<void()> f) { session_->run_task(std::move(f)); }
 
 void ReplyImpl::on_disconnect(std::function<void()> f) { session_->set_disconnect(std::move(f)); }
 
