@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 
@@ -15,7 +16,15 @@ void EngineLoop::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  if (num_steps_ > 0)
+    std::fprintf(stderr,
+                 "deepinfer serve: engine thread: %lld steps, %.3f s in steps, %.3f s handing %lld outputs to "
+                 "replies (%.2f us each)\n",
+                 static_cast<long long>(num_steps_.load()), step_seconds(), output_seconds(),
+                 static_cast<long long>(num_outputs_.load()),
+                 num_outputs_ > 0 ? output_seconds() * 1e6 / static_cast<double>(num_outputs_.load()) : 0.0);
 }
 
 std::string EngineLoop::load_error() const {
@@ -93,6 +102,7 @@ void EngineLoop::run(EngineConfig config) {
       continue;
     }
     std::vector<RequestOutput> outputs;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       outputs = engine->step();
     } catch (const std::exception& e) {
@@ -110,17 +120,22 @@ void EngineLoop::run(EngineConfig config) {
         sink(out);
       }
     }
+    const auto t1 = std::chrono::steady_clock::now();
     for (const RequestOutput& out : outputs) {
       auto it = sinks_.find(out.request_id);
       if (it == sinks_.end()) continue;
-      Sink sink = it->second;
-      if (out.finished) sinks_.erase(it);
       try {
-        sink(out);
+        it->second(out);  // a sink only hands the update over (server.cpp builds the reply elsewhere)
       } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer serve: request %s: %s\n", out.request_id.c_str(), e.what());
       }
+      if (out.finished) sinks_.erase(out.request_id);  // `it` may be stale if the sink aborted others
     }
+    const auto t2 = std::chrono::steady_clock::now();
+    step_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    output_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+    num_steps_ += 1;
+    num_outputs_ += static_cast<int64_t>(outputs.size());
     num_unfinished_ = static_cast<int>(sinks_.size());
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = engine->stats();

@@ -4,6 +4,7 @@
 // next step. Step outputs go to the sink registered with the request, on the engine thread.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -42,6 +43,10 @@ class EngineLoop {
   void abort(Engine& engine, const std::string& id);
 
   int num_unfinished() const { return num_unfinished_.load(); }
+  // Engine-thread time (seconds, since start): in Engine::step, and in the sinks handing step
+  // outputs to the replies (the server's overhead on that thread). Printed when the loop stops.
+  double step_seconds() const { return step_ns_.load() * 1e-9; }
+  double output_seconds() const { return output_ns_.load() * 1e-9; }
   // Engine counters copied after each step (any thread).
   EngineStats stats() const;
 
@@ -62,6 +67,7 @@ class EngineLoop {
   EngineStats stats_;
   std::unordered_map<std::string, Sink> sinks_;  // engine thread only
   std::atomic<int> num_unfinished_{0};
+  std::atomic<int64_t> step_ns_{0}, output_ns_{0}, num_steps_{0}, num_outputs_{0};
 };
 
 }  // namespace deepinfer::server
