@@ -80,6 +80,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{ioc};
+  asio::strand<asio::io_context::executor_type> serial{asio::make_strand(ioc)};  // post_serial
   std::vector<std::thread> threads;
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;
@@ -353,6 +354,8 @@ void HttpServer::stop_accepting() {
     impl->acceptor.close(ec);
   });
 }
+
+void HttpServer::post_serial(std::function<void()> f) { asio::post(impl_->serial, std::move(f)); }
 
 void HttpServer::stop() {
   if (impl_->threads.empty()) return;

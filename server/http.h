@@ -69,6 +69,9 @@ class HttpServer {
   void start();           // runs the I/O threads
   void stop_accepting();  // closes the listening socket; open connections go on
   void stop();            // closes every connection and joins the I/O threads
+  // Runs `f` on an I/O thread; calls run in the order they were made, one at a time (a strand
+  // of the server's own). Any thread. Nothing runs once stop() began.
+  void post_serial(std::function<void()> f);
 
   struct Impl;
 

@@ -261,8 +261,9 @@ RequestOutput delta_of(const RequestOutput& out) {
 
 // One HTTP generation request: its prompts (one engine request each, with n samples) and what
 // its choices have produced so far. Threads: the engine thread adds and aborts its engine
-// requests (engine_ids, engine_finished) and hands each update to the connection's strand
-// (Reply::run), where everything else of the job lives (formatting, counters, the reply).
+// requests (engine_ids); its sink (on EngineLoop's output executor, an I/O thread) copies each
+// update's deltas to the connection's strand (Reply::run), where everything else of the job lives
+// (formatting, counters, the reply).
 struct Server::Job : std::enable_shared_from_this<Server::Job> {
   bool chat = false;
   bool stream = false;
@@ -295,7 +296,6 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
 
   // --- engine thread ---
   std::vector<std::string> engine_ids;
-  std::vector<bool> engine_finished;
   // --- any thread ---
   std::atomic<bool> cancelled{false};  // the client went away (nothing more is added)
   std::atomic<bool> started{false};    // first token seen
@@ -615,10 +615,9 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
     in_flight->fetch_sub(1);
   }
 
-  // Engine thread: ends the job's engine requests still running.
+  // Engine thread: ends the job's engine requests still running (a finished one is unknown there).
   void abort_in_engine(Engine& e) {
-    for (size_t p = 0; p < engine_ids.size(); ++p)
-      if (!engine_finished[p]) loop->abort(e, engine_ids[p]);
+    for (const std::string& eid : engine_ids) loop->abort(e, eid);
   }
 
   void fail_all(const std::string& message) {
@@ -1018,20 +1017,16 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
       for (size_t p = 0; p < job->prompts.size(); ++p) {
         const std::string eid = job->id + "-" + std::to_string(p);
         try {
-          // The engine thread copies the update's deltas and hands them to the connection's
-          // strand, where the chunk is built and written.
+          // The update's deltas go to the connection's strand, where the chunk is built and written.
           loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](const RequestOutput& out) {
-            if (out.finished) job->engine_finished[p] = true;
             job->reply->run([job, p, d = delta_of(out)] { job->on_output(p, d); });
           });
         } catch (const std::exception& e) {
           for (const std::string& prev : job->engine_ids) loop->abort(engine, prev);
           job->engine_ids.clear();
-          job->engine_finished.clear();
           throw ApiError(400, e.what());
         }
         job->engine_ids.push_back(eid);
-        job->engine_finished.push_back(false);
       }
     } catch (const ApiError& e) {
       job->reply->run([job, status = e.status, message = std::string(e.what()), param = e.param] {
