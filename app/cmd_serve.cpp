@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -83,6 +84,8 @@ int cmd_serve(int argc, char** argv) {
   } catch (const std::exception& e) {
     fail(e.what());
   }
+  // Step outputs go to the replies from an I/O thread: the engine thread only moves them.
+  loop.set_output_executor([l = listener.get()](std::function<void()> f) { l->post_serial(std::move(f)); });
   listener->start();
   std::fprintf(stderr, "deepinfer serve: listening on http://%s:%d (model %s as '%s')\n", http.host.c_str(),
                listener->port(), config.model_dir.c_str(), opts.served_model_name.c_str());

@@ -138,6 +138,15 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
   for (int32_t t : r->prompt_token_ids)
     DI_CHECK(t >= 0 && t < model->vocab_size(), "request ", id, ": prompt token id ", t,
              " outside the vocabulary [0, ", model->vocab_size(), ")");
+  if (params.prompt_logprobs >= 0) {
+    // Prompt logprobs are a log-softmax over the sampled vocabulary: a prompt token outside it
+    // (a model's padding row) has no logprob there.
+    for (int i = 1; i < num_prompt; ++i)
+      DI_CHECK(r->prompt_token_ids[static_cast<size_t>(i)] < sample_vocab, "request ", id,
+               ": prompt_logprobs: prompt token ", r->prompt_token_ids[static_cast<size_t>(i)], " at position ", i,
+               " is outside the sampled vocabulary (", sample_vocab, " ids)");
+    r->prompt_logprobs.resize(static_cast<size_t>(num_prompt - 1));
+  }
   DI_CHECK(params.stop.empty() || tokenizer, "request ", id, ": stop strings need a tokenizer");
   std::shared_ptr<const grammar::CompiledGrammar> compiled;
   if (!params.so_args.kind.empty()) {
@@ -168,6 +177,9 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
     s->index = i;
     s->stream = params.seq_seed + static_cast<uint64_t>(i);
     if (i > 0) s->wait_for_prompt_of = r->seqs[0].get();
+    // Sample 0 computes the prompt logprobs: every prompt position must run, none be taken
+    // from the prefix cache (samples 1.. fork its blocks, or use the cache, as usual).
+    if (i == 0 && params.prompt_logprobs >= 0 && !r->prompt_logprobs_done()) s->use_prefix_cache = false;
     if (tokenizer) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer, params.skip_special_tokens);
     if (compiled) s->matcher = std::make_unique<grammar::GrammarMatcher>(compiled);
     r->seqs.push_back(std::move(s));
@@ -255,6 +267,10 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
   out.num_prompt_tokens = static_cast<int>(r.prompt_token_ids.size());
   out.finished = r.finished();
   out.spec = r.spec;
+  if (r.params.prompt_logprobs >= 0 && r.prompt_logprobs_done() && (!r.prompt_logprobs_sent || out.finished)) {
+    out.prompt_logprobs = r.prompt_logprobs;
+    r.prompt_logprobs_sent = true;
+  }
   for (auto& s : r.seqs) {
     CompletionOutput c;
     c.index = s->index;
@@ -319,24 +335,38 @@ std::vector<RequestOutput> Engine::Impl::step() {
 
 void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<RunSeq> run;
-  std::vector<int> begins, rows;
+  std::vector<int> begins, rows, logits_rows, prompt_rows, prompt_from;
   int row = 0;
+  bool any_prompt_rows = false;
   for (const ScheduledSeq& s : plan.seqs) {
-    const Sequence& q = *s.seq;
+    const SeqState& q = static_cast<const SeqState&>(*s.seq);
     const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
     stats.num_prompt_tokens_computed +=
         std::max(0, std::min(end, q.num_prompt_tokens) - std::min(begin, q.num_prompt_tokens));
-    // A verify step (drafts at the end) returns logits for the last token and each draft.
-    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, s.needs_sample,
-                   s.needs_sample ? 1 + q.num_draft_tokens : 1, q.kv.more_block_ids});
+    // Logits rows are the step's last tokens: prompt-logprob positions (the chunk's positions
+    // before the last prompt token not scored yet), then, when sampled, the last token and
+    // each draft (a verify step).
+    int from = 0;
+    const int num_prompt = prompt_logprob_rows(q, begin, end, from);
+    const int num_sampled = s.needs_sample ? 1 + q.num_draft_tokens : 0;
+    DI_CHECK(num_prompt == 0 || from + num_prompt + num_sampled == end, "engine: sequence ", q.seq_id,
+             ": prompt-logprob rows [", from, ", ", from + num_prompt, ") and ", num_sampled,
+             " sampled rows are not the last of its step [", begin, ", ", end, ")");
+    const int num_logits = num_prompt + num_sampled;
+    run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, num_logits > 0, std::max(num_logits, 1),
+                   q.kv.more_block_ids});
     begins.push_back(begin);
     rows.push_back(row);
+    logits_rows.push_back(num_logits);
+    prompt_rows.push_back(num_prompt);
+    prompt_from.push_back(from);
+    any_prompt_rows = any_prompt_rows || num_prompt > 0;
     row += s.num_new_tokens;
   }
   // Rows the device can finish need only their token: plain greedy rows the argmax, other
   // rows Backend::sample when device_sampling is on. If every row is such, the runner
   // returns ids instead of copying [rows, vocab] logits to the host.
-  bool argmax_only = true, all_greedy = true;
+  bool argmax_only = !any_prompt_rows, all_greedy = true;  // prompt logprobs need the logits
   std::vector<SampleRowParams> sample_rows;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.needs_sample) continue;
@@ -360,7 +390,8 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   stats.num_steps++;
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
-  in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), argmax_only, false});
+  in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), std::move(logits_rows),
+                        std::move(prompt_rows), std::move(prompt_from), argmax_only, false});
 }
 
 // Issues the next step before the running one's tokens are read, when that cannot change
@@ -458,13 +489,20 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   std::vector<RequestState*> touched;
   bool verified_any = false;
   int row = 0;
-  for (const ScheduledSeq& s : cur.plan.seqs) {
-    if (!s.needs_sample) continue;
-    const int first_row = row;
-    row += s.seq == nullptr ? 1 : 1 + s.seq->num_draft_tokens;
+  for (size_t i = 0; i < cur.plan.seqs.size(); ++i) {
+    const ScheduledSeq& s = cur.plan.seqs[i];
+    int first_row = row;
+    row += cur.logits_rows[i];
     if (s.seq == nullptr) continue;  // finished while the step ran: its token is dropped
     SeqState& seq = static_cast<SeqState&>(*s.seq);
     RequestState& r = *seq.request;
+    if (const int num_prompt = cur.prompt_rows[i]; num_prompt > 0) {
+      const bool ok = score_prompt(seq, *logits, first_row, cur.prompt_from[i], num_prompt);
+      first_row += num_prompt;
+      if (!ok && std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
+      if (!ok) continue;
+    }
+    if (!s.needs_sample) continue;
     // A verify step: the drafts leave token_ids, then each position is sampled exactly as
     // decode would sample it (processors, grammar, penalties, stops applied one token at a
     // time); a draft equal to the sampled token is accepted and the next row is read.

@@ -102,6 +102,9 @@ struct Engine::Impl {
     SchedulerOutput plan;
     std::vector<int> begins;  // per plan.seqs: num_computed_tokens before the step
     std::vector<int> rows;    // per plan.seqs: first row (token) of the step
+    std::vector<int> logits_rows;  // per plan.seqs: its logits rows (prompt-logprob rows, then sampled)
+    std::vector<int> prompt_rows;  // per plan.seqs: of those, prompt-logprob rows (positions from begin)
+    std::vector<int> prompt_from;  // per plan.seqs: the prompt position of its first prompt-logprob row
     bool argmax_only = false;  // the runner returns token ids (argmax or sampled on the device)
     bool step_done = false;  // scheduler_->on_step_done(plan) already called
   };
@@ -114,6 +117,13 @@ struct Engine::Impl {
   std::vector<RequestOutput> collect();
   SampleResult sample_next(SeqState& seq, int row, const Tensor* logits,
                            const std::vector<int32_t>* argmax_ids);
+  // SamplingParams::prompt_logprobs (engine/engine_score.cpp): the prompt positions of sample
+  // 0's step [begin, end) that need a logits row (not yet scored, before the last prompt token);
+  // returns how many and sets `from` to the first.
+  int prompt_logprob_rows(const SeqState& seq, int begin, int end, int& from) const;
+  // Scores prompt positions [from, from + count) from consecutive logits rows starting at `row`.
+  // False (the sequence failed) on a non-finite row.
+  bool score_prompt(SeqState& seq, const Tensor& logits, int row, int from, int count);
   // Speculative decoding (engine/engine_spec.cpp): drafts for the sequences of a collected
   // step (at most draft_depth_ each), appended to their token_ids as Sequence::num_draft_tokens.
   void propose_drafts(const InFlight& step);

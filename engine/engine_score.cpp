@@ -1,61 +1,87 @@
-// Engine::prompt_logprobs: teacher-forced log-probabilities of a prompt's tokens, from one
-// prefill step on a runner of its own (the engine's KV cache and queue are not touched).
+// Prompt logprobs (SamplingParams::prompt_logprobs, vLLM's): sample 0 of such a request asks
+// its prefill steps for the logits of every prompt position, and collect() scores them here;
+// Engine::prompt_logprobs (`deepinfer eval ppl`) is one such request.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "sample/sampler.h"
 
 namespace deepinfer {
 
+int Engine::Impl::prompt_logprob_rows(const SeqState& seq, int begin, int end, int& from) const {
+  const RequestState& r = *seq.request;
+  from = 0;
+  if (seq.index != 0 || r.params.prompt_logprobs < 0 || r.prompt_logprobs_done()) return 0;
+  // Position p's logits score prompt token p + 1: positions [0, num_prompt - 1). Positions
+  // already scored (a recompute after preemption) are not asked again.
+  from = std::max(begin, r.num_prompt_logprobs);
+  const int last = std::min(end, seq.num_prompt_tokens - 1);
+  return last > from ? last - from : 0;
+}
+
+bool Engine::Impl::score_prompt(SeqState& seq, const Tensor& logits, int row, int from, int count) {
+  RequestState& r = *seq.request;
+  const int64_t stride = logits.size(1);
+  const int cols = std::min<int>(sample_vocab, static_cast<int>(stride));
+  const int k = std::min(r.params.prompt_logprobs, cols);
+  std::vector<std::pair<float, int32_t>> cand;
+  for (int i = 0; i < count; ++i) {
+    const int p = from + i;
+    const float* x = logits.ptr<float>() + int64_t{row + i} * stride;  // logits after token p
+    // Log-softmax in double in a fixed order (the ppl baselines' bits depend on it).
+    double mx = -INFINITY;
+    for (int v = 0; v < cols; ++v) mx = std::max(mx, static_cast<double>(x[v]));
+    if (!std::isfinite(mx)) {
+      fail_seq(seq, nan_logits_error(p) + " (prompt logprobs)");
+      return false;
+    }
+    double sum = 0.0;
+    for (int v = 0; v < cols; ++v) sum += std::exp(static_cast<double>(x[v]) - mx);
+    const double log_z = std::log(sum);
+    PromptLogprob& out = r.prompt_logprobs[static_cast<size_t>(p)];
+    out.token_id = seq.token_ids[static_cast<size_t>(p) + 1];
+    out.logprob = static_cast<double>(x[out.token_id]) - mx - log_z;
+    out.rank = 1 + static_cast<int>(std::count_if(x, x + cols, [&](float v) { return v > x[out.token_id]; }));
+    out.top.clear();
+    if (k > 0) {
+      cand.clear();
+      for (int v = 0; v < cols; ++v) cand.emplace_back(x[v], v);
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      for (int j = 0; j < k; ++j)
+        out.top.emplace_back(cand[static_cast<size_t>(j)].second,
+                             static_cast<double>(cand[static_cast<size_t>(j)].first) - mx - log_z);
+    }
+  }
+  r.num_prompt_logprobs = std::max(r.num_prompt_logprobs, from + count);
+  // Every position scored: a later readmission (after preemption) may use the prefix cache.
+  if (r.prompt_logprobs_done()) seq.use_prefix_cache = true;
+  return true;
+}
+
 std::vector<double> Engine::prompt_logprobs(const Prompt& prompt) {
   Impl& impl = *impl_;
-  DI_CHECK(!impl.has_unfinished(), "prompt_logprobs: the engine has unfinished requests (call it when idle)");
+  DI_CHECK(!impl.has_unfinished(),
+           "prompt_logprobs: the engine has unfinished requests (call it when idle, or add a request with "
+           "SamplingParams::prompt_logprobs)");
   const std::vector<int32_t> ids = impl.tokenize(prompt, "prompt_logprobs");
   const int n = static_cast<int>(ids.size());
   DI_CHECK(n >= 2, "prompt_logprobs: the prompt has ", n, " tokens; at least 2 are needed");
-  DI_CHECK(n <= impl.max_model_len, "prompt_logprobs: the prompt has ", n, " tokens, above max_model_len ",
-           impl.max_model_len);
-  const int vocab = impl.model->vocab_size();
-  for (int32_t id : ids)
-    DI_CHECK(id >= 0 && id < vocab, "prompt_logprobs: token id ", id, " is outside the vocabulary [0, ", vocab, ")");
-  // One sequence, the whole prompt in one step, logits for every position.
-  EngineConfig cfg = impl.config;
-  const int bs = std::max(1, cfg.kv_block_size);
-  const int num_blocks = (n + bs - 1) / bs;
-  cfg.max_num_seqs = 1;
-  cfg.max_num_batched_tokens = n;
-  cfg.num_speculative_tokens = 0;
-  RunnerConfig rc = runner_config(cfg, num_blocks, n);
-  rc.max_logits_per_seq = n;
-  rc.use_graphs = false;
-  rc.sample_vocab = impl.sample_vocab;
-  Runner runner(*impl.model, *impl.backend, rc);
-  std::vector<int32_t> blocks(static_cast<size_t>(num_blocks));
-  std::iota(blocks.begin(), blocks.end(), 0);
-  // Groups 1.. (V3.2's indexer keys, V4's window / compressed groups): blocks of their own.
-  const std::vector<std::vector<int32_t>> more = scratch_block_tables(runner, 0, n, bs);
-  const RunSeq seq{ids, 0, n, blocks, true, n, more};
-  const Tensor& logits = runner.execute(std::span(&seq, 1));  // [n, vocab] host F32
-  DI_CHECK(logits.size(0) == n, "prompt_logprobs: the runner returned ", logits.size(0), " logits rows for ", n,
-           " tokens");
-  const int64_t stride = logits.size(1);
-  const int cols = impl.sample_vocab > 0 ? std::min(impl.sample_vocab, vocab) : vocab;
-  std::vector<double> out(static_cast<size_t>(n - 1));
-  for (int i = 0; i + 1 < n; ++i) {
-    const float* row = logits.ptr<float>() + int64_t{i} * stride;  // logits after token i
-    const int32_t target = ids[static_cast<size_t>(i) + 1];
-    DI_CHECK(target < cols, "prompt_logprobs: token ", target, " at position ", i + 1,
-             " is outside the sampled vocabulary (", cols, ")");
-    double mx = -INFINITY;
-    for (int v = 0; v < cols; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-    DI_CHECK(std::isfinite(mx), "prompt_logprobs: non-finite logits at position ", i);
-    double sum = 0.0;
-    for (int v = 0; v < cols; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);  // fixed order
-    out[static_cast<size_t>(i)] = static_cast<double>(row[target]) - mx - std::log(sum);
-  }
-  return out;
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 1;
+  p.prompt_logprobs = 0;
+  const RequestOutput out = generate({Prompt::from_tokens(ids)}, {p})[0];
+  if (!out.error.empty()) fail("prompt_logprobs: ", out.error);
+  DI_CHECK(static_cast<int>(out.prompt_logprobs.size()) == n - 1, "prompt_logprobs: ", out.prompt_logprobs.size(),
+           " prompt logprobs for ", n, " tokens");
+  std::vector<double> lp;
+  lp.reserve(out.prompt_logprobs.size());
+  for (const PromptLogprob& e : out.prompt_logprobs) lp.push_back(e.logprob);
+  return lp;
 }
 
 }  // namespace deepinfer

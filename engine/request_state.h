@@ -45,6 +45,14 @@ struct RequestState {
   // spec_varlen 1: this request's accepted / verified drafts by draft position, decayed per
   // verify step (its draft confidences come from them, blended with the run's).
   std::vector<double> spec_accepted_decayed, spec_drafted_decayed;
+  // SamplingParams::prompt_logprobs: entry p is prompt token p + 1, filled by sample 0's prefill
+  // steps from the logits of position p; positions [0, num_prompt_logprobs) are done.
+  std::vector<PromptLogprob> prompt_logprobs;
+  int num_prompt_logprobs = 0;
+  bool prompt_logprobs_sent = false;  // in an update already (sent again in the final one)
+  bool prompt_logprobs_done() const {
+    return num_prompt_logprobs >= static_cast<int>(prompt_token_ids.size()) - 1;
+  }
   bool finished() const { return num_finished == static_cast<int>(seqs.size()); }
 };
 

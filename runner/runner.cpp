@@ -123,10 +123,10 @@ StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) cons
   return batch;
 }
 
-Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, const DecodePadding* graph_shape) {
+Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, const DecodePadding* graph_shape, bool wide) {
   StepBatch batch = step_batch(l, info);
-  Tensor logits(logits_.tensor().data, DType::F32, {l.num_logits, model_.vocab_size()},
-                logits_.tensor().device);
+  const Tensor& buf = wide ? wide_logits_.tensor() : logits_.tensor();
+  Tensor logits(buf.data, DType::F32, {l.num_logits, model_.vocab_size()}, buf.device);
   Tensor hidden;
   Tensor* hidden_out = nullptr;
   if (hidden_.tensor().defined()) {
@@ -186,9 +186,10 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   DI_CHECK(argmax_only || in_flight_.empty() || in_flight_.front().argmax_only,
            "runner: at most one step returning logits may be in flight");
   // Uniform step (graph-able): every sequence computes q new tokens after cached context,
-  // each with its logits row (q = 1: decode; q = 1 + k: a verify step).
+  // each with its logits row (q = 1: decode; q = 1 + k: a verify step; a prefill chunk with a
+  // row per token for prompt logprobs is not one).
   const int q = seqs[0].num_new;
-  bool uniform = true;
+  bool uniform = q <= config_.max_logits_per_seq;
   int max_seq_len = 0;
   int64_t num_tokens = 0;
   for (const RunSeq& s : seqs) {
@@ -204,8 +205,16 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
 
   int64_t rows = 0;  // logits rows: the real rows that need logits come first
   for (const RunSeq& s : seqs) rows += s.needs_logits ? s.num_logits : 0;
-  DI_CHECK(rows <= max_rows_, "runner: ", rows, " logits rows in a step (max ", max_rows_,
+  DI_CHECK(rows <= max_rows_ || !argmax_only, "runner: ", rows, " logits rows in an argmax step (max ", max_rows_,
            ": max_num_seqs x max_logits_per_seq)");
+  const bool wide = rows > max_rows_;
+  if (wide && (!wide_logits_.tensor().defined() || wide_logits_.tensor().size(0) < rows)) {
+    DI_CHECK(in_flight_.empty() || in_flight_.front().argmax_only, "runner: growing the logits buffers while a "
+             "logits step is in flight");
+    const int64_t vocab = model_.vocab_size();
+    wide_logits_ = backend_.alloc(DType::F32, {rows, vocab});
+    host_wide_logits_ = backend_.alloc_host(DType::F32, {rows, vocab});
+  }
   DI_CHECK(sample_rows.empty() || (argmax_only && static_cast<int64_t>(sample_rows.size()) == rows),
            "runner: sample_rows needs an argmax_only step and one entry per logits row (",
            sample_rows.size(), " entries, ", rows, " rows)");
@@ -233,9 +242,10 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
     backend_.copy_async(prev, ids);
   }
 
-  Tensor logits = forward(l, info, graph ? &pad : nullptr);
+  Tensor logits = forward(l, info, graph ? &pad : nullptr, wide);
   Pending p;
   p.argmax_only = argmax_only;
+  p.wide = wide;
   p.num_rows = rows;
   p.slot = slot;
   if (argmax_only) {
@@ -262,7 +272,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
     last_argmax_rows_ = rows;
   } else {
     if (rows > 0) {
-      Tensor out(host_logits_.tensor().data, DType::F32, {rows, model_.vocab_size()});
+      Tensor out((wide ? host_wide_logits_ : host_logits_).tensor().data, DType::F32, {rows, model_.vocab_size()});
       backend_.copy_async(logits.slice_rows(0, rows), out);
     }
     last_argmax_rows_ = -1;
@@ -289,7 +299,8 @@ const Tensor& Runner::collect_logits() {
   const Pending p = in_flight_.front();
   in_flight_.pop_front();
   backend_.wait_fence(p.fence);
-  logits_out_ = Tensor(host_logits_.tensor().data, DType::F32, {p.num_rows, model_.vocab_size()});
+  logits_out_ = Tensor((p.wide ? host_wide_logits_ : host_logits_).tensor().data, DType::F32,
+                       {p.num_rows, model_.vocab_size()});
   return logits_out_;
 }
 

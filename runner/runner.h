@@ -65,8 +65,10 @@ class Runner {
  public:
   Runner(Model& model, Backend& backend, const RunnerConfig& config);
 
-  // Runs one step and waits. Returns host F32 logits [number of seqs with needs_logits,
-  // vocab], in the order of `seqs`; valid until the next call.
+  // Runs one step and waits. Returns host F32 logits [sum of num_logits of the seqs with
+  // needs_logits, vocab], in the order of `seqs`; valid until the next call. A logits step may
+  // ask a row for every new token (prompt logprobs); only argmax steps are bounded by
+  // max_num_seqs x max_logits_per_seq rows.
   const Tensor& execute(std::span<const RunSeq> seqs);
   // Same step, but only the argmax of each logits row comes back (lowest id on
   // ties): greedy batches skip copying [rows, vocab] logits to the host.
@@ -129,13 +131,14 @@ class Runner {
  private:
   struct Pending {
     bool argmax_only = false;
+    bool wide = false;     // logits in wide_logits_ / host_wide_logits_
     int64_t num_rows = 0;  // logits rows the host reads
     int64_t fence = 0;
     int slot = 0;  // host staging / result slot
   };
   // Runs the model on the inputs in inputs_ (eagerly, or by the graph of graph_shape for
   // uniform steps); returns the device logits [num_logits, vocab].
-  Tensor forward(const StepLayout& layout, const StepHostInfo& info, const DecodePadding* graph_shape);
+  Tensor forward(const StepLayout& layout, const StepHostInfo& info, const DecodePadding* graph_shape, bool wide);
   // Runs body through the graph of `shape` in `graphs`: replays it (true), or runs body
   // eagerly (growing every workspace to the shape) and then captures it for the next
   // steps of the shape (false; a shape that fails to capture runs eagerly from then on).
@@ -159,6 +162,10 @@ class Runner {
   DeviceBuffer host_ids_[2];          // I32 host [max_seqs] per slot
   DeviceBuffer host_sample_params_[2];  // I32 host [max_seqs, kSampleRowWords] per slot
   DeviceBuffer host_logits_;          // F32 host [max_seqs, vocab]
+  // Logits steps with more rows than max_rows_ (prompt logprobs: a row per prompt position of a
+  // prefill chunk, up to max_num_batched_tokens) use these, allocated on first need and grown to
+  // the largest such step (eager steps only: graphs keep logits_' address).
+  DeviceBuffer wide_logits_, host_wide_logits_;  // F32 device / host [rows, vocab]
   int64_t max_rows_ = 0;              // logits rows per step (max_seqs x max_logits_per_seq, capped)
   DeviceBuffer hidden_;               // [max_tokens, hidden] target hidden states (with an MTP KV layer)
   DeviceBuffer mtp_in_, mtp_out_[2];  // [max_tokens, hidden] MTP inputs / outputs (chained)

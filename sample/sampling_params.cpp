@@ -35,6 +35,8 @@ void SamplingParams::validate() const {
            " entries, at most ", kMaxStopTokenIds);
   DI_CHECK(logprobs >= -1 && logprobs <= kMaxLogprobs, "logprobs: must be -1 (none) or 0..", kMaxLogprobs,
            ", got ", logprobs);
+  DI_CHECK(prompt_logprobs >= -1 && prompt_logprobs <= kMaxLogprobs, "prompt_logprobs: must be -1 (none) or 0..",
+           kMaxLogprobs, ", got ", prompt_logprobs);
   const std::string& k = so_args.kind;
   DI_CHECK(k.empty() || k == "regex" || k == "json_schema" || k == "ebnf" || k == "json_object" || k == "tool_calls",
            "so_args.kind: expected regex, json_schema, ebnf, json_object or tool_calls, got '", k, "'");

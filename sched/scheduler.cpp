@@ -94,7 +94,7 @@ SchedulerOutput Scheduler::schedule() {
                         parent->num_computed_tokens >= seq->num_prompt_tokens;
       int cached = fork ? blocks_.fork(parent->kv, seq->num_prompt_tokens - 1, seq->kv) : 0;
       // No fork (or the parent's window already moved past the prompt): the prefix cache.
-      if (cached == 0) cached = blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
+      if (cached == 0 && seq->use_prefix_cache) cached = blocks_.acquire_cached_prefix(seq->token_ids, seq->kv);
       int n = std::min(seq->num_tokens() - cached, budget);
       if (!blocks_.can_allocate_slots(seq->kv, cached, cached + n)) {
         blocks_.release(seq->kv);

@@ -32,6 +32,10 @@ struct Sequence {
   // any other tokens (a verify step computes 1 + k), never hashed into the prefix cache;
   // the scheduler drops them first when the step's budget or the KV cache is short.
   int num_draft_tokens = 0;
+  // False: admission computes every token instead of taking cached prefix blocks (a request
+  // asking for prompt logprobs needs the logits of every prompt position; vLLM skips the
+  // prefix cache for such requests too). Forks of a parent's blocks are not affected.
+  bool use_prefix_cache = true;
   KVBlocks kv;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }

@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 
@@ -15,7 +16,15 @@ void EngineLoop::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  if (num_steps_ > 0)
+    std::fprintf(stderr,
+                 "deepinfer serve: engine thread: %lld steps, %.3f s in steps, %.3f s handing %lld outputs to "
+                 "replies (%.2f us each)\n",
+                 static_cast<long long>(num_steps_.load()), step_seconds(), output_seconds(),
+                 static_cast<long long>(num_outputs_.load()),
+                 num_outputs_ > 0 ? output_seconds() * 1e6 / static_cast<double>(num_outputs_.load()) : 0.0);
 }
 
 std::string EngineLoop::load_error() const {
@@ -42,10 +51,15 @@ void EngineLoop::post(Task task) {
   cv_.notify_one();
 }
 
+void EngineLoop::set_output_executor(Executor executor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  executor_ = std::move(executor);
+}
+
 void EngineLoop::add(Engine& engine, const Prompt& prompt, const SamplingParams& params,
                      const std::string& id, Sink sink) {
   engine.add_request(prompt, params, id);
-  sinks_[id] = std::move(sink);
+  sinks_[id] = std::make_shared<Sink>(std::move(sink));
   num_unfinished_ = static_cast<int>(sinks_.size());
 }
 
@@ -74,11 +88,13 @@ void EngineLoop::run(EngineConfig config) {
   ready_ = true;
   for (;;) {
     std::deque<Task> tasks;
+    Executor executor;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty() || engine->has_unfinished(); });
       if (stopping_) break;
       tasks.swap(tasks_);
+      executor = executor_;
     }
     for (Task& t : tasks) {
       try {
@@ -93,34 +109,51 @@ void EngineLoop::run(EngineConfig config) {
       continue;
     }
     std::vector<RequestOutput> outputs;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       outputs = engine->step();
     } catch (const std::exception& e) {
       // The step failed: every running request ends with the error (a data: error chunk when
       // streaming); the engine goes on with new requests.
       std::fprintf(stderr, "deepinfer serve: engine step failed: %s\n", e.what());
-      auto sinks = std::move(sinks_);
-      sinks_.clear();
-      for (auto& [id, sink] : sinks) {
+      outputs.clear();
+      for (auto& [id, sink] : sinks_) {
         engine->abort(id);
         RequestOutput out;
         out.request_id = id;
         out.finished = true;
         out.error = std::string("engine step failed: ") + e.what();
-        sink(out);
+        outputs.push_back(std::move(out));
       }
     }
-    for (const RequestOutput& out : outputs) {
+    const auto t1 = std::chrono::steady_clock::now();
+    // The step's updates with their sinks (finished requests leave sinks_ here).
+    auto batch = std::make_shared<std::vector<std::pair<std::shared_ptr<Sink>, RequestOutput>>>();
+    batch->reserve(outputs.size());
+    for (RequestOutput& out : outputs) {
       auto it = sinks_.find(out.request_id);
       if (it == sinks_.end()) continue;
-      Sink sink = it->second;
-      if (out.finished) sinks_.erase(it);
-      try {
-        sink(out);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "deepinfer serve: request %s: %s\n", out.request_id.c_str(), e.what());
-      }
+      batch->emplace_back(it->second, std::move(out));
+      if (batch->back().second.finished) sinks_.erase(it);
     }
+    auto deliver = [batch] {
+      for (auto& [sink, out] : *batch) {
+        try {
+          (*sink)(out);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "deepinfer serve: request %s: %s\n", out.request_id.c_str(), e.what());
+        }
+      }
+    };
+    if (!batch->empty()) {
+      if (executor) executor(std::move(deliver));
+      else deliver();
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    step_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    output_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+    num_steps_ += 1;
+    num_outputs_ += static_cast<int64_t>(outputs.size());
     num_unfinished_ = static_cast<int>(sinks_.size());
     std::lock_guard<std::mutex> lock(mu_);
     stats_ = engine->stats();

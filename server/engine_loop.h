@@ -4,6 +4,7 @@
 // next step. Step outputs go to the sink registered with the request, on the engine thread.
 #pragma once
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -34,14 +35,25 @@ class EngineLoop {
   // Runs `task` on the engine thread before the next step (dropped if the loop stops first).
   void post(Task task);
 
+  // Where sinks run. Unset: on the engine thread, after each step. Set (before the first request):
+  // each step's outputs go to `executor` as one task that calls their sinks in order; `executor`
+  // must run tasks one at a time in call order (HttpServer::post_serial), so a request's updates
+  // keep their order and the engine thread only moves the step's outputs.
+  using Executor = std::function<void(std::function<void()>)>;
+  void set_output_executor(Executor executor);
+
   // On the engine thread (inside a task): adds a request whose updates go to `sink` (the last one
-  // has finished set). Throws what Engine::add_request throws.
+  // has finished set; where it runs: set_output_executor). Throws what Engine::add_request throws.
   void add(Engine& engine, const Prompt& prompt, const SamplingParams& params, const std::string& id,
            Sink sink);
   // On the engine thread: aborts a request; its sink gets no further update.
   void abort(Engine& engine, const std::string& id);
 
   int num_unfinished() const { return num_unfinished_.load(); }
+  // Engine-thread time (seconds, since start): in Engine::step, and in the sinks handing step
+  // outputs to the replies (the server's overhead on that thread). Printed when the loop stops.
+  double step_seconds() const { return step_ns_.load() * 1e-9; }
+  double output_seconds() const { return output_ns_.load() * 1e-9; }
   // Engine counters copied after each step (any thread).
   EngineStats stats() const;
 
@@ -60,8 +72,10 @@ class EngineLoop {
   std::string load_error_;
   std::string chat_format_;
   EngineStats stats_;
-  std::unordered_map<std::string, Sink> sinks_;  // engine thread only
+  std::unordered_map<std::string, std::shared_ptr<Sink>> sinks_;  // engine thread only
+  Executor executor_;  // under mu_
   std::atomic<int> num_unfinished_{0};
+  std::atomic<int64_t> step_ns_{0}, output_ns_{0}, num_steps_{0}, num_outputs_{0};
 };
 
 }  // namespace deepinfer::server

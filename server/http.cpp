@@ -65,6 +65,7 @@ class ReplyImpl final : public Reply {
   void start_stream(int status, std::string content_type, Headers headers) override;
   void write(std::string data) override;
   void end() override;
+  void run(std::function<void()> f) override;
   void on_disconnect(std::function<void()> f) override;
 
  private:
@@ -79,6 +80,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{ioc};
+  asio::strand<asio::io_context::executor_type> serial{asio::make_strand(ioc)};  // post_serial
   std::vector<std::thread> threads;
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;
@@ -107,6 +109,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (last) self->reply_ending_ = true;
       self->flush();
     });
+  }
+  void run_task(std::function<void()> f) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), f = std::move(f)] { f(); });
   }
   void set_disconnect(std::function<void()> f) {
     asio::post(stream_.get_executor(), [self = shared_from_this(), f = std::move(f)]() mutable {
@@ -285,6 +290,8 @@ void ReplyImpl::write(std::string data) {
 
 void ReplyImpl::end() { session_->post_data("0\r\n\r\n", true); }
 
+void ReplyImpl::run(std::function<void()> f) { session_->run_task(std::move(f)); }
+
 void ReplyImpl::on_disconnect(std::function<void()> f) { session_->set_disconnect(std::move(f)); }
 
 }  // namespace
@@ -347,6 +354,8 @@ void HttpServer::stop_accepting() {
     impl->acceptor.close(ec);
   });
 }
+
+void HttpServer::post_serial(std::function<void()> f) { asio::post(impl_->serial, std::move(f)); }
 
 void HttpServer::stop() {
   if (impl_->threads.empty()) return;

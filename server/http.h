@@ -38,6 +38,10 @@ class Reply {
   virtual void start_stream(int status, std::string content_type, Headers headers) = 0;
   virtual void write(std::string data) = 0;  // one chunk of the chunked body
   virtual void end() = 0;
+  // Runs `f` on the connection's I/O strand, after every write issued before it (so the work of
+  // formatting a reply stays off the caller's thread: the engine thread only hands over data).
+  // `f` runs even when the client is gone (its writes are then no-ops).
+  virtual void run(std::function<void()> f) = 0;
   // `f` runs once (on an I/O thread) if the client disconnects before the reply ended; set it
   // before the reply can end. Runs at once if the client is already gone.
   virtual void on_disconnect(std::function<void()> f) = 0;
@@ -65,6 +69,9 @@ class HttpServer {
   void start();           // runs the I/O threads
   void stop_accepting();  // closes the listening socket; open connections go on
   void stop();            // closes every connection and joins the I/O threads
+  // Runs `f` on an I/O thread; calls run in the order they were made, one at a time (a strand
+  // of the server's own). Any thread. Nothing runs once stop() began.
+  void post_serial(std::function<void()> f);
 
   struct Impl;
 

@@ -198,7 +198,7 @@ const std::set<std::string>& known_fields(bool chat) {
       "model", "max_tokens", "n", "stream", "stream_options", "stop", "seed", "temperature", "top_p", "top_k",
       "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs", "response_format",
       "user", "min_tokens", "ignore_eos", "stop_token_ids", "skip_special_tokens",
-      "include_stop_str_in_output", "guided_regex", "guided_json", "guided_grammar"};
+      "include_stop_str_in_output", "guided_regex", "guided_json", "guided_grammar", "prompt_logprobs"};
   static const std::set<std::string> chat_fields = [] {
     auto s = common;
     for (const char* k : {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
@@ -233,17 +233,45 @@ json token_bytes(const std::string& s) {
   return a;
 }
 
+// The part of an engine update a reply is built from: the deltas only (the engine thread copies
+// this much and hands it to the connection's strand, where the JSON is made).
+RequestOutput delta_of(const RequestOutput& out) {
+  RequestOutput d;
+  d.request_id = out.request_id;
+  d.finished = out.finished;
+  d.error = out.error;
+  d.num_prompt_tokens = out.num_prompt_tokens;
+  d.prompt_logprobs = out.prompt_logprobs;  // in one update (and the last) only
+  d.outputs.reserve(out.outputs.size());
+  for (const CompletionOutput& c : out.outputs) {
+    CompletionOutput e;
+    e.index = c.index;
+    e.finish_reason = c.finish_reason;
+    e.stop_reason = c.stop_reason;
+    e.delta_text = c.delta_text;
+    e.delta_token_ids = c.delta_token_ids;
+    const size_t first = c.logprobs.size() >= c.delta_token_ids.size() ? c.logprobs.size() - c.delta_token_ids.size() : 0;
+    e.logprobs.assign(c.logprobs.begin() + static_cast<std::ptrdiff_t>(first), c.logprobs.end());
+    d.outputs.push_back(std::move(e));
+  }
+  return d;
+}
+
 }  // namespace
 
-// One HTTP generation request: its prompts (one engine request each, with n samples) and, on the
-// engine thread, what its choices have produced so far.
-struct Server::Job {
+// One HTTP generation request: its prompts (one engine request each, with n samples) and what
+// its choices have produced so far. Threads: the engine thread adds and aborts its engine
+// requests (engine_ids); its sink (on EngineLoop's output executor, an I/O thread) copies each
+// update's deltas to the connection's strand (Reply::run), where everything else of the job lives
+// (formatting, counters, the reply).
+struct Server::Job : std::enable_shared_from_this<Server::Job> {
   bool chat = false;
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
   int n = 1;
   int logprobs = -1;  // -1: none; k: the sampled token and the top k
+  int prompt_logprobs = -1;  // vLLM's extra field: -1 none; k: the prompt_logprobs list with the top k
   bool reasoning = false;  // chat: split <think>...</think> into reasoning_content
   bool tools = false;      // chat: parse DeepSeek tool calls out of the output
   ToolFormat tool_format = ToolFormat::V3;  // the checkpoint's (EngineLoop::chat_format())
@@ -258,9 +286,21 @@ struct Server::Job {
   std::shared_ptr<Metrics> metrics;
   std::shared_ptr<std::atomic<int>> waiting, running;
   std::atomic<int>* in_flight = nullptr;
+  EngineLoop* loop = nullptr;
+  // Set by the engine thread before it adds the requests; read-only afterwards. Engine::decode
+  // is const and the tokenizer thread-safe, so the strand decodes token strings with it.
+  const Engine* engine = nullptr;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<std::string> prompt_texts;  // echo
+  int prompt_tokens = 0;
 
   // --- engine thread ---
-  Engine* engine = nullptr;
+  std::vector<std::string> engine_ids;
+  // --- any thread ---
+  std::atomic<bool> cancelled{false};  // the client went away (nothing more is added)
+  std::atomic<bool> started{false};    // first token seen
+  std::atomic<bool> released{false};
+  // --- the connection's strand ---
   struct Choice {
     std::string text;
     json logprobs;  // chat: list of content entries; completions: the four lists
@@ -270,43 +310,89 @@ struct Server::Job {
     std::unique_ptr<OutputParser> parser;  // when reasoning or tools
     std::string content, reasoning;
     json tool_calls = json::array();
+    size_t offset_base = 0;  // echo: text_offset of the first completion token (after the prompt's)
   };
   std::vector<Choice> choices;
-  std::vector<std::string> engine_ids;
-  std::vector<std::string> prompt_texts;  // echo
   std::vector<bool> finished;
+  std::vector<bool> echo_sent;          // streaming echo with logprobs: sent with the first update
+  std::vector<json> prompt_lp_json;     // per prompt: vLLM's prompt_logprobs list (null until known)
   std::vector<double> last_token_s;
   int num_finished = 0;
-  int prompt_tokens = 0;
-  bool started = false;  // first token seen
   bool done = false;
 
-  json logprob_entries(const CompletionOutput& c, size_t first, Choice& ch) const {
+  std::string token_text(int32_t id) const { return engine->decode({id}, false); }
+
+  json logprob_entries(const CompletionOutput& c, Choice& ch) const {
     // Returns the new entries (chat: content list; completions: an object of four lists).
     json out = chat ? json::array()
                     : json{{"tokens", json::array()}, {"token_logprobs", json::array()},
                            {"top_logprobs", json::array()}, {"text_offset", json::array()}};
-    for (size_t i = first; i < c.logprobs.size(); ++i) {
-      const TokenLogprob& lp = c.logprobs[i];
-      const std::string tok = engine->decode({lp.token_id}, false);
+    for (const TokenLogprob& lp : c.logprobs) {
+      const std::string tok = token_text(lp.token_id);
       if (chat) {
         json top = json::array();
         for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t) {
-          const std::string s = engine->decode({lp.top[t].first}, false);
+          const std::string s = token_text(lp.top[t].first);
           top.push_back({{"token", s}, {"logprob", lp.top[t].second}, {"bytes", token_bytes(s)}});
         }
         out.push_back({{"token", tok}, {"logprob", lp.logprob}, {"bytes", token_bytes(tok)}, {"top_logprobs", top}});
       } else {
         json top = json::object();
         for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t)
-          top[engine->decode({lp.top[t].first}, false)] = lp.top[t].second;
+          top[token_text(lp.top[t].first)] = lp.top[t].second;
         out["tokens"].push_back(tok);
         out["token_logprobs"].push_back(lp.logprob);
         out["top_logprobs"].push_back(top);
-        out["text_offset"].push_back(ch.text.size());
+        out["text_offset"].push_back(ch.offset_base + ch.text.size());
       }
     }
     return out;
+  }
+
+  // Completions with echo and logprobs: the prompt's entries of the legacy logprobs object (the
+  // first token has no logprob: null, as OpenAI), text offsets over the token strings. Returns the
+  // offset after the prompt.
+  json echo_entries(size_t p, const std::vector<PromptLogprob>& plp, size_t& end_offset) const {
+    json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                {"text_offset", json::array()}};
+    const std::vector<int32_t>& ids = prompt_ids[p];
+    size_t offset = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string tok = token_text(ids[i]);
+      out["tokens"].push_back(tok);
+      out["text_offset"].push_back(offset);
+      offset += tok.size();
+      if (i == 0 || i - 1 >= plp.size()) {
+        out["token_logprobs"].push_back(nullptr);
+        out["top_logprobs"].push_back(nullptr);
+        continue;
+      }
+      const PromptLogprob& e = plp[i - 1];
+      json top = json::object();
+      for (size_t t = 0; t < e.top.size() && static_cast<int>(t) < logprobs; ++t)
+        top[token_text(e.top[t].first)] = e.top[t].second;
+      out["token_logprobs"].push_back(e.logprob);
+      out["top_logprobs"].push_back(top);
+    }
+    end_offset = offset;
+    return out;
+  }
+
+  // vLLM's prompt_logprobs: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...] with the
+  // prompt token and the top k of each position.
+  json prompt_logprobs_json(const std::vector<PromptLogprob>& plp) const {
+    json list = json::array({nullptr});
+    for (const PromptLogprob& e : plp) {
+      json d = json::object();
+      d[std::to_string(e.token_id)] = {{"logprob", e.logprob}, {"rank", e.rank}, {"decoded_token", token_text(e.token_id)}};
+      for (size_t t = 0; t < e.top.size() && static_cast<int>(t) < prompt_logprobs; ++t) {
+        const std::string key = std::to_string(e.top[t].first);
+        if (!d.contains(key))
+          d[key] = {{"logprob", e.top[t].second}, {"rank", t + 1}, {"decoded_token", token_text(e.top[t].first)}};
+      }
+      list.push_back(std::move(d));
+    }
+    return list;
   }
 
   void append_logprobs(Choice& ch, const json& entries) const {
@@ -336,14 +422,35 @@ struct Server::Job {
 
   void send_event(const json& j) const { reply->write("data: " + dump_json(j) + "\n\n"); }
 
+  // Streaming echo: the prompt's text as the first chunk of each of its choices (with its
+  // logprobs entries when asked: then at the first update, which carries the prompt logprobs).
+  void send_echo(size_t p, const std::vector<PromptLogprob>* plp) {
+    for (size_t j = 0; j < static_cast<size_t>(n); ++j) {
+      const size_t k = p * static_cast<size_t>(n) + j;
+      json lp = nullptr;
+      if (plp != nullptr) {
+        lp = echo_entries(p, *plp, choices[k].offset_base);
+        append_logprobs(choices[k], lp);
+      }
+      send_event(chunk(json::array({{{"index", k}, {"text", prompt_texts[p]}, {"logprobs", lp},
+                                     {"finish_reason", nullptr}}})));
+    }
+    echo_sent[p] = true;
+  }
+
+  // On the strand, once the engine requests are in.
   void start_stream() {
+    if (done) return;
     reply->start_stream(200, "text/event-stream", {});
-    if (!chat) return;
-    json cs = json::array();
-    for (size_t k = 0; k < choices.size(); ++k)
-      cs.push_back({{"index", k}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                    {"finish_reason", nullptr}});
-    send_event(chunk(cs));
+    if (chat) {
+      json cs = json::array();
+      for (size_t k = 0; k < choices.size(); ++k)
+        cs.push_back({{"index", k}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                      {"finish_reason", nullptr}});
+      send_event(chunk(cs));
+    }
+    if (echo && logprobs < 0)
+      for (size_t p = 0; p < prompts.size(); ++p) send_echo(p, nullptr);
   }
 
   void on_output(size_t p, const RequestOutput& out) {
@@ -361,6 +468,20 @@ struct Server::Job {
       fail_all(out.error);
       return;
     }
+    if (!out.prompt_logprobs.empty() || out.num_prompt_tokens == 1) {
+      if (prompt_logprobs >= 0 && prompt_lp_json[p].is_null()) prompt_lp_json[p] = prompt_logprobs_json(out.prompt_logprobs);
+      if (echo && logprobs >= 0 && !echo_sent[p]) {
+        if (stream) {
+          send_echo(p, &out.prompt_logprobs);
+        } else {
+          for (size_t j = 0; j < static_cast<size_t>(n); ++j) {
+            Choice& ch = choices[p * static_cast<size_t>(n) + j];
+            append_logprobs(ch, echo_entries(p, out.prompt_logprobs, ch.offset_base));
+          }
+          echo_sent[p] = true;
+        }
+      }
+    }
     int new_tokens = 0;
     json stream_choices = json::array();
     for (const CompletionOutput& c : out.outputs) {
@@ -368,11 +489,9 @@ struct Server::Job {
       if (k >= choices.size()) continue;
       Choice& ch = choices[k];
       new_tokens += static_cast<int>(c.delta_token_ids.size());
-      const size_t first_lp = c.logprobs.size() >= c.delta_token_ids.size()
-                                  ? c.logprobs.size() - c.delta_token_ids.size() : 0;
-      json lp = logprobs >= 0 ? logprob_entries(c, first_lp, ch) : json(nullptr);
+      json lp = logprobs >= 0 ? logprob_entries(c, ch) : json(nullptr);
       ch.text += c.delta_text;
-      ch.num_tokens = static_cast<int>(c.token_ids.size());
+      ch.num_tokens += static_cast<int>(c.delta_token_ids.size());
       if (logprobs >= 0) append_logprobs(ch, lp);
       const bool finishing = c.finish_reason != FinishReason::None && ch.finish_reason.empty();
       ParsedDelta pd;
@@ -426,8 +545,7 @@ struct Server::Job {
     }
     if (new_tokens > 0) {
       metrics->generation_tokens(new_tokens);
-      if (!started) {
-        started = true;
+      if (!started.exchange(true)) {
         waiting->fetch_sub(1);
         running->fetch_add(1);
         metrics->time_to_first_token(t - arrival_s);
@@ -463,8 +581,9 @@ struct Server::Job {
     json cs = json::array();
     for (size_t k = 0; k < choices.size(); ++k) {
       Choice& ch = choices[k];
+      const size_t p = k / static_cast<size_t>(n);
       std::string text = ch.text;
-      if (echo) text = prompt_texts[k / static_cast<size_t>(n)] + text;
+      if (echo) text = prompt_texts[p] + text;
       if (chat) {
         json message = {{"role", "assistant"},
                         {"content", ch.content.empty() && !ch.tool_calls.empty() ? json(nullptr) : json(ch.content)},
@@ -476,28 +595,36 @@ struct Server::Job {
                       {"finish_reason", ch.finish_reason},
                       {"stop_reason", ch.stop_reason}});
       } else {
-        cs.push_back({{"index", k}, {"text", text}, {"logprobs", logprobs >= 0 ? ch.logprobs : json(nullptr)},
-                      {"finish_reason", ch.finish_reason}, {"stop_reason", ch.stop_reason}});
+        json c = {{"index", k}, {"text", text}, {"logprobs", logprobs >= 0 ? ch.logprobs : json(nullptr)},
+                  {"finish_reason", ch.finish_reason}, {"stop_reason", ch.stop_reason}};
+        if (prompt_logprobs >= 0) c["prompt_logprobs"] = prompt_lp_json[p];
+        cs.push_back(std::move(c));
       }
     }
     json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
                  {"model", model}, {"choices", cs}, {"usage", usage()}};
+    if (chat && prompt_logprobs >= 0) body["prompt_logprobs"] = prompt_lp_json[0];
     reply->send(json_response(200, body));
   }
 
-  // Counters back when the job ends, however it ends.
+  // Counters back when the job ends, however it ends (once).
   void release() {
-    if (started) running->fetch_sub(1);
+    if (released.exchange(true)) return;
+    if (started.load()) running->fetch_sub(1);
     else waiting->fetch_sub(1);
-    started = false;
     in_flight->fetch_sub(1);
+  }
+
+  // Engine thread: ends the job's engine requests still running (a finished one is unknown there).
+  void abort_in_engine(Engine& e) {
+    for (const std::string& eid : engine_ids) loop->abort(e, eid);
   }
 
   void fail_all(const std::string& message) {
     if (done) return;
     done = true;
-    for (size_t p = 0; p < engine_ids.size(); ++p)
-      if (!finished[p] && engine) engine->abort(engine_ids[p]);
+    cancelled = true;
+    loop->post([job = shared_from_this()](Engine& e) { job->abort_in_engine(e); });
     metrics->request_finished("error");
     release();
     if (stream) {
@@ -724,9 +851,12 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   } else if (has(body, "logprobs")) {
     job->logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, max_logprobs));
   }
-  if (job->echo && job->logprobs >= 0)
-    throw ApiError(400, "echo with logprobs is not supported (no prompt logprobs)", "echo");
   sp.logprobs = job->logprobs;
+  // vLLM's prompt_logprobs extra field, and the legacy echo + logprobs (the prompt's tokens first).
+  job->prompt_logprobs = static_cast<int>(get_int(body, "prompt_logprobs", -1, 0, max_logprobs));
+  if (job->prompt_logprobs >= 0 && job->stream)
+    throw ApiError(400, "prompt_logprobs: not available when stream is true", "prompt_logprobs");
+  sp.prompt_logprobs = std::max(job->prompt_logprobs, job->echo ? job->logprobs : -1);
   int64_t max_tokens = -1;
   if (has(body, "max_completion_tokens")) max_tokens = get_int(body, "max_completion_tokens", 0, 1, 1 << 30);
   else if (has(body, "max_tokens")) max_tokens = get_int(body, "max_tokens", 0, 1, 1 << 30);
@@ -832,28 +962,30 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   if (job->chat && (job->reasoning || job->tools))
     for (auto& ch : job->choices) ch.parser = std::make_unique<OutputParser>(job->reasoning, job->tools, job->tool_format);
   job->finished.assign(job->prompts.size(), false);
+  job->echo_sent.assign(job->prompts.size(), false);
+  job->prompt_lp_json.assign(job->prompts.size(), json(nullptr));
   job->last_token_s.assign(job->prompts.size(), 0.0);
   job->reply = reply;
   job->metrics = metrics_;
   job->waiting = waiting_;
   job->running = running_;
   job->in_flight = &in_flight_;
+  job->loop = &loop_;
   waiting_->fetch_add(1);
   in_flight_.fetch_add(1);
   EngineLoop* loop = &loop_;
+  // On the strand: the job ends here; its engine requests end before the engine's next step.
   reply->on_disconnect([loop, job] {
-    loop->post([loop, job](Engine& engine) {
-      if (job->done) return;
-      job->done = true;
-      for (size_t p = 0; p < job->engine_ids.size(); ++p)
-        if (!job->finished[p]) loop->abort(engine, job->engine_ids[p]);
-      job->metrics->request_finished("abort");
-      job->release();
-    });
+    if (job->done) return;
+    job->done = true;
+    job->cancelled = true;
+    loop->post([job](Engine& engine) { job->abort_in_engine(engine); });
+    job->metrics->request_finished("abort");
+    job->release();
   });
   const int64_t requested_max = max_tokens;
   loop_.post([loop, job, requested_max](Engine& engine) {
-    if (job->done) return;  // the client went away first
+    if (job->cancelled) return;  // the client went away first
     job->engine = &engine;
     job->metrics->queue_time(now_s() - job->arrival_s);
     const int max_len = engine.max_model_len();
@@ -881,11 +1013,14 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
           job->prompt_texts.push_back(job->prompts[p].token_ids.empty() ? job->prompts[p].text
                                                                         : engine.decode(ids[p], false));
       }
+      job->prompt_ids = ids;
       for (size_t p = 0; p < job->prompts.size(); ++p) {
         const std::string eid = job->id + "-" + std::to_string(p);
         try {
-          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid,
-                    [job, p](const RequestOutput& out) { job->on_output(p, out); });
+          // The update's deltas go to the connection's strand, where the chunk is built and written.
+          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](const RequestOutput& out) {
+            job->reply->run([job, p, d = delta_of(out)] { job->on_output(p, d); });
+          });
         } catch (const std::exception& e) {
           for (const std::string& prev : job->engine_ids) loop->abort(engine, prev);
           job->engine_ids.clear();
@@ -894,23 +1029,23 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
         job->engine_ids.push_back(eid);
       }
     } catch (const ApiError& e) {
-      job->done = true;
-      job->release();
-      job->reply->send(error_response(e.status, e.what(), e.param));
+      job->reply->run([job, status = e.status, message = std::string(e.what()), param = e.param] {
+        if (job->done) return;
+        job->done = true;
+        job->release();
+        job->reply->send(error_response(status, message, param));
+      });
       return;
     } catch (const std::exception& e) {
-      job->done = true;
-      job->release();
-      job->reply->send(error_response(400, e.what()));
+      job->reply->run([job, message = std::string(e.what())] {
+        if (job->done) return;
+        job->done = true;
+        job->release();
+        job->reply->send(error_response(400, message));
+      });
       return;
     }
-    if (job->stream) {
-      job->start_stream();
-      if (job->echo)
-        for (size_t k = 0; k < job->choices.size(); ++k)
-          job->send_event(job->chunk(json::array({{{"index", k}, {"text", job->prompt_texts[k / job->n]},
-                                                   {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
-    }
+    if (job->stream) job->reply->run([job] { job->start_stream(); });
   });
 }
 

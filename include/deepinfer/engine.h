@@ -104,6 +104,15 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;  // SamplingParams::logprobs most likely (raw)
 };
 
+// One prompt position's teacher-forced log-probabilities (SamplingParams::prompt_logprobs),
+// log-softmax of the raw logits over the sampled vocabulary, in double (perplexity sums them).
+struct PromptLogprob {
+  int32_t token_id = 0;  // the prompt token
+  double logprob = 0.0;  // of token_id given the prompt tokens before it
+  int rank = 0;          // 1 + the ids more likely than token_id there (vLLM's rank)
+  std::vector<std::pair<int32_t, double>> top;  // the k most likely ids there, most likely first (lower id on ties)
+};
+
 // One of the n samples of a request.
 struct CompletionOutput {
   int index = 0;
@@ -150,6 +159,10 @@ struct RequestOutput {
   // it are kept); finish_reason Error.
   std::string error;
   int num_prompt_tokens = 0;
+  // SamplingParams::prompt_logprobs >= 0: entry i is prompt token i + 1 (the first token has
+  // none), num_prompt_tokens - 1 entries. Set in the first update once the whole prompt is
+  // computed (the one with the first token) and in the final one; empty in the others.
+  std::vector<PromptLogprob> prompt_logprobs;
   int num_output_tokens = 0;     // over all samples
   int num_cached_tokens = 0;     // prompt tokens served from the prefix cache
   double time_to_first_token_s = 0.0;
@@ -218,11 +231,13 @@ class Engine {
   std::string decode(const std::vector<int32_t>& token_ids, bool skip_special_tokens = true) const;
 
   // Teacher forcing (perplexity, `deepinfer eval ppl`): entry i is the natural log-probability
-  // of token i + 1 of the prompt given tokens 0..i (size: tokens - 1), from one prefill step of
-  // the whole prompt outside the request queue, log-softmax over the sampled vocabulary in
-  // double. Deterministic for a given backend configuration. Throws Error when requests are
-  // unfinished, or the prompt has fewer than 2 tokens or more than max_model_len
-  // (engine/engine_score.cpp).
+  // of token i + 1 of the prompt given tokens 0..i (size: tokens - 1): the logprobs of
+  // RequestOutput::prompt_logprobs of one request (SamplingParams::prompt_logprobs = 0,
+  // max_tokens 1) run through the engine's own steps. Deterministic for a given backend
+  // configuration (a prompt within max_num_batched_tokens is one prefill step). Throws Error when
+  // requests are unfinished (their updates would be lost: use add_request with
+  // SamplingParams::prompt_logprobs instead), or the prompt has fewer than 2 tokens or does not
+  // leave room for one token in max_model_len (engine/engine_score.cpp).
   std::vector<double> prompt_logprobs(const Prompt& prompt);
 
   struct Impl;

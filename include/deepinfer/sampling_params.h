@@ -41,6 +41,11 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // unset: the engine picks one per request
   uint64_t seq_seed = 0;
   int logprobs = -1;                // -1 none; k >= 0: sampled token + top k (of raw logits)
+  // vLLM's prompt_logprobs: -1 none; k >= 0: for every prompt token after the first, its
+  // log-probability given the tokens before it and the k most likely alternatives there
+  // (RequestOutput::prompt_logprobs), computed by the prefill steps. Such a request does not
+  // reuse cached prefix blocks for its prompt (a cached position has no logits), as vLLM.
+  int prompt_logprobs = -1;
   bool skip_special_tokens = true;
   StructuredOutputArgs so_args;
 

@@ -182,6 +182,60 @@ def test_completion_logprobs(client, model_name):
     assert all(len(t) <= 2 for t in lp.top_logprobs)
 
 
+def test_completion_echo_logprobs(server, client, model_name):
+    """echo + logprobs: the prompt's tokens first (null first logprob), then the completion's; the
+    prompt entries equal the logprobs a decode computed for the same tokens (an independent path)."""
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "def add(a, b):"}).json()["tokens"]
+    gen = client.completions.create(model=model_name, prompt=ids, max_tokens=4, temperature=0, logprobs=1,
+                                    extra_body={"ignore_eos": True})
+    more = httpx.post(server.url + "/tokenize", json={"prompt": gen.choices[0].text}).json()["tokens"]
+    bos = ids[0]
+    prompt = ids + [t for t in more if t != bos]
+    r = client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0, logprobs=2,
+                                  echo=True, extra_body={"ignore_eos": True})
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == len(prompt) + 2
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v <= 0 for v in lp.token_logprobs[1:])
+    assert all(1 <= len(t) <= 2 for t in lp.top_logprobs[1:])
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    assert r.usage.prompt_tokens == len(prompt)
+    if lp.tokens[len(ids):len(prompt)] != gen.choices[0].logprobs.tokens[:len(prompt) - len(ids)]:
+        pytest.skip("the completion text tokenizes differently")
+    for j in range(len(prompt) - len(ids)):
+        assert abs(lp.token_logprobs[len(ids) + j] - gen.choices[0].logprobs.token_logprobs[j]) < 2e-3, j
+    # Streaming: the echo chunk carries the prompt's entries; the rest follow token by token.
+    chunks = list(client.completions.create(model=model_name, prompt=prompt, max_tokens=2, temperature=0,
+                                            logprobs=2, echo=True, stream=True, extra_body={"ignore_eos": True}))
+    first = chunks[0].choices[0]
+    assert first.logprobs.tokens == lp.tokens[:len(prompt)]
+    assert first.logprobs.token_logprobs == lp.token_logprobs[:len(prompt)]
+
+
+def test_prompt_logprobs_extra_field(server, model_name):
+    """vLLM's prompt_logprobs on completions (per choice) and chat (top level): None first, then the
+    prompt token and the top k of each position by token id; not with stream."""
+    url = server.url
+    r = httpx.post(url + "/v1/completions", json={"model": model_name, "prompt": "x = [1, 2, 3]", "max_tokens": 1,
+                                                  "prompt_logprobs": 2, "n": 2}).json()
+    plp = r["choices"][0]["prompt_logprobs"]
+    assert r["choices"][1]["prompt_logprobs"] == plp
+    assert len(plp) == r["usage"]["prompt_tokens"] and plp[0] is None
+    for entry in plp[1:]:
+        assert 1 <= len(entry) <= 3
+        for tid, e in entry.items():
+            assert int(tid) >= 0 and e["logprob"] <= 0 and e["rank"] >= 1 and isinstance(e["decoded_token"], str)
+        assert any(e["rank"] == 1 for e in entry.values())
+    c = httpx.post(url + "/v1/chat/completions", json={"model": model_name, "messages": CHAT, "max_tokens": 1,
+                                                       "prompt_logprobs": 0}).json()
+    assert len(c["prompt_logprobs"]) == c["usage"]["prompt_tokens"] and c["prompt_logprobs"][0] is None
+    assert all(len(e) == 1 for e in c["prompt_logprobs"][1:])
+    e = error_of(httpx.post(url + "/v1/completions", json={"model": model_name, "prompt": "x", "stream": True,
+                                                           "prompt_logprobs": 1}), 400)
+    assert e["param"] == "prompt_logprobs"
+    error_of(httpx.post(url + "/v1/completions", json={"model": model_name, "prompt": "x", "prompt_logprobs": 21}), 400)
+
+
 def test_logprobs_limits(client, model_name):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=2, logprobs=True,

@@ -70,9 +70,13 @@ class FakeModel final : public Model {
     for (int64_t r = 0; r < b.logits_indices.numel(); ++r) {
       int s = 0;
       while (b.host_query_start[s + 1] <= li[r]) ++s;
-      DI_CHECK(li[r] == b.host_query_start[s + 1] - 1, "fake model: logits row is not a last token");
+      // A row of any token of the step (prompt logprobs, verify steps) is the logits of the
+      // context up to that token, read back from the cache.
+      const int len = b.host_seq_lens[s] - (b.host_query_start[s + 1] - 1 - li[r]);
+      DI_CHECK(len >= 1 && len == pos[li[r]] + 1, "fake model: logits row ", r, " at token ", li[r],
+               " has position ", pos[li[r]], ", context ", len);
       std::vector<int32_t> ctx;
-      for (int p = 0; p < b.host_seq_lens[s]; ++p) {
+      for (int p = 0; p < len; ++p) {
         int64_t slot = int64_t{tables[s * max_blocks + p / block_size]} * block_size + p % block_size;
         const float* row = kv[1].ptr<float>() + slot * 2;
         DI_CHECK(row[1] == static_cast<float>(p), "fake model: cache slot ", slot, " holds position ",
