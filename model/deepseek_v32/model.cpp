@@ -27,6 +27,10 @@ std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const {
   return groups;
 }
 
+uint64_t DeepseekV32Model::workspace_epoch() const {
+  return DeepseekV3Model::workspace_epoch() + indexer_ws_.epoch;
+}
+
 void DeepseekV32Model::check_kv_caches(const KvCaches& kv) const {
   DeepseekV3Model::check_kv_caches(kv);
   const int L = config_.num_hidden_layers;
@@ -46,7 +50,9 @@ void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& ste
   DI_CHECK(batch.kv_groups.size() >= 2, "forward: deepseek_v32 needs the block tables of KV group 1 "
            "(indexer keys) in StepBatch::kv_groups, got ", batch.kv_groups.size(), " groups");
   if (indexer_ws_.capacity < mla_ws_.capacity) {
+    const uint64_t epoch = indexer_ws_.epoch;
     indexer_ws_ = make_indexer_workspace(config_.indexer, backend_, mla_ws_.capacity);
+    indexer_ws_.epoch = epoch + 1;
   }
   const AttentionWeights& w = weights_.layers[layer].attn;
   step.kv.cache = kv[0][layer];
