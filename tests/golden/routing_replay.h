@@ -69,7 +69,7 @@ class RoutingReplayBackend final : public Backend {
   enum class Mode { Record, Replay };
   // max_margin: the largest choice-score gap a replayed token may differ by.
   RoutingReplayBackend(Backend& inner, RoutingLog& log, Mode mode, double max_margin = 0.02,
-                       double max_topk_margin = 0.03)
+                       double max_topk_margin = 0.05)
       : inner_(inner), log_(log), mode_(mode), max_margin_(max_margin),
         max_topk_margin_(max_topk_margin) {}
 
