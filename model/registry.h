@@ -27,6 +27,9 @@ struct Architecture {
   // Checks the checkpoint's tensors that ModelWeights (load_weights) does not hold, e.g.
   // V3.2's indexer; throws Error naming the tensor. nullptr: nothing beyond ModelWeights.
   void (*check_extra_weights)(const ModelConfig& config, const CheckpointReader& reader) = nullptr;
+  // The KV layer groups a model of `config` declares (what its Model::kv_groups returns),
+  // without loading weights (deepinfer info). nullptr: only a loaded model says.
+  std::vector<KvGroupSpec> (*kv_groups)(const ModelConfig& config) = nullptr;
 };
 
 // Every registered architecture, in registry order.

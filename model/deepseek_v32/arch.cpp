@@ -83,6 +83,7 @@ Architecture deepseek_v32_architecture() {
     load_indexer_weights(config, reader);
     check_ue8m0_scales(config, reader);
   };
+  a.kv_groups = deepseek_v32_kv_groups;
   return a;
 }
 

@@ -17,15 +17,17 @@ DeepseekV32Model::DeepseekV32Model(ModelConfig config, ModelWeights weights,
            config_.num_hidden_layers, " layers, got ", indexer_.size());
 }
 
-std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const {
-  std::vector<KvGroupSpec> groups = DeepseekV3Model::kv_groups();  // 0: the latent rows
+std::vector<KvGroupSpec> deepseek_v32_kv_groups(const ModelConfig& config) {
+  std::vector<KvGroupSpec> groups = deepseek_v3_kv_groups(config);  // 0: the latent rows
   KvGroupSpec keys;
   keys.name = "indexer_keys";
-  keys.num_layers = config_.num_hidden_layers;
-  keys.row_dim = config_.indexer.head_dim;
+  keys.num_layers = config.num_hidden_layers;
+  keys.row_dim = config.indexer.head_dim;
   groups.push_back(keys);
   return groups;
 }
+
+std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const { return deepseek_v32_kv_groups(config_); }
 
 uint64_t DeepseekV32Model::workspace_epoch() const {
   return DeepseekV3Model::workspace_epoch() + indexer_ws_.epoch;

@@ -21,6 +21,9 @@
 
 namespace deepinfer {
 
+// DeepseekV32Model::kv_groups for `config` (the registry's Architecture::kv_groups).
+std::vector<KvGroupSpec> deepseek_v32_kv_groups(const ModelConfig& config);
+
 class DeepseekV32Model final : public DeepseekV3Model {
  public:
   // indexer[l]: layer l's indexer weights, on `backend` like `weights`.
