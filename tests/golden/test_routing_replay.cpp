@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "model/model.h"
 #include "paged_driver.h"
@@ -52,23 +54,35 @@ TEST(RoutingReplay, FlipMarginSoftmax) {
   EXPECT_NEAR(routing_flip_margin(call, 0, flip), 0.9 / 4.9, 1e-6);
 }
 
+// One fixture loaded twice on the CPU: the first model's backend records, the second's replays.
+struct CpuReplay {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  RoutingLog log;
+  RoutingReplayBackend rec{*cpu, log, RoutingReplayBackend::Mode::Record};
+  RoutingReplayBackend rep{*cpu, log, RoutingReplayBackend::Mode::Replay};
+  std::unique_ptr<Model> a, b;
+  explicit CpuReplay(const std::string& dir) : a(load_model(dir, rec)), b(load_model(dir, rep)) {}
+  // The prompt's prefill recorded on a then replayed on b: both logits.
+  std::pair<std::vector<std::vector<float>>, std::vector<std::vector<float>>> prefill(
+      const std::vector<int32_t>& prompt) {
+    PagedDriver da(*a, rec), db(*b, rep);
+    const int sa = da.add_sequence(), sb = db.add_sequence();
+    auto la = da.step({{sa, prompt, true}});
+    auto lb = db.step({{sb, prompt, true}});
+    return {la, lb};
+  }
+};
+
 // Record on one CPU model, replay into another: the same logits, no flips; a record whose
 // choice is far from the replaying backend's is an error.
 TEST(RoutingReplay, ReplayOnCpu) {
   const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v3_tiny";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is missing";
-  auto cpu = make_cpu_backend();
-  RoutingLog log;
-  RoutingReplayBackend rec(*cpu, log, RoutingReplayBackend::Mode::Record);
-  RoutingReplayBackend rep(*cpu, log, RoutingReplayBackend::Mode::Replay);
-  auto a = load_model(dir, rec);
-  auto b = load_model(dir, rep);
-  PagedDriver da(*a, rec), db(*b, rep);
+  CpuReplay r(dir);
+  RoutingLog& log = r.log;
   const std::vector<int32_t> prompt = {5, 17, 300, 42, 7, 99, 256};
-  const int sa = da.add_sequence(), sb = db.add_sequence();
-  auto la = da.step({{sa, prompt, true}});
+  const auto [la, lb] = r.prefill(prompt);
   ASSERT_EQ(log.calls.size(), 2u);  // two MoE layers
-  auto lb = db.step({{sb, prompt, true}});
   EXPECT_EQ(la, lb);
   EXPECT_EQ(log.next, log.calls.size());
   EXPECT_EQ(log.compared_tokens, 2 * static_cast<int64_t>(prompt.size()));
@@ -85,7 +99,7 @@ TEST(RoutingReplay, ReplayOnCpu) {
     call.ids[3 * K + j] = (call.ids[3 * K + j] + 1) % E;
     call.logits[3 * E + call.ids[3 * K + j]] = 8.0f;
   }
-  PagedDriver dc(*b, rep);
+  PagedDriver dc(*r.b, r.rep);
   const int sc = dc.add_sequence();
   EXPECT_THROW(dc.step({{sc, prompt, true}}), Error);
 }
@@ -113,19 +127,12 @@ TEST(RoutingReplay, TopkFlipMargin) {
 TEST(RoutingReplay, IndexerReplayOnCpu) {
   const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v32_tiny";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is missing";
-  auto cpu = make_cpu_backend();
-  RoutingLog log;
-  RoutingReplayBackend rec(*cpu, log, RoutingReplayBackend::Mode::Record);
-  RoutingReplayBackend rep(*cpu, log, RoutingReplayBackend::Mode::Replay);
-  auto a = load_model(dir, rec);
-  auto b = load_model(dir, rep);
-  PagedDriver da(*a, rec), db(*b, rep);
+  CpuReplay r(dir);
+  RoutingLog& log = r.log;
   std::vector<int32_t> prompt(20);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + 23 * i);
-  const int sa = da.add_sequence(), sb = db.add_sequence();
-  auto la = da.step({{sa, prompt, true}});
+  const auto [la, lb] = r.prefill(prompt);
   ASSERT_EQ(log.topk_calls.size(), 3u);  // one per layer
-  auto lb = db.step({{sb, prompt, true}});
   EXPECT_EQ(la, lb);
   EXPECT_EQ(log.next_topk, log.topk_calls.size());
   EXPECT_EQ(log.compared_rows, 3 * static_cast<int64_t>(prompt.size()));
@@ -153,7 +160,7 @@ TEST(RoutingReplay, IndexerReplayOnCpu) {
   call.indices[t * K + 0] = outside;  // the record keeps `outside` instead of `dropped`
   call.scores[t * N + outside] = 100.0f;
   call.scores[t * N + dropped] = -100.0f;
-  PagedDriver dc(*b, rep);
+  PagedDriver dc(*r.b, r.rep);
   const int sc = dc.add_sequence();
   EXPECT_THROW(dc.step({{sc, prompt, true}}), Error);
 }

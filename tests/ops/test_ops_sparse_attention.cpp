@@ -21,52 +21,12 @@ struct StepCase {
   int64_t block_size;
 };
 
-struct StepData {
-  std::vector<int32_t> tables, query_start;
-  int64_t T = 0, num_blocks = 0, max_blocks = 0;
-  int max_seq_len = 0, max_q = 0;
-  // Context (causal positions) of token t.
-  std::vector<int32_t> ctx;
-};
-
 class SparseAttention : public Parity {
  protected:
-  StepData make_step(const StepCase& c) {
-    StepData d;
-    const int S = static_cast<int>(c.q_lens.size());
-    d.query_start.push_back(0);
-    for (int s = 0; s < S; ++s) {
-      d.query_start.push_back(d.query_start.back() + c.q_lens[s]);
-      d.max_seq_len = std::max(d.max_seq_len, c.seq_lens[s]);
-      d.max_q = std::max(d.max_q, c.q_lens[s]);
-      d.max_blocks = std::max<int64_t>(d.max_blocks, (c.seq_lens[s] + c.block_size - 1) / c.block_size);
-      for (int32_t i = 0; i < c.q_lens[s]; ++i) d.ctx.push_back(c.seq_lens[s] - c.q_lens[s] + i + 1);
-    }
-    d.T = d.query_start.back();
-    d.num_blocks = d.max_blocks * S + 3;
-    std::vector<int32_t> perm(static_cast<size_t>(d.num_blocks));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng_);  // scattered, non-contiguous blocks
-    d.tables.assign(static_cast<size_t>(S * d.max_blocks), 0);
-    for (int s = 0, next = 0; s < S; ++s)
-      for (int64_t b = 0; b < d.max_blocks; ++b) d.tables[s * d.max_blocks + b] = perm[next++];
-    return d;
-  }
-  // The step's addressing on backend b (nullptr: the CPU) over `cache`.
-  PagedKV paged(Backend* b, const StepData& d, const StepCase& c, Tensor cache) {
-    const int S = static_cast<int>(c.q_lens.size());
-    PagedKV kv;
-    kv.cache = cache;
-    Tensor tables = cpu_i32(d.tables, {S, d.max_blocks});
-    Tensor lens = cpu_i32(c.seq_lens, {S});
-    Tensor qs = cpu_i32(d.query_start, {S + 1});
-    kv.block_tables = b ? gpu_copy(*b, tables) : tables;
-    kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
-    kv.query_start = b ? gpu_copy(*b, qs) : qs;
-    kv.num_seqs = S;
-    kv.max_query_len = d.max_q;
-    kv.max_seq_len = d.max_seq_len;
-    return kv;
+  using StepData = PagedLayout;
+  StepData make_step(const StepCase& c) { return paged_layout(c.q_lens, c.seq_lens, c.block_size); }
+  PagedKV paged(Backend* b, const StepData& d, const StepCase&, Tensor cache) {
+    return paged_addressing(b, d, cache);
   }
   // Ascending top-k style lists: per token min(ctx, k) distinct causal positions (a random
   // subset when ctx > k), ascending, then -1; with `holes`, some entries are -1 in between.
@@ -308,6 +268,7 @@ TEST_F(SparseAttention, PagedSparseBatchInvariantAloneAndInBatch) {
     StepCase one{{1}, {step.seq_lens[s]}, step.block_size};
     StepData d1 = d;
     d1.tables.assign(d.tables.begin() + s * d.max_blocks, d.tables.begin() + (s + 1) * d.max_blocks);
+    d1.seq_lens = {step.seq_lens[s]};
     d1.query_start = {0, 1};
     d1.T = 1;
     d1.max_seq_len = step.seq_lens[s];
