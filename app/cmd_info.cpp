@@ -1,7 +1,8 @@
 // deepinfer info [--env] --model DIR [--json] [--no-validate]: the DEEPINFER_* settings
 // table (--env; alone it needs no --model), and a checkpoint's architecture
-// facts, parameter counts (from the config) and tensor bytes by dtype (from the
-// files). Loads every weight against the config (shape checks) and, unless
+// facts, KV layer groups (name, layers, row bytes, tokens per row, window: what the
+// KV cache holds per token), parameter counts (from the config) and tensor bytes by
+// dtype (from the files). Loads every weight against the config (shape checks) and, unless
 // --no-validate, reads every page once, reporting progress on stderr.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "core/settings.h"
+#include "core/kv_group_spec.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/registry.h"
@@ -34,6 +36,21 @@ void print_progress(uint64_t done, uint64_t total, void* user) {
   std::fprintf(stderr, "\rvalidating weights: %3d%% of %.2f GB", percent,
                static_cast<double>(total) / 1e9);
   if (done == total) std::fprintf(stderr, "\n");
+}
+
+// A group's row bytes: activation-dtype rows as the backends store them (BF16 on CUDA, F32 on
+// the CPU), other rows in their own dtype.
+std::string row_bytes_text(const KvGroupSpec& g) {
+  char buf[96];
+  if (g.activation_dtype) {
+    std::snprintf(buf, sizeof buf, "%lld x activation = %lld B bf16 (CUDA) / %lld B f32 (CPU)",
+                  static_cast<long long>(g.row_dim), static_cast<long long>(g.row_bytes(DType::BF16)),
+                  static_cast<long long>(g.row_bytes(DType::F32)));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld x %s = %lld B", static_cast<long long>(g.row_dim),
+                  std::string(dtype_name(g.dtype)).c_str(), static_cast<long long>(g.row_bytes(DType::BF16)));
+  }
+  return buf;
 }
 
 std::string billions(int64_t n) {
@@ -130,6 +147,16 @@ int cmd_info(int argc, char** argv) {
   // Tensors beyond ModelWeights (e.g. V3.2's indexer), checked by the architecture.
   if (arch.check_extra_weights != nullptr) arch.check_extra_weights(config, *reader);
   const ParameterCount params = config.parameter_count();
+  // Declared from the config (no forward built); empty when the architecture only says so
+  // from a loaded model.
+  const std::vector<KvGroupSpec> groups =
+      arch.kv_groups != nullptr ? arch.kv_groups(config) : std::vector<KvGroupSpec>{};
+  // KV bytes per token over every layer of every group, with CUDA's BF16 activation rows (a
+  // compressed group holds one row per tokens_per_row tokens; a window group at most `window`).
+  double kv_bytes_per_token = 0;
+  for (const KvGroupSpec& g : groups)
+    kv_bytes_per_token += static_cast<double>(g.num_layers) * static_cast<double>(g.row_bytes(DType::BF16)) /
+                          g.tokens_per_row;
 
   if (as_json) {
     nlohmann::json j;
@@ -158,6 +185,22 @@ int cmd_info(int argc, char** argv) {
                        {"embedding", params.embedding},
                        {"mtp_total", params.mtp_total},
                        {"mtp_active_per_token", params.mtp_active_per_token}};
+    if (arch.kv_groups != nullptr) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const KvGroupSpec& g : groups) {
+        list.push_back({{"name", g.name},
+                        {"num_layers", g.num_layers},
+                        {"row_dim", g.row_dim},
+                        {"dtype", g.activation_dtype ? std::string("activation")
+                                                     : std::string(dtype_name(g.dtype))},
+                        {"row_bytes_bf16", g.row_bytes(DType::BF16)},
+                        {"row_bytes_f32", g.row_bytes(DType::F32)},
+                        {"tokens_per_row", g.tokens_per_row},
+                        {"window", g.window}});
+      }
+      j["kv_groups"] = list;
+      j["kv_bytes_per_token_bf16"] = kv_bytes_per_token;
+    }
     print_json_with_files(j, *reader, bytes_by_dtype, tensors_by_dtype);
     return 0;
   }
@@ -168,6 +211,17 @@ int cmd_info(int argc, char** argv) {
   std::printf("MTP parameters         %s (%d of %d layers in the checkpoint)\n",
               billions(params.mtp_total).c_str(), static_cast<int>(weights.mtp.size()),
               config.num_nextn_predict_layers);
+  if (arch.kv_groups == nullptr) {
+    std::printf("KV groups              declared by the loaded model only (%s)\n", config.model_type.c_str());
+  } else {
+    std::printf("KV groups              %zu, %.0f bytes per token over all layers (bf16 rows)\n",
+                groups.size(), kv_bytes_per_token);
+    for (const KvGroupSpec& g : groups) {
+      std::printf("  %-14s %3d layers, row %s, %d token%s per row, window %s\n", g.name.c_str(),
+                  g.num_layers, row_bytes_text(g).c_str(), g.tokens_per_row, g.tokens_per_row == 1 ? "" : "s",
+                  g.window > 0 ? std::to_string(g.window).c_str() : "none");
+    }
+  }
   print_files(*reader, bytes_by_dtype, tensors_by_dtype);
   return 0;
 }

@@ -34,6 +34,9 @@ struct Architecture {
   // its own fields. nullptr: ModelConfig::summary / parameter_count and load_weights.
   void (*describe)(const std::string& dir, std::shared_ptr<const CheckpointReader> reader,
                    nlohmann::json& out) = nullptr;
+  // The KV layer groups a model of `config` declares (what its Model::kv_groups returns),
+  // without loading weights (deepinfer info). nullptr: only a loaded model says.
+  std::vector<KvGroupSpec> (*kv_groups)(const ModelConfig& config) = nullptr;
 };
 
 // Every registered architecture, in registry order.

@@ -1,7 +1,7 @@
 // CudaBackend: the op table on one NVIDIA GPU (Hopper first, sm_90a). Activations BF16
 // (F32 accepted where noted), fp32 accumulation everywhere. One op family per .cu file,
 // named as on the CPU side: elementwise.cu (embedding, norm, rope, activation, kv_copy,
-// sampling), fused_mla.cu (rms_norm_pair, mla_rope_store), gemm.cu, mla_attention.cu, moe.cu; this file's .cu has memory, copies,
+// sampling), fused_mla.cu (rms_norm_pair, mla_rope_store), gemm.cu, mla_attention.cu, indexer.cu, moe.cu; this file's .cu has memory, copies,
 // workspaces, random fill and graphs.
 //
 // Every kernel launch is checked; errors name the op and tensor shapes. Set
@@ -69,6 +69,19 @@ class CudaBackend final : public Backend {
   void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& query_start, int num_seqs, float softmax_scale,
                              Tensor& out) override;
+  // DeepSeek sparse attention (V3.2): layer_norm in elementwise.cu, the indexer in indexer.cu,
+  // the sparse MLA forms in mla_attention.cu.
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                  Tensor& out) override;
+  void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv, float scale,
+                      Tensor& scores) override;
+  void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
+  using Backend::indexer_topk;  // V4's CSA form (not on CUDA yet)
+  void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
+                                  float softmax_scale, int v_dim, Tensor& out) override;
+  void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& query_start, int num_seqs, const Tensor& indices,
+                                    float softmax_scale, Tensor& out) override;
   void moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
                    Tensor& topk_ids, Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
@@ -115,6 +128,9 @@ class CudaBackend final : public Backend {
   bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                      int64_t ldo, DType out_dtype);
   bool capturing() const;
+  // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
+  void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
+                       float softmax_scale, int v_dim, Tensor& out, const char* op);
   // Device-to-device copy of equal-shaped tensors with any strides (elementwise.cu).
   void copy_strided(const Tensor& src, Tensor& dst);
   // True when a dense GEMM of M rows with this weight would run on the stream kernel (the

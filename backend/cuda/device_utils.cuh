@@ -66,4 +66,21 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return r;
 }
 
+// Sequence of token t of a paged step (PagedKV: query_start [S + 1], seq_lens [S]) and its
+// position in that sequence (query token i of sequence s sits at seq_lens[s] - q_len(s) + i).
+__device__ __forceinline__ void locate(const int32_t* query_start, const int32_t* seq_lens, int S,
+                                       int t, int* seq, int* pos) {
+  int lo = 0, hi = S - 1;
+  while (lo < hi) {  // last s with query_start[s] <= t
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  *seq = lo;
+  const int q_len = query_start[lo + 1] - query_start[lo];
+  *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
+}
+
 }  // namespace deepinfer::cuda

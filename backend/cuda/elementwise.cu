@@ -1,4 +1,4 @@
-// Memory-bound ops: embedding, rms_norm (+ fused residual add), rope, silu_mul, add,
+// Memory-bound ops: embedding, rms_norm (+ fused residual add), layer_norm, rope, silu_mul, add,
 // kv_store, argmax and fill_random. Activations may be F32 or BF16; the dtype is a
 // uniform run-time flag (one instantiation per kernel keeps the build small; the branch
 // costs nothing next to the memory traffic). Reductions use fixed-order block trees.
@@ -42,6 +42,28 @@ __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* re
   for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
     const float v = add ? ld(res, r * ldr + c, res_kind) : ld(x, r * ldx + c, x_kind);
     st(out, r * ldo + c, out_kind, v * inv * ld(w, c, w_kind));
+  }
+}
+
+// One block per row: out = (x - mean) * rsqrt(var + eps) * w + b (biased variance, fp32; two
+// fixed-order block sums). out may be x (each element is read before its own write).
+__global__ void layer_norm_kernel(const void* x, int x_kind, int64_t ldx, const void* w, int w_kind,
+                                  const void* b, int b_kind, int64_t H, float eps, void* out,
+                                  int out_kind, int64_t ldo) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) s += ld(x, r * ldx + c, x_kind);
+  const float mean = block_sum(s, scratch) / static_cast<float>(H);
+  float v = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float d = ld(x, r * ldx + c, x_kind) - mean;
+    v += d * d;
+  }
+  const float inv = rsqrtf(block_sum(v, scratch) / static_cast<float>(H) + eps);
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float y = (ld(x, r * ldx + c, x_kind) - mean) * inv * ld(w, c, w_kind) + ld(b, c, b_kind);
+    st(out, r * ldo + c, out_kind, y);
   }
 }
 
@@ -290,6 +312,26 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& 
       weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
       ov.row_stride, true);
   check_launch("add_rms_norm", x.describe() + " -> " + out.describe());
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                             Tensor& out) {
+  const RowView xv = rows_of(x, "layer_norm x");
+  const RowView ov = rows_of(out, "layer_norm out");
+  check_float(x, "layer_norm x");
+  check_float(out, "layer_norm out");
+  check_float(weight, "layer_norm weight");
+  check_float(bias, "layer_norm bias");
+  DI_CHECK(weight.numel() == xv.cols && weight.is_contiguous() && bias.numel() == xv.cols &&
+               bias.is_contiguous() && ov.rows == xv.rows && ov.cols == xv.cols,
+           "layer_norm: x ", x.describe(), ", weight ", weight.describe(), ", bias ", bias.describe(),
+           ", out ", out.describe(), " do not match");
+  if (xv.rows == 0) return;
+  const int threads = xv.cols >= 1024 ? 256 : 128;
+  layer_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
+      xv.data, float_kind(xv.dtype), xv.row_stride, weight.data, float_kind(weight.dtype), bias.data,
+      float_kind(bias.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride);
+  check_launch("layer_norm", x.describe() + " -> " + out.describe());
 }
 
 void CudaBackend::rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,

@@ -75,22 +75,20 @@ struct PagedArgs {
   float scale;
   float* part_o;  // [tokens_in_launch, max_splits, h_pad, v_pad]
   float* part_ml;  // [tokens_in_launch, max_splits, h_pad, 2]
+  // Sparse (V3.2): token t attends the positions indices[t, 0 .. topk) (-1: none) instead of
+  // 0 .. pos; chunk c covers entries [c * chunk, (c + 1) * chunk) of that list. nullptr: dense.
+  const int32_t* indices;
+  int topk;
 };
 
-// Sequence of token t and its absolute position.
-__device__ __forceinline__ void locate(const int32_t* query_start, const int32_t* seq_lens, int S,
-                                       int t, int* seq, int* pos) {
-  int lo = 0, hi = S - 1;
-  while (lo < hi) {  // last s with query_start[s] <= t
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  *seq = lo;
-  const int q_len = query_start[lo + 1] - query_start[lo];
-  *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
+// Position attended by entry e of token t's list (dense: position e itself), or -1. A sparse
+// entry outside 0 .. pos (the token's causal range) counts as none, so a bad index never
+// reads past the sequence (the CPU reference rejects it; backend.h).
+__device__ __forceinline__ int attended(const PagedArgs& a, int t, int pos, int e) {
+  if (a.indices == nullptr) return e <= pos ? e : -1;
+  if (e >= a.topk) return -1;
+  const int p = a.indices[int64_t{t} * a.topk + e];
+  return p >= 0 && p <= pos ? p : -1;
 }
 
 // grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads; kChunk in {16, 32, 64}.
@@ -110,8 +108,23 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
   const int c0 = split * kChunk;
-  if (c0 > pos) return;  // this token has fewer chunks
+  if (a.indices == nullptr && c0 > pos) return;  // this token has fewer chunks
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (a.indices != nullptr) {
+    // A sparse chunk with no position (the -1 padding of a context shorter than topk) only
+    // marks its partial empty (max -inf); the combine skips it.
+    int any = 0;
+    for (int j = tid; j < kChunk; j += 256) any |= attended(a, t, pos, c0 + j) >= 0;
+    if (!__syncthreads_or(any)) {
+      const int h = hg * kHeadsPerBlock + tid;
+      if (tid < kHeadsPerBlock && h < a.H) {
+        float* ml = a.part_ml + ((int64_t{lt} * a.max_splits + split) * a.h_pad + h) * 2;
+        ml[0] = kNegInf;
+        ml[1] = 0.0f;
+      }
+      return;
+    }
+  }
 
   // Q rows (16 heads), zero for heads >= H and columns >= D.
   for (int r = warp; r < kHeadsPerBlock; r += 8) {
@@ -121,10 +134,11 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   }
   // K rows of this chunk; rows past the token's position are zero (and masked below).
   for (int j = warp; j < kChunk; j += 8) {
-    const int p = c0 + j;
-    const int block = p <= pos ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
-    load_padded_row(Ks + j * Dp, a.cache, a.cache_kind, (int64_t{block} * a.block_size + p % a.block_size) * a.D,
-                    p <= pos, a.D, Dk, lane);
+    const int p = attended(a, t, pos, c0 + j);
+    const int block = p >= 0 ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
+    const int offset = p >= 0 ? p % a.block_size : 0;
+    load_padded_row(Ks + j * Dp, a.cache, a.cache_kind, (int64_t{block} * a.block_size + offset) * a.D,
+                    p >= 0, a.D, Dk, lane);
   }
   __syncthreads();
 
@@ -159,11 +173,13 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
         float v = S[r * kChunk + j];
 #pragma unroll
         for (int k = 1; k < kSplitK; ++k) v += S[(k * 16 + r) * kChunk + j];
-        if (c0 + j <= pos) s[i] = v * a.scale;
+        if (attended(a, t, pos, c0 + j) >= 0) s[i] = v * a.scale;
       }
       mx = fmaxf(mx, s[i]);
     }
-    const float m = warp_max(mx);  // finite: position c0 is always valid
+    // Finite: a dense chunk always has position c0, a sparse one some position (above); a
+    // head row whose positions all underflow is impossible (s is finite where valid).
+    const float m = warp_max(mx);
     float l = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -206,19 +222,24 @@ __global__ void mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_ki
   const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
-  const int splits = pos / chunk + 1;
+  // Sparse: every chunk of the list ran; empty ones (max -inf) are skipped, and a token
+  // with no position at all gets 0 (as the CPU reference).
+  const int splits = a.indices != nullptr ? a.max_splits : pos / chunk + 1;
   const float* ml = a.part_ml + (int64_t{lt} * a.max_splits * a.h_pad + h) * 2;
   float m = kNegInf;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[int64_t{s} * a.h_pad * 2]);
   float denom = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    denom += __expf(ml[int64_t{s} * a.h_pad * 2] - m) * ml[int64_t{s} * a.h_pad * 2 + 1];
-  const float inv = 1.0f / denom;
+  for (int s = 0; s < splits; ++s) {
+    const float ms = ml[int64_t{s} * a.h_pad * 2];
+    if (ms != kNegInf) denom += __expf(ms - m) * ml[int64_t{s} * a.h_pad * 2 + 1];
+  }
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;
   for (int d = threadIdx.x; d < a.V; d += blockDim.x) {
     float acc = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      const float w = __expf(ml[int64_t{s} * a.h_pad * 2] - m);
-      acc += w * a.part_o[((int64_t{lt} * a.max_splits + s) * a.h_pad + h) * a.v_pad + d];
+      const float ms = ml[int64_t{s} * a.h_pad * 2];
+      if (ms == kNegInf) continue;
+      acc += __expf(ms - m) * a.part_o[((int64_t{lt} * a.max_splits + s) * a.h_pad + h) * a.v_pad + d];
     }
     st(out, int64_t{t} * o_s0 + int64_t{h} * o_s1 + d, out_kind, acc * inv);
   }
@@ -375,6 +396,73 @@ __global__ void __launch_bounds__(256) mla_prefill_kernel(PrefillArgs a) {
   }
 }
 
+// Sparse direct prefill (V3.2): grid (T, H), 128 threads. The block of (token t, head h)
+// scores the k listed positions of t's sequence (entry e: position indices[t, e], -1 or one
+// outside 0 .. t's own: none), one warp per entry (fp32 dot of the bf16 rows), then a softmax
+// over the list and P·V in fp32, the threads taking value dims. Dynamic shared memory: q row
+// [Dq] and the list's scores [k] (F32) and positions [k] (I32). The gathered K/V rows differ
+// per token, so no tile is shared between queries (unlike mla_prefill_kernel).
+__global__ void __launch_bounds__(128) mla_prefill_sparse_kernel(PrefillArgs a, const int32_t* indices,
+                                                                 int topk) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float red[32];
+  float* qf = reinterpret_cast<float*>(smem);  // [Dq]
+  float* sc = qf + a.Dq;                        // [topk]
+  int* rows = reinterpret_cast<int*>(sc + topk);  // [topk] token index of each entry's row, -1
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int lo = 0, hi = a.num_seqs - 1;
+  while (lo < hi) {  // last sequence with query_start <= t
+    const int mid = (lo + hi + 1) / 2;
+    if (a.query_start[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int first = a.query_start[lo], own = t - first;  // t's position in its sequence
+  for (int d = tid; d < a.Dq; d += blockDim.x) qf[d] = __bfloat162float(a.q[int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1 + d]);
+  for (int e = tid; e < topk; e += blockDim.x) {
+    const int p = indices[int64_t{t} * topk + e];
+    rows[e] = p >= 0 && p <= own ? first + p : -1;
+  }
+  __syncthreads();
+  const int num_warps = blockDim.x >> 5;
+  for (int e = warp; e < topk; e += num_warps) {
+    const int r = rows[e];
+    float dot = 0.0f;
+    if (r >= 0) {
+      const bf16* k = a.k + int64_t{r} * a.k_s0 + int64_t{h} * a.k_s1;
+      for (int d = lane; d < a.Dq; d += 32) dot += qf[d] * __bfloat162float(k[d]);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) sc[e] = r >= 0 ? dot * a.scale : kNegInf;
+  }
+  __syncthreads();
+  float mx = kNegInf;
+  for (int e = tid; e < topk; e += blockDim.x) mx = fmaxf(mx, sc[e]);
+  mx = warp_max(mx);
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  float m = kNegInf;
+  for (int w = 0; w < num_warps; ++w) m = fmaxf(m, red[w]);
+  __syncthreads();  // red is reused by block_sum
+  float l = 0.0f;
+  for (int e = tid; e < topk; e += blockDim.x) {
+    const float p = sc[e] == kNegInf ? 0.0f : __expf(sc[e] - m);
+    sc[e] = p;
+    l += p;
+  }
+  const float sum = block_sum(l, red);  // syncs: every p is in sc
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // no position: 0, as the CPU reference
+  for (int d = tid; d < a.Dv; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int e = 0; e < topk; ++e) {
+      const int r = rows[e];
+      if (r >= 0) acc += sc[e] * __bfloat162float(a.v[int64_t{r} * a.v_s0 + int64_t{h} * a.v_s1 + d]);
+    }
+    st(a.out, int64_t{t} * a.o_s0 + int64_t{h} * a.o_s1 + d, a.out_kind, acc * inv);
+  }
+}
+
 // S holds kSplitK x 16 x chunk = 8 x 256 floats for every chunk size.
 size_t paged_smem_bytes(int D, int chunk) {
   const int Dp = (D + 15) / 16 * 16 + 8;
@@ -409,33 +497,44 @@ void check_heads_view(const Tensor& t, const char* what) {
 
 }  // namespace
 
-void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                                      int v_dim, Tensor& out) {
-  check_heads_view(q, "mla_attention_paged q");
-  check_heads_view(out, "mla_attention_paged out");
-  check_float(kv.cache, "mla_attention_paged cache");
-  check_dtype(kv.block_tables, DType::I32, "mla_attention_paged block_tables");
-  check_dtype(kv.seq_lens, DType::I32, "mla_attention_paged seq_lens");
-  check_dtype(kv.query_start, DType::I32, "mla_attention_paged query_start");
+void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
+                                  float softmax_scale, int v_dim, Tensor& out, const char* op) {
+  const std::string name = op;
+  check_heads_view(q, (name + " q").c_str());
+  check_heads_view(out, (name + " out").c_str());
+  check_float(kv.cache, (name + " cache").c_str());
+  check_dtype(kv.block_tables, DType::I32, (name + " block_tables").c_str());
+  check_dtype(kv.seq_lens, DType::I32, (name + " seq_lens").c_str());
+  check_dtype(kv.query_start, DType::I32, (name + " query_start").c_str());
   const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
   const int D = static_cast<int>(q.shape[2]);
   DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() && kv.cache.shape[2] == D,
-           "mla_attention_paged: cache ", kv.cache.describe(), " must be [blocks, block_size, ", D, "]");
+           op, ": cache ", kv.cache.describe(), " must be [blocks, block_size, ", D, "]");
   DI_CHECK(out.shape[0] == T && out.shape[1] == H && out.shape[2] == v_dim && v_dim <= D,
-           "mla_attention_paged: out ", out.describe(), " must be [", T, ", ", H, ", ", v_dim, "]");
+           op, ": out ", out.describe(), " must be [", T, ", ", H, ", ", v_dim, "]");
   DI_CHECK(D % 8 == 0 && v_dim % 8 == 0 && D <= 1024 && v_dim <= 512,
-           "mla_attention_paged: CUDA needs row_dim and v_dim multiples of 8 (<= 1024 / 512), got ", D,
+           op, ": CUDA needs row_dim and v_dim multiples of 8 (<= 1024 / 512), got ", D,
            " / ", v_dim);
   DI_CHECK(q.dtype == DType::F32 || (q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0),
-           "mla_attention_paged: BF16 q rows must be 16-byte aligned, got ", q.describe());
+           op, ": BF16 q rows must be 16-byte aligned, got ", q.describe());
   DI_CHECK(kv.num_seqs >= 1 && kv.query_start.numel() == kv.num_seqs + 1 &&
                kv.seq_lens.numel() == kv.num_seqs && kv.block_tables.ndim == 2 &&
                kv.block_tables.shape[0] >= kv.num_seqs && kv.max_seq_len > 0,
-           "mla_attention_paged: addressing (num_seqs ", kv.num_seqs, ", query_start ",
+           op, ": addressing (num_seqs ", kv.num_seqs, ", query_start ",
            kv.query_start.describe(), ", seq_lens ", kv.seq_lens.describe(), ", block_tables ",
            kv.block_tables.describe(), ", max_seq_len ", kv.max_seq_len, ") is inconsistent");
+  int topk = 0;
+  if (indices != nullptr) {
+    check_dtype(*indices, DType::I32, (name + " indices").c_str());
+    DI_CHECK(indices->ndim == 2 && indices->shape[0] == T && indices->is_contiguous() &&
+                 indices->shape[1] > 0,
+             op, ": indices ", indices->describe(), " must be contiguous I32 [", T, ", k > 0]");
+    topk = static_cast<int>(indices->shape[1]);
+  }
   if (T == 0) return;
   PagedArgs a{};
+  a.indices = indices != nullptr ? indices->ptr<int32_t>() : nullptr;
+  a.topk = topk;
   a.q = q.data;
   a.q_kind = float_kind(q.dtype);
   a.q_s0 = q.stride[0];
@@ -453,56 +552,70 @@ void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float 
   a.D = D;
   a.V = v_dim;
   const int chunk = paged_chunk(T * ((H + 15) / 16), options_.batch_invariant, options_.cuda.attn_chunk);
-  a.max_splits = (kv.max_seq_len + chunk - 1) / chunk;
+  // Dense: chunks of the context (max_seq_len bounds every token's); sparse: of the topk list
+  // (a fixed count: graph-stable whatever the contexts).
+  a.max_splits = ((indices != nullptr ? topk : kv.max_seq_len) + chunk - 1) / chunk;
   a.h_pad = (H + 15) / 16 * 16;
   a.v_pad = (v_dim + 15) / 16 * 16;
   a.scale = softmax_scale;
   // Partials for a slice of tokens at a time so the workspace stays bounded (<= 512 MiB).
   const size_t per_token = size_t{4} * a.max_splits * a.h_pad * (a.v_pad + 2);
   const int tokens_per_launch = static_cast<int>(std::max<size_t>(1, std::min<size_t>(T, (size_t{512} << 20) / per_token)));
-  a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, "mla_attention_paged"));
+  a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, op));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
   const size_t smem = paged_smem_bytes(D, chunk);
   auto kernel = chunk == 16 ? mla_paged_kernel<16> : chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
-  set_smem_limit(reinterpret_cast<const void*>(kernel), smem, "mla_attention_paged");
+  set_smem_limit(reinterpret_cast<const void*>(kernel), smem, op);
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
     const int nt = std::min(tokens_per_launch, T - t0);
     a.token0 = t0;
     dim3 grid(a.max_splits, nt, (H + 15) / 16);
     kernel<<<grid, 256, smem, stream_>>>(a);
-    check_launch("mla_attention_paged", shapes);
+    check_launch(op, shapes);
     mla_combine_kernel<<<dim3(nt, H), 128, 0, stream_>>>(a, chunk, out.data, float_kind(out.dtype),
                                                           out.stride[0], out.stride[1]);
-    check_launch("mla_attention_paged (combine)", shapes);
+    check_launch((name + " (combine)").c_str(), shapes);
   }
 }
 
-void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& query_start, int num_seqs, float softmax_scale,
-                                        Tensor& out) {
-  check_heads_view(q, "mla_attention_prefill q");
-  check_heads_view(k, "mla_attention_prefill k");
-  check_heads_view(v, "mla_attention_prefill v");
-  check_heads_view(out, "mla_attention_prefill out");
-  check_dtype(query_start, DType::I32, "mla_attention_prefill query_start");
-  DI_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16,
-           "mla_attention_prefill: CUDA needs BF16 q, k, v, got ", q.describe(), ", ", k.describe(),
-           ", ", v.describe());
+void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
+                                      int v_dim, Tensor& out) {
+  paged_attention(q, kv, nullptr, softmax_scale, v_dim, out, "mla_attention_paged");
+}
+
+void CudaBackend::mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,
+                                             const Tensor& indices, float softmax_scale, int v_dim,
+                                             Tensor& out) {
+  paged_attention(q, kv, &indices, softmax_scale, v_dim, out, "mla_attention_paged_sparse");
+}
+
+namespace {
+
+// The checked arguments of a direct prefill op (`op` names it in errors).
+PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_start,
+                         int num_seqs, float softmax_scale, Tensor& out, const char* op) {
+  const std::string name = op;
+  check_heads_view(q, (name + " q").c_str());
+  check_heads_view(k, (name + " k").c_str());
+  check_heads_view(v, (name + " v").c_str());
+  check_heads_view(out, (name + " out").c_str());
+  check_dtype(query_start, DType::I32, (name + " query_start").c_str());
+  DI_CHECK(q.dtype == DType::BF16 && k.dtype == DType::BF16 && v.dtype == DType::BF16, op,
+           ": CUDA needs BF16 q, k, v, got ", q.describe(), ", ", k.describe(), ", ", v.describe());
   const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
   const int Dq = static_cast<int>(q.shape[2]), Dv = static_cast<int>(v.shape[2]);
   DI_CHECK(k.shape[0] == T && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == T &&
                v.shape[1] == H && out.shape[0] == T && out.shape[1] == H && out.shape[2] == Dv,
-           "mla_attention_prefill: q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(),
-           ", out ", out.describe(), " do not match");
+           op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
+           out.describe(), " do not match");
   DI_CHECK(Dq % 8 == 0 && Dv % 8 == 0 && Dq <= 256 && Dv <= 256 && q.stride[0] % 8 == 0 &&
                q.stride[1] % 8 == 0 && k.stride[0] % 8 == 0 && k.stride[1] % 8 == 0 &&
                v.stride[0] % 8 == 0 && v.stride[1] % 8 == 0,
-           "mla_attention_prefill: CUDA needs head dims multiples of 8 (<= 256) and 16-byte aligned "
-           "rows, got q ", q.describe(), ", v ", v.describe());
-  DI_CHECK(num_seqs >= 1 && query_start.numel() == num_seqs + 1,
-           "mla_attention_prefill: query_start ", query_start.describe(), " for ", num_seqs, " sequences");
-  if (T == 0) return;
+           op, ": CUDA needs head dims multiples of 8 (<= 256) and 16-byte aligned rows, got q ",
+           q.describe(), ", v ", v.describe());
+  DI_CHECK(num_seqs >= 1 && query_start.numel() == num_seqs + 1, op, ": query_start ",
+           query_start.describe(), " for ", num_seqs, " sequences");
   PrefillArgs a{};
   a.q = static_cast<const bf16*>(q.data);
   a.k = static_cast<const bf16*>(k.data);
@@ -523,11 +636,41 @@ void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const 
   a.out_kind = float_kind(out.dtype);
   a.o_s0 = out.stride[0];
   a.o_s1 = out.stride[1];
-  const size_t smem = prefill_smem_bytes(Dq, Dv);
+  return a;
+}
+
+}  // namespace
+
+void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& query_start, int num_seqs, float softmax_scale,
+                                        Tensor& out) {
+  const PrefillArgs a =
+      prefill_args(q, k, v, query_start, num_seqs, softmax_scale, out, "mla_attention_prefill");
+  const int T = static_cast<int>(q.shape[0]);
+  if (T == 0) return;
+  const size_t smem = prefill_smem_bytes(a.Dq, a.Dv);
   set_smem_limit(reinterpret_cast<const void*>(mla_prefill_kernel), smem, "mla_attention_prefill");
-  dim3 grid((T + kTile - 1) / kTile + num_seqs, H);
+  dim3 grid((T + kTile - 1) / kTile + num_seqs, a.H);
   mla_prefill_kernel<<<grid, 256, smem, stream_>>>(a);
   check_launch("mla_attention_prefill", q.describe() + " " + v.describe());
+}
+
+void CudaBackend::mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& query_start, int num_seqs,
+                                               const Tensor& indices, float softmax_scale,
+                                               Tensor& out) {
+  const char* op = "mla_attention_prefill_sparse";
+  const PrefillArgs a = prefill_args(q, k, v, query_start, num_seqs, softmax_scale, out, op);
+  const int T = static_cast<int>(q.shape[0]);
+  check_dtype(indices, DType::I32, "mla_attention_prefill_sparse indices");
+  DI_CHECK(indices.ndim == 2 && indices.shape[0] == T && indices.is_contiguous() && indices.shape[1] > 0,
+           op, ": indices ", indices.describe(), " must be contiguous I32 [", T, ", k > 0]");
+  if (T == 0) return;
+  const int topk = static_cast<int>(indices.shape[1]);
+  const size_t smem = size_t{4} * (a.Dq + 2 * size_t{static_cast<unsigned>(topk)});
+  set_smem_limit(reinterpret_cast<const void*>(mla_prefill_sparse_kernel), smem, op);
+  mla_prefill_sparse_kernel<<<dim3(T, a.H), 128, smem, stream_>>>(a, indices.ptr<int32_t>(), topk);
+  check_launch(op, q.describe() + " " + v.describe() + " indices " + indices.describe());
 }
 
 }  // namespace deepinfer::cuda

@@ -73,19 +73,23 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
 }  // namespace
 
 Architecture deepseek_v3_architecture() {
-  return {"deepseek_v3", "DeepSeek-V3, R1, V3.1 (MLA, sigmoid group-limited MoE, MTP)",
-          [](const nlohmann::json& root, const std::string& source) {
-            return parse_deepseek_v3_config(root, source, DeepseekV3Family::V3);
-          },
-          load};
+  Architecture a{"deepseek_v3", "DeepSeek-V3, R1, V3.1 (MLA, sigmoid group-limited MoE, MTP)",
+                 [](const nlohmann::json& root, const std::string& source) {
+                   return parse_deepseek_v3_config(root, source, DeepseekV3Family::V3);
+                 },
+                 load};
+  a.kv_groups = deepseek_v3_kv_groups;
+  return a;
 }
 
 Architecture deepseek_v2_architecture() {
-  return {"deepseek_v2", "DeepSeek-V2, V2-Lite (MLA, softmax MoE)",
-          [](const nlohmann::json& root, const std::string& source) {
-            return parse_deepseek_v3_config(root, source, DeepseekV3Family::V2);
-          },
-          load};
+  Architecture a{"deepseek_v2", "DeepSeek-V2, V2-Lite (MLA, softmax MoE)",
+                 [](const nlohmann::json& root, const std::string& source) {
+                   return parse_deepseek_v3_config(root, source, DeepseekV3Family::V2);
+                 },
+                 load};
+  a.kv_groups = deepseek_v3_kv_groups;
+  return a;
 }
 
 }  // namespace deepinfer

@@ -37,13 +37,15 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                       weights_.embed_tokens, weights_.lm_head, backend_);
 }
 
-std::vector<KvGroupSpec> DeepseekV3Model::kv_groups() const {
+std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
   KvGroupSpec latent;
   latent.name = "latent";
-  latent.num_layers = config_.num_hidden_layers;
-  latent.row_dim = config_.kv_row_dim();
+  latent.num_layers = config.num_hidden_layers;
+  latent.row_dim = config.kv_row_dim();
   return {latent};
 }
+
+std::vector<KvGroupSpec> DeepseekV3Model::kv_groups() const { return deepseek_v3_kv_groups(config_); }
 
 void DeepseekV3Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
                                   Tensor& hidden_out, Tensor& logits) {

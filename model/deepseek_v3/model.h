@@ -76,6 +76,9 @@ class DeepseekV3Model : public Model {
   Tensor gathered_, final_;  // [cap, hidden]: rows at logits_indices, after the final norm
 };
 
+// DeepseekV3Model::kv_groups for `config` (the registry's Architecture::kv_groups).
+std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config);
+
 // Derives the absorbed MLA weights of every layer (then of every MTP block) from
 // host-readable `host` weights.
 std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,

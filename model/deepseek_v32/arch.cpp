@@ -1,5 +1,5 @@
-// The deepseek_v32 registry entry: config.json + weights -> a DeepseekV32Model on the CPU
-// backend (the indexer / sparse-MLA ops have no CUDA kernels yet: issue 14 item 6).
+// The deepseek_v32 registry entry: config.json + weights -> a DeepseekV32Model on any backend
+// with the DeepSeek sparse attention ops (CPU, CUDA).
 #include "model/deepseek_v32/arch.h"
 
 #include <cmath>
@@ -41,9 +41,6 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
                             const LoadOptions& options) {
   DI_CHECK(!options.random_weights, config.source,
            ": model_type 'deepseek_v32' has no random-weight build yet (load a checkpoint)");
-  DI_CHECK(backend.device() == Device::CPU, config.source,
-           ": model_type 'deepseek_v32' runs on the CPU backend only in this build (the "
-           "indexer and sparse-MLA ops have no ", backend.name(), " kernels yet)");
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
   LoadOptions o = options;
   o.load_mtp = false;  // V3.2's MTP block has its own indexer; not run (model.h)
@@ -62,7 +59,14 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
     check_weights_finite(tensors, default_thread_pool());
   }
   check_ue8m0_scales(config, *reader);
+  // The absorbed MLA weights come from the host view; a device backend then gets its copy of
+  // every weight (the CPU keeps the mmapped views: zero copy).
   std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, weights, backend);
+  if (backend.device() != Device::CPU) {
+    ModelWeights device = upload_weights(weights, backend);
+    indexer = upload_indexer_weights(indexer, backend, device.owners);
+    weights = std::move(device);
+  }
   return std::make_unique<DeepseekV32Model>(std::move(config), std::move(weights),
                                             std::move(absorbed), std::move(indexer), backend);
 }
@@ -79,6 +83,7 @@ Architecture deepseek_v32_architecture() {
     load_indexer_weights(config, reader);
     check_ue8m0_scales(config, reader);
   };
+  a.kv_groups = deepseek_v32_kv_groups;
   return a;
 }
 

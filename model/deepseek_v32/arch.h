@@ -1,5 +1,5 @@
 // The deepseek_v32 registry entry (DeepSeek-V3.2): config reading, weight checks (indexer
-// shapes, ue8m0 scales) and the CPU forward (DeepseekV32Model; CUDA: issue 14 item 6).
+// shapes, ue8m0 scales) and the forward (DeepseekV32Model, CPU and CUDA).
 #pragma once
 #include "model/registry.h"
 

@@ -17,14 +17,20 @@ DeepseekV32Model::DeepseekV32Model(ModelConfig config, ModelWeights weights,
            config_.num_hidden_layers, " layers, got ", indexer_.size());
 }
 
-std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const {
-  std::vector<KvGroupSpec> groups = DeepseekV3Model::kv_groups();  // 0: the latent rows
+std::vector<KvGroupSpec> deepseek_v32_kv_groups(const ModelConfig& config) {
+  std::vector<KvGroupSpec> groups = deepseek_v3_kv_groups(config);  // 0: the latent rows
   KvGroupSpec keys;
   keys.name = "indexer_keys";
-  keys.num_layers = config_.num_hidden_layers;
-  keys.row_dim = config_.indexer.head_dim;
+  keys.num_layers = config.num_hidden_layers;
+  keys.row_dim = config.indexer.head_dim;
   groups.push_back(keys);
   return groups;
+}
+
+std::vector<KvGroupSpec> DeepseekV32Model::kv_groups() const { return deepseek_v32_kv_groups(config_); }
+
+uint64_t DeepseekV32Model::workspace_epoch() const {
+  return DeepseekV3Model::workspace_epoch() + indexer_ws_.epoch;
 }
 
 void DeepseekV32Model::check_kv_caches(const KvCaches& kv) const {
@@ -46,7 +52,9 @@ void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& ste
   DI_CHECK(batch.kv_groups.size() >= 2, "forward: deepseek_v32 needs the block tables of KV group 1 "
            "(indexer keys) in StepBatch::kv_groups, got ", batch.kv_groups.size(), " groups");
   if (indexer_ws_.capacity < mla_ws_.capacity) {
+    const uint64_t epoch = indexer_ws_.epoch;
     indexer_ws_ = make_indexer_workspace(config_.indexer, backend_, mla_ws_.capacity);
+    indexer_ws_.epoch = epoch + 1;
   }
   const AttentionWeights& w = weights_.layers[layer].attn;
   step.kv.cache = kv[0][layer];

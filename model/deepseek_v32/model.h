@@ -11,6 +11,8 @@
 //   0 "latent"        the MLA latent row [c_kv | k_rope] (kv_lora + rope) of every layer;
 //   1 "indexer_keys"  the indexer key (index_head_dim) of every layer.
 // No MTP layer (transformers 5.17 ignores it; V3.2's MTP block has an indexer of its own).
+// Every op runs on the device with shapes from the step (the indexer's scores are [T,
+// max_seq_len], top-k is index_topk wide), so decode steps replay as CUDA graphs.
 #pragma once
 #include <vector>
 
@@ -18,6 +20,9 @@
 #include "model/layers/indexer.h"
 
 namespace deepinfer {
+
+// DeepseekV32Model::kv_groups for `config` (the registry's Architecture::kv_groups).
+std::vector<KvGroupSpec> deepseek_v32_kv_groups(const ModelConfig& config);
 
 class DeepseekV32Model final : public DeepseekV3Model {
  public:
@@ -28,6 +33,7 @@ class DeepseekV32Model final : public DeepseekV3Model {
 
   std::vector<KvGroupSpec> kv_groups() const override;
   int num_mtp_layers() const override { return 0; }
+  uint64_t workspace_epoch() const override;  // V3's and the indexer's
 
  protected:
   void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv, const Tensor& xn,

@@ -73,4 +73,28 @@ std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
   return assemble_indexer_weights(config, source);
 }
 
+std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeights>& host,
+                                                   Backend& backend,
+                                                   std::vector<std::shared_ptr<const void>>& owners) {
+  std::vector<IndexerWeights> out = host;
+  auto upload = [&](Tensor& t) {
+    if (!t.defined() || t.device == backend.device()) return;
+    DI_CHECK(t.is_contiguous(), "upload_indexer_weights: tensor ", t.describe(), " is not contiguous");
+    auto buffer = std::make_shared<DeviceBuffer>(backend.alloc(t.dtype, t.dims()));
+    backend.copy(t, buffer->tensor());
+    t = buffer->tensor();
+    owners.push_back(std::move(buffer));
+  };
+  for (IndexerWeights& w : out) {
+    for (Weight* lin : {&w.wq_b, &w.wk, &w.weights_proj}) {
+      upload(lin->w);
+      upload(lin->scale_inv);
+    }
+    upload(w.k_norm);
+    upload(w.k_norm_bias);
+  }
+  backend.synchronize();
+  return out;
+}
+
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 // V3.2's tensors beyond V3's: model.layers.{i}.self_attn.indexer.{wq_b, wk, k_norm,
 // weights_proj} (MODELS.md), each checked against the config when assembled.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "model/config.h"
@@ -20,5 +21,10 @@ std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& config,
 // The same over a checkpoint (zero copy): the registry's check_extra_weights.
 std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
                                                  const CheckpointReader& reader);
+// Copies every indexer tensor to `backend` once (a device forward); the device buffers are
+// appended to `owners` (ModelWeights::owners of the uploaded model).
+std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeights>& host,
+                                                   Backend& backend,
+                                                   std::vector<std::shared_ptr<const void>>& owners);
 
 }  // namespace deepinfer

@@ -32,6 +32,7 @@ Tensor indexer_forward(Backend& backend, const IndexerDims& d, const IndexerWeig
     ws.ctx_capacity = std::max<int64_t>(max_ctx, 2 * ws.ctx_capacity);
     ws.scores_buffer = backend.alloc(DType::F32, {ws.capacity, ws.ctx_capacity});
     ws.scores = ws.scores_buffer.tensor();
+    ++ws.epoch;
   }
   const int rope = static_cast<int>(d.rope_dim);
   // q = wq_b(q_lora) [T, heads, head_dim]; RoPE (halves) on the first rope_dim of each head.

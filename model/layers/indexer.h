@@ -53,6 +53,9 @@ struct IndexerWorkspace {
   Tensor scores;   // F32 [cap, ctx_capacity]
   int64_t capacity = 0;
   int64_t ctx_capacity = 0;
+  // Bumped by each reallocation (scores growth here, a new workspace by its owner): CUDA
+  // graphs captured before hold stale pointers (Model::workspace_epoch).
+  uint64_t epoch = 0;
 };
 IndexerWorkspace make_indexer_workspace(const IndexerDims& dims, Backend& backend, int64_t capacity);
 

@@ -126,4 +126,76 @@ void RoutingReplayBackend::moe_routing(const Tensor& logits, const Tensor& bias,
   }
 }
 
+double topk_flip_margin(const RoutingLog::TopkCall& call, int64_t t, const int32_t* chosen) {
+  const int64_t K = call.k, N = call.num_cols;
+  const float* score = call.scores.data() + t * N;
+  const int32_t* want = call.indices.data() + t * K;
+  double kth = INFINITY, scale = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    if (want[j] >= 0) kth = std::min(kth, double(score[want[j]]));
+  }
+  for (int64_t j = 0; j < N; ++j) {
+    if (std::isfinite(score[j])) scale = std::max(scale, std::fabs(double(score[j])));
+  }
+  scale = std::max(scale, 1e-30);
+  double margin = 0;
+  for (int64_t j = 0; j < K; ++j) {
+    const int32_t p = chosen[j];
+    if (p < 0 && want[j] < 0) continue;  // both padded here (contexts shorter than k)
+    DI_CHECK(p >= 0 && p < N && std::isfinite(score[p]), "indexer replay: row ", t, " slot ", j,
+             " chose position ", p, " where the reference chose ", want[j],
+             " (outside the causal positions, or a padding difference)");
+    if (std::find(want, want + K, p) != want + K) continue;
+    margin = std::max(margin, (kth - double(score[p])) / scale);
+  }
+  return margin;
+}
+
+void RoutingReplayBackend::indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) {
+  inner_.indexer_topk(scores, kv, indices);
+  const int64_t T = indices.size(0), K = indices.size(1), N = scores.size(1);
+  if (mode_ == Mode::Record) {
+    RoutingLog::TopkCall call;
+    call.num_tokens = T;
+    call.num_cols = N;
+    call.k = K;
+    // scores may be a strided view of a wider workspace: read it row by row.
+    call.scores.resize(static_cast<size_t>(T * N));
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor row = scores.slice_rows(t, t + 1);
+      const std::vector<float> v = download<float>(row);
+      std::copy(v.begin(), v.end(), call.scores.begin() + t * N);
+    }
+    call.indices = download<int32_t>(indices);
+    log_.topk_calls.push_back(std::move(call));
+    return;
+  }
+  DI_CHECK(log_.next_topk < log_.topk_calls.size(), "indexer replay: call ", log_.next_topk,
+           " was never recorded (", log_.topk_calls.size(), " recorded)");
+  const RoutingLog::TopkCall& want = log_.topk_calls[log_.next_topk++];
+  DI_CHECK(want.num_tokens == T && want.k == K && want.num_cols == N, "indexer replay: call ",
+           log_.next_topk - 1, " is [", T, ", top ", K, "] over ", N, " columns, the recorded one [",
+           want.num_tokens, ", top ", want.k, "] over ", want.num_cols);
+  std::vector<int32_t> got = download<int32_t>(indices);
+  bool replaced = false;
+  for (int64_t t = 0; t < T; ++t) {
+    ++log_.compared_rows;
+    if (std::equal(got.begin() + t * K, got.begin() + (t + 1) * K, want.indices.begin() + t * K))
+      continue;
+    DI_CHECK(!std::is_permutation(got.begin() + t * K, got.begin() + (t + 1) * K,
+                                  want.indices.begin() + t * K),
+             "indexer replay: call ", log_.next_topk - 1, " row ", t,
+             " kept the reference's positions in another order (they must be ascending)");
+    const double margin = topk_flip_margin(want, t, got.data() + t * K);
+    DI_CHECK(margin <= max_topk_margin_, "indexer replay: call ", log_.next_topk - 1, " row ", t,
+             " kept positions scoring ", margin, " (relative) below the reference's k-th (more than the ",
+             max_topk_margin_, " a near-tie may explain)");
+    ++log_.flipped_rows;
+    log_.max_topk_margin = std::max(log_.max_topk_margin, margin);
+    std::copy(want.indices.begin() + t * K, want.indices.begin() + (t + 1) * K, got.begin() + t * K);
+    replaced = true;
+  }
+  if (replaced) upload(got, indices);
+}
+
 }  // namespace deepinfer::test

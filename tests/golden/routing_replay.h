@@ -12,7 +12,11 @@
 // make the difference a near-tie (every expert it chose instead scores within max_margin of the
 // recorded k-th choice, and its group within max_margin of the kept groups'); such tokens then
 // take the recorded ids and weights so the rest of the forward is comparable. A larger
-// difference throws (a routing bug).
+// difference throws (a routing bug). The V3.2 indexer's top-k is replayed likewise: a row may
+// keep other positions than the fp32 reference only where each one it kept instead scores
+// (in the recorded fp32 scores) within max_topk_margin of the reference's k-th, relative to
+// the row's largest |score| (the fixtures' cut margins go down to 1.5e-4; BF16 scores carry
+// ~1e-2), and then takes the recorded positions.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -39,9 +43,24 @@ struct RoutingLog {
   int64_t flipped_tokens = 0;
   double max_flip_margin = 0;  // largest accepted near-tie gap (choice-score units)
 
+  // DeepSeek-V3.2's indexer top-k (Backend::indexer_topk over the paged keys), the same way:
+  // the recording backend's scores and chosen positions per call.
+  struct TopkCall {
+    int64_t num_tokens = 0, num_cols = 0, k = 0;
+    std::vector<float> scores;    // [T, num_cols]
+    std::vector<int32_t> indices;  // [T, k]
+  };
+  std::vector<TopkCall> topk_calls;
+  size_t next_topk = 0;
+  int64_t compared_rows = 0;
+  int64_t flipped_rows = 0;
+  double max_topk_margin = 0;  // largest accepted gap, relative to the row's largest |score|
+
   void clear_calls() {
     calls.clear();
     next = 0;
+    topk_calls.clear();
+    next_topk = 0;
   }
 };
 
@@ -49,8 +68,10 @@ class RoutingReplayBackend final : public Backend {
  public:
   enum class Mode { Record, Replay };
   // max_margin: the largest choice-score gap a replayed token may differ by.
-  RoutingReplayBackend(Backend& inner, RoutingLog& log, Mode mode, double max_margin = 0.02)
-      : inner_(inner), log_(log), mode_(mode), max_margin_(max_margin) {}
+  RoutingReplayBackend(Backend& inner, RoutingLog& log, Mode mode, double max_margin = 0.02,
+                       double max_topk_margin = 0.05)
+      : inner_(inner), log_(log), mode_(mode), max_margin_(max_margin),
+        max_topk_margin_(max_topk_margin) {}
 
   Device device() const override { return inner_.device(); }
   std::string name() const override { return inner_.name(); }
@@ -116,6 +137,25 @@ class RoutingReplayBackend final : public Backend {
                    const std::vector<ExpertWeights>& experts, Tensor& out) override {
     inner_.moe_experts(x, topk_ids, topk_weights, experts, out);
   }
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                  Tensor& out) override {
+    inner_.layer_norm(x, weight, bias, eps, out);
+  }
+  void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv, float scale,
+                      Tensor& scores) override {
+    inner_.indexer_scores(q, weights, kv, scale, scores);
+  }
+  void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
+  using Backend::indexer_topk;
+  void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
+                                  float softmax_scale, int v_dim, Tensor& out) override {
+    inner_.mla_attention_paged_sparse(q, kv, indices, softmax_scale, v_dim, out);
+  }
+  void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& query_start, int num_seqs, const Tensor& indices,
+                                    float softmax_scale, Tensor& out) override {
+    inner_.mla_attention_prefill_sparse(q, k, v, query_start, num_seqs, indices, softmax_scale, out);
+  }
   void argmax(const Tensor& logits, Tensor& ids) override { inner_.argmax(logits, ids); }
   void fill_random(Tensor& t, uint64_t seed, float scale) override {
     inner_.fill_random(t, seed, scale);
@@ -131,7 +171,12 @@ class RoutingReplayBackend final : public Backend {
   RoutingLog& log_;
   Mode mode_;
   double max_margin_;
+  double max_topk_margin_;
 };
+
+// Gap by which `chosen` (k positions of row t, -1 = none) falls short of the recorded top-k of
+// `call`, relative to the row's largest |score| (0 when they are the same set). Exposed for tests.
+double topk_flip_margin(const RoutingLog::TopkCall& call, int64_t t, const int32_t* chosen);
 
 // Choice-score gap by which `chosen` (k experts of token t) falls short of the recorded choice
 // of `call` (0 when they are the same set): max over experts chosen instead of the expert gap

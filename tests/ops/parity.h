@@ -147,6 +147,54 @@ class Parity : public ::testing::Test {
     return std::vector<float>(cpu.ptr<float>(), cpu.ptr<float>() + cpu.numel());
   }
 
+  // A step over a scattered paged cache: sequence s computes q_lens[s] new tokens at the end of
+  // its seq_lens[s] positions; its blocks come from a shuffled pool (tables never contiguous).
+  struct PagedLayout {
+    std::vector<int32_t> seq_lens, tables, query_start;
+    std::vector<int32_t> ctx;  // causal positions of each token
+    int64_t T = 0, num_blocks = 0, max_blocks = 0;
+    int max_seq_len = 0, max_q = 0;
+  };
+  PagedLayout paged_layout(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& seq_lens,
+                           int64_t block_size) {
+    PagedLayout d;
+    const int S = static_cast<int>(q_lens.size());
+    d.seq_lens = seq_lens;
+    d.query_start.push_back(0);
+    for (int s = 0; s < S; ++s) {
+      d.query_start.push_back(d.query_start.back() + q_lens[s]);
+      d.max_seq_len = std::max(d.max_seq_len, seq_lens[s]);
+      d.max_q = std::max(d.max_q, q_lens[s]);
+      d.max_blocks = std::max<int64_t>(d.max_blocks, (seq_lens[s] + block_size - 1) / block_size);
+      for (int32_t i = 0; i < q_lens[s]; ++i) d.ctx.push_back(seq_lens[s] - q_lens[s] + i + 1);
+    }
+    d.T = d.query_start.back();
+    d.num_blocks = d.max_blocks * S + 3;
+    std::vector<int32_t> perm(static_cast<size_t>(d.num_blocks));
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    d.tables.assign(static_cast<size_t>(S * d.max_blocks), 0);
+    for (int s = 0, next = 0; s < S; ++s)
+      for (int64_t b = 0; b < d.max_blocks; ++b) d.tables[s * d.max_blocks + b] = perm[next++];
+    return d;
+  }
+  // The layout's addressing over `cache` on backend b (nullptr: the CPU).
+  PagedKV paged_addressing(Backend* b, const PagedLayout& d, Tensor cache) {
+    const int S = static_cast<int>(d.seq_lens.size());
+    PagedKV kv;
+    kv.cache = cache;
+    Tensor tables = cpu_i32(d.tables, {S, d.max_blocks});
+    Tensor lens = cpu_i32(d.seq_lens, {S});
+    Tensor qs = cpu_i32(d.query_start, {S + 1});
+    kv.block_tables = b ? gpu_copy(*b, tables) : tables;
+    kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
+    kv.query_start = b ? gpu_copy(*b, qs) : qs;
+    kv.num_seqs = S;
+    kv.max_query_len = d.max_q;
+    kv.max_seq_len = d.max_seq_len;
+    return kv;
+  }
+
   // ||got - want|| / ||want|| <= tol, and no NaN in got (every element written).
   void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol,
                     const std::string& what) {

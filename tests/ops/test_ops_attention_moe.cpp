@@ -19,48 +19,22 @@ struct PagedCase {
 
 class AttentionMoe : public Parity {
  protected:
-  struct PagedData {
+  struct PagedData : PagedLayout {
     std::vector<float> q, cache;
-    std::vector<int32_t> tables, query_start, slots;
-    int64_t T = 0, num_blocks = 0, max_blocks = 0;
-    int max_seq_len = 0, max_q = 0;
   };
   PagedData make_paged(const PagedCase& c) {
     PagedData d;
-    const int S = static_cast<int>(c.q_lens.size());
-    d.query_start.push_back(0);
-    for (int s = 0; s < S; ++s) {
-      d.query_start.push_back(d.query_start.back() + c.q_lens[s]);
-      d.max_seq_len = std::max(d.max_seq_len, c.seq_lens[s]);
-      d.max_q = std::max(d.max_q, c.q_lens[s]);
-      d.max_blocks = std::max<int64_t>(d.max_blocks, (c.seq_lens[s] + c.block_size - 1) / c.block_size);
-    }
-    d.T = d.query_start.back();
-    d.num_blocks = d.max_blocks * S + 3;
-    std::vector<int32_t> perm(static_cast<size_t>(d.num_blocks));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng_);  // scattered blocks
-    d.tables.assign(static_cast<size_t>(S * d.max_blocks), 0);
-    for (int s = 0, next = 0; s < S; ++s)
-      for (int64_t b = 0; b < d.max_blocks; ++b) d.tables[s * d.max_blocks + b] = perm[next++];
+    static_cast<PagedLayout&>(d) = paged_layout(c.q_lens, c.seq_lens, c.block_size);
     d.q = randn(d.T * c.heads * c.row_dim);
     d.cache = randn(d.num_blocks * c.block_size * c.row_dim);
     return d;
   }
+  // The case's lengths over d's tables (a test reuses d's tables for one of its sequences) and
+  // d's bounds (a test pads max_seq_len to a graph's).
   PagedKV paged_kv(Backend* b, const PagedData& d, const PagedCase& c, Tensor cache) {
-    const int S = static_cast<int>(c.q_lens.size());
-    PagedKV kv;
-    kv.cache = cache;
-    Tensor tables = cpu_i32(d.tables, {S, d.max_blocks});
-    Tensor lens = cpu_i32(c.seq_lens, {S});
-    Tensor qs = cpu_i32(d.query_start, {S + 1});
-    kv.block_tables = b ? gpu_copy(*b, tables) : tables;
-    kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
-    kv.query_start = b ? gpu_copy(*b, qs) : qs;
-    kv.num_seqs = S;
-    kv.max_query_len = d.max_q;
-    kv.max_seq_len = d.max_seq_len;
-    return kv;
+    PagedLayout l = d;
+    l.seq_lens = c.seq_lens;
+    return paged_addressing(b, l, cache);
   }
   std::vector<float> run_paged_gpu(Backend& g, const PagedData& d, const PagedCase& c, float scale) {
     PagedKV kv = paged_kv(&g, d, c, gpu_float(g, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16));

@@ -81,5 +81,35 @@ TEST(Registry, LoadModelRefusesUnknownModelType) {
                   {"'mixtral'", "'deepseek_v2'"});
 }
 
+// Architecture::kv_groups(config) is what the loaded model declares (deepinfer info lists it
+// without loading weights): V3 one latent group, V3.2 latent + indexer keys.
+TEST(Registry, KvGroupsFromTheConfigEqualTheLoadedModels) {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const std::string fixtures = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/";
+  for (const char* name : {"v3_tiny", "v2_lite_tiny", "v32_tiny"}) {
+    auto model = load_model(fixtures + name, *cpu);
+    const Architecture& arch = find_architecture(model->config().model_type, name);
+    ASSERT_NE(arch.kv_groups, nullptr) << name;
+    const std::vector<KvGroupSpec> want = model->kv_groups(), got = arch.kv_groups(model->config());
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t g = 0; g < want.size(); ++g) {
+      EXPECT_EQ(got[g].name, want[g].name) << name;
+      EXPECT_EQ(got[g].num_layers, want[g].num_layers) << name;
+      EXPECT_EQ(got[g].row_dim, want[g].row_dim) << name;
+      EXPECT_EQ(got[g].tokens_per_row, want[g].tokens_per_row) << name;
+      EXPECT_EQ(got[g].window, want[g].window) << name;
+      EXPECT_EQ(got[g].row_bytes(DType::BF16), want[g].row_bytes(DType::BF16)) << name;
+    }
+  }
+  const auto v32 = find_architecture("deepseek_v32", "x").kv_groups(
+      load_model_config(fixtures + "v32_tiny"));
+  ASSERT_EQ(v32.size(), 2u);
+  EXPECT_EQ(v32[0].name, "latent");
+  EXPECT_EQ(v32[0].row_dim, 64 + 16);  // kv_lora_rank + qk_rope_head_dim
+  EXPECT_EQ(v32[1].name, "indexer_keys");
+  EXPECT_EQ(v32[1].row_dim, 32);  // index_head_dim
+  EXPECT_EQ(v32[1].num_layers, 3);
+}
+
 }  // namespace
 }  // namespace deepinfer

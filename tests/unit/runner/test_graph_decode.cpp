@@ -8,6 +8,7 @@
 //    sequences finishing at different lengths;
 //  - default kernels: a batch that is a graph bucket (8, 1) runs the same kernels per row in
 //    both forms, so the tokens are equal too;
+//  - DeepSeek-V3.2 (v32_tiny): the indexer and sparse attention in decode graphs;
 //  - speculative verify steps (1 + k tokens per sequence) through graphs, on the embedded
 //    model with its MTP layer: batch-invariant, k = 1 and 3 with graphs give the tokens and
 //    logprobs of eager k = 0 (on CUDA, most steps replay a verify graph).
@@ -47,8 +48,9 @@ EngineConfig test_config(const std::string& model, bool batch_invariant, bool ea
 }
 
 GenRun generate(bool batch_invariant, bool eager, bool async, const std::vector<Prompt>& prompts,
-             const std::vector<SamplingParams>& params) {
-  EngineConfig cfg = test_config("tests/golden/fixtures/v3_tiny", batch_invariant, eager);
+             const std::vector<SamplingParams>& params,
+             const std::string& model = "tests/golden/fixtures/v3_tiny") {
+  EngineConfig cfg = test_config(model, batch_invariant, eager);
   cfg.async_scheduling = async;
   Engine engine(cfg);
   GenRun r;
@@ -99,6 +101,31 @@ TEST(GraphDecode, BatchInvariantGraphsAndAsyncEqualEager) {
       EXPECT_GT(graphs.stats.num_graph_steps, 10);
     }
     EXPECT_GT(both.stats.num_steps_ahead, 0);
+  }
+}
+
+// DeepSeek-V3.2 (v32_tiny: index_topk 8, so decode drops positions from context 9 on): the
+// indexer (scores over the paged key cache, top-k) and the sparse attention replay in decode
+// graphs; batch-invariant kernels give eager's tokens with padded graph rows (5 sequences in
+// bucket 8) and a shrinking batch.
+TEST(GraphDecode, V32SparseAttentionGraphsEqualEager) {
+  const std::string model = "tests/golden/fixtures/v32_tiny";
+  const auto ps = prompts(5, 321);
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 5; ++i) {
+    SamplingParams p;
+    p.temperature = i == 2 ? 0.7f : 0.0f;
+    p.seed = 11;
+    p.max_tokens = 10 + 7 * i;
+    p.ignore_eos = true;
+    params.push_back(p);
+  }
+  const GenRun want = generate(true, true, false, ps, params, model);
+  const GenRun graphs = generate(true, false, true, ps, params, model);
+  expect_same_tokens(want, graphs, "v32 graphs + async");
+  EXPECT_EQ(want.stats.num_graph_steps, 0);
+  if (accelerator() == "cuda") {
+    EXPECT_GT(graphs.stats.num_graph_steps, 20);
   }
 }
 

@@ -1,0 +1,298 @@
+// DeepSeek-V3.2's lightning indexer on CUDA (the reference: backend/cpu/indexer.cpp).
+//  - indexer_scores: a block takes one query token and kScoreChunk context positions. The
+//    chunk's keys (gathered from the paged key cache) and the token's q (every head) go to
+//    shared memory, S[h, j] = q_h . k_j on tensor cores (WMMA bf16, fp32 accumulate, one fixed
+//    K order per element), then score_j = sum_h (w_h * scale) * ReLU(S[h, j]) in ascending head
+//    order, as the CPU sums. Positions at or past the token's context get -inf. A score depends
+//    only on its token's q and weights and on the key: batch-invariant by construction.
+//  - indexer_topk: one block per row. A radix select (4 passes of 8 bits over an order-keyed
+//    copy of the score bits) finds the k-th best score; one pass in position order then writes
+//    every position above it and the lowest-position ties at it, ascending: the CPU's total order
+//    (higher score first, then lower position; NaN ranks as -inf, -0 equals +0). A context of at
+//    most k positions keeps them all (-1 padded). The grid depends on the shapes only, so both
+//    ops replay in CUDA graphs.
+#include <mma.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kScoreChunk = 64;  // context positions per block
+constexpr int kScoreThreads = 256;
+
+struct ScoreArgs {
+  const bf16* q;  // [T, H, D] (row strides q_s0, q_s1)
+  int64_t q_s0, q_s1;
+  const float* w;  // [T, H] F32 (row stride w_s0)
+  int64_t w_s0;
+  const bf16* cache;  // [blocks, block_size, D]
+  const int32_t* block_tables;
+  int max_blocks, block_size;
+  const int32_t* seq_lens;
+  const int32_t* query_start;
+  int num_seqs;
+  int H, D;
+  float scale;
+  float* scores;  // [T, N] (row stride s_s0)
+  int64_t s_s0;
+  int N;
+};
+
+__device__ __forceinline__ int pad16(int x) { return (x + 15) / 16 * 16; }
+
+// grid (ceil(N / kScoreChunk), T). Shared memory: Q [Hp][Dp] bf16, K [kScoreChunk][Dp] bf16,
+// S [Hp][kScoreChunk + 4] F32, w*scale [Hp] F32 (Hp, Dp: heads and dims padded to 16, rows + 8).
+__global__ void __launch_bounds__(kScoreThreads) indexer_scores_kernel(ScoreArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int LDS = kScoreChunk + 4;
+  const int Hp = pad16(a.H), Dk = pad16(a.D), Dp = Dk + 8;
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + Hp * Dp;
+  float* S = reinterpret_cast<float*>(Ks + kScoreChunk * Dp);
+  float* ws = S + Hp * LDS;
+  const int t = blockIdx.y, c0 = blockIdx.x * kScoreChunk;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int seq, pos;
+  locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
+  const int ctx = pos + 1;
+  float* out = a.scores + int64_t{t} * a.s_s0;
+  if (c0 >= ctx) {  // the whole chunk lies past this token's context
+    for (int j = tid; j < kScoreChunk && c0 + j < a.N; j += kScoreThreads) out[c0 + j] = -INFINITY;
+    return;
+  }
+  // Rows of 8 bf16 (16 bytes) per lane; D % 8 == 0 and 16-byte aligned rows (host checks).
+  auto load_row = [&](bf16* dst, const bf16* src, bool valid) {
+    for (int c = lane * 8; c < Dk; c += 32 * 8) {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (valid && c < a.D) v = *reinterpret_cast<const uint4*>(src + c);
+      *reinterpret_cast<uint4*>(dst + c) = v;
+    }
+  };
+  for (int h = warp; h < Hp; h += kScoreThreads / 32)
+    load_row(Qs + h * Dp, a.q + int64_t{t} * a.q_s0 + int64_t{h < a.H ? h : 0} * a.q_s1, h < a.H);
+  for (int j = warp; j < kScoreChunk; j += kScoreThreads / 32) {
+    const int p = c0 + j;
+    const bool valid = p < ctx;
+    const int block = valid ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
+    const int offset = valid ? p % a.block_size : 0;
+    load_row(Ks + j * Dp, a.cache + (int64_t{block} * a.block_size + offset) * a.D, valid);
+  }
+  for (int h = tid; h < Hp; h += kScoreThreads) ws[h] = h < a.H ? a.w[int64_t{t} * a.w_s0 + h] * a.scale : 0.0f;
+  __syncthreads();
+  // S = Q · K^T: (Hp / 16) x (kScoreChunk / 16) fragments over the warps.
+  constexpr int kColTiles = kScoreChunk / 16;
+  const int num_frags = (Hp / 16) * kColTiles;
+  for (int f = warp; f < num_frags; f += kScoreThreads / 32) {
+    const int fm = f / kColTiles, fn = f % kColTiles;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int s = 0; s < Dk / 16; ++s) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, Qs + fm * 16 * Dp + s * 16, Dp);
+      wmma::load_matrix_sync(fb, Ks + fn * 16 * Dp + s * 16, Dp);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(S + fm * 16 * LDS + fn * 16, acc, LDS, wmma::mem_row_major);
+  }
+  __syncthreads();
+  for (int j = tid; j < kScoreChunk; j += kScoreThreads) {
+    const int p = c0 + j;
+    if (p >= a.N) continue;
+    float s = -INFINITY;
+    if (p < ctx) {
+      s = 0.0f;
+      for (int h = 0; h < a.H; ++h) {
+        const float d = S[h * LDS + j];
+        if (d > 0.0f) s += ws[h] * d;  // ReLU
+      }
+    }
+    out[p] = s;
+  }
+}
+
+// Order key of a score: larger key = better score; NaN ranks as -inf, -0 as +0 (the CPU's
+// comparisons).
+__device__ __forceinline__ uint32_t order_key(float v) {
+  if (v != v) v = -INFINITY;
+  if (v == 0.0f) v = 0.0f;
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+constexpr int kTopkThreads = 512;
+
+// grid (T), kTopkThreads threads: row t of scores [T, ld] -> out[t, 0 .. k).
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float* scores, int64_t ld,
+                                                                   const int32_t* query_start,
+                                                                   const int32_t* seq_lens,
+                                                                   int num_seqs, int k, int32_t* out) {
+  constexpr int kWarps = kTopkThreads / 32;
+  __shared__ int hist[257];  // bin 256: lanes outside the row or the current prefix
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  __shared__ int warp_gt[kWarps], warp_eq[kWarps];
+  const int t = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int seq, pos;
+  locate(query_start, seq_lens, num_seqs, t, &seq, &pos);
+  const int ctx = pos + 1;
+  const float* row = scores + int64_t{t} * ld;
+  int32_t* dst = out + int64_t{t} * k;
+  if (ctx <= k) {  // every causal position, then -1
+    for (int j = tid; j < k; j += kTopkThreads) dst[j] = j < ctx ? j : -1;
+    return;
+  }
+  // Radix select of the k-th largest key: after each pass `prefix` holds its known high bits
+  // and `need` how many keys with those bits still rank at or above it.
+  uint32_t prefix = 0;
+  int need = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 257; i += kTopkThreads) hist[i] = 0;
+    __syncthreads();
+    const uint32_t high = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
+    for (int j0 = 0; j0 < ctx; j0 += kTopkThreads) {
+      const int j = j0 + tid;
+      int bin = 256;
+      if (j < ctx) {
+        const uint32_t key = order_key(row[j]);
+        if ((key & high) == prefix) bin = static_cast<int>((key >> shift) & 255u);
+      }
+      // One shared atomic per distinct bin of the warp (scores crowd into few bins).
+      const unsigned peers = __match_any_sync(0xffffffffu, bin);
+      if (lane == __ffs(peers) - 1 && bin < 256) atomicAdd(&hist[bin], __popc(peers));
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int above = 0, b = 255;
+      for (; b > 0; --b) {
+        if (above + hist[b] >= need) break;
+        above += hist[b];
+      }
+      s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      s_need = need - above;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    need = s_need;
+  }
+  // prefix is the k-th key: the k - need keys above it are kept, and the `need` lowest
+  // positions among the keys equal to it. In position order, the output slot of a kept j is
+  // (keys above before j) + min(ties before j, need).
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  int gt_base = 0, eq_base = 0;
+  for (int j0 = 0; j0 < ctx; j0 += kTopkThreads) {
+    const int j = j0 + tid;
+    const uint32_t key = j < ctx ? order_key(row[j]) : 0u;
+    const bool gt = j < ctx && key > prefix, eq = j < ctx && key == prefix;
+    const unsigned gt_mask = __ballot_sync(0xffffffffu, gt), eq_mask = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) {
+      warp_gt[warp] = __popc(gt_mask);
+      warp_eq[warp] = __popc(eq_mask);
+    }
+    __syncthreads();
+    int gt_before = gt_base + __popc(gt_mask & lanes_below), eq_before = eq_base + __popc(eq_mask & lanes_below);
+    int gt_tile = 0, eq_tile = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp) {
+        gt_before += warp_gt[w];
+        eq_before += warp_eq[w];
+      }
+      gt_tile += warp_gt[w];
+      eq_tile += warp_eq[w];
+    }
+    if (gt || (eq && eq_before < need)) dst[gt_before + min(eq_before, need)] = j;
+    gt_base += gt_tile;
+    eq_base += eq_tile;
+    __syncthreads();  // warp_gt / warp_eq are rewritten by the next tile
+  }
+}
+
+}  // namespace
+
+void CudaBackend::indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv,
+                                 float scale, Tensor& scores) {
+  const char* op = "indexer_scores";
+  check_dtype(q, DType::BF16, "indexer_scores q");
+  check_dtype(weights, DType::F32, "indexer_scores weights");
+  check_dtype(kv.cache, DType::BF16, "indexer_scores key cache");
+  check_dtype(scores, DType::F32, "indexer_scores scores");
+  check_dtype(kv.block_tables, DType::I32, "indexer_scores block_tables");
+  check_dtype(kv.seq_lens, DType::I32, "indexer_scores seq_lens");
+  check_dtype(kv.query_start, DType::I32, "indexer_scores query_start");
+  DI_CHECK(q.ndim == 3 && q.stride[2] == 1, op, ": q must be BF16 [T, heads, dim] with a contiguous "
+           "last dimension, got ", q.describe());
+  const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
+  const int D = static_cast<int>(q.shape[2]);
+  DI_CHECK(D % 8 == 0 && q.stride[0] % 8 == 0 && q.stride[1] % 8 == 0 && D <= 512 && H <= 128, op,
+           ": CUDA needs head_dim a multiple of 8 (<= 512), 16-byte aligned q rows and <= 128 heads, got ",
+           q.describe());
+  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() && kv.cache.shape[2] == D, op,
+           ": key cache ", kv.cache.describe(), " must be contiguous [blocks, block_size, ", D, "]");
+  const RowView wv = rows_of(weights, "indexer_scores weights");
+  const RowView sv = rows_of(scores, "indexer_scores scores");
+  DI_CHECK(wv.rows == T && wv.cols == H, op, ": weights ", weights.describe(), " must be F32 [", T,
+           ", ", H, "]");
+  DI_CHECK(sv.rows == T && sv.cols >= kv.max_seq_len, op, ": scores ", scores.describe(),
+           " must be F32 [", T, ", >= max_seq_len ", kv.max_seq_len, "]");
+  DI_CHECK(kv.num_seqs >= 1 && kv.query_start.numel() == kv.num_seqs + 1 &&
+               kv.seq_lens.numel() == kv.num_seqs && kv.block_tables.ndim == 2 &&
+               kv.block_tables.shape[0] >= kv.num_seqs,
+           op, ": addressing (num_seqs ", kv.num_seqs, ", query_start ", kv.query_start.describe(),
+           ", seq_lens ", kv.seq_lens.describe(), ", block_tables ", kv.block_tables.describe(),
+           ") is inconsistent");
+  if (T == 0 || sv.cols == 0) return;
+  ScoreArgs a{};
+  a.q = static_cast<const bf16*>(q.data);
+  a.q_s0 = q.stride[0];
+  a.q_s1 = q.stride[1];
+  a.w = static_cast<const float*>(wv.data);
+  a.w_s0 = wv.row_stride;
+  a.cache = static_cast<const bf16*>(kv.cache.data);
+  a.block_tables = kv.block_tables.ptr<int32_t>();
+  a.max_blocks = static_cast<int>(kv.block_tables.shape[1]);
+  a.block_size = static_cast<int>(kv.cache.shape[1]);
+  a.seq_lens = kv.seq_lens.ptr<int32_t>();
+  a.query_start = kv.query_start.ptr<int32_t>();
+  a.num_seqs = kv.num_seqs;
+  a.H = H;
+  a.D = D;
+  a.scale = scale;
+  a.scores = static_cast<float*>(sv.data);
+  a.s_s0 = sv.row_stride;
+  a.N = static_cast<int>(sv.cols);
+  const int Hp = (H + 15) / 16 * 16, Dp = (D + 15) / 16 * 16 + 8;
+  const size_t smem = size_t{2} * (Hp + kScoreChunk) * Dp + size_t{4} * Hp * (kScoreChunk + 4 + 1);
+  set_smem_limit(reinterpret_cast<const void*>(indexer_scores_kernel), smem, op);
+  indexer_scores_kernel<<<dim3(ceil_div(a.N, kScoreChunk), T), kScoreThreads, smem, stream_>>>(a);
+  check_launch(op, q.describe() + " keys " + kv.cache.describe() + " scores " + scores.describe());
+}
+
+void CudaBackend::indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) {
+  const char* op = "indexer_topk";
+  check_dtype(scores, DType::F32, "indexer_topk scores");
+  check_dtype(indices, DType::I32, "indexer_topk indices");
+  check_dtype(kv.seq_lens, DType::I32, "indexer_topk seq_lens");
+  check_dtype(kv.query_start, DType::I32, "indexer_topk query_start");
+  const RowView sv = rows_of(scores, "indexer_topk scores");
+  DI_CHECK(indices.ndim == 2 && indices.shape[0] == sv.rows && indices.is_contiguous() &&
+               indices.shape[1] > 0,
+           op, ": scores ", scores.describe(), " (F32 [T, N]) and indices ", indices.describe(),
+           " (contiguous I32 [T, k], k > 0) do not fit");
+  DI_CHECK(kv.num_seqs >= 1 && kv.query_start.numel() == kv.num_seqs + 1 &&
+               kv.seq_lens.numel() == kv.num_seqs && kv.max_seq_len <= sv.cols,
+           op, ": addressing (num_seqs ", kv.num_seqs, ", query_start ", kv.query_start.describe(),
+           ", seq_lens ", kv.seq_lens.describe(), ", max_seq_len ", kv.max_seq_len,
+           ") is inconsistent with scores ", scores.describe());
+  if (sv.rows == 0) return;
+  indexer_topk_kernel<<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
+      static_cast<const float*>(sv.data), sv.row_stride, kv.query_start.ptr<int32_t>(),
+      kv.seq_lens.ptr<int32_t>(), kv.num_seqs, static_cast<int>(indices.shape[1]),
+      indices.ptr<int32_t>());
+  check_launch(op, scores.describe() + " -> " + indices.describe());
+}
+
+}  // namespace deepinfer::cuda
