@@ -87,12 +87,19 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   InsideJob inside;
   const int64_t chunk = (n + num_chunks - 1) / num_chunks;
   num_chunks = (n + chunk - 1) / chunk;
+  // Close the previous job before its fields change: a worker still in run_chunks for it
+  // read those fields before its claim, and its claim (a CAS on the previous value) now
+  // fails. The closed state's odd generation is never a job to run. The exchange (acq_rel)
+  // orders every earlier successful claim, and the field reads before it, before the writes
+  // below.
+  const uint64_t closed = generation_of(claim_.load(std::memory_order_relaxed)) + 1;
+  claim_.exchange((closed << 32) | 0xffffffffu, std::memory_order_acq_rel);
   job_.store(&fn, std::memory_order_relaxed);
   job_n_.store(n, std::memory_order_relaxed);
   job_chunk_.store(chunk, std::memory_order_relaxed);
   job_num_chunks_.store(num_chunks, std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
-  const uint64_t gen = generation_of(claim_.load(std::memory_order_relaxed)) + 1;
+  const uint64_t gen = generation_of(claim_.load(std::memory_order_relaxed)) + 2;
   claim_.store(gen << 32, std::memory_order_seq_cst);  // publishes the fields above
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mutex_); }
@@ -113,7 +120,7 @@ void ThreadPool::worker_loop(int) {
     for (int spins = 0;; ++spins) {
       if (stop_.load(std::memory_order_acquire)) return;
       gen = generation_of(claim_.load(std::memory_order_acquire));
-      if (gen != seen) break;
+      if (gen != seen && gen % 2 == 0) break;  // odd: a job being set up
       if (spins < kSpins) {
         DI_CPU_RELAX();
       } else if (spins < kSpins + kYields) {
@@ -122,7 +129,8 @@ void ThreadPool::worker_loop(int) {
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         work_cv_.wait(lock, [&] {
-          return stop_.load() || generation_of(claim_.load(std::memory_order_seq_cst)) != seen;
+          const uint64_t g = generation_of(claim_.load(std::memory_order_seq_cst));
+          return stop_.load() || (g != seen && g % 2 == 0);
         });
         sleepers_.fetch_sub(1, std::memory_order_seq_cst);
         spins = 0;

@@ -33,8 +33,10 @@ class ThreadPool {
 
   // Workers wait for a job by spinning briefly (a decode step issues a loop every few
   // microseconds; a futex wake-up per loop cost more than the loop), then yielding, then
-  // sleeping on work_cv_. The claim counter carries the job's generation in its top 32 bits,
-  // so a worker that arrives late can never claim a chunk of the next job.
+  // sleeping on work_cv_. The claim counter carries the job's generation in its top 32 bits
+  // (even: a job; odd: the previous job closed while the next one's fields are written), so a
+  // worker that arrives late can never claim a chunk of the next job with the last one's fields
+  // or the last job's chunk with the next one's.
   std::vector<std::thread> workers_;
   std::mutex job_mutex_;  // one job at a time
   std::mutex mutex_;      // sleepers and work_cv_
