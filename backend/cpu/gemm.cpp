@@ -27,37 +27,21 @@
 namespace deepinfer::cpu {
 namespace {
 
-// 8 x fp32 lanes (AVX2 with -march=x86-64-v3; emulated in builds without it). The helpers
-// taking v8f are internal to this file, so the psabi note about AVX argument passing is moot.
+// 8 x fp32 lanes: cpu_backend.h's v8f_lanes (AVX2 with -march=x86-64-v3; emulated without
+// it). The helpers taking v8f are internal to this file, so the psabi note is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v8f __attribute__((vector_size(32)));
+typedef v8f_lanes v8f;
 
 constexpr int64_t kTileN = 32;    // weight rows per tile (a threading unit)
 constexpr int64_t kBlockK = 256;  // reduction block; a multiple of 8
 
-inline v8f load8(const float* p) {
-  v8f v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-inline float hsum(v8f v) { return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); }
+inline v8f load8(const float* p) { return load8_lanes(p); }
+inline float hsum(v8f v) { return hsum8_lanes(v); }
 
 // Four dot products of x with w0..w3 (n a multiple of 8); each equals dot8(x, wi, n).
 inline void dot8x4(const float* x, const float* w0, const float* w1, const float* w2,
                    const float* w3, int64_t n, float* out4) {
-  v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
-  for (int64_t k = 0; k < n; k += 8) {
-    const v8f xv = load8(x + k);
-    a0 += xv * load8(w0 + k);
-    a1 += xv * load8(w1 + k);
-    a2 += xv * load8(w2 + k);
-    a3 += xv * load8(w3 + k);
-  }
-  out4[0] = hsum(a0);
-  out4[1] = hsum(a1);
-  out4[2] = hsum(a2);
-  out4[3] = hsum(a3);
+  dot8x4_rows(x, w0, w1, w2, w3, n, out4);
 }
 
 typedef uint32_t v8u __attribute__((vector_size(32)));
