@@ -23,6 +23,7 @@
 #include "app/eval.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/eval.h"
 
 namespace deepinfer::app {
 namespace {
@@ -51,41 +52,27 @@ void write_file(const std::string& path, const std::string& text, const char* fl
 
 std::string dump(const json& j, int indent = -1) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
 
-json sampling_json(const SamplingParams& p) {
-  json j = {{"n", p.n},
-            {"temperature", p.temperature},
-            {"top_p", p.top_p},
-            {"top_k", p.top_k},
-            {"min_p", p.min_p},
-            {"repetition_penalty", p.repetition_penalty},
-            {"frequency_penalty", p.frequency_penalty},
-            {"presence_penalty", p.presence_penalty},
-            {"max_tokens", p.max_tokens},
-            {"min_tokens", p.min_tokens},
-            {"stop", p.stop},
-            {"stop_token_ids", p.stop_token_ids},
-            {"ignore_eos", p.ignore_eos},
-            {"seq_seed", p.seq_seed},
-            {"skip_special_tokens", p.skip_special_tokens}};
-  j["seed"] = p.seed ? json(*p.seed) : json(nullptr);
-  if (!p.so_args.kind.empty()) j["so_args"] = {{"kind", p.so_args.kind}, {"source", p.so_args.source}};
-  return j;
-}
+json engine_json(const EngineConfig& c) { return json::parse(deepinfer::eval::engine_record(c)); }
 
-json engine_json(const EngineConfig& c) {
-  return {{"version", DEEPINFER_VERSION},
-          {"model_dir", c.model_dir},
-          {"random_weights_config", c.random_weights_config},
-          {"backend", c.backend},
-          {"batch_invariant", c.batch_invariant || std::getenv("DEEPINFER_BATCH_INVARIANT") != nullptr},
-          {"num_threads", c.num_threads},
-          {"max_num_seqs", c.max_num_seqs},
-          {"max_num_batched_tokens", c.max_num_batched_tokens},
-          {"max_model_len", c.max_model_len},
-          {"kv_block_size", c.kv_block_size},
-          {"enable_prefix_caching", c.enable_prefix_caching},
-          {"num_speculative_tokens", c.num_speculative_tokens},
-          {"speculator", c.speculator}};
+// A sample of a batch result line (app/batch.cpp's output_json) as the eval API's SampleOutput.
+deepinfer::eval::SampleOutput sample_of(const json& res, int sample) {
+  deepinfer::eval::SampleOutput s;
+  if (res.contains("error")) {
+    s.finish_reason = "error";
+    s.error = res["error"].is_string() ? res["error"].get<std::string>() : dump(res["error"]);
+    return s;
+  }
+  const json& out = res.contains("outputs") ? res["outputs"].at(static_cast<size_t>(sample)) : res;
+  s.text = out.value("text", "");
+  s.token_ids = out.value("token_ids", std::vector<int32_t>{});
+  s.finish_reason = out.value("finish_reason", "");
+  if (res.contains("usage")) {
+    const json& u = res["usage"];
+    s.prompt_tokens = u.value("prompt_tokens", int64_t{0});
+    s.completion_tokens = u.value("completion_tokens", int64_t{0});
+    s.cached_tokens = u.value("cached_tokens", int64_t{0});
+  }
+  return s;
 }
 
 int eval_generate(int argc, char** argv) {
@@ -110,41 +97,15 @@ int eval_generate(int argc, char** argv) {
   app.add_flag("--resume", resume, "keep OUTPUT.batch.jsonl's finished requests and run the rest");
   if (auto code = parse_flags(app, argc, argv)) return *code;
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
-  SamplingParams defaults = sampling.params();
-  if (!defaults.seed) defaults.seed = 0;  // an eval is reproducible: the seed is always recorded
-
   // Items checked before the model loads.
-  const std::vector<json> lines = read_jsonl(dataset, "--dataset");
-  DI_CHECK(!lines.empty(), "--dataset: ", dataset, " has no items");
-  std::vector<eval::Item> items;
-  std::set<std::string> ids;
+  const std::vector<deepinfer::eval::Task> tasks = deepinfer::eval::read_dataset(dataset, samples, sampling.params());
   std::string requests;
-  std::vector<SamplingParams> params;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    eval::Item item = [&] {
-      try {
-        return eval::parse_item(lines[i], static_cast<int64_t>(i + 1));
-      } catch (const Error& e) {
-        fail("--dataset: ", dataset, ": ", e.what());
-      }
-    }();
-    DI_CHECK(ids.insert(item.id).second, "--dataset: ", dataset, ": line ", i + 1, ": id '", item.id,
-             "' appears twice");
-    item.request["n"] = samples;
-    const std::string line = dump(item.request);
-    try {
-      RequestLine r = parse_request_line(line, static_cast<int64_t>(i + 1), defaults);
-      r.params.validate();
-      params.push_back(r.params);
-    } catch (const Error& e) {
-      fail("--dataset: ", dataset, ": ", e.what());
-    }
-    requests += line + "\n";
-    items.push_back(std::move(item));
-  }
+  for (const deepinfer::eval::Task& t : tasks) requests += t.request_json + "\n";
   const std::string requests_path = output + ".requests.jsonl", batch_path = output + ".batch.jsonl";
   write_file(requests_path, requests, "--output");
   {
+    SamplingParams defaults = sampling.params();
+    if (!defaults.seed) defaults.seed = 0;
     BatchJob job({requests_path, batch_path, resume}, defaults);
     Engine engine(config);
     config.max_model_len = engine.max_model_len();
@@ -157,38 +118,17 @@ int eval_generate(int argc, char** argv) {
       const size_t index = r["index"].get<size_t>();  // before the move (C++17 sequences the right side first)
       results[index] = std::move(r);
     }
-  const json engine = engine_json(config);
   std::string raw;
   int num_errors = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
     auto it = results.find(i);
-    DI_CHECK(it != results.end(), batch_path, ": no result for item ", i + 1, " (", items[i].id,
+    DI_CHECK(it != results.end(), batch_path, ": no result for item ", i + 1, " (", tasks[i].id,
              "); run again with --resume");
-    const json& res = it->second;
-    const bool error = res.contains("error");
-    num_errors += error ? 1 : 0;
-    for (int j = 0; j < samples; ++j) {
-      const json& out = res.contains("outputs") ? res["outputs"][static_cast<size_t>(j)] : res;
-      SamplingParams p = params[i];
-      json rec = {{"task_id", items[i].id},
-                  {"sample", j},
-                  {"kind", eval::to_string(items[i].kind)},
-                  {"item", items[i].item},
-                  {"request", items[i].request},
-                  {"sampling", sampling_json(p)},
-                  {"seed", p.seed ? json(*p.seed) : json(nullptr)},
-                  {"seq_seed", p.seq_seed + static_cast<uint64_t>(j)},
-                  {"text", error ? "" : out.value("text", "")},
-                  {"token_ids", error ? json::array() : out.value("token_ids", json::array())},
-                  {"finish_reason", error ? "error" : out.value("finish_reason", "")},
-                  {"engine", engine}};
-      if (error) rec["error"] = res["error"];
-      if (res.contains("usage")) rec["usage"] = res["usage"];
-      raw += dump(rec) + "\n";
-    }
+    num_errors += it->second.contains("error") ? 1 : 0;
+    for (int j = 0; j < samples; ++j) raw += deepinfer::eval::raw_record(tasks[i], j, sample_of(it->second, j), config) + "\n";
   }
   write_file(output, raw, "--output");
-  std::fprintf(stderr, "deepinfer eval generate: %zu items x %d samples -> %s (%d items failed)\n", items.size(),
+  std::fprintf(stderr, "deepinfer eval generate: %zu items x %d samples -> %s (%d items failed)\n", tasks.size(),
                samples, output.c_str(), num_errors);
   return num_errors == 0 ? kExitOk : kExitError;
 }

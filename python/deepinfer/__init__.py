@@ -226,6 +226,8 @@ class OfflineEngine:
             kind = type(current) if not isinstance(current, bool) else bool
             setattr(config, name, _typed(name, value, kind) if kind in (int, float, bool) else value)
         self._engine = _core.Engine(config)  # deepinfer.Error for a bad model or config
+        config.max_model_len = self._engine.max_model_len()
+        self._config = config                    # as resolved (deepinfer.eval records it)
         self._engine_lock = threading.Lock()     # one thread inside the C++ engine at a time
         self._cond = threading.Condition()       # guards _queues
         self._queues: dict = {}                  # request id -> deque of updates
@@ -290,16 +292,20 @@ class OfflineEngine:
         for i, p in enumerate(params):
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params[{i}]: expected SamplingParams, got {type(p).__name__}")
+        return self._add_core(items, [p._core for p in params])
+
+    def _add_core(self, prompts: list, params: list) -> list:
+        """Adds converted requests (_core.Prompt, _core.SamplingParams); all or none."""
         ids = []
         with self._engine_lock:
             try:
-                for i, (prompt, p) in enumerate(zip(items, params)):
+                for i, (prompt, p) in enumerate(zip(prompts, params)):
                     rid = f"py-{self._next_id}"
                     self._next_id += 1
                     with self._cond:
                         self._queues[rid] = collections.deque()
                     try:
-                        ids.append(self._engine.add_request(prompt, p._core, rid))
+                        ids.append(self._engine.add_request(prompt, p, rid))
                     except Error as e:
                         with self._cond:
                             del self._queues[rid]
@@ -360,3 +366,4 @@ class OfflineEngine:
                     for rid in pending:
                         self._engine.abort(rid)
             self._forget(ids)
+from . import eval  # noqa: E402,F401  (deepinfer.eval: two-stage evals; needs OfflineEngine above)

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "deepinfer/engine.h"
+#include "deepinfer/eval.h"
 #include "deepinfer/sampling_params.h"
 
 namespace nb = nanobind;
@@ -200,6 +201,32 @@ void bind_engine(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>());
 }
 
+// include/deepinfer/eval.h, for deepinfer/eval.py (the same records and scores as the CLI's).
+void bind_eval(nb::module_& m) {
+  nb::class_<eval::Task>(m, "EvalTask")
+      .def_ro("id", &eval::Task::id)
+      .def_ro("kind", &eval::Task::kind)
+      .def_ro("item_json", &eval::Task::item_json)
+      .def_ro("request_json", &eval::Task::request_json)
+      .def_ro("prompt", &eval::Task::prompt)
+      .def_ro("params", &eval::Task::params);
+  nb::class_<eval::SampleOutput>(m, "EvalSampleOutput")
+      .def_ro("text", &eval::SampleOutput::text)
+      .def_ro("finish_reason", &eval::SampleOutput::finish_reason);
+  nb::class_<eval::ScoreOptions>(m, "EvalScoreOptions")
+      .def(nb::init<>())
+      .def_rw("python", &eval::ScoreOptions::python)
+      .def_rw("code_timeout_s", &eval::ScoreOptions::code_timeout_s)
+      .def_rw("check_structured_output", &eval::ScoreOptions::check_structured_output)
+      .def_rw("structured_checker", &eval::ScoreOptions::structured_checker);
+  m.def("eval_read_dataset", &eval::read_dataset, "path"_a, "samples"_a, "defaults"_a);
+  m.def("eval_sample_output", &eval::sample_output, "request"_a, "sample"_a);
+  m.def("eval_engine_record", &eval::engine_record, "config"_a);
+  m.def("eval_raw_record", &eval::raw_record, "task"_a, "sample"_a, "output"_a, "config"_a);
+  // Code tests run in subprocesses: the GIL is released while they run.
+  m.def("eval_score", &eval::score, "records"_a, "options"_a, nb::call_guard<nb::gil_scoped_release>());
+}
+
 }  // namespace
 }  // namespace deepinfer
 
@@ -211,6 +238,7 @@ NB_MODULE(_core, m) {
   deepinfer::bind_prompt(m);
   deepinfer::bind_outputs(m);
   deepinfer::bind_engine(m);
+  deepinfer::bind_eval(m);
   m.attr("__version__") = DEEPINFER_VERSION;
   m.attr("embedded_model_dir") = DEEPINFER_EMBEDDED_MODEL_DIR;
 }
