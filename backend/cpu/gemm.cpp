@@ -97,27 +97,6 @@ inline v8f bf16x8_to_float(const uint16_t* src) {
   return bits_to_float(__builtin_convertvector(raw, v8u) << 16);
 }
 
-// 8 weights of row `row` at column k (a multiple of 8, k + 8 <= K) as fp32.
-inline v8f weight8(const Weight& w, const char* row, int64_t k, const float* row_scales) {
-  switch (w.w.dtype) {
-    case DType::F8_E4M3:
-#if defined(__AVX2__) && defined(__F16C__)
-    {
-      const float scale = row_scales[k / w.block_k];
-      if (scale < 0x1p100f && scale > -0x1p100f)  // scale * 256 exact (finite)
-        return fp8x8_to_float_f16c(reinterpret_cast<const uint8_t*>(row) + k, scale * 256.0f);
-      return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, scale);
-    }
-#else
-      return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, row_scales[k / w.block_k]);
-#endif
-    case DType::BF16:
-      return bf16x8_to_float(reinterpret_cast<const uint16_t*>(row) + k);
-    default:
-      return load8(reinterpret_cast<const float*>(row) + k);
-  }
-}
-
 // dot8x4 for two x rows at once (8 accumulators: twice the FMAs per weight load); each of
 // the eight sums is computed exactly as dot8x4 computes it.
 inline void dot8x4x2(const float* x0, const float* x1, const float* w0, const float* w1,
@@ -200,17 +179,64 @@ bool direct_path_applies(const Rows& x, const Weight& w) {
   return w.w.dtype != DType::F8_E4M3 || w.block_k % 8 == 0;
 }
 
+// 8 weights of a row at column k for the direct path, the dtype and (FP8) the converter fixed
+// at compile time, the FP8 scale given for the chunk's scale block: no division, no branch in
+// the loop. Each lane is what weight8 / the buffered path computes.
+template <DType D, bool kF16c>
+inline v8f direct_weight8(const char* row, int64_t k, float scale, float scale256) {
+  if constexpr (D == DType::F8_E4M3) {
+#if defined(__AVX2__) && defined(__F16C__)
+    if constexpr (kF16c) return fp8x8_to_float_f16c(reinterpret_cast<const uint8_t*>(row) + k, scale256);
+#endif
+    (void)scale256;
+    return fp8x8_to_float(reinterpret_cast<const uint8_t*>(row) + k, scale);
+  } else if constexpr (D == DType::BF16) {
+    return bf16x8_to_float(reinterpret_cast<const uint16_t*>(row) + k);
+  } else {
+    return load8(reinterpret_cast<const float*>(row) + k);
+  }
+}
+
+// Chunks [k, k_end) of one kBlockK block, within one FP8 scale block: every chunk's four
+// weight vectors converted once and used for each of the M <= 2 x rows.
+template <DType D, bool kF16c, int M>
+inline void direct_chunks(const float* const* xr, const char* const* rows, int64_t k0, int64_t k,
+                          int64_t k_end, const float* sc, const float* sc256, v8f* a) {
+  for (; k < k_end; k += 8) {
+    const v8f w0 = direct_weight8<D, kF16c>(rows[0], k0 + k, sc[0], sc256[0]);
+    const v8f w1 = direct_weight8<D, kF16c>(rows[1], k0 + k, sc[1], sc256[1]);
+    const v8f w2 = direct_weight8<D, kF16c>(rows[2], k0 + k, sc[2], sc256[2]);
+    const v8f w3 = direct_weight8<D, kF16c>(rows[3], k0 + k, sc[3], sc256[3]);
+    const v8f xv = load8(xr[0] + k);
+    a[0] += xv * w0;
+    a[1] += xv * w1;
+    a[2] += xv * w2;
+    a[3] += xv * w3;
+    if constexpr (M == 2) {
+      const v8f yv = load8(xr[1] + k);
+      a[4] += yv * w0;
+      a[5] += yv * w1;
+      a[6] += yv * w2;
+      a[7] += yv * w3;
+    }
+  }
+}
+
 // The direct path: for each group of 4 weight rows and each kBlockK block, 8-lane partial
 // sums from weights converted in registers (the tail chunk of the last block converted
 // into a zero-padded buffer, as the buffered path pads it), then the fixed horizontal sum.
-void gemm_columns_direct(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
-                         int64_t n_end) {
-  const int64_t M = x.rows, K = x.cols;
+// Both x rows (M = 2) share each converted weight vector; FP8 scales are read once per scale
+// block. Every sum is formed in the same order as the buffered path forms it.
+template <DType D, int M>
+void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end) {
+  const int64_t K = x.cols;
   const int64_t row_stride = w.w.stride[0] * static_cast<int64_t>(dtype_size(w.w.dtype));
   const char* wbase = static_cast<const char*>(w.w.data);
-  float* xbuf = scratch_floats(2, kBlockK);
+  float* xbuf = scratch_floats(2, static_cast<size_t>(M * kBlockK));  // [M, kBlockK]
   float* wtail = scratch_floats(1, 4 * 8);
   const int64_t k_full = K / 8 * 8;  // chunks below this come straight from the weights
+  const int64_t seg = D == DType::F8_E4M3 ? w.block_k : kBlockK;  // columns of one scale
   for (int64_t n0 = n_begin; n0 < n_end; n0 += 4) {
     const int64_t nr = std::min<int64_t>(4, n_end - n0);
     const char* rows[4];
@@ -218,45 +244,68 @@ void gemm_columns_direct(const Rows& x, const Weight& w, const Rows& out, int64_
     for (int64_t j = 0; j < 4; ++j) {
       const int64_t n = n0 + std::min<int64_t>(j, nr - 1);  // padding rows repeat the last row
       rows[j] = wbase + n * row_stride;
-      if (w.w.dtype == DType::F8_E4M3)
-        scales[j] = w.scale_inv.ptr<float>() + (n / w.block_n) * w.scale_inv.stride[0];
+      if (D == DType::F8_E4M3) scales[j] = w.scale_inv.ptr<float>() + (n / w.block_n) * w.scale_inv.stride[0];
     }
-    for (int64_t m = 0; m < M; ++m) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
-        const int64_t kb = std::min(kBlockK, K - k0);
-        const int64_t kb_pad = (kb + 7) / 8 * 8;
-        const float* xr = x.f32(m) + k0;
+    float acc[M][4] = {};
+    for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const int64_t kb = std::min(kBlockK, K - k0);
+      const int64_t kb_pad = (kb + 7) / 8 * 8;
+      const float* xr[M];
+      for (int m = 0; m < M; ++m) {
+        xr[m] = x.f32(m) + k0;
         if (kb_pad != kb) {
-          std::memcpy(xbuf, xr, static_cast<size_t>(kb) * 4);
-          std::fill(xbuf + kb, xbuf + kb_pad, 0.0f);
-          xr = xbuf;
+          float* buf = xbuf + m * kBlockK;
+          std::memcpy(buf, xr[m], static_cast<size_t>(kb) * 4);
+          std::fill(buf + kb, buf + kb_pad, 0.0f);
+          xr[m] = buf;
         }
-        v8f a0 = {}, a1 = {}, a2 = {}, a3 = {};
-        int64_t k = 0;
-        for (; k < kb_pad && k0 + k + 8 <= k_full; k += 8) {
-          const v8f xv = load8(xr + k);
-          a0 += xv * weight8(w, rows[0], k0 + k, scales[0]);
-          a1 += xv * weight8(w, rows[1], k0 + k, scales[1]);
-          a2 += xv * weight8(w, rows[2], k0 + k, scales[2]);
-          a3 += xv * weight8(w, rows[3], k0 + k, scales[3]);
-        }
-        if (k < kb_pad) {  // the last, partial chunk: through weight_row_block's zero padding
-          for (int64_t j = 0; j < 4; ++j)
-            weight_row_block(w, n0 + std::min<int64_t>(j, nr - 1), k0 + k, kb - k, 8, wtail + 8 * j);
-          const v8f xv = load8(xr + k);
-          a0 += xv * load8(wtail);
-          a1 += xv * load8(wtail + 8);
-          a2 += xv * load8(wtail + 16);
-          a3 += xv * load8(wtail + 24);
-        }
-        acc[0] += hsum(a0);
-        acc[1] += hsum(a1);
-        acc[2] += hsum(a2);
-        acc[3] += hsum(a3);
       }
-      std::memcpy(out.f32(m) + n0, acc, static_cast<size_t>(nr) * 4);
+      v8f a[4 * M] = {};
+      const int64_t k_direct = std::min(kb_pad, k_full - k0);  // full chunks of this block
+      int64_t k = 0;
+      while (k < k_direct) {
+        const int64_t kk = k0 + k;
+        const int64_t k_end = std::min(k_direct, (kk / seg + 1) * seg - k0);
+        float sc[4] = {1.0f, 1.0f, 1.0f, 1.0f}, sc256[4] = {256.0f, 256.0f, 256.0f, 256.0f};
+        bool f16c = true;
+        if constexpr (D == DType::F8_E4M3) {
+          for (int j = 0; j < 4; ++j) {
+            sc[j] = scales[j][kk / w.block_k];
+            sc256[j] = sc[j] * 256.0f;
+            f16c = f16c && sc[j] < 0x1p100f && sc[j] > -0x1p100f;  // scale * 256 exact (finite)
+          }
+        }
+        if (f16c) direct_chunks<D, true, M>(xr, rows, k0, k, k_end, sc, sc256, a);
+        else direct_chunks<D, false, M>(xr, rows, k0, k, k_end, sc, sc256, a);
+        k = k_end;
+      }
+      if (k < kb_pad) {  // the last, partial chunk: through weight_row_block's zero padding
+        for (int64_t j = 0; j < 4; ++j)
+          weight_row_block(w, n0 + std::min<int64_t>(j, nr - 1), k0 + k, kb - k, 8, wtail + 8 * j);
+        for (int m = 0; m < M; ++m) {
+          const v8f xv = load8(xr[m] + k);
+          for (int j = 0; j < 4; ++j) a[4 * m + j] += xv * load8(wtail + 8 * j);
+        }
+      }
+      for (int m = 0; m < M; ++m)
+        for (int j = 0; j < 4; ++j) acc[m][j] += hsum(a[4 * m + j]);
     }
+    for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], static_cast<size_t>(nr) * 4);
+  }
+}
+
+template <DType D>
+void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
+  if (x.rows == 2) return gemm_columns_direct_m<D, 2>(x, w, out, n_begin, n_end);
+  if (x.rows == 1) gemm_columns_direct_m<D, 1>(x, w, out, n_begin, n_end);
+}
+
+void gemm_columns_direct(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                         int64_t n_end) {
+  switch (w.w.dtype) {
+    case DType::F8_E4M3: return gemm_columns_direct_d<DType::F8_E4M3>(x, w, out, n_begin, n_end);
+    case DType::BF16: return gemm_columns_direct_d<DType::BF16>(x, w, out, n_begin, n_end);
+    default: return gemm_columns_direct_d<DType::F32>(x, w, out, n_begin, n_end);
   }
 }
 
