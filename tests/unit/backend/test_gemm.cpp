@@ -149,6 +149,41 @@ TEST(CpuGemm, DirectPathNanCodesAndExtremeScales) {
   }
 }
 
+// Every finite FP8 code, under four block scales (one past the F16C converter's range, one
+// that makes subnormal products), read back one weight at a time through one-hot x rows: each
+// output is code x scale rounded once, against core/dtype.h's independent decoder, on the
+// direct path (1 row) and the buffered one (many rows).
+TEST(CpuGemm, EveryFp8CodeIsItsValueTimesTheScale) {
+  const int64_t K = 512, N = 3;
+  const float scales[4] = {0.0123f, -0.5f, 0x1p-140f, 0x1p110f};
+  HostBuffer w(DType::F8_E4M3, {N, K});
+  HostBuffer sc(DType::F32, {1, 4});
+  for (int b = 0; b < 4; ++b) sc.ptr<float>()[b] = scales[b];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t code = static_cast<uint8_t>((k * 3 + 7 * n) % 256);  // every code in each half
+      w.ptr<uint8_t>()[n * K + k] = (code & 0x7f) == 0x7f ? 0 : code;    // NaN codes: their own test
+    }
+  Weight weight;
+  weight.w = w.tensor();
+  weight.scale_inv = sc.tensor();
+  weight.block_n = weight.block_k = 128;
+  HostBuffer x = test::f32_buffer({K, K}, 0.0f);
+  for (int64_t k = 0; k < K; ++k) x.ptr<float>()[k * K + k] = 1.0f;
+  auto backend = make_cpu_backend();
+  HostBuffer many = test::f32_buffer({K, N}, NAN);
+  backend->gemm(x.tensor(), weight, many.tensor());  // buffered
+  for (int64_t k = 0; k < K; ++k) {
+    HostBuffer one = test::f32_buffer({1, N}, NAN);
+    backend->gemm(x.tensor().slice_rows(k, k + 1), weight, one.tensor());  // direct
+    for (int64_t n = 0; n < N; ++n) {
+      const float want = fp8_e4m3_to_float(w.ptr<uint8_t>()[n * K + k]) * scales[k / 128];
+      ASSERT_EQ(many.ptr<float>()[k * N + n], want) << "k " << k << " n " << n;
+      ASSERT_EQ(one.ptr<float>()[n], want) << "k " << k << " n " << n;
+    }
+  }
+}
+
 TEST(CpuGemm, StridedRowsAndBadShapes) {
   auto backend = make_cpu_backend();
   TestWeight tw = make_weight(DType::F32, 8, 16, 1);
