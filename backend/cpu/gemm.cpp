@@ -141,6 +141,23 @@ inline void dot8x4x2(const float* x0, const float* x1, const float* w0, const fl
   out1[3] = hsum(b3);
 }
 
+// dot8x4 for three x rows at once (12 accumulators, each weight vector loaded once for three
+// FMAs); each of the twelve sums is computed exactly as dot8x4 computes it.
+inline void dot8x4x3(const float* const* x, const float* const* w, int64_t n, float* const* out) {
+  v8f a[3][4] = {};
+  for (int64_t k = 0; k < n; k += 8) {
+    const v8f x0 = load8(x[0] + k), x1 = load8(x[1] + k), x2 = load8(x[2] + k);
+    for (int j = 0; j < 4; ++j) {
+      const v8f v = load8(w[j] + k);
+      a[0][j] += x0 * v;
+      a[1][j] += x1 * v;
+      a[2][j] += x2 * v;
+    }
+  }
+  for (int m = 0; m < 3; ++m)
+    for (int j = 0; j < 4; ++j) out[m][j] = hsum(a[m][j]);
+}
+
 // Converts W[n, k0 : k0 + kb] to fp32 (with its FP8 block scale) into dst[0, kb_pad).
 void weight_row_block(const Weight& w, int64_t n, int64_t k0, int64_t kb, int64_t kb_pad,
                       float* dst) {
@@ -369,7 +386,7 @@ void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_beg
 void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                            int64_t n_end) {
   const int64_t M = x.rows, K = x.cols;
-  float* xbuf = scratch_floats(2, 2 * kBlockK);
+  float* xbuf = scratch_floats(2, 3 * kBlockK);  // [3, kBlockK]: partial x blocks
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kTileN) {
     const int64_t nt = std::min(kTileN, n_end - t0);
     const int64_t nt4 = (nt + 3) / 4 * 4;  // padded to 4 rows for dot8x4
@@ -391,6 +408,19 @@ void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int6
         return static_cast<const float*>(buf);
       };
       int64_t m = 0;
+      for (; m + 3 <= M; m += 3) {  // three rows per pass over the weight block
+        const float* xs[3] = {x_block(m, 0), x_block(m + 1, 1), x_block(m + 2, 2)};
+        float* a[3] = {acc + m * nt4, acc + (m + 1) * nt4, acc + (m + 2) * nt4};
+        for (int64_t j = 0; j < nt4; j += 4) {
+          float d[3][4];
+          float* dp[3] = {d[0], d[1], d[2]};
+          const float* wj = wt + j * kb_pad;
+          const float* ws[4] = {wj, wj + kb_pad, wj + 2 * kb_pad, wj + 3 * kb_pad};
+          dot8x4x3(xs, ws, kb_pad, dp);
+          for (int r = 0; r < 3; ++r)
+            for (int i = 0; i < 4; ++i) a[r][j + i] += d[r][i];
+        }
+      }
       for (; m + 2 <= M; m += 2) {  // two rows per pass over the weight block
         const float* x0 = x_block(m, 0);
         const float* x1 = x_block(m + 1, 1);

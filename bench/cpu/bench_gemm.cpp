@@ -57,10 +57,10 @@ void BM_gemm(benchmark::State& state, DType dtype, int64_t N, int64_t K) {
                                                benchmark::Counter::kIsRate);
 }
 
-BENCHMARK_CAPTURE(BM_gemm, fp8_up_1024x384, DType::F8_E4M3, 1024, 384)->Arg(1)->Arg(2)->Arg(8);
-BENCHMARK_CAPTURE(BM_gemm, fp8_down_384x1024, DType::F8_E4M3, 384, 1024)->Arg(1)->Arg(2)->Arg(8);
+BENCHMARK_CAPTURE(BM_gemm, fp8_up_1024x384, DType::F8_E4M3, 1024, 384)->Arg(1)->Arg(2)->Arg(8)->Arg(64);
+BENCHMARK_CAPTURE(BM_gemm, fp8_down_384x1024, DType::F8_E4M3, 384, 1024)->Arg(1)->Arg(2)->Arg(8)->Arg(64);
 BENCHMARK_CAPTURE(BM_gemm, fp8_expert_128x384, DType::F8_E4M3, 128, 384)->Arg(1)->Arg(2);
-BENCHMARK_CAPTURE(BM_gemm, bf16_lm_head_8192x384, DType::BF16, 8192, 384)->Arg(1)->Arg(2)->Arg(8);
+BENCHMARK_CAPTURE(BM_gemm, bf16_lm_head_8192x384, DType::BF16, 8192, 384)->Arg(1)->Arg(2)->Arg(8)->Arg(64);
 BENCHMARK_CAPTURE(BM_gemm, f32_576x192, DType::F32, 576, 192)->Arg(1)->Arg(8);
 
 }  // namespace
