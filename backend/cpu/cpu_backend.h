@@ -135,6 +135,22 @@ inline void dot8x4_rows(const float* a, const float* b0, const float* b1, const 
   out4[2] = hsum8_lanes(c2);
   out4[3] = hsum8_lanes(c3);
 }
+// dot8x4_rows for three rows a[0..2] at once (12 accumulators; each b vector loaded once for
+// three FMAs): out[r][j] = dot8(a[r], b[j], n), the same bits.
+inline void dot8x4x3_rows(const float* const* a, const float* const* b, int64_t n, float* const* out) {
+  v8f_lanes c[3][4] = {};
+  for (int64_t k = 0; k < n; k += 8) {
+    const v8f_lanes a0 = load8_lanes(a[0] + k), a1 = load8_lanes(a[1] + k), a2 = load8_lanes(a[2] + k);
+    for (int j = 0; j < 4; ++j) {
+      const v8f_lanes v = load8_lanes(b[j] + k);
+      c[0][j] += a0 * v;
+      c[1][j] += a1 * v;
+      c[2][j] += a2 * v;
+    }
+  }
+  for (int r = 0; r < 3; ++r)
+    for (int j = 0; j < 4; ++j) out[r][j] = hsum8_lanes(c[r][j]);
+}
 #pragma GCC diagnostic pop
 
 // y[0..n) += alpha * x[0..n)  (elementwise, no reassociation).

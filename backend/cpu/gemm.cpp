@@ -141,23 +141,6 @@ inline void dot8x4x2(const float* x0, const float* x1, const float* w0, const fl
   out1[3] = hsum(b3);
 }
 
-// dot8x4 for three x rows at once (12 accumulators, each weight vector loaded once for three
-// FMAs); each of the twelve sums is computed exactly as dot8x4 computes it.
-inline void dot8x4x3(const float* const* x, const float* const* w, int64_t n, float* const* out) {
-  v8f a[3][4] = {};
-  for (int64_t k = 0; k < n; k += 8) {
-    const v8f x0 = load8(x[0] + k), x1 = load8(x[1] + k), x2 = load8(x[2] + k);
-    for (int j = 0; j < 4; ++j) {
-      const v8f v = load8(w[j] + k);
-      a[0][j] += x0 * v;
-      a[1][j] += x1 * v;
-      a[2][j] += x2 * v;
-    }
-  }
-  for (int m = 0; m < 3; ++m)
-    for (int j = 0; j < 4; ++j) out[m][j] = hsum(a[m][j]);
-}
-
 // Converts W[n, k0 : k0 + kb] to fp32 (with its FP8 block scale) into dst[0, kb_pad).
 void weight_row_block(const Weight& w, int64_t n, int64_t k0, int64_t kb, int64_t kb_pad,
                       float* dst) {
@@ -416,7 +399,7 @@ void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int6
           float* dp[3] = {d[0], d[1], d[2]};
           const float* wj = wt + j * kb_pad;
           const float* ws[4] = {wj, wj + kb_pad, wj + 2 * kb_pad, wj + 3 * kb_pad};
-          dot8x4x3(xs, ws, kb_pad, dp);
+          dot8x4x3_rows(xs, ws, kb_pad, dp);
           for (int r = 0; r < 3; ++r)
             for (int i = 0; i < 4; ++i) a[r][j + i] += d[r][i];
         }

@@ -193,6 +193,52 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
   auto ctx = [&](int64_t t) { return t - qs[seq_of[t]] + 1; };  // causal within the sequence
   const Selection sel = indices == nullptr ? Selection{} : check_indices(*indices, qv.T, ctx, op);
   const int64_t v_dim = vv.D;
+  // Normalizes one query's scores and sums the values: axpy4 / axpy, the same products and
+  // sums in the same order as one axpy per key.
+  auto finish = [&](int64_t t, int64_t h, float* scores, int64_t n, auto value) {
+    const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
+    float* o = ov.at(t, h);
+    std::fill(o, o + v_dim, 0.0f);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
+    for (; j < n; ++j) axpy(scores[j], value(j), o, v_dim);
+    for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
+  };
+  if (sel.data == nullptr && qv.D % 8 == 0) {
+    // Dense causal: up to three consecutive queries of one sequence share each key load
+    // (dot8x4x3_rows); every score is still dot8(q, k) * scale, so the bits are the
+    // one-query-at-a-time bits. Query t sees keys first .. t: the group's first query's keys
+    // are common, the later ones add one key each.
+    std::vector<int64_t> groups;  // first token of each group
+    for (int s = 0; s < num_seqs; ++s)
+      for (int64_t t = qs[s]; t < qs[s + 1]; t += 3) groups.push_back(t);
+    const int64_t G = static_cast<int64_t>(groups.size());
+    pool.parallel_for(G * qv.H, 1, [&](int64_t b, int64_t e) {
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t t0 = groups[task / qv.H], h = task % qv.H;
+        const int64_t end = qs[seq_of[t0] + 1], cnt = std::min<int64_t>(3, end - t0);
+        const int64_t first = qs[seq_of[t0]], n0 = ctx(t0), stride = n0 + 2;
+        float* sc = scratch_floats(3, static_cast<size_t>(3 * stride));
+        float* srow[3] = {sc, sc + stride, sc + 2 * stride};
+        const float* qr[3];
+        for (int r = 0; r < 3; ++r) qr[r] = qv.at(t0 + std::min<int64_t>(r, cnt - 1), h);  // pad: repeat
+        auto key = [&](int64_t j) { return kv.at(first + j, h); };
+        int64_t j = 0;
+        for (; j + 4 <= n0; j += 4) {
+          const float* ks[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
+          float* out3[3] = {srow[0] + j, srow[1] + j, srow[2] + j};
+          dot8x4x3_rows(qr, ks, qv.D, out3);
+        }
+        for (int64_t r = 0; r < cnt; ++r) {
+          const int64_t n = n0 + r;
+          for (int64_t i = 0; i < j; ++i) srow[r][i] *= softmax_scale;
+          for (int64_t i = j; i < n; ++i) srow[r][i] = dot8(qr[r], key(i), qv.D) * softmax_scale;
+          finish(t0 + r, h, srow[r], n, [&](int64_t i) { return vv.at(first + i, h); });
+        }
+      }
+    });
+    return;
+  }
   pool.parallel_for(qv.T * qv.H, 1, [&](int64_t b, int64_t e) {
     std::vector<int32_t> pos;
     for (int64_t task = b; task < e; ++task) {
@@ -213,13 +259,7 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
         }
       }
       for (; j < n; ++j) scores[j] = dot8(qrow, key(j), qv.D) * softmax_scale;
-      const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
-      float* o = ov.at(t, h);
-      std::fill(o, o + v_dim, 0.0f);
-      j = 0;
-      for (; j + 4 <= n; j += 4) axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
-      for (; j < n; ++j) axpy(scores[j], value(j), o, v_dim);
-      for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
+      finish(t, h, scores, n, value);
     }
   });
 }
