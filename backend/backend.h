@@ -330,8 +330,8 @@ class Backend {
   // c] + ape[j, c]) kv[w r + j, c]. With overlap: kv, gate [T, 2D], ape [r, 2D]; the softmax runs
   // over 2r slots: window w-1's first halves (kv[., :D], gate + ape [., :D]) then window w's
   // second halves ([., D:]); window 0's first slots come from prior_kv / prior_gate [r, D]
-  // (gate + ape already added) when defined, else are empty. out [n, D]. RMS norm and RoPE of
-  // the entries are separate ops.
+  // (gate + ape already added) when defined, else are empty. out [n, D]. kv and gate may be
+  // row-strided views (columns of wider rows). RMS norm and RoPE of the entries are separate ops.
   virtual void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio,
                                bool overlap, const Tensor& prior_kv, const Tensor& prior_gate,
                                Tensor& out);

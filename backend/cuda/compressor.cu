@@ -13,10 +13,11 @@ namespace deepinfer::cuda {
 namespace {
 
 struct PoolArgs {
-  const void* kv;  // [T, C]
+  const void* kv;  // [T, C] (row stride ldk)
   int kv_kind;
-  const void* gate;  // [T, C]
+  const void* gate;  // [T, C] (row stride ldg)
   int g_kind;
+  int64_t ldk, ldg;
   const float* ape;         // [r, C]
   const float* prior_kv;    // [r, D] or nullptr
   const float* prior_gate;  // [r, D] (gate + ape) or nullptr
@@ -32,8 +33,8 @@ __device__ __forceinline__ bool pool_slot(const PoolArgs& a, int w, int c, int s
   if (a.overlap && s < a.r) {  // previous window's first halves
     if (w > 0) {
       const int64_t src = int64_t{w - 1} * a.r + s;
-      *lg = ld(a.gate, src * a.C + c, a.g_kind) + a.ape[int64_t{s} * a.C + c];
-      *val = ld(a.kv, src * a.C + c, a.kv_kind);
+      *lg = ld(a.gate, src * a.ldg + c, a.g_kind) + a.ape[int64_t{s} * a.C + c];
+      *val = ld(a.kv, src * a.ldk + c, a.kv_kind);
       return true;
     }
     if (a.prior_kv) {
@@ -45,8 +46,8 @@ __device__ __forceinline__ bool pool_slot(const PoolArgs& a, int w, int c, int s
   }
   const int j = a.overlap ? s - a.r : s;
   const int64_t off = a.overlap ? a.D : 0, src = int64_t{w} * a.r + j;
-  *lg = ld(a.gate, src * a.C + off + c, a.g_kind) + a.ape[int64_t{j} * a.C + off + c];
-  *val = ld(a.kv, src * a.C + off + c, a.kv_kind);
+  *lg = ld(a.gate, src * a.ldg + off + c, a.g_kind) + a.ape[int64_t{j} * a.C + off + c];
+  *val = ld(a.kv, src * a.ldk + off + c, a.kv_kind);
   return true;
 }
 
@@ -80,8 +81,11 @@ void CudaBackend::compressor_pool(const Tensor& kv, const Tensor& gate, const Te
   const int64_t T = kv.size(0), C = kv.size(1), r = ratio, n = T / r;
   DI_CHECK(!overlap || C % 2 == 0, op, ": overlapping kv needs an even width, got ", kv.describe());
   const int64_t D = overlap ? C / 2 : C;
-  check_exact(kv, {DType::F32, DType::BF16}, {T, C}, "compressor_pool kv");
-  check_exact(gate, {DType::F32, DType::BF16}, {T, C}, "compressor_pool gate");
+  check_float(kv, "compressor_pool kv");
+  check_float(gate, "compressor_pool gate");
+  const RowView kr = rows_of(kv, "compressor_pool kv"), gr = rows_of(gate, "compressor_pool gate");
+  DI_CHECK(gate.ndim == 2 && gr.rows == T && gr.cols == C, op, ": gate ", gate.describe(), " must match kv ",
+           kv.describe());
   check_exact(ape, {DType::F32}, {r, C}, "compressor_pool ape");
   check_exact(out, {DType::F32, DType::BF16}, {n, D}, "compressor_pool out");
   const bool prior = prior_kv.defined();
@@ -91,7 +95,8 @@ void CudaBackend::compressor_pool(const Tensor& kv, const Tensor& gate, const Te
     check_exact(prior_gate, {DType::F32}, {r, D}, "compressor_pool prior_gate");
   }
   if (n == 0 || D == 0) return;
-  PoolArgs a{kv.data, float_kind(kv.dtype), gate.data, float_kind(gate.dtype), ape.ptr<float>(),
+  PoolArgs a{kv.data, float_kind(kv.dtype), gate.data, float_kind(gate.dtype), kr.row_stride, gr.row_stride,
+             ape.ptr<float>(),
              prior ? prior_kv.ptr<float>() : nullptr, prior ? prior_gate.ptr<float>() : nullptr,
              ratio, static_cast<int>(n), static_cast<int>(D), C, overlap, out.data, float_kind(out.dtype)};
   const unsigned grid = std::min<unsigned>(ceil_div(n * D, 256), static_cast<unsigned>(num_sms_) * 8);

@@ -9,6 +9,7 @@
 // in a batch bit for bit in both configurations.
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "tests/ops/parity.h"
 
@@ -265,7 +266,43 @@ TEST_F(V4Ops, CompressorPool) {
   }
 }
 
-// Integer-valued q, keys and weights with power-of-two scales make every score exact on both
+// kv and gate as columns of wider rows (the model pools them straight from gathered pending
+// rows [kv | gate | ...]): the same results as contiguous inputs.
+TEST_F(V4Ops, CompressorPoolReadsColumnsOfWiderRows) {
+  for (auto [T, D, ratio, overlap] : {std::tuple<int64_t, int64_t, int, bool>{20, 33, 4, true}, {24, 40, 8, false}}) {
+    const int64_t C = overlap ? 2 * D : D, W = 2 * C + 5, r = ratio, n = T / r;
+    const std::vector<float> rows = randn(T * W, 1.5f), ape = randn(r * C, 1.0f, false);
+    std::vector<float> kv, gate;
+    for (int64_t t = 0; t < T; ++t) {
+      kv.insert(kv.end(), rows.begin() + t * W + 1, rows.begin() + t * W + 1 + C);
+      gate.insert(gate.end(), rows.begin() + t * W + C + 3, rows.begin() + t * W + 2 * C + 3);
+    }
+    Tensor apec = cpu_f32(ape, {r, C});
+    Tensor oc = cpu_f32(std::vector<float>(n * D), {n, D});
+    cpu_->compressor_pool(cpu_f32(kv, {T, C}), cpu_f32(gate, {T, C}), apec, ratio, overlap, Tensor(), Tensor(), oc);
+    auto cols = [](Tensor t, int64_t c0, int64_t width) {
+      t.data = static_cast<char*>(t.data) + c0 * static_cast<int64_t>(dtype_size(t.dtype));
+      t.shape[1] = width;
+      return t;
+    };
+    Tensor strided_cpu = cpu_f32(rows, {T, W});
+    Tensor oc2 = cpu_f32(std::vector<float>(n * D), {n, D});
+    cpu_->compressor_pool(cols(strided_cpu, 1, C), cols(strided_cpu, C + 3, C), apec, ratio, overlap, Tensor(),
+                          Tensor(), oc2);
+    expect_bits(values(oc2), values(oc), "CPU compressor_pool on columns");
+    for (Backend* g : gpus()) {
+      const std::string what = "compressor_pool on columns T " + std::to_string(T) + tag(*g);
+      Tensor rg = gpu_float(*g, rows, {T, W}, DType::BF16);
+      Tensor og = gpu_guarded(*g, DType::F32, {n, D});
+      g->compressor_pool(cols(rg, 1, C), cols(rg, C + 3, C), gpu_copy(*g, apec), ratio, overlap, Tensor(), Tensor(), og);
+      expect_close(download(*g, og), values(oc), kTolF32, what);
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// Integer-valued q, keys and weights with power-of-two scales (not the model's 1/sqrt(d) and
+// 1/sqrt(heads), which round differently in fp32 and double) make every score exact on both
 // sides, with many exact ties (and zeros from the ReLU): the indices must then agree exactly,
 // which checks the order (best first, ties to the lower entry) and the visibility rule.
 TEST_F(V4Ops, IndexerTopkV4) {
@@ -285,7 +322,7 @@ TEST_F(V4Ops, IndexerTopkV4) {
     std::vector<int32_t> pos(static_cast<size_t>(c.T));
     for (int32_t& p : pos) p = randint(0, int(c.S * c.ratio) + 5);
     pos[0] = int32_t(c.S * c.ratio) + 3;  // sees every key
-    const float ss = 1.0f / std::sqrt(float(c.d)), ws = 1.0f / std::sqrt(float(c.heads));
+    const float ss = 1.0f / 16, ws = 1.0f / 8;  // powers of two: every product and sum exact
     Tensor oc = cpu_i32(std::vector<int32_t>(c.T * c.k), {c.T, c.k});
     cpu_->indexer_topk(cpu_f32(q, {c.T, c.heads, c.d}), cpu_f32(keys, {c.S, c.d}), cpu_f32(w, {c.T, c.heads}),
                        cpu_i32(pos, {c.T}), c.ratio, ss, ws, oc);
