@@ -278,7 +278,8 @@ class Backend {
 
   // --- DeepSeek-V4 (issue 16; MODELS.md V4-Flash). Defaults in backend/cpu/{hyper_connection,
   // v4_routing, sink_attention, compressor}.cpp compute on host memory (CPU tensors, F32
-  // activations) and fail on other devices; CUDA kernels are later work. ------------------
+  // activations) and fail on other devices; CUDA has its kernels in backend/cuda/ (same file
+  // names; streams, queries, rows and outputs F32 or BF16 there). -----------------------
   // Manifold-constrained hyper-connections (mHC) over hc residual streams. streams [T, hc, H];
   // fn [(2 + hc) * hc, hc * H], base [(2 + hc) * hc], scale [3] (F32). Per token, with
   // flat = streams[t] flattened and scaled by rsqrt(mean(flat^2) + norm_eps) (no weight) and

@@ -12,8 +12,8 @@ namespace deepinfer::v4_ops {
 inline void check_host(const Tensor& t, DType dtype, const std::vector<int64_t>& dims, const char* op,
                        const char* name) {
   DI_CHECK(t.defined(), op, ": ", name, " is undefined");
-  DI_CHECK(t.device == Device::CPU, op, ": ", name, " must be host memory (this op has only the CPU "
-           "reference so far), got ", t.describe());
+  DI_CHECK(t.device == Device::CPU, op, ": ", name, " must be host memory (the CPU "
+           "reference; CUDA overrides the op), got ", t.describe());
   DI_CHECK(t.dtype == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.describe());
   DI_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got ", t.describe());
   DI_CHECK(t.dims() == dims, op, ": ", name, " must have shape ", shape_string(dims), ", got ",
