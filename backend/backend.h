@@ -317,6 +317,8 @@ class Backend {
   // u = gate_up[:, I:].
   virtual void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out);
   // moe_experts with each expert's SwiGLU clamped as silu_mul_clamped (V4 routed experts).
+  // Experts may also be packed FP4 e2m1 (w U8/I8 [N, K/2], scale_inv E8M0 bytes [N, K/32];
+  // core/quant.h): the reference dequantizes them, CUDA reads them packed (moe_fp4.cu).
   virtual void moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                                    const std::vector<ExpertWeights>& experts, float limit, Tensor& out);
   // Attention over chosen rows with a per-head sink: q [T, heads, D], kv [S, D] (K = V, one head

@@ -151,6 +151,9 @@ class CudaBackend final : public Backend {
   // moe_experts and moe_experts_clamped (moe.cu): limit = +inf is the plain SwiGLU.
   void routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                       const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
+  // routed_experts for packed FP4 e2m1 experts with E8M0 scales per 32 along K (moe_fp4.cu).
+  void moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                       const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
   // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
   void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
                        float softmax_scale, int v_dim, Tensor& out, const char* op);

@@ -342,6 +342,10 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
            topk_weights.describe(), ", out ", out.describe(), " do not match");
   const int E = static_cast<int>(experts.size());
   const int K = static_cast<int>(topk_ids.shape[1]);
+  if (experts[0].gate.w.dtype == DType::U8 || experts[0].gate.w.dtype == DType::I8) {
+    moe_experts_fp4(x, topk_ids, topk_weights, experts, limit, out, op);  // moe_fp4.cu
+    return;
+  }
   for (size_t e = 0; e < experts.size(); ++e) {
     check_expert_weight(experts[e].gate, experts[0].gate, I, H, "gate", e);
     check_expert_weight(experts[e].up, experts[0].gate, I, H, "up", e);

@@ -198,6 +198,20 @@ TEST_P(GoldenV4, SharedExpertClampDoesNotActHere) {
   expect_same_bits(prefill(*v4_, ref_.prompt), prefill(unclamped, ref_.prompt), GetParam());
 }
 
+// Routed experts kept packed (FP4 e2m1 bytes + E8M0 scales, as CUDA reads them): the CPU
+// reference dequantizes them per call, with the values load-time dequantization gives, so the
+// logits are the same bits.
+TEST_P(GoldenV4, PackedFp4ExpertsGiveTheSameLogitsOnTheCpu) {
+  DeepseekV4Config c = load_deepseek_v4_config(fixture(GetParam()));
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
+  V4Weights w = load_v4_weights(c, reader, true, /*packed_fp4=*/true);
+  const DType dt = w.layers.front().experts.front().gate.w.dtype;
+  if (dt != DType::I8 && dt != DType::U8) GTEST_SKIP() << GetParam() << " has no FP4 experts";
+  EXPECT_EQ(w.layers.front().experts.front().gate.scale_inv.dtype, DType::F8_E8M0);
+  DeepseekV4Model packed(c, std::move(w), *backend_);
+  expect_same_bits(prefill(*v4_, ref_.prompt), prefill(packed, ref_.prompt), GetParam());
+}
+
 // The groups v4_tiny declares (layers: window-only, CSA ratio 4, HCA ratio 8; window 6,
 // head_dim 32, index_head_dim 16): the real state, nothing allocated for nothing.
 TEST(GoldenV4Layout, KvGroupsAreTheAttentionState) {
@@ -252,6 +266,12 @@ TEST(GoldenV4Layout, ForwardRefusesMissingKvGroups) {
 //  4. the batch-invariant configuration (no replay): three sequences batched with different
 //     chunkings bit-equal to one-shot prefills of each alone.
 constexpr double kToleranceBf16 = 3e-2;
+// Largest indexer near-tie a replay accepts, relative to the row's largest |score|. V3.2's 0.05
+// was too tight here: on the H200 (2026-12-02) v4_fp8_fp4's one-shot prefill kept, in row 30 of
+// its first CSA layer, a key scoring 0.0513 below the CPU's k-th (its keys are 16-dim and pass
+// through BF16 pending rows, pooling, norm and RoPE before scoring); a wrong selection scores
+// far lower than that.
+constexpr double kTopkMargin = 0.1;
 
 bool on_cuda() { return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda"; }
 
@@ -268,7 +288,8 @@ class GoldenV4Cuda : public ::testing::TestWithParam<std::string> {
     gpu_inv_ = make_cuda_backend(o);
     cpu_ = make_cpu_backend();
     rec_ = std::make_unique<test::RoutingReplayBackend>(*cpu_, log_, test::RoutingReplayBackend::Mode::Record);
-    rep_ = std::make_unique<test::RoutingReplayBackend>(*gpu_, log_, test::RoutingReplayBackend::Mode::Replay);
+    rep_ = std::make_unique<test::RoutingReplayBackend>(*gpu_, log_, test::RoutingReplayBackend::Mode::Replay,
+                                                        0.02, kTopkMargin);
     cpu_model_ = load_model(fixture(GetParam()), *rec_);
     gpu_model_ = load_model(fixture(GetParam()), *rep_);
     scale_ = max_abs(ref_);
@@ -297,6 +318,7 @@ class GoldenV4Cuda : public ::testing::TestWithParam<std::string> {
     if (cpu != nullptr) *cpu = std::move(c);
     return g;
   }
+  void check_prefill_and_decode(const std::string& what);
   static constexpr int kBlockSize = 4;
   V4Reference ref_;
   test::RoutingLog log_;  // before the backends that hold a reference to it
@@ -306,15 +328,16 @@ class GoldenV4Cuda : public ::testing::TestWithParam<std::string> {
   double scale_ = 1;
 };
 
-TEST_P(GoldenV4Cuda, PrefillAndTeacherForcedDecodeMatch) {
+// 1 + 2 on gpu_model_ (what: how its experts are held).
+void GoldenV4Cuda::check_prefill_and_decode(const std::string& what) {
   auto p = pair();
   const int seq = p->cpu.add_sequence();
   ASSERT_EQ(p->gpu.add_sequence(), seq);
   const Rows logits = step(*p, {{seq, ref_.prompt, true}});
   const double worst = worst_diff(logits, ref_, 0);
-  std::printf("[golden v4] %s on cuda: prefill max |logit - oracle| = %.3g (max |oracle| %.3g)\n", GetParam().c_str(),
+  std::printf("[golden v4] %s on cuda: prefill max |logit - oracle| = %.3g (max |oracle| %.3g)\n", what.c_str(),
               worst, scale_);
-  EXPECT_LE(worst, kToleranceBf16 * scale_) << GetParam();
+  EXPECT_LE(worst, kToleranceBf16 * scale_) << what;
   std::vector<float> row = logits.back();
   int exact = 0;
   double vs_cpu = 0;
@@ -322,17 +345,31 @@ TEST_P(GoldenV4Cuda, PrefillAndTeacherForcedDecodeMatch) {
     const int32_t want = ref_.greedy[i], got = argmax(row);
     exact += got == want;
     EXPECT_LE(row[got] - row[want], kToleranceBf16 * scale_)
-        << GetParam() << ": step " << i << " argmax " << got << " but the oracle chose " << want;
+        << what << ": step " << i << " argmax " << got << " but the oracle chose " << want;
     Rows cr;
     const std::vector<float> gr = step(*p, {{seq, {want}, false}}, &cr)[0];
     double e = 0;
     for (size_t v = 0; v < gr.size(); ++v) e = std::max(e, double(std::fabs(gr[v] - cr[0][v])));
     vs_cpu = std::max(vs_cpu, e);
-    EXPECT_LE(e, kToleranceBf16 * scale_) << GetParam() << ": decode step " << i + 1 << " differs from the CPU by " << e;
+    EXPECT_LE(e, kToleranceBf16 * scale_) << what << ": decode step " << i + 1 << " differs from the CPU by " << e;
     row = gr;
   }
   std::printf("[golden v4] %s on cuda: %d/%zu greedy tokens exact (teacher-forced), max |logit - CPU| %.3g\n",
-              GetParam().c_str(), exact, ref_.greedy.size(), vs_cpu);
+              what.c_str(), exact, ref_.greedy.size(), vs_cpu);
+}
+
+TEST_P(GoldenV4Cuda, PrefillAndTeacherForcedDecodeMatch) { check_prefill_and_decode(GetParam()); }
+
+// The routed experts kept as FP4 e2m1 bytes with E8M0 scales (v4_fp8_fp4 ships them so), read
+// packed by CUDA's expert kernels, against the same oracle.
+TEST_P(GoldenV4Cuda, PackedFp4ExpertsMatch) {
+  DeepseekV4Config c = load_deepseek_v4_config(fixture(GetParam()));
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
+  V4Weights w = load_v4_weights(c, reader, true, /*packed_fp4=*/true);
+  const DType dt = w.layers.front().experts.front().gate.w.dtype;
+  if (dt != DType::I8 && dt != DType::U8) GTEST_SKIP() << GetParam() << " has no FP4 experts";
+  gpu_model_ = std::make_unique<DeepseekV4Model>(c, std::move(w), *rep_);
+  check_prefill_and_decode(GetParam() + " (packed FP4 experts)");
 }
 
 TEST_P(GoldenV4Cuda, ChunkedPrefillMatches) {

@@ -343,5 +343,72 @@ TEST_F(V4Ops, IndexerTopkV4) {
   }
 }
 
+// Routed experts kept packed as DeepSeek-V4 ships them (FP4 e2m1, two per byte, E8M0 scale per
+// 32 along K): CUDA reads the bytes, the reference dequantizes them first. F32 outputs; the
+// clamp on and off; a row alone equals itself in the batch in both configurations.
+TEST_F(V4Ops, MoeExpertsFp4) {
+  struct Case {
+    int64_t T, H, I, E, K;
+  };
+  for (const Case& c : {Case{1, 64, 32, 8, 3}, Case{5, 256, 96, 16, 6}, Case{40, 128, 64, 8, 2}}) {
+    auto packed = [&](int64_t n, int64_t k, std::vector<Tensor>* cpu_side) {
+      std::vector<uint8_t> w(static_cast<size_t>(n * k / 2)), sc(static_cast<size_t>(n * k / 32));
+      for (uint8_t& b : w) b = static_cast<uint8_t>(randint(0, 255));
+      for (uint8_t& b : sc) b = static_cast<uint8_t>(127 - randint(3, 6));  // 2^-3 .. 2^-6
+      cpu_side->push_back(cpu_raw(DType::U8, w.data(), {n, k / 2}));
+      cpu_side->push_back(cpu_raw(DType::F8_E8M0, sc.data(), {n, k / 32}));
+    };
+    std::vector<ExpertWeights> cpu_experts;
+    for (int64_t e = 0; e < c.E; ++e) {
+      std::vector<Tensor> t;
+      packed(c.I, c.H, &t);
+      packed(c.I, c.H, &t);
+      packed(c.H, c.I, &t);
+      ExpertWeights ew;
+      ew.gate.w = t[0], ew.gate.scale_inv = t[1], ew.up.w = t[2], ew.up.scale_inv = t[3];
+      ew.down.w = t[4], ew.down.scale_inv = t[5];
+      for (Weight* w : {&ew.gate, &ew.up, &ew.down}) w->block_n = 1, w->block_k = 32;
+      cpu_experts.push_back(ew);
+    }
+    const std::vector<float> x = randn(c.T * c.H), tw = randn(c.T * c.K, 0.5f, false);
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> e(static_cast<size_t>(c.E));
+      std::iota(e.begin(), e.end(), 0);
+      std::shuffle(e.begin(), e.end(), rng_);
+      ids.insert(ids.end(), e.begin(), e.begin() + c.K);
+    }
+    for (float limit : {0.75f, std::numeric_limits<float>::infinity()}) {
+      Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+      cpu_->moe_experts_clamped(cpu_f32(x, {c.T, c.H}), cpu_i32(ids, {c.T, c.K}), cpu_f32(tw, {c.T, c.K}), cpu_experts,
+                                limit, oc);
+      for (Backend* g : gpus()) {
+        const std::string what = "moe_experts_clamped FP4 T " + std::to_string(c.T) + " H " + std::to_string(c.H) +
+                                 " I " + std::to_string(c.I) + " limit " + std::to_string(limit) + tag(*g);
+        std::vector<ExpertWeights> ge = cpu_experts;
+        for (ExpertWeights& ew : ge)
+          for (Weight* w : {&ew.gate, &ew.up, &ew.down}) {
+            w->w = gpu_copy(*g, w->w);
+            w->scale_inv = gpu_copy(*g, w->scale_inv);
+          }
+        auto run = [&](int64_t t0, int64_t t1) {
+          const int64_t n = t1 - t0;
+          Tensor og = gpu_guarded(*g, DType::F32, {n, c.H});
+          g->moe_experts_clamped(gpu_float(*g, slice(x, t0, t1, c.H), {n, c.H}, DType::BF16),
+                                 gpu_copy(*g, cpu_i32(std::vector<int32_t>(ids.begin() + t0 * c.K, ids.begin() + t1 * c.K),
+                                                      {n, c.K})),
+                                 gpu_float(*g, slice(tw, t0, t1, c.K), {n, c.K}, DType::F32), ge, limit, og);
+          std::vector<float> v = download(*g, og);
+          expect_guards_intact(what);
+          return v;
+        };
+        const std::vector<float> got = run(0, c.T);
+        expect_close(got, values(oc), kTolF32, what);
+        expect_bits(run(c.T - 1, c.T), slice(got, c.T - 1, c.T, c.H), what + " last row alone vs in batch");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::ops_test
