@@ -278,7 +278,8 @@ class Backend {
 
   // --- DeepSeek-V4 (issue 16; MODELS.md V4-Flash). Defaults in backend/cpu/{hyper_connection,
   // v4_routing, sink_attention, compressor}.cpp compute on host memory (CPU tensors, F32
-  // activations) and fail on other devices; CUDA kernels are later work. ------------------
+  // activations) and fail on other devices; CUDA has its kernels in backend/cuda/ (same file
+  // names; streams, queries, rows and outputs F32 or BF16 there). -----------------------
   // Manifold-constrained hyper-connections (mHC) over hc residual streams. streams [T, hc, H];
   // fn [(2 + hc) * hc, hc * H], base [(2 + hc) * hc], scale [3] (F32). Per token, with
   // flat = streams[t] flattened and scaled by rsqrt(mean(flat^2) + norm_eps) (no weight) and
@@ -316,6 +317,8 @@ class Backend {
   // u = gate_up[:, I:].
   virtual void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out);
   // moe_experts with each expert's SwiGLU clamped as silu_mul_clamped (V4 routed experts).
+  // Experts may also be packed FP4 e2m1 (w U8/I8 [N, K/2], scale_inv E8M0 bytes [N, K/32];
+  // core/quant.h): the reference dequantizes them, CUDA reads them packed (moe_fp4.cu).
   virtual void moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                                    const std::vector<ExpertWeights>& experts, float limit, Tensor& out);
   // Attention over chosen rows with a per-head sink: q [T, heads, D], kv [S, D] (K = V, one head
@@ -330,8 +333,8 @@ class Backend {
   // c] + ape[j, c]) kv[w r + j, c]. With overlap: kv, gate [T, 2D], ape [r, 2D]; the softmax runs
   // over 2r slots: window w-1's first halves (kv[., :D], gate + ape [., :D]) then window w's
   // second halves ([., D:]); window 0's first slots come from prior_kv / prior_gate [r, D]
-  // (gate + ape already added) when defined, else are empty. out [n, D]. RMS norm and RoPE of
-  // the entries are separate ops.
+  // (gate + ape already added) when defined, else are empty. out [n, D]. kv and gate may be
+  // row-strided views (columns of wider rows). RMS norm and RoPE of the entries are separate ops.
   virtual void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio,
                                bool overlap, const Tensor& prior_kv, const Tensor& prior_gate,
                                Tensor& out);

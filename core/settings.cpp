@@ -64,6 +64,9 @@ const std::vector<SettingInfo>& setting_table() {
       {"DEEPINFER_USE_NEXTN_DECODE", SettingType::Int, "0",
        "speculative decoding: most draft tokens per sequence and step, 0..16 (0: off; "
        "EngineConfig.num_speculative_tokens / --num-speculative-tokens win)"},
+      {"DEEPINFER_V4_FP4_PACKED", SettingType::Bool, "0",
+       "DeepSeek-V4 on CUDA: keep FP4 routed experts packed (4.25 bits per weight, read by "
+       "backend/cuda/moe_fp4.cu on CUDA cores: decode-sized steps) instead of dequantizing them to BF16 at load"},
       {"DEEPINFER_ENABLE_MTP_VARLEN", SettingType::Bool, "0",
        "speculative decoding: verify length per request from draft confidences (DSpark); "
        "EngineConfig.spec_varlen / --spec-varlen win"},

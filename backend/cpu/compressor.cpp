@@ -18,8 +18,8 @@ void Backend::compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor
   const int64_t T = kv.size(0), C = kv.size(1), r = ratio, n = T / r;
   DI_CHECK(!overlap || C % 2 == 0, "compressor_pool: overlapping kv needs an even width, got ", kv.describe());
   const int64_t D = overlap ? C / 2 : C;
-  check_host(kv, DType::F32, {T, C}, "compressor_pool", "kv");
-  check_host(gate, DType::F32, {T, C}, "compressor_pool", "gate");
+  v4_ops::check_host_rows(kv, DType::F32, {T, C}, "compressor_pool", "kv");
+  v4_ops::check_host_rows(gate, DType::F32, {T, C}, "compressor_pool", "gate");
   check_host(ape, DType::F32, {r, C}, "compressor_pool", "ape");
   check_host(out, DType::F32, {n, D}, "compressor_pool", "out");
   const bool prior = prior_kv.defined();
@@ -31,6 +31,7 @@ void Backend::compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor
   const float* K = kv.ptr<const float>();
   const float* G = gate.ptr<const float>();
   const float* A = ape.ptr<const float>();
+  const int64_t ldk = T > 1 ? kv.stride[0] : C, ldg = T > 1 ? gate.stride[0] : C;
   std::vector<float> lg(static_cast<size_t>(2 * r)), val(static_cast<size_t>(2 * r));
   for (int64_t w = 0; w < n; ++w) {
     for (int64_t c = 0; c < D; ++c) {
@@ -39,8 +40,8 @@ void Backend::compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor
         for (int64_t j = 0; j < r; ++j) {  // previous window's first halves
           if (w > 0) {
             const int64_t src = (w - 1) * r + j;
-            lg[slots] = G[src * C + c] + A[j * C + c];
-            val[slots++] = K[src * C + c];
+            lg[slots] = G[src * ldg + c] + A[j * C + c];
+            val[slots++] = K[src * ldk + c];
           } else if (prior) {
             lg[slots] = prior_gate.ptr<const float>()[j * D + c];
             val[slots++] = prior_kv.ptr<const float>()[j * D + c];
@@ -50,8 +51,8 @@ void Backend::compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor
       const int64_t off = overlap ? D : 0;
       for (int64_t j = 0; j < r; ++j) {
         const int64_t src = w * r + j;
-        lg[slots] = G[src * C + off + c] + A[j * C + off + c];
-        val[slots++] = K[src * C + off + c];
+        lg[slots] = G[src * ldg + off + c] + A[j * C + off + c];
+        val[slots++] = K[src * ldk + off + c];
       }
       float m = -INFINITY;
       for (int64_t s = 0; s < slots; ++s) m = std::fmax(m, lg[s]);

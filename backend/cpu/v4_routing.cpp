@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/v4_common.h"
+#include "core/quant.h"
 
 namespace deepinfer {
 
@@ -103,7 +104,17 @@ void Backend::moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const
         }
       }
     if (rows.empty()) continue;
-    const ExpertWeights& w = experts[static_cast<size_t>(e)];
+    // Packed FP4 experts (U8/I8 [N, K/2] with E8M0 scales per 32 along K) are dequantized here.
+    ExpertWeights w = experts[static_cast<size_t>(e)];
+    std::vector<HostBuffer> dequantized;
+    dequantized.reserve(3);
+    for (Weight* part : {&w.gate, &w.up, &w.down}) {
+      if (part->w.dtype != DType::U8 && part->w.dtype != DType::I8) continue;
+      HostBuffer& f = dequantized.emplace_back(DType::F32, std::vector<int64_t>{part->w.size(0), part->w.size(1) * 2});
+      dequantize_fp4_e2m1(part->w, part->scale_inv, f.ptr<float>(), "moe_experts_clamped FP4 expert");
+      *part = Weight{};
+      part->w = f.tensor();
+    }
     const int64_t n = static_cast<int64_t>(rows.size()), I = w.gate.out_features();
     HostBuffer xs(DType::F32, {n, H}), gu(DType::F32, {n, 2 * I}), h(DType::F32, {n, I}),
         y(DType::F32, {n, H});

@@ -29,6 +29,20 @@ void check_float(const Tensor& t, const char* what) {
            t.describe());
 }
 
+void check_exact(const Tensor& t, std::initializer_list<DType> dtypes, const std::vector<int64_t>& dims,
+                 const char* what) {
+  check_device(t, what);
+  std::string names;
+  bool ok = false;
+  for (DType d : dtypes) {
+    ok = ok || t.dtype == d;
+    names += (names.empty() ? "" : " or ") + std::string(dtype_name(d));
+  }
+  DI_CHECK(ok, what, ": expected ", names, ", got ", t.describe());
+  DI_CHECK(t.is_contiguous() && t.dims() == dims, what, ": must be contiguous ", shape_string(dims), ", got ",
+           t.describe());
+}
+
 RowView rows_of(const Tensor& t, const char* what) {
   check_device(t, what);
   DI_CHECK(t.ndim >= 1, what, ": scalar tensor ", t.describe());

@@ -76,7 +76,9 @@ class CudaBackend final : public Backend {
   void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv, float scale,
                       Tensor& scores) override;
   void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
-  using Backend::indexer_topk;  // V4's CSA form (not on CUDA yet)
+  // V4's CSA form (indexer.cu): scores of the visible compressed keys, then the top-k.
+  void indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                    int ratio, float softmax_scale, float weights_scale, Tensor& out) override;
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override;
   void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -86,6 +88,23 @@ class CudaBackend final : public Backend {
                    Tensor& topk_ids, Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
+  // DeepSeek-V4 (issue 16): hyper_connection.cu, v4_routing.cu (routing, clamped SwiGLU; the
+  // clamped experts run moe_experts' path in moe.cu), sink_attention.cu, compressor.cu.
+  void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+              const HyperConnectionParams& params, Tensor& collapsed, Tensor& post, Tensor& comb) override;
+  void hc_post(const Tensor& streams, const Tensor& f, const Tensor& post, const Tensor& comb,
+               Tensor& out) override;
+  void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+               const HyperConnectionParams& params, Tensor& out) override;
+  void moe_routing_sqrt_softplus(const Tensor& logits, const Tensor& bias, const Tensor& hash_ids, int top_k,
+                                 float scaling, Tensor& topk_ids, Tensor& topk_weights) override;
+  void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) override;
+  void moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const std::vector<ExpertWeights>& experts, float limit, Tensor& out) override;
+  void sink_attention(const Tensor& q, const Tensor& kv, const Tensor& indices, const Tensor& sinks,
+                      float scale, Tensor& out) override;
+  void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio, bool overlap,
+                       const Tensor& prior_kv, const Tensor& prior_gate, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
@@ -109,7 +128,8 @@ class CudaBackend final : public Backend {
   // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
   // contents are not kept across growth). Slots let one op hold several buffers.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
-              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotCount };
+              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
+              kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
@@ -128,6 +148,12 @@ class CudaBackend final : public Backend {
   bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                      int64_t ldo, DType out_dtype);
   bool capturing() const;
+  // moe_experts and moe_experts_clamped (moe.cu): limit = +inf is the plain SwiGLU.
+  void routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                      const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
+  // routed_experts for packed FP4 e2m1 experts with E8M0 scales per 32 along K (moe_fp4.cu).
+  void moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                       const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
   // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
   void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
                        float softmax_scale, int v_dim, Tensor& out, const char* op);

@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -39,6 +41,10 @@ void check_device(const Tensor& t, const char* what);
 void check_dtype(const Tensor& t, DType dtype, const char* what);
 // F32 or BF16 (the activation dtypes the CUDA kernels read and write).
 void check_float(const Tensor& t, const char* what);
+
+// A CUDA tensor of exactly `dims`, contiguous, of one of `dtypes` (V4 ops; errors name `what`).
+void check_exact(const Tensor& t, std::initializer_list<DType> dtypes, const std::vector<int64_t>& dims,
+                 const char* what);
 
 // 0 = F32, 1 = BF16 (kernel template selector).
 inline int float_kind(DType d) { return d == DType::BF16 ? 1 : 0; }

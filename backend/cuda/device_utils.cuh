@@ -52,6 +52,21 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Butterfly argmax over the warp: every lane gets the best (v, i) of the lanes; a higher value
+// wins, an equal one goes to the lower index.
+template <typename Index>
+__device__ __forceinline__ void warp_argmax(float& v, Index& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const Index oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (ov > v || (ov == v && oi < i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+}
+
 // Block-wide sum (blockDim.x a multiple of 32, <= 1024); `scratch` holds 32 floats.
 // Fixed order: warp trees, then warp 0 sums the partials in lane order.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

@@ -126,26 +126,43 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 
 constexpr int kTopkThreads = 512;
 
-// grid (T), kTopkThreads threads: row t of scores [T, ld] -> out[t, 0 .. k).
+// Which positions of score row t a top-k ranks: V3.2's causal ones (the paged step's
+// addressing), or V4's visible compressed entries min(S, (positions[t] + 1) / ratio).
+struct TopkRows {
+  const int32_t* query_start = nullptr;
+  const int32_t* seq_lens = nullptr;
+  int num_seqs = 0;
+  const int32_t* positions = nullptr;  // V4
+  int ratio = 1, S = 0;
+};
+
+// grid (T), kTopkThreads threads: row t of scores [T, ld] -> out[t, 0 .. k). kByScore (V4):
+// the kept positions are written best first (higher score, then lower position), else in
+// ascending position order; dynamic shared memory 8 k bytes when kByScore.
+template <bool kByScore>
 __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float* scores, int64_t ld,
-                                                                   const int32_t* query_start,
-                                                                   const int32_t* seq_lens,
-                                                                   int num_seqs, int k, int32_t* out) {
+                                                                   TopkRows rows, int k, int32_t* out) {
   constexpr int kWarps = kTopkThreads / 32;
+  extern __shared__ int32_t sel[];  // kByScore: [k] kept positions (ascending), then [k] their keys
   __shared__ int hist[257];  // bin 256: lanes outside the row or the current prefix
   __shared__ uint32_t s_prefix;
   __shared__ int s_need;
   __shared__ int warp_gt[kWarps], warp_eq[kWarps];
   const int t = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int seq, pos;
-  locate(query_start, seq_lens, num_seqs, t, &seq, &pos);
-  const int ctx = pos + 1;
+  int ctx;
+  if (kByScore) {
+    ctx = min(rows.S, (rows.positions[t] + 1) / rows.ratio);
+  } else {
+    int seq, pos;
+    locate(rows.query_start, rows.seq_lens, rows.num_seqs, t, &seq, &pos);
+    ctx = pos + 1;
+  }
   const float* row = scores + int64_t{t} * ld;
-  int32_t* dst = out + int64_t{t} * k;
+  int32_t* dst = kByScore ? sel : out + int64_t{t} * k;
   if (ctx <= k) {  // every causal position, then -1
     for (int j = tid; j < k; j += kTopkThreads) dst[j] = j < ctx ? j : -1;
-    return;
-  }
+    if (!kByScore) return;
+  } else {
   // Radix select of the k-th largest key: after each pass `prefix` holds its known high bits
   // and `need` how many keys with those bits still rank at or above it.
   uint32_t prefix = 0;
@@ -208,6 +225,70 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float*
     gt_base += gt_tile;
     eq_base += eq_tile;
     __syncthreads();  // warp_gt / warp_eq are rewritten by the next tile
+  }
+  }
+  if (!kByScore) return;
+  // Best first: the output slot of a kept position is the number of kept ones that beat it.
+  __syncthreads();
+  const int n_sel = min(ctx, k);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(sel + k);
+  for (int i = tid; i < n_sel; i += kTopkThreads) keys[i] = order_key(row[sel[i]]);
+  __syncthreads();
+  int32_t* o = out + int64_t{t} * k;
+  for (int i = tid; i < k; i += kTopkThreads) {
+    if (i >= n_sel) {
+      o[i] = -1;
+      continue;
+    }
+    const int p = sel[i];
+    const uint32_t key = keys[i];
+    int rank = 0;
+    for (int j = 0; j < n_sel; ++j) rank += keys[j] > key || (keys[j] == key && sel[j] < p);
+    o[rank] = p;
+  }
+}
+
+// V4's indexer scores: grid (ceil(S / kV4Chunk), T), kV4Threads threads; warp w scores keys
+// c0 + w, c0 + w + 8, ...: per head (ascending) the warp's q . key, ReLU, times softmax_scale
+// and the head's weight * weights_scale, summed in head order. Keys past the token's visible
+// count get -inf. Dynamic shared memory: the token's q as F32 [heads, d] and its head weights.
+constexpr int kV4Chunk = 64;
+constexpr int kV4Threads = 256;
+
+struct V4ScoreArgs {
+  const void* q;  // [T, heads, d]
+  int q_kind;
+  const void* keys;  // [S, d]
+  int k_kind;
+  const float* w;  // [T, heads]
+  const int32_t* positions;
+  int heads, d, S, ratio;
+  float softmax_scale, weights_scale;
+  float* scores;  // [T, S]
+};
+
+__global__ void __launch_bounds__(kV4Threads) v4_index_scores_kernel(V4ScoreArgs a) {
+  extern __shared__ float qs[];
+  float* ws = qs + a.heads * a.d;
+  const int t = blockIdx.y, c0 = blockIdx.x * kV4Chunk, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int visible = min(a.S, (a.positions[t] + 1) / a.ratio);
+  for (int i = tid; i < a.heads * a.d; i += kV4Threads) qs[i] = ld(a.q, int64_t{t} * a.heads * a.d + i, a.q_kind);
+  for (int h = tid; h < a.heads; h += kV4Threads) ws[h] = a.w[int64_t{t} * a.heads + h] * a.weights_scale;
+  __syncthreads();
+  for (int j = warp; j < kV4Chunk; j += kV4Threads / 32) {
+    const int s = c0 + j;
+    if (s >= a.S) break;
+    float total = -INFINITY;
+    if (s < visible) {
+      total = 0.0f;
+      for (int h = 0; h < a.heads; ++h) {
+        float dot = 0.0f;
+        for (int i = lane; i < a.d; i += 32) dot += qs[h * a.d + i] * ld(a.keys, int64_t{s} * a.d + i, a.k_kind);
+        dot = warp_sum(dot);
+        total += fmaxf(dot, 0.0f) * a.softmax_scale * ws[h];
+      }
+    }
+    if (lane == 0) a.scores[int64_t{t} * a.S + s] = total;
   }
 }
 
@@ -288,11 +369,56 @@ void CudaBackend::indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& 
            ", seq_lens ", kv.seq_lens.describe(), ", max_seq_len ", kv.max_seq_len,
            ") is inconsistent with scores ", scores.describe());
   if (sv.rows == 0) return;
-  indexer_topk_kernel<<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
-      static_cast<const float*>(sv.data), sv.row_stride, kv.query_start.ptr<int32_t>(),
-      kv.seq_lens.ptr<int32_t>(), kv.num_seqs, static_cast<int>(indices.shape[1]),
+  TopkRows rows;
+  rows.query_start = kv.query_start.ptr<int32_t>();
+  rows.seq_lens = kv.seq_lens.ptr<int32_t>();
+  rows.num_seqs = kv.num_seqs;
+  indexer_topk_kernel<false><<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
+      static_cast<const float*>(sv.data), sv.row_stride, rows, static_cast<int>(indices.shape[1]),
       indices.ptr<int32_t>());
   check_launch(op, scores.describe() + " -> " + indices.describe());
+}
+
+void CudaBackend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                               int ratio, float softmax_scale, float weights_scale, Tensor& out) {
+  const char* op = "indexer_topk (V4)";
+  check_device(q, "indexer_topk q");
+  check_device(keys, "indexer_topk keys");
+  check_device(out, "indexer_topk out");
+  DI_CHECK(q.ndim == 3 && keys.ndim == 2 && out.ndim == 2, op,
+           ": q [T, heads, d], keys [S, d], out [T, top_k] expected, got ", q.describe(), ", ", keys.describe(), ", ",
+           out.describe());
+  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(0), k = out.size(1);
+  DI_CHECK(ratio > 0, op, ": ratio must be > 0, got ", ratio);
+  check_exact(q, {DType::F32, DType::BF16}, {T, heads, d}, "indexer_topk q");
+  check_exact(keys, {DType::F32, DType::BF16}, {S, d}, "indexer_topk keys");
+  check_exact(weights, {DType::F32}, {T, heads}, "indexer_topk weights");
+  check_exact(positions, {DType::I32}, {T}, "indexer_topk positions");
+  check_exact(out, {DType::I32}, {T, k}, "indexer_topk out");
+  constexpr int64_t kMaxK = 8192, kMaxQ = 16384;  // shared memory: 8 k bytes; q as F32 [heads, d]
+  DI_CHECK(k >= 1 && k <= kMaxK && heads * d <= kMaxQ, op, ": CUDA takes top_k in [1, ", kMaxK,
+           "] and heads * d <= ", kMaxQ, ", got ", q.describe(), " -> ", out.describe());
+  if (T == 0) return;
+  float* scores = S > 0 ? static_cast<float*>(scratch(kSlotV4Scores, static_cast<size_t>(T * S) * 4, op)) : nullptr;
+  const std::string shapes = q.describe() + " keys " + keys.describe() + " -> " + out.describe();
+  if (S > 0) {
+    V4ScoreArgs a{q.data, float_kind(q.dtype), keys.data, float_kind(keys.dtype), weights.ptr<float>(),
+                  positions.ptr<int32_t>(), static_cast<int>(heads), static_cast<int>(d), static_cast<int>(S),
+                  ratio, softmax_scale, weights_scale, scores};
+    const size_t smem = static_cast<size_t>(heads * d + heads) * 4;
+    set_smem_limit(reinterpret_cast<const void*>(v4_index_scores_kernel), smem, op);
+    v4_index_scores_kernel<<<dim3(ceil_div(S, kV4Chunk), static_cast<unsigned>(T)), kV4Threads, smem, stream_>>>(a);
+    check_launch("indexer_topk (V4 scores)", shapes);
+  }
+  TopkRows rows;
+  rows.positions = positions.ptr<int32_t>();
+  rows.ratio = ratio;
+  rows.S = static_cast<int>(S);
+  const size_t smem = static_cast<size_t>(k) * 8;
+  set_smem_limit(reinterpret_cast<const void*>(indexer_topk_kernel<true>), smem, op);
+  indexer_topk_kernel<true><<<static_cast<unsigned>(T), kTopkThreads, smem, stream_>>>(
+      scores, S, rows, static_cast<int>(k), out.ptr<int32_t>());
+  check_launch("indexer_topk (V4 select)", shapes);
 }
 
 }  // namespace deepinfer::cuda

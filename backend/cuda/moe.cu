@@ -7,6 +7,7 @@
 // a token's k slots in slot order in fp32, so a token's output never depends on which
 // other tokens share the step.
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -309,23 +310,42 @@ void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const Mo
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                               const std::vector<ExpertWeights>& experts, Tensor& out) {
+  routed_experts(x, topk_ids, topk_weights, experts, INFINITY, out, "moe_experts");
+}
+
+void CudaBackend::moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                                      const std::vector<ExpertWeights>& experts, float limit, Tensor& out) {
+  DI_CHECK(!std::isnan(limit), "moe_experts_clamped: limit is NaN");
+  routed_experts(x, topk_ids, topk_weights, experts, limit, out, "moe_experts_clamped");
+}
+
+// A finite limit (V4) clamps each expert's SwiGLU as silu_mul_clamped does: the activation then
+// always goes through silu_mul_clamped (no fused SwiGLU load, no FP8-activation prefill path).
+void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                                 const std::vector<ExpertWeights>& experts, float limit, Tensor& out,
+                                 const char* op) {
+  const bool clamped = !std::isinf(limit);
   const RowView xv = rows_of(x, "moe_experts x");
   const RowView ov = rows_of(out, "moe_experts out");
   check_float(x, "moe_experts x");
   check_float(out, "moe_experts out");
   check_dtype(topk_ids, DType::I32, "moe_experts topk_ids");
   check_dtype(topk_weights, DType::F32, "moe_experts topk_weights");
-  DI_CHECK(!experts.empty(), "moe_experts: no experts");
+  DI_CHECK(!experts.empty(), op, ": no experts");
   const int64_t T = xv.rows, H = xv.cols;
   const int64_t I = experts[0].gate.w.shape[0];
   DI_CHECK(topk_ids.ndim == 2 && topk_ids.shape[0] == T && topk_ids.is_contiguous() &&
                topk_weights.ndim == 2 && topk_weights.shape[0] == T &&
                topk_weights.shape[1] == topk_ids.shape[1] && topk_weights.is_contiguous() &&
                ov.rows == T && ov.cols == H,
-           "moe_experts: x ", x.describe(), ", topk_ids ", topk_ids.describe(), ", topk_weights ",
+           op, ": x ", x.describe(), ", topk_ids ", topk_ids.describe(), ", topk_weights ",
            topk_weights.describe(), ", out ", out.describe(), " do not match");
   const int E = static_cast<int>(experts.size());
   const int K = static_cast<int>(topk_ids.shape[1]);
+  if (experts[0].gate.w.dtype == DType::U8 || experts[0].gate.w.dtype == DType::I8) {
+    moe_experts_fp4(x, topk_ids, topk_weights, experts, limit, out, op);  // moe_fp4.cu
+    return;
+  }
   for (size_t e = 0; e < experts.size(); ++e) {
     check_expert_weight(experts[e].gate, experts[0].gate, I, H, "gate", e);
     check_expert_weight(experts[e].up, experts[0].gate, I, H, "up", e);
@@ -395,7 +415,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   // expert (fp8_gemm.cu), when enabled and cuBLASLt takes the shapes; never batch-invariant.
   const float* y_fp8 = nullptr;
   const int32_t* y_fp8_pos = nullptr;
-  if (fp8 && !few_rows &&
+  if (fp8 && !few_rows && !clamped &&
       moe_fp8_act(a, lda, T, K, topk_ids.ptr<int32_t>(), experts, row_token, offsets, entry_pos, &y_fp8, &y_fp8_pos)) {
     moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
         y_fp8, H, y_fp8_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
@@ -475,14 +495,18 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
   fused.lda = 2 * I;
   fused.a_swiglu = 1;
   fused.a_up_offset = I;
-  if ((fuse_mask_ & 4) && launch_pipe(fused, "moe_experts (swiglu|down)")) {
-  } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && (fuse_mask_ & 4) &&
+  const bool fuse_swiglu = (fuse_mask_ & 4) && !clamped;
+  if (fuse_swiglu && launch_pipe(fused, "moe_experts (swiglu|down)")) {
+  } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && fuse_swiglu &&
              stream_gemm_supported(fused)) {
     launch_gemm(fused, "moe_experts (swiglu|down)", few_rows);
   } else {
     Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
     Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
-    silu_mul(hid, actt);
+    if (clamped)
+      silu_mul_clamped(hid, limit, actt);
+    else
+      silu_mul(hid, actt);
     p.a = act;
     p.lda = I;
     if (!launch_pipe(p, "moe_experts (down)")) launch_gemm(p, "moe_experts (down)", few_rows);

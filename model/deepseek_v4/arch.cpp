@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/arch.h"
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/info.h"
@@ -15,7 +16,11 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
   DI_CHECK(!options.random_weights, config.source, ": deepseek_v4 has no random-weight builder yet");
   DeepseekV4Config v4 = load_deepseek_v4_config(config.source);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-  V4Weights w = load_v4_weights(v4, reader, options.load_mtp);
+  // Packed FP4 experts only where a backend reads them (CUDA) and only when asked
+  // (DEEPINFER_V4_FP4_PACKED): their golden test passes on the H200 (2026-12-02), but the kernel
+  // (moe_fp4.cu) reads each pair's expert on CUDA cores, fit for decode, not for long prefills.
+  const bool packed = backend.device() == Device::CUDA && env_settings().get_bool("DEEPINFER_V4_FP4_PACKED");
+  V4Weights w = load_v4_weights(v4, reader, options.load_mtp, packed);
   return std::make_unique<DeepseekV4Model>(std::move(v4), std::move(w), backend);
 }
 

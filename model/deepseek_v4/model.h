@@ -1,13 +1,18 @@
-// DeepSeek-V4 forward on the CPU reference backend over the paged KV layer groups of
-// kv_layout.h: any number of sequences per step, each appending any number of tokens after
-// its cached context (prefill, chunked prefill, decode and prefix hits are one code path).
+// DeepSeek-V4 forward over the paged KV layer groups of kv_layout.h, on any backend (the
+// CPU reference or CUDA): any number of sequences per step, each appending any number of
+// tokens after its cached context (prefill, chunked prefill, decode and prefix hits are one
+// code path). Every tensor op runs on the backend's device; the host only computes the
+// step's addressing (slots, row lists, positions of compressed entries, hash-routing rows)
+// from the step's host mirrors and block tables, and uploads those small I32 tensors.
 //
 //  per step:    token-wise work (hyper-connections, projections, MoE) over all the step's rows;
+//               the hyper-connection streams stay F32 on every backend, the rest is in the
+//               backend's activation dtype;
 //  per layer:   this step's window rows and compressor inputs go to their caches first, then
 //               per sequence the compression groups the step completes are pooled into the
 //               entry caches (CSA: also the indexer's keys), and each query attends its window
-//               rows plus the visible (HCA) or indexer-chosen (CSA) entries, read back through
-//               the sequence's block tables;
+//               rows plus the visible (HCA) or indexer-chosen (CSA) entries, gathered from the
+//               sequence's blocks;
 //  logits:      only at batch.logits_indices.
 #pragma once
 #include <vector>
@@ -27,8 +32,8 @@ class DeepseekV4Model : public Model {
   const V4KvLayout& kv_layout() const { return layout_; }
   std::vector<KvGroupSpec> kv_groups() const override { return layout_.groups; }
   int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
-  // hidden_out: host F32 [T, hc_mult * hidden], the hyper-connection streams after the last
-  // layer (before hc_head), what the MTP block drafts from.
+  // hidden_out: F32 [T, hc_mult * hidden] on the backend's device, the hyper-connection
+  // streams after the last layer (before hc_head), what the MTP block drafts from.
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out = nullptr) override;
   // The MTP block (DeepSeek's MTPBlock, window-only): its K=V rows are one more layer of the
   // "window" group (the runner adds it there; same block tables, same sliding window).
@@ -43,31 +48,36 @@ class DeepseekV4Model : public Model {
 
  private:
   struct RopeTables {
-    HostBuffer main, compress, main_inv, compress_inv;  // [rows, rope_dim]; inv: rotation by -position
+    DeviceBuffer main, compress, main_inv, compress_inv;  // F32 [rows, rope_dim]; inv: rotation by -position
     int64_t rows = 0;
   };
+  struct StepHost;  // model.cpp: host copies of the step's token ids and block tables
   void check_step(const StepBatch& batch, const KvCaches& kv) const;
   void check_positions(const StepBatch& batch) const;
-  void check_tokens(const StepBatch& batch) const;
   void grow_rope_tables(int64_t num_positions);
+  DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return be_.alloc(dtype, dims); }
+  DeviceBuffer upload(const std::vector<int32_t>& v);
   // Layer l's attention over the step: x [T, H] its normed input, qr [T, q_lora] the q_norm
   // output, q [T, heads, D] the rotated queries; out [T, heads, D] before the inverse RoPE.
   // l: the main layer's index, -1 for the MTP block (window-only); its window rows live in
-  // window_cache, addressed by window_tables.
-  void attention(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv, const Tensor& window_cache,
-                 const KvGroupTables& window_tables, const Tensor& x, const Tensor& qr, const Tensor& q, Tensor& out);
+  // window_cache, addressed by window group `window_group` of the step.
+  void attention(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                 const Tensor& window_cache, int window_group, const Tensor& x, const Tensor& qr, const Tensor& q,
+                 Tensor& out);
   // One block (attention then MoE, each between hc_pre and hc_post) over streams [T, hc, H]
-  // in place (next: scratch of the same shape).
-  void block(const V4Layer& L, int l, const StepBatch& batch, KvCaches& kv, const Tensor& window_cache,
-             const KvGroupTables& window_tables, HostBuffer& streams, HostBuffer& next);
-  void head_logits(const StepBatch& batch, const HostBuffer& streams, const V4HyperConnection& hc_head,
+  // (F32) in place (next: scratch of the same shape).
+  void block(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+             const Tensor& window_cache, int window_group, DeviceBuffer& streams, DeviceBuffer& next);
+  void head_logits(const StepBatch& batch, const Tensor& streams, const V4HyperConnection& hc_head,
                    const Tensor& norm, Tensor& logits);
 
   DeepseekV4Config config_;
   V4Weights w_;
   Backend& be_;
+  DType act_;  // the backend's activation dtype
   V4KvLayout layout_;
   RopeTables rope_;
+  DeviceBuffer ones_;  // F32 [head_dim]: the unweighted per-head norm
 };
 
 }  // namespace deepinfer

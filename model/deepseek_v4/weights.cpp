@@ -52,8 +52,8 @@ std::string hf_name(const std::string& official) {
 
 class Loader {
  public:
-  Loader(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> r, V4Weights& w)
-      : c_(c), r_(std::move(r)), w_(w) {}
+  Loader(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> r, V4Weights& w, bool packed_fp4)
+      : c_(c), r_(std::move(r)), w_(w), packed_fp4_(packed_fp4) {}
 
   // The checkpoint's name for `official` (DeepSeek's, else transformers'); "" when absent.
   std::string resolve(const std::string& official) const {
@@ -96,12 +96,19 @@ class Loader {
   // A linear weight [n, k]: F32/BF16 as is; FP8 e4m3 with F32 block scales (E8M0 converted);
   // FP4 e2m1 (I8/U8 [n, k/2]) dequantized to F32. dequantize: FP8 to F32 too.
   Weight linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k, const char* what,
-                     bool dequantize = false) {
+                     bool dequantize = false, bool packed = false) {
     Weight w;
     if (t.dtype == DType::I8 || t.dtype == DType::U8) {
       check_dims(t, prefix + ".weight", {n, k / 2}, what);
       DI_CHECK(k % 32 == 0, "tensor '", prefix, ".weight' (", what, "): FP4 needs K % 32 == 0, K = ", k);
       Tensor s = scale_of(prefix, {n, k / 32}, what);
+      if (packed && (s.dtype == DType::F8_E8M0 || s.dtype == DType::U8)) {
+        w.w = t;
+        w.scale_inv = s;
+        w.block_n = 1;
+        w.block_k = 32;
+        return w;
+      }
       auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{n, k});
       dequantize_fp4_e2m1(t, s, b->ptr<float>(), (prefix + ".weight").c_str());
       w_.owners.push_back(b);
@@ -134,8 +141,9 @@ class Loader {
     w.w = t;
     return w;
   }
-  Weight linear(const std::string& prefix, int64_t n, int64_t k, const char* what, bool dequantize = false) {
-    return linear_from(raw(prefix + ".weight", what), prefix, n, k, what, dequantize);
+  Weight linear(const std::string& prefix, int64_t n, int64_t k, const char* what, bool dequantize = false,
+                bool packed = false) {
+    return linear_from(raw(prefix + ".weight", what), prefix, n, k, what, dequantize, packed);
   }
   V4Compressor compressor(const std::string& p, int64_t width, int64_t d, int ratio) {
     V4Compressor out;
@@ -163,9 +171,9 @@ class Loader {
     }
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = block + "ffn.experts." + std::to_string(e) + ".";
-      out[e].gate = linear(p + "w1", I, H, w("routed expert w1 (gate)"));
-      out[e].up = linear(p + "w3", I, H, w("routed expert w3 (up)"));
-      out[e].down = linear(p + "w2", H, I, w("routed expert w2 (down)"));
+      out[e].gate = linear(p + "w1", I, H, w("routed expert w1 (gate)"), false, packed_fp4_);
+      out[e].up = linear(p + "w3", I, H, w("routed expert w3 (up)"), false, packed_fp4_);
+      out[e].down = linear(p + "w2", H, I, w("routed expert w2 (down)"), false, packed_fp4_);
     }
     return out;
   }
@@ -250,14 +258,16 @@ class Loader {
   const DeepseekV4Config& c_;
   std::shared_ptr<const CheckpointReader> r_;
   V4Weights& w_;
+  bool packed_fp4_;  // routed experts: keep FP4 packed (load_v4_weights)
 };
 
 }  // namespace
 
-V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> reader, bool load_mtp) {
+V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> reader, bool load_mtp,
+                          bool packed_fp4) {
   V4Weights w;
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
-  Loader ld(c, reader, w);
+  Loader ld(c, reader, w, packed_fp4);
   const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult;
   {
     Tensor e = ld.raw("embed.weight", "token embedding");

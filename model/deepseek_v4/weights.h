@@ -75,7 +75,10 @@ struct V4Weights {
 // the config declares. Throws Error naming the tensor: missing (an MTP tensor of a config
 // that declares MTP layers included), wrong shape or dtype, FP4 scales of the wrong shape,
 // tid2eid ids outside [0, n_routed_experts).
+// packed_fp4: routed experts shipped as FP4 e2m1 with E8M0 scale bytes stay packed (Weight w
+// U8/I8 [N, K/2], scale_inv the scale bytes [N, K/32], block 1 x 32) for a backend that reads
+// them so (CUDA's moe_fp4.cu); otherwise, and for F32 scales, they are dequantized to F32.
 V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader,
-                          bool load_mtp = true);
+                          bool load_mtp = true, bool packed_fp4 = false);
 
 }  // namespace deepinfer

@@ -15,7 +15,13 @@ std::vector<double> choice_scores(const RoutingLog::Call& call, int64_t t) {
   const int E = call.routing.num_experts;
   const float* x = call.logits.data() + t * E;
   std::vector<double> c(static_cast<size_t>(E));
-  if (call.routing.scoring == MoeRouting::Scoring::Sigmoid) {
+  if (call.sqrt_softplus) {
+    for (int e = 0; e < E; ++e) {
+      const double v = x[e];
+      c[e] = std::sqrt(v > 20 ? v : std::log1p(std::exp(v)));
+      if (call.routing.use_bias) c[e] += call.bias[e];
+    }
+  } else if (call.routing.scoring == MoeRouting::Scoring::Sigmoid) {
     for (int e = 0; e < E; ++e) {
       c[e] = 1.0 / (1.0 + std::exp(-double(x[e])));
       if (call.routing.use_bias) c[e] += call.bias[e];
@@ -100,6 +106,11 @@ void RoutingReplayBackend::moe_routing(const Tensor& logits, const Tensor& bias,
                want.routing.top_k == routing.top_k,
            "routing replay: call ", log_.next - 1, " has ", T, " tokens x top ", K,
            ", the recorded one ", want.num_tokens, " x ", want.routing.top_k);
+  replay_routing(want, T, K, topk_ids, topk_weights);
+}
+
+void RoutingReplayBackend::replay_routing(const RoutingLog::Call& want, int64_t T, int64_t K, Tensor& topk_ids,
+                                          Tensor& topk_weights) {
   std::vector<int32_t> ids = download<int32_t>(topk_ids);
   std::vector<float> weights = download<float>(topk_weights);
   bool replaced = false;
@@ -177,16 +188,23 @@ void RoutingReplayBackend::indexer_topk(const Tensor& scores, const PagedKV& kv,
            log_.next_topk - 1, " is [", T, ", top ", K, "] over ", N, " columns, the recorded one [",
            want.num_tokens, ", top ", want.k, "] over ", want.num_cols);
   std::vector<int32_t> got = download<int32_t>(indices);
+  replay_topk(want, got, indices, /*ordered=*/true);
+}
+
+void RoutingReplayBackend::replay_topk(const RoutingLog::TopkCall& want, std::vector<int32_t>& got, Tensor& indices,
+                                       bool ordered) {
+  const int64_t T = want.num_tokens, K = want.k;
   bool replaced = false;
   for (int64_t t = 0; t < T; ++t) {
     ++log_.compared_rows;
     if (std::equal(got.begin() + t * K, got.begin() + (t + 1) * K, want.indices.begin() + t * K))
       continue;
-    DI_CHECK(!std::is_permutation(got.begin() + t * K, got.begin() + (t + 1) * K,
-                                  want.indices.begin() + t * K),
-             "indexer replay: call ", log_.next_topk - 1, " row ", t,
+    const bool same_set =
+        std::is_permutation(got.begin() + t * K, got.begin() + (t + 1) * K, want.indices.begin() + t * K);
+    DI_CHECK(!ordered || !same_set, "indexer replay: call ", log_.next_topk - 1, " row ", t,
              " kept the reference's positions in another order (they must be ascending)");
-    const double margin = topk_flip_margin(want, t, got.data() + t * K);
+    // V4 writes best first: the same set in another order is a near-tie of the order only.
+    const double margin = same_set ? 0.0 : topk_flip_margin(want, t, got.data() + t * K);
     DI_CHECK(margin <= max_topk_margin_, "indexer replay: call ", log_.next_topk - 1, " row ", t,
              " kept positions scoring ", margin, " (relative) below the reference's k-th (more than the ",
              max_topk_margin_, " a near-tie may explain)");
@@ -196,6 +214,76 @@ void RoutingReplayBackend::indexer_topk(const Tensor& scores, const PagedKV& kv,
     replaced = true;
   }
   if (replaced) upload(got, indices);
+}
+
+void RoutingReplayBackend::moe_routing_sqrt_softplus(const Tensor& logits, const Tensor& bias,
+                                                     const Tensor& hash_ids, int top_k, float scaling,
+                                                     Tensor& topk_ids, Tensor& topk_weights) {
+  inner_.moe_routing_sqrt_softplus(logits, bias, hash_ids, top_k, scaling, topk_ids, topk_weights);
+  if (hash_ids.defined()) return;  // hash routing: the ids are given, nothing can flip
+  const int64_t T = logits.size(0), E = logits.size(1), K = top_k;
+  if (mode_ == Mode::Record) {
+    RoutingLog::Call call;
+    call.sqrt_softplus = true;
+    call.routing.num_experts = static_cast<int>(E);
+    call.routing.top_k = top_k;
+    call.routing.use_bias = bias.defined();
+    call.num_tokens = T;
+    call.logits = download<float>(logits);
+    if (bias.defined()) call.bias = download<float>(bias);
+    call.ids = download<int32_t>(topk_ids);
+    call.weights = download<float>(topk_weights);
+    log_.calls.push_back(std::move(call));
+    return;
+  }
+  DI_CHECK(log_.next < log_.calls.size(), "routing replay: call ", log_.next, " was never recorded (",
+           log_.calls.size(), " recorded)");
+  const RoutingLog::Call& want = log_.calls[log_.next++];
+  DI_CHECK(want.sqrt_softplus && want.num_tokens == T && want.routing.num_experts == E && want.routing.top_k == K,
+           "routing replay: call ", log_.next - 1, " (sqrt-softplus, ", T, " tokens x top ", K,
+           ") does not match the recorded one");
+  replay_routing(want, T, K, topk_ids, topk_weights);
+}
+
+void RoutingReplayBackend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                                        const Tensor& positions, int ratio, float softmax_scale, float weights_scale,
+                                        Tensor& out) {
+  inner_.indexer_topk(q, keys, weights, positions, ratio, softmax_scale, weights_scale, out);
+  const int64_t T = out.size(0), K = out.size(1), S = keys.size(0);
+  if (mode_ == Mode::Record) {
+    // The recorded scores, from the recording backend's inputs (backend.h's formula, in double).
+    const int64_t H = q.size(1), d = q.size(2);
+    const std::vector<float> qv = download<float>(q), kv = download<float>(keys), wv = download<float>(weights);
+    const std::vector<int32_t> pos = download<int32_t>(positions);
+    RoutingLog::TopkCall call;
+    call.num_tokens = T;
+    call.num_cols = S;
+    call.k = K;
+    call.scores.assign(static_cast<size_t>(T * S), -INFINITY);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t visible = std::min<int64_t>(S, (pos[t] + 1) / ratio);
+      for (int64_t s = 0; s < visible; ++s) {
+        double total = 0;
+        for (int64_t h = 0; h < H; ++h) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i) dot += double(qv[(t * H + h) * d + i]) * kv[s * d + i];
+          total += std::max(dot, 0.0) * softmax_scale * (double(wv[t * H + h]) * weights_scale);
+        }
+        call.scores[t * S + s] = static_cast<float>(total);
+      }
+    }
+    call.indices = download<int32_t>(out);
+    log_.topk_calls.push_back(std::move(call));
+    return;
+  }
+  DI_CHECK(log_.next_topk < log_.topk_calls.size(), "indexer replay: call ", log_.next_topk,
+           " was never recorded (", log_.topk_calls.size(), " recorded)");
+  const RoutingLog::TopkCall& want = log_.topk_calls[log_.next_topk++];
+  DI_CHECK(want.num_tokens == T && want.k == K && want.num_cols == S, "indexer replay: call ", log_.next_topk - 1,
+           " is [", T, ", top ", K, "] over ", S, " keys, the recorded one [", want.num_tokens, ", top ", want.k,
+           "] over ", want.num_cols);
+  std::vector<int32_t> got = download<int32_t>(out);
+  replay_topk(want, got, out, /*ordered=*/false);
 }
 
 }  // namespace deepinfer::test

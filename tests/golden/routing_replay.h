@@ -30,6 +30,7 @@ namespace deepinfer::test {
 struct RoutingLog {
   struct Call {
     MoeRouting routing;
+    bool sqrt_softplus = false;  // V4's moe_routing_sqrt_softplus (choice = sqrt(softplus(l)) + bias)
     int64_t num_tokens = 0;
     std::vector<float> logits;   // [T, E] router logits of the recording backend
     std::vector<float> bias;     // [E] when routing.use_bias
@@ -146,7 +147,40 @@ class RoutingReplayBackend final : public Backend {
     inner_.indexer_scores(q, weights, kv, scale, scores);
   }
   void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
-  using Backend::indexer_topk;
+  // DeepSeek-V4: routing and the CSA indexer's top-k recorded / replayed as above (the recorded
+  // indexer scores are recomputed on the host from the recording backend's inputs); the
+  // other V4 ops run on the inner backend.
+  void moe_routing_sqrt_softplus(const Tensor& logits, const Tensor& bias, const Tensor& hash_ids, int top_k,
+                                 float scaling, Tensor& topk_ids, Tensor& topk_weights) override;
+  void indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions, int ratio,
+                    float softmax_scale, float weights_scale, Tensor& out) override;
+  void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+              const HyperConnectionParams& params, Tensor& collapsed, Tensor& post, Tensor& comb) override {
+    inner_.hc_pre(streams, fn, base, scale, params, collapsed, post, comb);
+  }
+  void hc_post(const Tensor& streams, const Tensor& f, const Tensor& post, const Tensor& comb,
+               Tensor& out) override {
+    inner_.hc_post(streams, f, post, comb, out);
+  }
+  void hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+               const HyperConnectionParams& params, Tensor& out) override {
+    inner_.hc_head(streams, fn, base, scale, params, out);
+  }
+  void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) override {
+    inner_.silu_mul_clamped(gate_up, limit, out);
+  }
+  void moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                           const std::vector<ExpertWeights>& experts, float limit, Tensor& out) override {
+    inner_.moe_experts_clamped(x, topk_ids, topk_weights, experts, limit, out);
+  }
+  void sink_attention(const Tensor& q, const Tensor& kv, const Tensor& indices, const Tensor& sinks, float scale,
+                      Tensor& out) override {
+    inner_.sink_attention(q, kv, indices, sinks, scale, out);
+  }
+  void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio, bool overlap,
+                       const Tensor& prior_kv, const Tensor& prior_gate, Tensor& out) override {
+    inner_.compressor_pool(kv, gate, ape, ratio, overlap, prior_kv, prior_gate, out);
+  }
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override {
     inner_.mla_attention_paged_sparse(q, kv, indices, softmax_scale, v_dim, out);
@@ -166,6 +200,11 @@ class RoutingReplayBackend final : public Backend {
   std::vector<T> download(const Tensor& t);
   template <typename T>
   void upload(const std::vector<T>& values, Tensor& t);
+  // Replay of one top-k call (both indexer forms): rows of `got` that differ from the recorded
+  // ones by a near-tie take the recorded positions (uploaded into indices).
+  void replay_topk(const RoutingLog::TopkCall& want, std::vector<int32_t>& got, Tensor& indices, bool ordered);
+  // Replay of one routing call: likewise for experts (and their weights).
+  void replay_routing(const RoutingLog::Call& want, int64_t T, int64_t K, Tensor& topk_ids, Tensor& topk_weights);
 
   Backend& inner_;
   RoutingLog& log_;

@@ -19,14 +19,17 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "core/settings.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/model.h"
 #include "model/model.h"
 #include "paged_driver.h"
+#include "routing_replay.h"
 
 namespace deepinfer {
 namespace {
@@ -77,6 +80,31 @@ void expect_same_bits(const Rows& a, const Rows& b, const std::string& what) {
     ASSERT_EQ(a[r].size(), b[r].size()) << what;
     for (size_t v = 0; v < a[r].size(); ++v)
       ASSERT_TRUE(a[r][v] == b[r][v]) << what << ": row " << r << " col " << v << ": " << a[r][v] << " vs " << b[r][v];
+  }
+}
+
+// Prompt-logit rows of `seqs` computed together on `driver`, in chunks that differ per
+// sequence and step (1 to 11 tokens, decode included).
+std::vector<Rows> batched_steps(test::PagedDriver& driver, const std::vector<std::vector<int32_t>>& seqs) {
+  std::vector<int> ids;
+  std::vector<size_t> done(seqs.size(), 0);
+  std::vector<Rows> got(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(driver.add_sequence());
+  for (int step = 0;; ++step) {
+    std::vector<test::PagedDriver::Chunk> chunks;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const size_t len = std::min(seqs[i].size() - done[i], static_cast<size_t>(1 + (step * 5 + i * 3) % 11));
+      if (len == 0) continue;
+      chunks.push_back({ids[i], {seqs[i].begin() + done[i], seqs[i].begin() + done[i] + len}, true});
+      which.push_back(i);
+      done[i] += len;
+    }
+    if (chunks.empty()) return got;
+    const Rows rows = driver.step(chunks);
+    size_t r = 0;
+    for (size_t c = 0; c < chunks.size(); ++c)
+      for (size_t k = 0; k < chunks[c].tokens.size(); ++k) got[which[c]].push_back(rows[r++]);
   }
 }
 
@@ -158,26 +186,7 @@ TEST_P(GoldenV4, BatchedSequencesEqualEachAlone) {
   const std::vector<std::vector<int32_t>> seqs = {
       p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
   test::PagedDriver driver(*v4_, *backend_, kBlockSize, /*num_blocks=*/160);  // HCA pending: 128-token windows
-  std::vector<int> ids;
-  std::vector<size_t> done(seqs.size(), 0);
-  std::vector<Rows> got(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) ids.push_back(driver.add_sequence());
-  for (int step = 0; ; ++step) {
-    std::vector<test::PagedDriver::Chunk> chunks;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const size_t len = std::min(seqs[i].size() - done[i], static_cast<size_t>(1 + (step * 5 + i * 3) % 11));
-      if (len == 0) continue;
-      chunks.push_back({ids[i], {seqs[i].begin() + done[i], seqs[i].begin() + done[i] + len}, true});
-      which.push_back(i);
-      done[i] += len;
-    }
-    if (chunks.empty()) break;
-    const Rows rows = driver.step(chunks);
-    size_t r = 0;
-    for (size_t c = 0; c < chunks.size(); ++c)
-      for (size_t k = 0; k < chunks[c].tokens.size(); ++k) got[which[c]].push_back(rows[r++]);
-  }
+  const std::vector<Rows> got = batched_steps(driver, seqs);
   for (size_t i = 0; i < seqs.size(); ++i)
     expect_same_bits(prefill(*v4_, seqs[i]), got[i], GetParam() + ": sequence " + std::to_string(i));
 }
@@ -188,6 +197,20 @@ TEST_P(GoldenV4, SharedExpertClampDoesNotActHere) {
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
   DeepseekV4Model unclamped(c, load_v4_weights(c, reader), *backend_);
   expect_same_bits(prefill(*v4_, ref_.prompt), prefill(unclamped, ref_.prompt), GetParam());
+}
+
+// Routed experts kept packed (FP4 e2m1 bytes + E8M0 scales, as CUDA reads them): the CPU
+// reference dequantizes them per call, with the values load-time dequantization gives, so the
+// logits are the same bits.
+TEST_P(GoldenV4, PackedFp4ExpertsGiveTheSameLogitsOnTheCpu) {
+  DeepseekV4Config c = load_deepseek_v4_config(fixture(GetParam()));
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
+  V4Weights w = load_v4_weights(c, reader, true, /*packed_fp4=*/true);
+  const DType dt = w.layers.front().experts.front().gate.w.dtype;
+  if (dt != DType::I8 && dt != DType::U8) GTEST_SKIP() << GetParam() << " has no FP4 experts";
+  EXPECT_EQ(w.layers.front().experts.front().gate.scale_inv.dtype, DType::F8_E8M0);
+  DeepseekV4Model packed(c, std::move(w), *backend_);
+  expect_same_bits(prefill(*v4_, ref_.prompt), prefill(packed, ref_.prompt), GetParam());
 }
 
 // The groups v4_tiny declares (layers: window-only, CSA ratio 4, HCA ratio 8; window 6,
@@ -231,7 +254,166 @@ TEST(GoldenV4Layout, ForwardRefusesMissingKvGroups) {
   }
 }
 
+// --- The same model on CUDA (DEEPINFER_ACCELERATOR=cuda, as the V3 golden tests; skipped
+// otherwise). Activations are BF16 there (the hyper-connection streams stay F32), so logits
+// carry ~1e-2 relative error: the tolerance is 3e-2 * max(1, max |oracle|), as for V3. Every
+// step runs on the CPU reference too, which records its MoE routing and CSA indexer top-k;
+// CUDA replays them where a near-tie flipped one (routing_replay.h; a larger difference fails).
+//  1. whole-prompt prefill vs the oracle;
+//  2. the oracle's greedy tokens fed one at a time (teacher-forced, through the paged cache):
+//     each oracle token is CUDA's argmax or within the tolerance of it, and every step's
+//     logits within the tolerance of the CPU reference's over the same steps;
+//  3. chunks 7 + 1 + rest vs the oracle;
+//  4. the batch-invariant configuration (no replay): three sequences batched with different
+//     chunkings bit-equal to one-shot prefills of each alone.
+constexpr double kToleranceBf16 = 3e-2;
+// Largest indexer near-tie a replay accepts, relative to the row's largest |score|. V3.2's 0.05
+// was too tight here: on the H200 (2026-12-02) v4_fp8_fp4's one-shot prefill kept, in row 30 of
+// its first CSA layer, a key scoring 0.0513 below the CPU's k-th (its keys are 16-dim and pass
+// through BF16 pending rows, pooling, norm and RoPE before scoring); a wrong selection scores
+// far lower than that.
+constexpr double kTopkMargin = 0.1;
+
+bool on_cuda() { return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda"; }
+
+class GoldenV4Cuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    ref_ = read(fixture(GetParam()));
+    BackendOptions o;
+    o.cuda = cuda_options(env_settings());
+    // BF16 activations for every GEMM: FP8 weights would take FP8 (1x128) activations from 129
+    // rows on (CudaOptions::fp8_act_min_rows), whose error is another matter than these
+    // tolerances; on the H200 (2026-12-02) v4_fp8_fp4's 136-token prefill then had a routing
+    // near-tie 0.036 below the CPU's choice and 40 of 136 indexer rows replayed (chunks below
+    // 129 rows: at most 0.02 and 4 rows).
+    o.cuda.fp8_act_min_rows = std::numeric_limits<int64_t>::max();
+    gpu_ = make_cuda_backend(o);
+    ASSERT_NE(gpu_, nullptr) << "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA";
+    o.batch_invariant = true;
+    gpu_inv_ = make_cuda_backend(o);
+    cpu_ = make_cpu_backend();
+    rec_ = std::make_unique<test::RoutingReplayBackend>(*cpu_, log_, test::RoutingReplayBackend::Mode::Record);
+    rep_ = std::make_unique<test::RoutingReplayBackend>(*gpu_, log_, test::RoutingReplayBackend::Mode::Replay,
+                                                        0.02, kTopkMargin);
+    cpu_model_ = load_model(fixture(GetParam()), *rec_);
+    gpu_model_ = load_model(fixture(GetParam()), *rep_);
+    scale_ = max_abs(ref_);
+  }
+  void TearDown() override {
+    if (rep_)
+      std::printf("[golden v4] %s on cuda: routing of %lld tokens compared, %lld near-tie flips replayed; indexer "
+                  "top-k of %lld rows compared, %lld replayed\n",
+                  GetParam().c_str(), static_cast<long long>(log_.compared_tokens),
+                  static_cast<long long>(log_.flipped_tokens), static_cast<long long>(log_.compared_rows),
+                  static_cast<long long>(log_.flipped_rows));
+  }
+  struct Pair {
+    test::PagedDriver cpu, gpu;
+  };
+  std::unique_ptr<Pair> pair() {
+    return std::unique_ptr<Pair>(new Pair{{*cpu_model_, *rec_, kBlockSize}, {*gpu_model_, *rep_, kBlockSize}});
+  }
+  // One step on the CPU (recording) then on CUDA (replaying); CUDA's rows, the CPU's into *cpu.
+  Rows step(Pair& p, const std::vector<test::PagedDriver::Chunk>& chunks, Rows* cpu = nullptr) {
+    log_.clear_calls();
+    Rows c = p.cpu.step(chunks);
+    Rows g = p.gpu.step(chunks);
+    EXPECT_EQ(log_.next, log_.calls.size()) << "CUDA made fewer routing calls than the CPU";
+    EXPECT_EQ(log_.next_topk, log_.topk_calls.size()) << "CUDA made fewer indexer top-k calls than the CPU";
+    if (cpu != nullptr) *cpu = std::move(c);
+    return g;
+  }
+  void check_prefill_and_decode(const std::string& what);
+  static constexpr int kBlockSize = 4;
+  V4Reference ref_;
+  test::RoutingLog log_;  // before the backends that hold a reference to it
+  std::unique_ptr<Backend> gpu_, gpu_inv_, cpu_;
+  std::unique_ptr<test::RoutingReplayBackend> rec_, rep_;
+  std::unique_ptr<Model> cpu_model_, gpu_model_;
+  double scale_ = 1;
+};
+
+// 1 + 2 on gpu_model_ (what: how its experts are held).
+void GoldenV4Cuda::check_prefill_and_decode(const std::string& what) {
+  auto p = pair();
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  const Rows logits = step(*p, {{seq, ref_.prompt, true}});
+  const double worst = worst_diff(logits, ref_, 0);
+  std::printf("[golden v4] %s on cuda: prefill max |logit - oracle| = %.3g (max |oracle| %.3g)\n", what.c_str(),
+              worst, scale_);
+  EXPECT_LE(worst, kToleranceBf16 * scale_) << what;
+  std::vector<float> row = logits.back();
+  int exact = 0;
+  double vs_cpu = 0;
+  for (size_t i = 0; i < ref_.greedy.size(); ++i) {
+    const int32_t want = ref_.greedy[i], got = argmax(row);
+    exact += got == want;
+    EXPECT_LE(row[got] - row[want], kToleranceBf16 * scale_)
+        << what << ": step " << i << " argmax " << got << " but the oracle chose " << want;
+    Rows cr;
+    const std::vector<float> gr = step(*p, {{seq, {want}, false}}, &cr)[0];
+    double e = 0;
+    for (size_t v = 0; v < gr.size(); ++v) e = std::max(e, double(std::fabs(gr[v] - cr[0][v])));
+    vs_cpu = std::max(vs_cpu, e);
+    EXPECT_LE(e, kToleranceBf16 * scale_) << what << ": decode step " << i + 1 << " differs from the CPU by " << e;
+    row = gr;
+  }
+  std::printf("[golden v4] %s on cuda: %d/%zu greedy tokens exact (teacher-forced), max |logit - CPU| %.3g\n",
+              what.c_str(), exact, ref_.greedy.size(), vs_cpu);
+}
+
+TEST_P(GoldenV4Cuda, PrefillAndTeacherForcedDecodeMatch) { check_prefill_and_decode(GetParam()); }
+
+// The routed experts kept as FP4 e2m1 bytes with E8M0 scales (v4_fp8_fp4 ships them so), read
+// packed by CUDA's expert kernels, against the same oracle.
+TEST_P(GoldenV4Cuda, PackedFp4ExpertsMatch) {
+  DeepseekV4Config c = load_deepseek_v4_config(fixture(GetParam()));
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture(GetParam())));
+  V4Weights w = load_v4_weights(c, reader, true, /*packed_fp4=*/true);
+  const DType dt = w.layers.front().experts.front().gate.w.dtype;
+  if (dt != DType::I8 && dt != DType::U8) GTEST_SKIP() << GetParam() << " has no FP4 experts";
+  gpu_model_ = std::make_unique<DeepseekV4Model>(c, std::move(w), *rep_);
+  check_prefill_and_decode(GetParam() + " (packed FP4 experts)");
+}
+
+TEST_P(GoldenV4Cuda, ChunkedPrefillMatches) {
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size());
+  auto p = pair();
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  Rows chunked;
+  int64_t first = 0;
+  for (int64_t len : {int64_t{7}, int64_t{1}, T - 8}) {
+    std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
+    for (auto& r : step(*p, {{seq, chunk, true}})) chunked.push_back(std::move(r));
+    first += len;
+  }
+  const double worst = worst_diff(chunked, ref_, 0);
+  std::printf("[golden v4] %s on cuda: chunks 7 + 1 + rest, max |logit - oracle| = %.3g\n", GetParam().c_str(), worst);
+  EXPECT_LE(worst, kToleranceBf16 * scale_) << GetParam();
+}
+
+TEST_P(GoldenV4Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
+  auto model = load_model(fixture(GetParam()), *gpu_inv_);
+  auto prefill = [&](const std::vector<int32_t>& ids) {
+    test::PagedDriver d(*model, *gpu_inv_, kBlockSize);
+    return d.step({{d.add_sequence(), ids, true}});
+  };
+  const std::vector<int32_t>& p = ref_.prompt;
+  const std::vector<std::vector<int32_t>> seqs = {
+      p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
+  test::PagedDriver driver(*model, *gpu_inv_, kBlockSize, /*num_blocks=*/160);
+  const std::vector<Rows> got = batched_steps(driver, seqs);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(seqs[i]), got[i],
+                     GetParam() + " on cuda (batch-invariant): sequence " + std::to_string(i));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV4, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV4Cuda, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
 
 }  // namespace
 }  // namespace deepinfer

@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -117,16 +118,50 @@ class Parity : public ::testing::Test {
   }
   static void poison(Backend& b, Tensor& t) {
     HostBuffer host(t.dtype, t.dims());
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      switch (t.dtype) {
+    poison_host(host.tensor());
+    b.copy(host.tensor(), t);
+  }
+  // Device tensor poisoned as gpu_poisoned, inside kGuardBytes of sentinel bytes on each side;
+  // expect_guards_intact() checks that no op wrote past its output.
+  static constexpr size_t kGuardBytes = 256;
+  static constexpr uint8_t kSentinel = 0xA5;
+  Tensor gpu_guarded(Backend& b, DType dtype, std::vector<int64_t> dims) {
+    Tensor inner(nullptr, dtype, dims);
+    const size_t bytes = inner.num_bytes(), total = bytes + 2 * kGuardBytes;
+    DeviceBuffer buf = b.alloc(DType::U8, {static_cast<int64_t>(total)});
+    std::vector<uint8_t> host(total, kSentinel);
+    Tensor mid(host.data() + kGuardBytes, dtype, dims);
+    HostBuffer poisoned(dtype, dims);
+    poison_host(poisoned.tensor());
+    std::memcpy(mid.data, poisoned.tensor().data, bytes);
+    Tensor whole = buf.tensor();
+    b.copy(Tensor(host.data(), DType::U8, {static_cast<int64_t>(total)}), whole);
+    dev_.push_back(buf);
+    guarded_.push_back({&b, whole});
+    return Tensor(static_cast<uint8_t*>(whole.data) + kGuardBytes, dtype, dims, whole.device);
+  }
+  void expect_guards_intact(const std::string& what) {
+    for (const auto& [b, whole] : guarded_) {
+      std::vector<uint8_t> host(static_cast<size_t>(whole.numel()));
+      Tensor h(host.data(), DType::U8, {whole.numel()});
+      b->copy(whole, h);
+      for (size_t i = 0; i < host.size(); ++i) {
+        if (i >= kGuardBytes && i < host.size() - kGuardBytes) continue;
+        ASSERT_EQ(host[i], kSentinel) << what << ": guard byte " << i << " of " << host.size()
+                                      << " overwritten, seed " << seed_;
+      }
+    }
+    guarded_.clear();
+  }
+  static void poison_host(Tensor& host) {
+    for (int64_t i = 0, n = host.numel(); i < n; ++i) {
+      switch (host.dtype) {
         case DType::BF16: host.ptr<uint16_t>()[i] = 0x7fc0; break;
         case DType::F32: host.ptr<float>()[i] = std::nanf(""); break;
         case DType::I32: host.ptr<int32_t>()[i] = -123456789; break;
         default: host.ptr<uint8_t>()[i] = 0x7f; break;
       }
     }
-    b.copy(host.tensor(), t);
   }
   // Device tensor (F32/BF16/I32) read back as floats.
   static std::vector<float> download(Backend& b, const Tensor& t) {
@@ -221,6 +256,7 @@ class Parity : public ::testing::Test {
   std::mt19937_64 rng_;
   std::vector<std::shared_ptr<HostBuffer>> keep_;
   std::vector<DeviceBuffer> dev_;
+  std::vector<std::pair<Backend*, Tensor>> guarded_;  // gpu_guarded's whole allocations
 };
 
 // BF16 or FP8 (128x128 block-scaled) weight [N, K] with identical values on both backends.

@@ -2,6 +2,7 @@
 // and the batch-invariance property of the CUDA kernels: a row's result is bit-identical
 // whether it runs alone or inside a larger batch (batch-invariant configuration).
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -97,15 +98,21 @@ class AttentionMoe : public Parity {
     }
     return d;
   }
+  // limit: moe_experts_clamped's SwiGLU limit (+inf: moe_experts).
   std::vector<float> run_moe_gpu(Backend& g, const std::vector<ExpertWeights>& experts, const MoeData& d,
-                                 const MoeCase& c, int64_t t0, int64_t t1) {
+                                 const MoeCase& c, int64_t t0, int64_t t1,
+                                 float limit = std::numeric_limits<float>::infinity()) {
     const int64_t T = t1 - t0;
     std::vector<float> x(d.x.begin() + t0 * c.H, d.x.begin() + t1 * c.H);
     std::vector<float> w(d.w.begin() + t0 * c.K, d.w.begin() + t1 * c.K);
     std::vector<int32_t> ids(d.ids.begin() + t0 * c.K, d.ids.begin() + t1 * c.K);
     Tensor out = gpu_poisoned(g, DType::BF16, {T, c.H});
-    g.moe_experts(gpu_float(g, x, {T, c.H}, DType::BF16), gpu_copy(g, cpu_i32(ids, {T, c.K})),
-                  gpu_float(g, w, {T, c.K}, DType::F32), experts, out);
+    if (std::isinf(limit))
+      g.moe_experts(gpu_float(g, x, {T, c.H}, DType::BF16), gpu_copy(g, cpu_i32(ids, {T, c.K})),
+                    gpu_float(g, w, {T, c.K}, DType::F32), experts, out);
+    else
+      g.moe_experts_clamped(gpu_float(g, x, {T, c.H}, DType::BF16), gpu_copy(g, cpu_i32(ids, {T, c.K})),
+                            gpu_float(g, w, {T, c.K}, DType::F32), experts, limit, out);
     return download(g, out);
   }
 };
@@ -204,6 +211,39 @@ TEST_F(AttentionMoe, MoeExperts) {
                              (c.fp8 ? " fp8" : " bf16");
     expect_close(run_moe_gpu(*gpu_, d.gpu, d, c, 0, c.T), values(oc), kTolBF16, what);
     expect_close(run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T), values(oc), kTolBF16, what + " (batch-invariant)");
+  }
+}
+
+// V4's routed experts: each expert's SwiGLU clamped (silu(min(g, l)) * clamp(u, -l, l)); x is
+// scaled up so that the limit bites on many gate and up values; BF16 and FP8 experts, decode
+// and prefill row counts. The batch-invariant rows must also equal themselves computed alone.
+TEST_F(AttentionMoe, MoeExpertsClamped) {
+  const float limit = 0.75f;
+  for (MoeCase c : {MoeCase{1, 64, 48, 8, 3, false}, MoeCase{70, 72, 40, 8, 3, false}, MoeCase{5, 256, 128, 16, 6, true},
+                    MoeCase{130, 256, 136, 8, 4, true}}) {
+    MoeData d = make_moe(c);
+    for (float& v : d.x) v = bf16_to_float(float_to_bf16(v * 4.0f));
+    Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+    cpu_->moe_experts_clamped(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu,
+                              limit, oc);
+    Tensor unclamped = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+    cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu,
+                      unclamped);
+    const std::string what = "moe_experts_clamped T " + std::to_string(c.T) + " H " + std::to_string(c.H) +
+                             (c.fp8 ? " fp8" : " bf16");
+    // The clamp must matter here, or this test would not see a missing one.
+    const std::vector<float> want = values(oc), free = values(unclamped);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff += (double(want[i]) - free[i]) * (double(want[i]) - free[i]);
+      norm += double(want[i]) * want[i];
+    }
+    ASSERT_GT(std::sqrt(diff / norm), 0.1) << what << ": the limit does not bite";
+    expect_close(run_moe_gpu(*gpu_, d.gpu, d, c, 0, c.T, limit), want, kTolBF16, what);
+    const std::vector<float> inv = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T, limit);
+    expect_close(inv, want, kTolBF16, what + " (batch-invariant)");
+    const std::vector<float> last = run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, c.T - 1, c.T, limit);
+    EXPECT_TRUE(std::equal(last.begin(), last.end(), inv.end() - c.H)) << what << ": last row alone differs";
   }
 }
 
