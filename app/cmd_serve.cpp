@@ -40,6 +40,7 @@ int cmd_serve(int argc, char** argv) {
   server::HttpOptions http;
   server::ServerOptions opts;
   int drain_timeout_s = 30;
+  std::string step_log;
   app.add_option("--host", http.host, "address to listen on");
   app.add_option("--port", http.port, "port (0 = any free port; the chosen one is printed)");
   app.add_option("--served-model-name", opts.served_model_name, "model name clients send (default: the model directory's name)");
@@ -55,6 +56,9 @@ int cmd_serve(int argc, char** argv) {
       ->check(CLI::IsMember({"", "deepseek_r1", "deepseek_v3"}));
   app.add_option("--http-threads", http.num_threads, "I/O threads");
   app.add_option("--drain-timeout", drain_timeout_s, "seconds to let in-flight requests finish on SIGTERM");
+  app.add_option("--step-log", step_log,
+                 "write one line per engine step to this file (timing, batch, prompt tokens, queue; "
+                 "bench/serve_vs_bench.sh)");
   CLI11_PARSE(app, argc, argv);
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
   opts.max_request_bytes = http.max_body_bytes;
@@ -75,7 +79,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  server::EngineLoop loop(config);
+  server::EngineLoop loop(config, step_log);
   server::Server srv(opts, loop);
   std::unique_ptr<server::HttpServer> listener;
   try {

@@ -338,6 +338,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<int> begins, rows, logits_rows, prompt_rows, prompt_from;
   int row = 0;
   bool any_prompt_rows = false;
+  const int64_t prompt_tokens_before = stats.num_prompt_tokens_computed;
   for (const ScheduledSeq& s : plan.seqs) {
     const SeqState& q = static_cast<const SeqState&>(*s.seq);
     const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
@@ -388,6 +389,8 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
   runner_->submit(run, argmax_only, tokens_from_previous, sample_rows);
   stats.num_steps++;
+  stats.num_prefill_steps += stats.num_prompt_tokens_computed > prompt_tokens_before ? 1 : 0;
+  stats.num_step_seqs += static_cast<int64_t>(run.size());
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
   in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), std::move(logits_rows),

@@ -706,7 +706,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       want("GET");
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4";
-      r.body = metrics_->render(loop_.stats(), running_->load(), waiting_->load());
+      r.body = metrics_->render(loop_.stats(), loop_.times(), running_->load(), waiting_->load());
       reply->send(r);
       return;
     }

@@ -292,6 +292,37 @@ def test_metrics_names(server, client, model_name):
         assert metric(server, "deepinfer:" + name) == 0, name  # speculative decoding is off
 
 
+def test_engine_thread_metrics(start_server, model_name):
+    """deepinfer:engine_* (the step loop's counters, bench/serve_vs_bench.sh compares them with
+    `deepinfer bench --throughput`): a fresh server's first request of P prompt tokens and G output
+    tokens is one prefill step and G - 1 decode steps of one sequence; the idle clock starts with it."""
+    s = start_server()
+    url = s.url
+
+    def engine():
+        out = {}
+        for line in httpx.get(url + "/metrics").text.splitlines():
+            if line.startswith("deepinfer:engine_"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    before = engine()
+    assert before['deepinfer:engine_steps_total{kind="prefill"}'] == 0
+    assert before['deepinfer:engine_thread_seconds_total{state="idle"}'] == 0
+    r = httpx.post(url + "/v1/completions", json={"model": model_name, "prompt": list(range(10, 30)), "max_tokens": 6,
+                                                  "ignore_eos": True, "temperature": 0}).json()
+    assert r["usage"]["completion_tokens"] == 6
+    time.sleep(0.3)  # idle now
+    after = engine()
+    assert after['deepinfer:engine_steps_total{kind="prefill"}'] == 1
+    assert after['deepinfer:engine_steps_total{kind="decode"}'] == 5
+    assert after["deepinfer:engine_step_seqs_total"] == 6
+    assert after['deepinfer:engine_thread_seconds_total{state="step"}'] > 0
+    assert after['deepinfer:engine_thread_seconds_total{state="task"}'] > 0
+    assert after['deepinfer:engine_thread_seconds_total{state="idle"}'] >= 0.2
+
+
 def test_spec_decode_metrics(start_server, model_name):
     s = start_server("--num-speculative-tokens", "2", "--speculator", "ngram")
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
