@@ -233,30 +233,6 @@ json token_bytes(const std::string& s) {
   return a;
 }
 
-// The part of an engine update a reply is built from: the deltas only (the engine thread copies
-// this much and hands it to the connection's strand, where the JSON is made).
-RequestOutput delta_of(const RequestOutput& out) {
-  RequestOutput d;
-  d.request_id = out.request_id;
-  d.finished = out.finished;
-  d.error = out.error;
-  d.num_prompt_tokens = out.num_prompt_tokens;
-  d.prompt_logprobs = out.prompt_logprobs;  // in one update (and the last) only
-  d.outputs.reserve(out.outputs.size());
-  for (const CompletionOutput& c : out.outputs) {
-    CompletionOutput e;
-    e.index = c.index;
-    e.finish_reason = c.finish_reason;
-    e.stop_reason = c.stop_reason;
-    e.delta_text = c.delta_text;
-    e.delta_token_ids = c.delta_token_ids;
-    const size_t first = c.logprobs.size() >= c.delta_token_ids.size() ? c.logprobs.size() - c.delta_token_ids.size() : 0;
-    e.logprobs.assign(c.logprobs.begin() + static_cast<std::ptrdiff_t>(first), c.logprobs.end());
-    d.outputs.push_back(std::move(e));
-  }
-  return d;
-}
-
 }  // namespace
 
 // One HTTP generation request: its prompts (one engine request each, with n samples) and what
@@ -852,6 +828,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
     job->logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, max_logprobs));
   }
   sp.logprobs = job->logprobs;
+  sp.delta_outputs = true;  // the job keeps its own text; updates carry what they add
   // vLLM's prompt_logprobs extra field, and the legacy echo + logprobs (the prompt's tokens first).
   job->prompt_logprobs = static_cast<int>(get_int(body, "prompt_logprobs", -1, 0, max_logprobs));
   if (job->prompt_logprobs >= 0 && job->stream)
@@ -1017,9 +994,10 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
       for (size_t p = 0; p < job->prompts.size(); ++p) {
         const std::string eid = job->id + "-" + std::to_string(p);
         try {
-          // The update's deltas go to the connection's strand, where the chunk is built and written.
-          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](const RequestOutput& out) {
-            job->reply->run([job, p, d = delta_of(out)] { job->on_output(p, d); });
+          // The update (deltas only: SamplingParams::delta_outputs) goes to the connection's
+          // strand, where the chunk is built and written.
+          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](RequestOutput&& out) {
+            job->reply->run([job, p, d = std::move(out)] { job->on_output(p, d); });
           });
         } catch (const std::exception& e) {
           for (const std::string& prev : job->engine_ids) loop->abort(engine, prev);
