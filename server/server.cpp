@@ -233,6 +233,24 @@ json token_bytes(const std::string& s) {
   return a;
 }
 
+// The alternatives shown for one position, as vLLM lists them: the chosen token first, then the
+// most likely ones in order without it, `count` at most. Chat's top_logprobs takes k of them (the
+// chosen token in place of the k-th most likely when it is not in the top k), completions'
+// logprobs k + 1 (the chosen token besides the top k).
+template <typename Value>
+std::vector<std::pair<int32_t, Value>> chosen_then_top(int32_t chosen, Value chosen_logprob,
+                                                       const std::vector<std::pair<int32_t, Value>>& top,
+                                                       int count) {
+  std::vector<std::pair<int32_t, Value>> out;
+  if (count <= 0) return out;
+  out.emplace_back(chosen, chosen_logprob);
+  for (const auto& e : top) {
+    if (static_cast<int>(out.size()) >= count) break;
+    if (e.first != chosen) out.push_back(e);
+  }
+  return out;
+}
+
 }  // namespace
 
 // One HTTP generation request: its prompts (one engine request each, with n samples) and what
@@ -246,7 +264,7 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
   bool include_usage = false;
   bool echo = false;
   int n = 1;
-  int logprobs = -1;  // -1: none; k: the sampled token and the top k
+  int logprobs = -1;  // -1: none; k: the sampled token and the top k (chosen_then_top)
   int prompt_logprobs = -1;  // vLLM's extra field: -1 none; k: the prompt_logprobs list with the top k
   bool reasoning = false;  // chat: split <think>...</think> into reasoning_content
   bool tools = false;      // chat: parse DeepSeek tool calls out of the output
@@ -307,15 +325,15 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
       const std::string tok = token_text(lp.token_id);
       if (chat) {
         json top = json::array();
-        for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t) {
-          const std::string s = token_text(lp.top[t].first);
-          top.push_back({{"token", s}, {"logprob", lp.top[t].second}, {"bytes", token_bytes(s)}});
+        for (const auto& [id, value] : chosen_then_top(lp.token_id, lp.logprob, lp.top, logprobs)) {
+          const std::string s = token_text(id);
+          top.push_back({{"token", s}, {"logprob", value}, {"bytes", token_bytes(s)}});
         }
         out.push_back({{"token", tok}, {"logprob", lp.logprob}, {"bytes", token_bytes(tok)}, {"top_logprobs", top}});
       } else {
         json top = json::object();
-        for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t)
-          top[token_text(lp.top[t].first)] = lp.top[t].second;
+        for (const auto& [id, value] : chosen_then_top(lp.token_id, lp.logprob, lp.top, logprobs + 1))
+          top[token_text(id)] = value;
         out["tokens"].push_back(tok);
         out["token_logprobs"].push_back(lp.logprob);
         out["top_logprobs"].push_back(top);
@@ -345,8 +363,8 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
       }
       const PromptLogprob& e = plp[i - 1];
       json top = json::object();
-      for (size_t t = 0; t < e.top.size() && static_cast<int>(t) < logprobs; ++t)
-        top[token_text(e.top[t].first)] = e.top[t].second;
+      for (const auto& [id, value] : chosen_then_top(e.token_id, e.logprob, e.top, logprobs + 1))
+        top[token_text(id)] = value;
       out["token_logprobs"].push_back(e.logprob);
       out["top_logprobs"].push_back(top);
     }

@@ -182,6 +182,47 @@ def test_completion_logprobs(client, model_name):
     assert all(len(t) <= 2 for t in lp.top_logprobs)
 
 
+def test_top_logprobs_include_the_chosen_token(client, model_name):
+    """vLLM's lists: the chosen token first, then the most likely ones without it. Chat's
+    top_logprobs has k entries (the chosen one in place of the k-th when it is not in the top k);
+    completions' dict k + 1 (the chosen one besides the top k). Sampled hot, so many chosen tokens
+    are not the most likely ones."""
+    k = 2
+    r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=48, temperature=2.0, seed=5,
+                                       logprobs=True, top_logprobs=k, extra_body={"ignore_eos": True})
+    outside = 0
+    for entry in r.choices[0].logprobs.content:
+        top = entry.top_logprobs
+        assert len(top) == k
+        assert top[0].token == entry.token and top[0].logprob == entry.logprob
+        rest = [t.logprob for t in top[1:]]
+        assert rest == sorted(rest, reverse=True)
+        if all(v > entry.logprob for v in rest):
+            outside += 1  # below every other listed one: not the most likely
+    assert outside > 0, "no sampled token outside the top k: the case is not exercised"
+    # top_logprobs 0: logprobs of the chosen tokens, no alternatives (vLLM).
+    r0 = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=3, temperature=0,
+                                        logprobs=True, top_logprobs=0)
+    assert all(e.top_logprobs == [] for e in r0.choices[0].logprobs.content)
+
+    c = client.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=48, temperature=2.0, seed=5,
+                                  logprobs=k, extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    extra = 0
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= k + 1
+        if any("\ufffd" in t for t in top):
+            continue  # partial UTF-8 tokens share the key "\ufffd" (as in vLLM's dict)
+        assert top[tok] == value, (tok, top)
+        assert len(top) >= k
+        extra += len(top) == k + 1
+    assert extra > 0, "no sampled token outside the top k: the case is not exercised"
+    # logprobs 0: the chosen token alone.
+    c0 = client.completions.create(model=model_name, prompt="import", max_tokens=3, temperature=0, logprobs=0)
+    lp0 = c0.choices[0].logprobs
+    assert [list(t) for t in lp0.top_logprobs] == [[t] for t in lp0.tokens]
+
+
 def test_completion_echo_logprobs(server, client, model_name):
     """echo + logprobs: the prompt's tokens first (null first logprob), then the completion's; the
     prompt entries equal the logprobs a decode computed for the same tokens (an independent path)."""
@@ -197,7 +238,9 @@ def test_completion_echo_logprobs(server, client, model_name):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == len(prompt) + 2
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     assert all(v <= 0 for v in lp.token_logprobs[1:])
-    assert all(1 <= len(t) <= 2 for t in lp.top_logprobs[1:])
+    assert all(1 <= len(t) <= 3 for t in lp.top_logprobs[1:])  # the prompt token besides the top 2
+    assert all(t[tok] == v for tok, v, t in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:])
+               if not any("\ufffd" in key for key in t))
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
     assert r.usage.prompt_tokens == len(prompt)
     if lp.tokens[len(ids):len(prompt)] != gen.choices[0].logprobs.tokens[:len(prompt) - len(ids)]:
