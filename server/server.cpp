@@ -271,6 +271,7 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
   ToolFormat tool_format = ToolFormat::V3;  // the checkpoint's (EngineLoop::chat_format())
   std::mt19937_64 rng;     // tool call ids
   bool max_tokens_given = false;
+  int max_tokens_cap = 0;  // ServerOptions::max_tokens_cap
   std::string id, model;
   int64_t created = 0;
   double arrival_s = 0;
@@ -803,14 +804,15 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   }
   job->n = static_cast<int>(get_int(body, "n", 1, 1, 128));
   sp.n = job->n;
-  sp.temperature = static_cast<float>(get_number(body, "temperature", 1.0, 0.0, 2.0));
-  sp.top_p = static_cast<float>(get_number(body, "top_p", 1.0, 1e-9, 1.0));
-  sp.top_k = static_cast<int>(get_int(body, "top_k", 0, -1, 1 << 30));
+  const SamplingParams& def = options_.defaults;  // generation_config.json's where it has them
+  sp.temperature = static_cast<float>(get_number(body, "temperature", def.temperature, 0.0, 2.0));
+  sp.top_p = static_cast<float>(get_number(body, "top_p", def.top_p, 1e-9, 1.0));
+  sp.top_k = static_cast<int>(get_int(body, "top_k", def.top_k, -1, 1 << 30));
   if (sp.top_k < 0) sp.top_k = 0;
-  sp.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 0.0, 1.0));
+  sp.min_p = static_cast<float>(get_number(body, "min_p", def.min_p, 0.0, 1.0));
   sp.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   sp.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
-  sp.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 1e-6, 1e6));
+  sp.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", def.repetition_penalty, 1e-6, 1e6));
   sp.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, 0, 1 << 30));
   sp.ignore_eos = get_bool(body, "ignore_eos", false);
   sp.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
@@ -946,6 +948,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
     else throw ApiError(400, std::string(field) + ": expected a string", field);
   }
   job->max_tokens_given = max_tokens > 0;
+  job->max_tokens_cap = options_.max_tokens_cap;
   job->rng.seed(rng());
   // Admission.
   if (draining_) throw ApiError(503, "the server is shutting down");
@@ -1002,6 +1005,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
                                   " in the completion). Please reduce the length of the messages or completion.",
                          "max_tokens");
         if (mt <= 0) mt = job->chat ? max_len - n_prompt : std::min<int64_t>(16, max_len - n_prompt);
+        if (job->max_tokens_cap > 0) mt = std::min<int64_t>(mt, job->max_tokens_cap);  // generation_config.json
         params[p].max_tokens = static_cast<int>(mt);
         job->prompt_tokens += static_cast<int>(n_prompt);
         if (job->echo)

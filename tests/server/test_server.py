@@ -366,6 +366,23 @@ def test_engine_thread_metrics(start_server, model_name):
     assert after['deepinfer:engine_thread_seconds_total{state="idle"}'] >= 0.2
 
 
+def test_generation_config_defaults(start_server, model_name, tmp_path):
+    """--generation-config DIR (auto: the model's generation_config.json, as vLLM): its sampling
+    fields are the defaults of requests that give none, max_new_tokens caps max_tokens."""
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.0, "max_new_tokens": 5}))
+    s = start_server("--generation-config", str(tmp_path))
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    texts = {c.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=30,
+                                  extra_body={"ignore_eos": True}).choices[0].text for _ in range(3)}
+    assert len(texts) == 1  # greedy by default: no seed, same text
+    r = c.chat.completions.create(model=model_name, messages=CHAT, max_tokens=30, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+    # A request's own temperature wins (seeded: the same sampled text again, not greedy's).
+    hot = {c.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=5, temperature=2.0, seed=s_,
+                                extra_body={"ignore_eos": True}).choices[0].text for s_ in range(4)}
+    assert len(hot) > 1
+
+
 def test_spec_decode_metrics(start_server, model_name):
     s = start_server("--num-speculative-tokens", "2", "--speculator", "ngram")
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
