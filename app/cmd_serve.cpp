@@ -54,7 +54,8 @@ int cmd_serve(int argc, char** argv) {
                  "deepseek_r1: text before </think> is reasoning_content; deepseek_v3: the same when "
                  "chat_template_kwargs.thinking is true")
       ->check(CLI::IsMember({"", "deepseek_r1", "deepseek_v3"}));
-  app.add_option("--http-threads", http.num_threads, "I/O threads");
+  app.add_option("--http-threads", http.num_threads, "I/O threads (0 = a quarter of the cores, 1 to 4)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-timeout", drain_timeout_s, "seconds to let in-flight requests finish on SIGTERM");
   app.add_option("--step-log", step_log,
                  "write one line per engine step to this file (timing, batch, prompt tokens, queue; "

@@ -8,9 +8,10 @@
 #   B=build/app/deepinfer MODEL_ARGS="--backend cpu" CONC="64 256" PROMPT=32 GEN=32 bench/serve_vs_bench.sh
 # Env: B (binary), MODEL_ARGS (model and backend flags for both), SERVE_ARGS (serve only, e.g.
 # --tokenizer DIR), CONC (concurrencies), PROMPT, GEN, WAVES (requests per slot, default 4), PROCS
-# (client process counts to try on each server, default "1"), HTTP_THREADS (serve --http-threads
-# values, one server each, default "1"), TOKENS (--max-num-batched-tokens, default 8192), PORT, OUT
-# (folder for the logs, serve --step-log files and records, default a temporary one).
+# (client process counts to try on each server, default "0": serve_load.py chooses),
+# HTTP_THREADS (serve --http-threads values, one server each, default "0": serve chooses),
+# TOKENS (--max-num-batched-tokens, default 8192), PORT, OUT (folder for the logs, serve
+# --step-log files and records, default a temporary one).
 set -u
 B=${B:-build/app/deepinfer}
 MODEL_ARGS=${MODEL_ARGS:-}
@@ -19,8 +20,8 @@ CONC=${CONC:-"64 256"}
 PROMPT=${PROMPT:-32}
 GEN=${GEN:-32}
 WAVES=${WAVES:-4}
-PROCS=${PROCS:-1}
-HTTP_THREADS=${HTTP_THREADS:-1}
+PROCS=${PROCS:-0}
+HTTP_THREADS=${HTTP_THREADS:-0}
 TOKENS=${TOKENS:-8192}
 PORT=${PORT:-18000}
 LOAD=${LOAD:-$(dirname "$0")/serve_load.py}
