@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <stdexcept>
 
@@ -120,6 +121,10 @@ void EngineLoop::run(EngineConfig config) {
   auto ns = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
   };
+  // Fault injection for tests/server: DEEPINFER_SERVE_FAIL_STEP=N makes the N-th step (from 1)
+  // throw, as a device failure would (the running requests end with an error, the server goes on).
+  const char* fail_env = std::getenv("DEEPINFER_SERVE_FAIL_STEP");
+  const int64_t fail_step = fail_env != nullptr ? std::atoll(fail_env) : 0;
   bool started = false;  // idle time counts from the first request on
   Clock::time_point first_request;
   for (;;) {
@@ -157,6 +162,8 @@ void EngineLoop::run(EngineConfig config) {
     const EngineStats before = step_log_ != nullptr ? engine->stats() : EngineStats{};
     const auto t0 = Clock::now();
     try {
+      if (fail_step > 0 && num_steps_ + 1 == fail_step)
+        throw std::runtime_error("injected failure (DEEPINFER_SERVE_FAIL_STEP)");
       outputs = engine->step();
     } catch (const std::exception& e) {
       // The step failed: every running request ends with the error (a data: error chunk when

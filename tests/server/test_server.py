@@ -438,6 +438,27 @@ def test_unknown_fields_ignored_with_warning(server, model_name):
     assert any("no_such_field" in line for line in server.log)
 
 
+def test_engine_failure_mid_stream(start_server, model_name, monkeypatch):
+    """An engine step that fails after a stream started: a data: error chunk, then [DONE]; a
+    non-streaming request gets a 500 error body; the server goes on serving."""
+    monkeypatch.setenv("DEEPINFER_SERVE_FAIL_STEP", "4")  # the server's 4th step throws
+    s = start_server()
+    body = {"model": model_name, "prompt": "def add(a, b):", "max_tokens": 20, "ignore_eos": True,
+            "temperature": 0, "stream": True}
+    with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) >= 2 and all("choices" in c for c in chunks[:-1])  # tokens came first
+    err = chunks[-1]["error"]
+    assert "injected failure" in err["message"] and err["code"] == 500
+    ok = httpx.post(s.url + "/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+    assert metric(s, 'deepinfer:request_success_total{finished_reason="error"}') == 1
+    assert metric(s, "deepinfer:num_requests_running") == 0
+
+
 def test_error_prompt_past_context(server, client, model_name):
     max_len = httpx.post(server.url + "/tokenize", json={"prompt": "x"}).json()["max_model_len"]
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
