@@ -644,12 +644,35 @@ Server::Server(ServerOptions options, EngineLoop& loop)
 
 Server::~Server() = default;
 
+namespace {
+// --allowed-origins: every response and stream of a request carries Access-Control-Allow-Origin
+// (a browser reads none of a reply without it, the generation routes' replies included).
+class CorsReply final : public Reply {
+ public:
+  CorsReply(std::shared_ptr<Reply> inner, std::string origin) : inner_(std::move(inner)), origin_(std::move(origin)) {}
+  void send(HttpResponse response) override {
+    response.headers.emplace_back("Access-Control-Allow-Origin", origin_);
+    inner_->send(std::move(response));
+  }
+  void start_stream(int status, std::string content_type, Headers headers) override {
+    headers.emplace_back("Access-Control-Allow-Origin", origin_);
+    inner_->start_stream(status, std::move(content_type), std::move(headers));
+  }
+  void write(std::string data) override { inner_->write(std::move(data)); }
+  void end() override { inner_->end(); }
+  void run(std::function<void()> f) override { inner_->run(std::move(f)); }
+  void on_disconnect(std::function<void()> f) override { inner_->on_disconnect(std::move(f)); }
+
+ private:
+  std::shared_ptr<Reply> inner_;
+  std::string origin_;
+};
+}  // namespace
+
 void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
   const std::string& path = req.target;
-  auto cors = [&](HttpResponse r) {
-    if (!options_.allowed_origins.empty()) r.headers.emplace_back("Access-Control-Allow-Origin", options_.allowed_origins);
-    return r;
-  };
+  if (!options_.allowed_origins.empty() && req.method != "OPTIONS")
+    reply = std::make_shared<CorsReply>(std::move(reply), options_.allowed_origins);
   try {
     if (req.method == "OPTIONS") {
       HttpResponse r;
@@ -670,7 +693,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       if (!constant_time_equal(auth, expected)) {
         HttpResponse r = error_response(401, "missing or wrong API key (Authorization: Bearer KEY)");
         r.headers.emplace_back("WWW-Authenticate", "Bearer");
-        reply->send(cors(r));
+        reply->send(r);
         return;
       }
     }
@@ -694,7 +717,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
     }
     if (path == "/version") {
       want("GET");
-      reply->send(cors(json_response(200, {{"version", "0.1.0"}})));
+      reply->send(json_response(200, {{"version", "0.1.0"}}));
       return;
     }
     if (path == "/metrics") {
@@ -709,7 +732,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       want("GET");
       HttpResponse r;
       r.body = openapi_json(options_.served_model_name);
-      reply->send(cors(r));
+      reply->send(r);
       return;
     }
     const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
@@ -719,7 +742,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
     if (!loop_.ready()) {
       HttpResponse r = error_response(503, "the model is still loading");
       r.headers.emplace_back("Retry-After", "1");
-      reply->send(cors(r));
+      reply->send(r);
       return;
     }
     if (path == "/v1/models") {
@@ -729,7 +752,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       json data = json::array();
       data.push_back({{"id", options_.served_model_name}, {"object", "model"}, {"created", std::time(nullptr)},
                       {"owned_by", "deepinfer"}, {"root", options_.served_model_name}});
-      reply->send(cors(json_response(200, {{"object", "list"}, {"data", data}})));
+      reply->send(json_response(200, {{"object", "list"}, {"data", data}}));
       return;
     }
     want("POST");
@@ -739,11 +762,11 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
   } catch (const ApiError& e) {
     HttpResponse r = error_response(e.status, e.what(), e.param);
     if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-    reply->send(cors(r));
+    reply->send(r);
   } catch (const std::invalid_argument& e) {
-    reply->send(cors(error_response(400, e.what())));
+    reply->send(error_response(400, e.what()));
   } catch (const std::exception& e) {
-    reply->send(cors(error_response(500, std::string("internal error: ") + e.what())));
+    reply->send(error_response(500, std::string("internal error: ") + e.what()));
   }
 }
 

@@ -459,6 +459,23 @@ def test_engine_failure_mid_stream(start_server, model_name, monkeypatch):
     assert metric(s, "deepinfer:num_requests_running") == 0
 
 
+def test_cors(start_server, model_name):
+    """--allowed-origins: the preflight and every reply carry Access-Control-Allow-Origin, the
+    generation routes' (whole and streamed) and errors included."""
+    s = start_server("--allowed-origins", "*")
+    o = {"Origin": "http://example.test"}
+    pre = httpx.options(s.url + "/v1/chat/completions", headers={**o, "Access-Control-Request-Method": "POST"})
+    assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "*"
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    body = {"model": model_name, "prompt": "x", "max_tokens": 1}
+    for r in (httpx.get(s.url + "/v1/models", headers=o), httpx.post(s.url + "/v1/completions", json=body, headers=o),
+              httpx.post(s.url + "/v1/completions", json={**body, "model": "nope"}, headers=o)):
+        assert r.headers.get("access-control-allow-origin") == "*", r.request.url
+    with httpx.stream("POST", s.url + "/v1/completions", json={**body, "stream": True}, headers=o) as r:
+        assert r.headers.get("access-control-allow-origin") == "*"
+        assert sse_events(r)[-1] == "[DONE]"
+
+
 def test_error_prompt_past_context(server, client, model_name):
     max_len = httpx.post(server.url + "/tokenize", json={"prompt": "x"}).json()["max_model_len"]
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
