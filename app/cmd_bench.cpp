@@ -114,6 +114,12 @@ json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParam
           {"total_tokens_per_s", (prompt_tokens + output_tokens) / elapsed_s},
           {"requests_per_s", t.num_requests / elapsed_s},
           {"steps", after.num_steps - before.num_steps},
+          // The same counters as the server's deepinfer:engine_* metrics (bench/serve_load.py compares them).
+          {"prefill_steps", after.num_prefill_steps - before.num_prefill_steps},
+          {"mean_batch", after.num_steps > before.num_steps
+                             ? static_cast<double>(after.num_step_seqs - before.num_step_seqs) /
+                                   static_cast<double>(after.num_steps - before.num_steps)
+                             : 0.0},
           {"prompt_tokens_computed", after.num_prompt_tokens_computed - before.num_prompt_tokens_computed},
           {"preemptions", after.num_preemptions - before.num_preemptions},
           {"kv_blocks", after.num_kv_blocks},

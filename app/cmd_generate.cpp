@@ -20,41 +20,6 @@
 namespace deepinfer::app {
 namespace {
 
-// vLLM's --generation-config: "auto" reads the model's generation_config.json (when there is
-// one), a directory reads that directory's; its sampling fields become the defaults wherever
-// the user gave no flag. "none": the built-in defaults.
-void apply_generation_config(const std::string& mode, const std::string& model_dir, const CLI::App& app,
-                             SamplingParams& p) {
-  if (mode == "none") return;
-  const bool automatic = mode == "auto";
-  const std::filesystem::path file = std::filesystem::path(automatic ? model_dir : mode) / "generation_config.json";
-  if (automatic && (model_dir.empty() || !std::filesystem::exists(file))) return;
-  DI_USAGE_CHECK(std::filesystem::exists(file), "--generation-config: no generation_config.json in ", mode,
-                 " (expected auto, none or a directory)");
-  const GenerationDefaults g = parse_generation_config(read_text_file(file.string(), "--generation-config"),
-                                                       file.string());
-  std::string applied;
-  auto use = [&](const char* flag, const char* name, const auto& value, auto& field) {
-    if (!value || app.count(flag) > 0) return;
-    field = *value;
-    applied += detail::concat(applied.empty() ? "" : ", ", name, "=", *value);
-  };
-  use("--temperature", "temperature", g.temperature, p.temperature);
-  use("--top-p", "top_p", g.top_p, p.top_p);
-  use("--top-k", "top_k", g.top_k, p.top_k);
-  use("--min-p", "min_p", g.min_p, p.min_p);
-  use("--repetition-penalty", "repetition_penalty", g.repetition_penalty, p.repetition_penalty);
-  use("--max-tokens", "max_tokens", g.max_tokens, p.max_tokens);
-  if (applied.empty()) return;
-  try {
-    p.validate();
-  } catch (const Error& e) {
-    fail(file.string(), ": ", e.what());
-  }
-  std::fprintf(stderr, "deepinfer generate: defaults from %s: %s (flags override; --generation-config none: off)\n",
-               file.string().c_str(), applied.c_str());
-}
-
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -95,7 +60,11 @@ int cmd_generate(int argc, char** argv) {
   DI_USAGE_CHECK(!input.empty() || !prompt_text.empty(), "give --prompt TEXT or --input FILE --output FILE");
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
   SamplingParams p = sampling.params();
-  apply_generation_config(generation_config, config.model_dir, app, p);
+  const std::string applied = apply_generation_config(
+      generation_config, config.model_dir, [&app](const char* flag) { return app.count(flag) > 0; }, p);
+  if (!applied.empty())
+    std::fprintf(stderr, "deepinfer generate: defaults from %s (flags override; --generation-config none: off)\n",
+                 applied.c_str());
 
   if (!input.empty()) {
     // Input read and output opened before the model loads: bad paths fail at once.

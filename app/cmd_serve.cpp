@@ -40,6 +40,7 @@ int cmd_serve(int argc, char** argv) {
   server::HttpOptions http;
   server::ServerOptions opts;
   int drain_timeout_s = 30;
+  std::string step_log, generation_config = "auto";
   app.add_option("--host", http.host, "address to listen on");
   app.add_option("--port", http.port, "port (0 = any free port; the chosen one is printed)");
   app.add_option("--served-model-name", opts.served_model_name, "model name clients send (default: the model directory's name)");
@@ -53,10 +54,25 @@ int cmd_serve(int argc, char** argv) {
                  "deepseek_r1: text before </think> is reasoning_content; deepseek_v3: the same when "
                  "chat_template_kwargs.thinking is true")
       ->check(CLI::IsMember({"", "deepseek_r1", "deepseek_v3"}));
-  app.add_option("--http-threads", http.num_threads, "I/O threads");
+  app.add_option("--http-threads", http.num_threads, "I/O threads (0 = a quarter of the cores, 1 to 4)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-timeout", drain_timeout_s, "seconds to let in-flight requests finish on SIGTERM");
+  app.add_option("--step-log", step_log,
+                 "write one line per engine step to this file (timing, batch, prompt tokens, queue; "
+                 "bench/serve_vs_bench.sh)");
+  app.add_option("--generation-config", generation_config,
+                 "sampling defaults for requests that give none: auto (the model's generation_config.json: "
+                 "temperature, top_p, top_k, min_p, repetition_penalty; max_new_tokens caps max_tokens), none, "
+                 "or a directory");
   CLI11_PARSE(app, argc, argv);
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
+  opts.defaults.max_tokens = SamplingParams::kMaxTokens;  // stays so unless the file has max_new_tokens
+  const std::string applied =
+      apply_generation_config(generation_config, config.model_dir, [](const char*) { return false; }, opts.defaults);
+  if (opts.defaults.max_tokens != SamplingParams::kMaxTokens) opts.max_tokens_cap = opts.defaults.max_tokens;
+  if (!applied.empty())
+    std::fprintf(stderr, "deepinfer serve: request defaults from %s (request fields override; --generation-config "
+                         "none: off)\n", applied.c_str());
   opts.max_request_bytes = http.max_body_bytes;
   if (opts.served_model_name.empty()) {
     std::string dir = config.model_dir;
@@ -75,7 +91,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  server::EngineLoop loop(config);
+  server::EngineLoop loop(config, step_log);
   server::Server srv(opts, loop);
   std::unique_ptr<server::HttpServer> listener;
   try {

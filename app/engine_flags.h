@@ -3,12 +3,15 @@
 // flags (add_sampling_flags, SamplingFlags::params).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "app/commands.h"
+#include "app/request_line.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
 
@@ -80,6 +83,42 @@ inline std::string read_text_file(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
   DI_CHECK(in.good(), flag, ": cannot read ", path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// vLLM's --generation-config: "auto" reads the model's generation_config.json (when there is
+// one), a directory reads that directory's; its sampling fields (temperature, top_p, top_k,
+// min_p, repetition_penalty, max_new_tokens as max_tokens) go into `p` wherever `given(flag)` is
+// false for the field's flag (--temperature ...). "none": the built-in defaults. Returns
+// "FILE: field=value, ..." for what it set ("" when nothing).
+inline std::string apply_generation_config(const std::string& mode, const std::string& model_dir,
+                                           const std::function<bool(const char*)>& given, SamplingParams& p) {
+  if (mode == "none") return "";
+  const bool automatic = mode == "auto";
+  const std::filesystem::path file = std::filesystem::path(automatic ? model_dir : mode) / "generation_config.json";
+  if (automatic && (model_dir.empty() || !std::filesystem::exists(file))) return "";
+  DI_USAGE_CHECK(std::filesystem::exists(file), "--generation-config: no generation_config.json in ", mode,
+                 " (expected auto, none or a directory)");
+  const GenerationDefaults g = parse_generation_config(read_text_file(file.string(), "--generation-config"),
+                                                       file.string());
+  std::string applied;
+  auto use = [&](const char* flag, const char* name, const auto& value, auto& field) {
+    if (!value || given(flag)) return;
+    field = *value;
+    applied += detail::concat(applied.empty() ? "" : ", ", name, "=", *value);
+  };
+  use("--temperature", "temperature", g.temperature, p.temperature);
+  use("--top-p", "top_p", g.top_p, p.top_p);
+  use("--top-k", "top_k", g.top_k, p.top_k);
+  use("--min-p", "min_p", g.min_p, p.min_p);
+  use("--repetition-penalty", "repetition_penalty", g.repetition_penalty, p.repetition_penalty);
+  use("--max-tokens", "max_tokens", g.max_tokens, p.max_tokens);
+  if (applied.empty()) return "";
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    fail(file.string(), ": ", e.what());
+  }
+  return file.string() + ": " + applied;
 }
 
 // Sampling flags; params() resolves them (reading grammar files) after parsing.

@@ -261,40 +261,51 @@ void Engine::Impl::append_token(SeqState& seq, const SampleResult& sample) {
 }
 
 RequestOutput Engine::Impl::make_output(RequestState& r) {
+  // delta_outputs: only this update's part is copied (SamplingParams::delta_outputs).
+  const bool delta = r.params.delta_outputs;
   RequestOutput out;
   out.request_id = r.request_id;
-  out.prompt_token_ids = r.prompt_token_ids;
+  if (!delta) out.prompt_token_ids = r.prompt_token_ids;
   out.num_prompt_tokens = static_cast<int>(r.prompt_token_ids.size());
   out.finished = r.finished();
   out.spec = r.spec;
-  if (r.params.prompt_logprobs >= 0 && r.prompt_logprobs_done() && (!r.prompt_logprobs_sent || out.finished)) {
+  if (r.params.prompt_logprobs >= 0 && r.prompt_logprobs_done() &&
+      (!r.prompt_logprobs_sent || (out.finished && !delta))) {
     out.prompt_logprobs = r.prompt_logprobs;
     r.prompt_logprobs_sent = true;
   }
   for (auto& s : r.seqs) {
     CompletionOutput c;
     c.index = s->index;
-    c.token_ids.assign(s->token_ids.begin() + s->num_prompt_tokens, s->token_ids.end() - s->num_draft_tokens);
+    const auto output_begin = s->token_ids.begin() + s->num_prompt_tokens;
+    const auto output_end = s->token_ids.end() - s->num_draft_tokens;
+    const size_t num_output = static_cast<size_t>(output_end - output_begin);
+    if (!delta) c.token_ids.assign(output_begin, output_end);
     c.finish_reason = s->finish_reason;
     c.stop_reason = s->stop_reason;
     if (!s->error.empty() && out.error.empty())
       out.error = "request " + r.request_id +
                   (r.seqs.size() > 1 ? " sample " + std::to_string(s->index) : std::string()) + ": " +
                   s->error;
-    c.logprobs = s->logprobs;
     // Hold back text that could still become the start of a stop string.
     const bool done = s->finish_reason != FinishReason::None;
     const size_t hold = done || r.max_stop_len == 0 ? 0 : r.max_stop_len - 1;
     const size_t visible = s->text.size() > hold ? s->text.size() - hold : 0;
-    c.text = done ? s->text : s->text.substr(0, visible);
+    if (!delta) c.text = done ? s->text : s->text.substr(0, visible);
     if (visible > s->num_text_emitted) {
       c.delta_text = s->text.substr(s->num_text_emitted, visible - s->num_text_emitted);
       s->num_text_emitted = visible;
     }
-    c.delta_token_ids.assign(c.token_ids.begin() + static_cast<std::ptrdiff_t>(s->num_tokens_emitted),
-                             c.token_ids.end());
-    s->num_tokens_emitted = c.token_ids.size();
-    out.num_output_tokens += static_cast<int>(c.token_ids.size());
+    const size_t num_new = num_output > s->num_tokens_emitted ? num_output - s->num_tokens_emitted : 0;
+    c.delta_token_ids.assign(output_end - static_cast<std::ptrdiff_t>(num_new), output_end);
+    s->num_tokens_emitted = num_output;
+    // Logprobs: one entry per output token; the new tokens' entries are the last ones.
+    if (!delta)
+      c.logprobs = s->logprobs;
+    else
+      c.logprobs.assign(s->logprobs.end() - static_cast<std::ptrdiff_t>(std::min(num_new, s->logprobs.size())),
+                        s->logprobs.end());
+    out.num_output_tokens += static_cast<int>(num_output);
     out.num_cached_tokens = std::max(out.num_cached_tokens, s->num_cached_prompt_tokens);
     out.outputs.push_back(std::move(c));
   }
@@ -338,6 +349,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   std::vector<int> begins, rows, logits_rows, prompt_rows, prompt_from;
   int row = 0;
   bool any_prompt_rows = false;
+  const int64_t prompt_tokens_before = stats.num_prompt_tokens_computed;
   for (const ScheduledSeq& s : plan.seqs) {
     const SeqState& q = static_cast<const SeqState&>(*s.seq);
     const int begin = q.num_computed_tokens, end = begin + s.num_new_tokens;
@@ -388,6 +400,8 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
   stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
   runner_->submit(run, argmax_only, tokens_from_previous, sample_rows);
   stats.num_steps++;
+  stats.num_prefill_steps += stats.num_prompt_tokens_computed > prompt_tokens_before ? 1 : 0;
+  stats.num_step_seqs += static_cast<int64_t>(run.size());
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
   in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), std::move(logits_rows),

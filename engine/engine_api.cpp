@@ -66,7 +66,8 @@ std::vector<RequestOutput> Engine::generate(
   std::vector<RequestOutput> results(prompts.size());
   std::unordered_map<std::string, size_t> index_of;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const SamplingParams& p = params.size() == 1 ? params[0] : params[i];
+    SamplingParams p = params.size() == 1 ? params[0] : params[i];
+    p.delta_outputs = false;  // the results are whole outputs
     try {
       index_of[impl_->add_request(prompts[i], p, "")] = i;
     } catch (const Error& e) {

@@ -4,7 +4,9 @@
 // next step. Step outputs go to the sink registered with the request, on the engine thread.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -21,9 +23,13 @@ namespace deepinfer::server {
 class EngineLoop {
  public:
   using Task = std::function<void(Engine&)>;
-  using Sink = std::function<void(const RequestOutput&)>;
+  using Sink = std::function<void(RequestOutput&&)>;  // the update is the sink's to keep
 
-  explicit EngineLoop(EngineConfig config);
+  // `step_log` (optional): a file that gets one line per Engine::step call (serve --step-log):
+  // seconds since the first request, the call's milliseconds, then the steps it issued, their
+  // sequences and prompt tokens, the tasks run before it, and the running and waiting sequences
+  // after it.
+  explicit EngineLoop(EngineConfig config, const std::string& step_log = "");
   ~EngineLoop();  // stops the thread; queued tasks are dropped
 
   bool ready() const { return ready_.load(); }
@@ -50,10 +56,16 @@ class EngineLoop {
   void abort(Engine& engine, const std::string& id);
 
   int num_unfinished() const { return num_unfinished_.load(); }
-  // Engine-thread time (seconds, since start): in Engine::step, and in the sinks handing step
-  // outputs to the replies (the server's overhead on that thread). Printed when the loop stops.
-  double step_seconds() const { return step_ns_.load() * 1e-9; }
-  double output_seconds() const { return output_ns_.load() * 1e-9; }
+  // Where the engine thread's time went (seconds since the first request; any thread): in
+  // Engine::step, handing step outputs to the replies, running posted tasks (adds, aborts,
+  // tokenize), and idle, waiting with no request unfinished (a server that keeps up with its
+  // clients idles only between bursts). /metrics shows them (deepinfer:engine_*); printed when
+  // the loop stops, with EngineStats' step counts.
+  struct Times {
+    double step_s = 0, output_s = 0, task_s = 0, idle_s = 0;
+    int64_t num_steps = 0, num_outputs = 0;
+  };
+  Times times() const;
   // Engine counters copied after each step (any thread).
   EngineStats stats() const;
 
@@ -62,7 +74,6 @@ class EngineLoop {
  private:
   void run(EngineConfig config);
 
-  std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> tasks_;
@@ -75,7 +86,10 @@ class EngineLoop {
   std::unordered_map<std::string, std::shared_ptr<Sink>> sinks_;  // engine thread only
   Executor executor_;  // under mu_
   std::atomic<int> num_unfinished_{0};
-  std::atomic<int64_t> step_ns_{0}, output_ns_{0}, num_steps_{0}, num_outputs_{0};
+  std::chrono::steady_clock::time_point idle_since_{};  // under mu_: the idle wait going on (else {})
+  std::FILE* step_log_ = nullptr;  // engine thread
+  std::thread thread_;  // last: started once every other member is constructed
+  std::atomic<int64_t> step_ns_{0}, output_ns_{0}, task_ns_{0}, idle_ns_{0}, num_steps_{0}, num_outputs_{0};
 };
 
 }  // namespace deepinfer::server

@@ -344,7 +344,9 @@ int HttpServer::port() const {
 void HttpServer::start() {
   impl_->work.emplace(impl_->ioc.get_executor());
   impl_->accept();
-  for (int i = 0; i < std::max(1, impl_->options.num_threads); ++i)
+  int n = impl_->options.num_threads;
+  if (n <= 0) n = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  for (int i = 0; i < n; ++i)
     impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
 }
 

@@ -52,7 +52,9 @@ using Handler = std::function<void(HttpRequest&& request, std::shared_ptr<Reply>
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: any free port (see HttpServer::port)
-  int num_threads = 1;             // I/O threads
+  // I/O threads (HTTP parsing, the replies' JSON and writes). 0: a quarter of the cores, 1 to 4
+  // (on the H200 host, 256 streams with one thread took TTFT p50 to 1.0 s against 0.34 s with 4).
+  int num_threads = 0;
   size_t max_body_bytes = 1 << 20; // larger bodies get 413
   int idle_timeout_s = 60;         // keep-alive connections idle this long are closed
 };

@@ -50,6 +50,21 @@ struct Metrics::Impl {
                                                  .Help("Draft tokens accepted at each draft position")
                                                  .Register(registry);
   SpecDecodeStats spec_seen;
+  // The engine thread (deepinfer's own; compare with `deepinfer bench --throughput`'s record).
+  p::Family<p::Counter>& steps = p::BuildCounter().Name("deepinfer:engine_steps_total")
+                                     .Help("Engine steps: kind=prefill computed prompt tokens (alone or mixed "
+                                           "into decode), kind=decode did not")
+                                     .Register(registry);
+  p::Counter& step_seqs = p::BuildCounter().Name("deepinfer:engine_step_seqs_total")
+                              .Help("Sequences over all steps (mean batch: this / the steps)")
+                              .Register(registry).Add({});
+  p::Family<p::Counter>& thread_seconds =
+      p::BuildCounter().Name("deepinfer:engine_thread_seconds_total")
+          .Help("The engine thread's time since the first request: state=step (Engine::step), output "
+                "(handing outputs to replies), task (adds, aborts, tokenize), idle (no request unfinished)")
+          .Register(registry);
+  int64_t prefill_steps_seen = 0, decode_steps_seen = 0, step_seqs_seen = 0;
+  std::map<std::string, double> seconds_seen;
   p::Histogram& ttft = p::BuildHistogram().Name("deepinfer:time_to_first_token_seconds")
                            .Help("Time to first token").Register(registry).Add({}, latency_buckets());
   p::Histogram& itl = p::BuildHistogram().Name("deepinfer:inter_token_latency_seconds")
@@ -66,6 +81,8 @@ struct Metrics::Impl {
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>()) {
   for (const char* r : {"stop", "length", "abort", "error"}) impl_->success.Add({{"finished_reason", r}});
+  for (const char* k : {"prefill", "decode"}) impl_->steps.Add({{"kind", k}});
+  for (const char* st : {"step", "output", "task", "idle"}) impl_->thread_seconds.Add({{"state", st}});
 }
 Metrics::~Metrics() = default;
 
@@ -80,7 +97,8 @@ void Metrics::inter_token_latency(double s) { impl_->itl.Observe(s); }
 void Metrics::e2e_latency(double s) { impl_->e2e.Observe(s); }
 void Metrics::queue_time(double s) { impl_->queue.Observe(s); }
 
-std::string Metrics::render(const EngineStats& stats, int num_running, int num_waiting) {
+std::string Metrics::render(const EngineStats& stats, const EngineLoop::Times& times, int num_running,
+                            int num_waiting) {
   impl_->running.Set(num_running);
   impl_->waiting.Set(num_waiting);
   impl_->kv_usage.Set(stats.num_kv_blocks > 0
@@ -107,6 +125,15 @@ std::string Metrics::render(const EngineStats& stats, int num_running, int num_w
   for (size_t j = 0; j < sp.accepted_per_position.size(); ++j)
     bump(impl_->spec_accepted_pos.Add({{"position", std::to_string(j)}}), sp.accepted_per_position[j],
          seen.accepted_per_position[j]);
+  bump(impl_->steps.Add({{"kind", "prefill"}}), stats.num_prefill_steps, impl_->prefill_steps_seen);
+  bump(impl_->steps.Add({{"kind", "decode"}}), stats.num_steps - stats.num_prefill_steps, impl_->decode_steps_seen);
+  bump(impl_->step_seqs, stats.num_step_seqs, impl_->step_seqs_seen);
+  for (const auto& [state, now] : {std::pair<const char*, double>{"step", times.step_s}, {"output", times.output_s},
+                                   {"task", times.task_s}, {"idle", times.idle_s}}) {
+    double& before = impl_->seconds_seen[state];
+    if (now > before) impl_->thread_seconds.Add({{"state", state}}).Increment(now - before);
+    before = std::max(before, now);
+  }
   return p::TextSerializer().Serialize(impl_->registry.Collect());
 }
 

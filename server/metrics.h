@@ -5,6 +5,7 @@
 #include <string>
 
 #include "deepinfer/engine.h"
+#include "server/engine_loop.h"
 
 namespace deepinfer::server {
 
@@ -19,8 +20,9 @@ class Metrics {
   void inter_token_latency(double s);
   void e2e_latency(double s);
   void queue_time(double s);
-  // The text format; `stats` gives the gauges and prefix-cache counters.
-  std::string render(const EngineStats& stats, int num_running, int num_waiting);
+  // The text format; `stats` gives the gauges, prefix-cache and step counters, `times` where the
+  // engine thread's time went.
+  std::string render(const EngineStats& stats, const EngineLoop::Times& times, int num_running, int num_waiting);
 
  private:
   struct Impl;

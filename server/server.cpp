@@ -233,28 +233,22 @@ json token_bytes(const std::string& s) {
   return a;
 }
 
-// The part of an engine update a reply is built from: the deltas only (the engine thread copies
-// this much and hands it to the connection's strand, where the JSON is made).
-RequestOutput delta_of(const RequestOutput& out) {
-  RequestOutput d;
-  d.request_id = out.request_id;
-  d.finished = out.finished;
-  d.error = out.error;
-  d.num_prompt_tokens = out.num_prompt_tokens;
-  d.prompt_logprobs = out.prompt_logprobs;  // in one update (and the last) only
-  d.outputs.reserve(out.outputs.size());
-  for (const CompletionOutput& c : out.outputs) {
-    CompletionOutput e;
-    e.index = c.index;
-    e.finish_reason = c.finish_reason;
-    e.stop_reason = c.stop_reason;
-    e.delta_text = c.delta_text;
-    e.delta_token_ids = c.delta_token_ids;
-    const size_t first = c.logprobs.size() >= c.delta_token_ids.size() ? c.logprobs.size() - c.delta_token_ids.size() : 0;
-    e.logprobs.assign(c.logprobs.begin() + static_cast<std::ptrdiff_t>(first), c.logprobs.end());
-    d.outputs.push_back(std::move(e));
+// The alternatives shown for one position, as vLLM lists them: the chosen token first, then the
+// most likely ones in order without it, `count` at most. Chat's top_logprobs takes k of them (the
+// chosen token in place of the k-th most likely when it is not in the top k), completions'
+// logprobs k + 1 (the chosen token besides the top k).
+template <typename Value>
+std::vector<std::pair<int32_t, Value>> chosen_then_top(int32_t chosen, Value chosen_logprob,
+                                                       const std::vector<std::pair<int32_t, Value>>& top,
+                                                       int count) {
+  std::vector<std::pair<int32_t, Value>> out;
+  if (count <= 0) return out;
+  out.emplace_back(chosen, chosen_logprob);
+  for (const auto& e : top) {
+    if (static_cast<int>(out.size()) >= count) break;
+    if (e.first != chosen) out.push_back(e);
   }
-  return d;
+  return out;
 }
 
 }  // namespace
@@ -270,13 +264,14 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
   bool include_usage = false;
   bool echo = false;
   int n = 1;
-  int logprobs = -1;  // -1: none; k: the sampled token and the top k
+  int logprobs = -1;  // -1: none; k: the sampled token and the top k (chosen_then_top)
   int prompt_logprobs = -1;  // vLLM's extra field: -1 none; k: the prompt_logprobs list with the top k
   bool reasoning = false;  // chat: split <think>...</think> into reasoning_content
   bool tools = false;      // chat: parse DeepSeek tool calls out of the output
   ToolFormat tool_format = ToolFormat::V3;  // the checkpoint's (EngineLoop::chat_format())
   std::mt19937_64 rng;     // tool call ids
   bool max_tokens_given = false;
+  int max_tokens_cap = 0;  // ServerOptions::max_tokens_cap
   std::string id, model;
   int64_t created = 0;
   double arrival_s = 0;
@@ -331,15 +326,15 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
       const std::string tok = token_text(lp.token_id);
       if (chat) {
         json top = json::array();
-        for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t) {
-          const std::string s = token_text(lp.top[t].first);
-          top.push_back({{"token", s}, {"logprob", lp.top[t].second}, {"bytes", token_bytes(s)}});
+        for (const auto& [id, value] : chosen_then_top(lp.token_id, lp.logprob, lp.top, logprobs)) {
+          const std::string s = token_text(id);
+          top.push_back({{"token", s}, {"logprob", value}, {"bytes", token_bytes(s)}});
         }
         out.push_back({{"token", tok}, {"logprob", lp.logprob}, {"bytes", token_bytes(tok)}, {"top_logprobs", top}});
       } else {
         json top = json::object();
-        for (size_t t = 0; t < lp.top.size() && static_cast<int>(t) < logprobs; ++t)
-          top[token_text(lp.top[t].first)] = lp.top[t].second;
+        for (const auto& [id, value] : chosen_then_top(lp.token_id, lp.logprob, lp.top, logprobs + 1))
+          top[token_text(id)] = value;
         out["tokens"].push_back(tok);
         out["token_logprobs"].push_back(lp.logprob);
         out["top_logprobs"].push_back(top);
@@ -369,8 +364,8 @@ struct Server::Job : std::enable_shared_from_this<Server::Job> {
       }
       const PromptLogprob& e = plp[i - 1];
       json top = json::object();
-      for (size_t t = 0; t < e.top.size() && static_cast<int>(t) < logprobs; ++t)
-        top[token_text(e.top[t].first)] = e.top[t].second;
+      for (const auto& [id, value] : chosen_then_top(e.token_id, e.logprob, e.top, logprobs + 1))
+        top[token_text(id)] = value;
       out["token_logprobs"].push_back(e.logprob);
       out["top_logprobs"].push_back(top);
     }
@@ -649,12 +644,35 @@ Server::Server(ServerOptions options, EngineLoop& loop)
 
 Server::~Server() = default;
 
+namespace {
+// --allowed-origins: every response and stream of a request carries Access-Control-Allow-Origin
+// (a browser reads none of a reply without it, the generation routes' replies included).
+class CorsReply final : public Reply {
+ public:
+  CorsReply(std::shared_ptr<Reply> inner, std::string origin) : inner_(std::move(inner)), origin_(std::move(origin)) {}
+  void send(HttpResponse response) override {
+    response.headers.emplace_back("Access-Control-Allow-Origin", origin_);
+    inner_->send(std::move(response));
+  }
+  void start_stream(int status, std::string content_type, Headers headers) override {
+    headers.emplace_back("Access-Control-Allow-Origin", origin_);
+    inner_->start_stream(status, std::move(content_type), std::move(headers));
+  }
+  void write(std::string data) override { inner_->write(std::move(data)); }
+  void end() override { inner_->end(); }
+  void run(std::function<void()> f) override { inner_->run(std::move(f)); }
+  void on_disconnect(std::function<void()> f) override { inner_->on_disconnect(std::move(f)); }
+
+ private:
+  std::shared_ptr<Reply> inner_;
+  std::string origin_;
+};
+}  // namespace
+
 void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
   const std::string& path = req.target;
-  auto cors = [&](HttpResponse r) {
-    if (!options_.allowed_origins.empty()) r.headers.emplace_back("Access-Control-Allow-Origin", options_.allowed_origins);
-    return r;
-  };
+  if (!options_.allowed_origins.empty() && req.method != "OPTIONS")
+    reply = std::make_shared<CorsReply>(std::move(reply), options_.allowed_origins);
   try {
     if (req.method == "OPTIONS") {
       HttpResponse r;
@@ -675,7 +693,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       if (!constant_time_equal(auth, expected)) {
         HttpResponse r = error_response(401, "missing or wrong API key (Authorization: Bearer KEY)");
         r.headers.emplace_back("WWW-Authenticate", "Bearer");
-        reply->send(cors(r));
+        reply->send(r);
         return;
       }
     }
@@ -699,14 +717,14 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
     }
     if (path == "/version") {
       want("GET");
-      reply->send(cors(json_response(200, {{"version", "0.1.0"}})));
+      reply->send(json_response(200, {{"version", "0.1.0"}}));
       return;
     }
     if (path == "/metrics") {
       want("GET");
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4";
-      r.body = metrics_->render(loop_.stats(), running_->load(), waiting_->load());
+      r.body = metrics_->render(loop_.stats(), loop_.times(), running_->load(), waiting_->load());
       reply->send(r);
       return;
     }
@@ -714,7 +732,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       want("GET");
       HttpResponse r;
       r.body = openapi_json(options_.served_model_name);
-      reply->send(cors(r));
+      reply->send(r);
       return;
     }
     const bool known = path == "/v1/models" || path == "/v1/completions" || path == "/v1/chat/completions" ||
@@ -724,7 +742,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
     if (!loop_.ready()) {
       HttpResponse r = error_response(503, "the model is still loading");
       r.headers.emplace_back("Retry-After", "1");
-      reply->send(cors(r));
+      reply->send(r);
       return;
     }
     if (path == "/v1/models") {
@@ -734,7 +752,7 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
       json data = json::array();
       data.push_back({{"id", options_.served_model_name}, {"object", "model"}, {"created", std::time(nullptr)},
                       {"owned_by", "deepinfer"}, {"root", options_.served_model_name}});
-      reply->send(cors(json_response(200, {{"object", "list"}, {"data", data}})));
+      reply->send(json_response(200, {{"object", "list"}, {"data", data}}));
       return;
     }
     want("POST");
@@ -744,11 +762,11 @@ void Server::handle(HttpRequest&& req, std::shared_ptr<Reply> reply) {
   } catch (const ApiError& e) {
     HttpResponse r = error_response(e.status, e.what(), e.param);
     if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-    reply->send(cors(r));
+    reply->send(r);
   } catch (const std::invalid_argument& e) {
-    reply->send(cors(error_response(400, e.what())));
+    reply->send(error_response(400, e.what()));
   } catch (const std::exception& e) {
-    reply->send(cors(error_response(500, std::string("internal error: ") + e.what())));
+    reply->send(error_response(500, std::string("internal error: ") + e.what()));
   }
 }
 
@@ -809,14 +827,15 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
   }
   job->n = static_cast<int>(get_int(body, "n", 1, 1, 128));
   sp.n = job->n;
-  sp.temperature = static_cast<float>(get_number(body, "temperature", 1.0, 0.0, 2.0));
-  sp.top_p = static_cast<float>(get_number(body, "top_p", 1.0, 1e-9, 1.0));
-  sp.top_k = static_cast<int>(get_int(body, "top_k", 0, -1, 1 << 30));
+  const SamplingParams& def = options_.defaults;  // generation_config.json's where it has them
+  sp.temperature = static_cast<float>(get_number(body, "temperature", def.temperature, 0.0, 2.0));
+  sp.top_p = static_cast<float>(get_number(body, "top_p", def.top_p, 1e-9, 1.0));
+  sp.top_k = static_cast<int>(get_int(body, "top_k", def.top_k, -1, 1 << 30));
   if (sp.top_k < 0) sp.top_k = 0;
-  sp.min_p = static_cast<float>(get_number(body, "min_p", 0.0, 0.0, 1.0));
+  sp.min_p = static_cast<float>(get_number(body, "min_p", def.min_p, 0.0, 1.0));
   sp.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   sp.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
-  sp.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", 1.0, 1e-6, 1e6));
+  sp.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty", def.repetition_penalty, 1e-6, 1e6));
   sp.min_tokens = static_cast<int>(get_int(body, "min_tokens", 0, 0, 1 << 30));
   sp.ignore_eos = get_bool(body, "ignore_eos", false);
   sp.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
@@ -852,6 +871,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
     job->logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, max_logprobs));
   }
   sp.logprobs = job->logprobs;
+  sp.delta_outputs = true;  // the job keeps its own text; updates carry what they add
   // vLLM's prompt_logprobs extra field, and the legacy echo + logprobs (the prompt's tokens first).
   job->prompt_logprobs = static_cast<int>(get_int(body, "prompt_logprobs", -1, 0, max_logprobs));
   if (job->prompt_logprobs >= 0 && job->stream)
@@ -951,6 +971,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
     else throw ApiError(400, std::string(field) + ": expected a string", field);
   }
   job->max_tokens_given = max_tokens > 0;
+  job->max_tokens_cap = options_.max_tokens_cap;
   job->rng.seed(rng());
   // Admission.
   if (draining_) throw ApiError(503, "the server is shutting down");
@@ -1007,6 +1028,7 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
                                   " in the completion). Please reduce the length of the messages or completion.",
                          "max_tokens");
         if (mt <= 0) mt = job->chat ? max_len - n_prompt : std::min<int64_t>(16, max_len - n_prompt);
+        if (job->max_tokens_cap > 0) mt = std::min<int64_t>(mt, job->max_tokens_cap);  // generation_config.json
         params[p].max_tokens = static_cast<int>(mt);
         job->prompt_tokens += static_cast<int>(n_prompt);
         if (job->echo)
@@ -1017,9 +1039,10 @@ void Server::generate(const HttpRequest& req, std::shared_ptr<Reply> reply, bool
       for (size_t p = 0; p < job->prompts.size(); ++p) {
         const std::string eid = job->id + "-" + std::to_string(p);
         try {
-          // The update's deltas go to the connection's strand, where the chunk is built and written.
-          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](const RequestOutput& out) {
-            job->reply->run([job, p, d = delta_of(out)] { job->on_output(p, d); });
+          // The update (deltas only: SamplingParams::delta_outputs) goes to the connection's
+          // strand, where the chunk is built and written.
+          loop->add(engine, Prompt::from_tokens(ids[p]), params[p], eid, [job, p](RequestOutput&& out) {
+            job->reply->run([job, p, d = std::move(out)] { job->on_output(p, d); });
           });
         } catch (const std::exception& e) {
           for (const std::string& prev : job->engine_ids) loop->abort(engine, prev);

@@ -22,6 +22,11 @@ struct ServerOptions {
   // "" (none), "deepseek_r1" (text before </think> is reasoning_content), "deepseek_v3" (the same
   // when the request's chat_template_kwargs.thinking is true).
   std::string reasoning_parser;
+  // The sampling fields' defaults where a request gives none (serve --generation-config: the
+  // model's generation_config.json, as vLLM's --generation-config auto): temperature, top_p,
+  // top_k, min_p, repetition_penalty (its max_tokens is not used).
+  SamplingParams defaults;
+  int max_tokens_cap = 0;  // > 0: every request's max_tokens at most this (max_new_tokens there, as vLLM)
 };
 
 class Server {

@@ -172,6 +172,8 @@ struct RequestOutput {
 
 struct EngineStats {
   int64_t num_steps = 0;
+  int64_t num_prefill_steps = 0;  // steps that computed prompt tokens (prefill chunks, alone or mixed into decode)
+  int64_t num_step_seqs = 0;      // sequences over all steps (mean batch: num_step_seqs / num_steps)
   int64_t num_prompt_tokens_computed = 0;  // prefill work, recompute included
   int64_t num_generated_tokens = 0;
   int64_t num_cached_tokens = 0;

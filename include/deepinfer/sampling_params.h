@@ -47,6 +47,13 @@ struct SamplingParams {
   // reuse cached prefix blocks for its prompt (a cached position has no logits), as vLLM.
   int prompt_logprobs = -1;
   bool skip_special_tokens = true;
+  // Engine::step's updates carry only what they add (vLLM's RequestOutputKind.DELTA): each
+  // sample's text and token_ids stay empty (the new part is in delta_text / delta_token_ids, as
+  // always), logprobs holds the new tokens' entries only, prompt_token_ids stays empty and
+  // prompt_logprobs comes once; the final update too. Streaming callers that keep their own
+  // copy (the server) then copy nothing per update that grows with the output. generate()
+  // ignores it (it returns whole outputs).
+  bool delta_outputs = false;
   StructuredOutputArgs so_args;
 
   // Upper bounds validate() enforces, so one request cannot exhaust memory or time.

@@ -182,6 +182,47 @@ def test_completion_logprobs(client, model_name):
     assert all(len(t) <= 2 for t in lp.top_logprobs)
 
 
+def test_top_logprobs_include_the_chosen_token(client, model_name):
+    """vLLM's lists: the chosen token first, then the most likely ones without it. Chat's
+    top_logprobs has k entries (the chosen one in place of the k-th when it is not in the top k);
+    completions' dict k + 1 (the chosen one besides the top k). Sampled hot, so many chosen tokens
+    are not the most likely ones."""
+    k = 2
+    r = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=48, temperature=2.0, seed=5,
+                                       logprobs=True, top_logprobs=k, extra_body={"ignore_eos": True})
+    outside = 0
+    for entry in r.choices[0].logprobs.content:
+        top = entry.top_logprobs
+        assert len(top) == k
+        assert top[0].token == entry.token and top[0].logprob == entry.logprob
+        rest = [t.logprob for t in top[1:]]
+        assert rest == sorted(rest, reverse=True)
+        if all(v > entry.logprob for v in rest):
+            outside += 1  # below every other listed one: not the most likely
+    assert outside > 0, "no sampled token outside the top k: the case is not exercised"
+    # top_logprobs 0: logprobs of the chosen tokens, no alternatives (vLLM).
+    r0 = client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=3, temperature=0,
+                                        logprobs=True, top_logprobs=0)
+    assert all(e.top_logprobs == [] for e in r0.choices[0].logprobs.content)
+
+    c = client.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=48, temperature=2.0, seed=5,
+                                  logprobs=k, extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    extra = 0
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= k + 1
+        if any("\ufffd" in t for t in top):
+            continue  # partial UTF-8 tokens share the key "\ufffd" (as in vLLM's dict)
+        assert top[tok] == value, (tok, top)
+        assert len(top) >= k
+        extra += len(top) == k + 1
+    assert extra > 0, "no sampled token outside the top k: the case is not exercised"
+    # logprobs 0: the chosen token alone.
+    c0 = client.completions.create(model=model_name, prompt="import", max_tokens=3, temperature=0, logprobs=0)
+    lp0 = c0.choices[0].logprobs
+    assert [list(t) for t in lp0.top_logprobs] == [[t] for t in lp0.tokens]
+
+
 def test_completion_echo_logprobs(server, client, model_name):
     """echo + logprobs: the prompt's tokens first (null first logprob), then the completion's; the
     prompt entries equal the logprobs a decode computed for the same tokens (an independent path)."""
@@ -197,7 +238,9 @@ def test_completion_echo_logprobs(server, client, model_name):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == len(prompt) + 2
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     assert all(v <= 0 for v in lp.token_logprobs[1:])
-    assert all(1 <= len(t) <= 2 for t in lp.top_logprobs[1:])
+    assert all(1 <= len(t) <= 3 for t in lp.top_logprobs[1:])  # the prompt token besides the top 2
+    assert all(t[tok] == v for tok, v, t in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:])
+               if not any("\ufffd" in key for key in t))
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
     assert r.usage.prompt_tokens == len(prompt)
     if lp.tokens[len(ids):len(prompt)] != gen.choices[0].logprobs.tokens[:len(prompt) - len(ids)]:
@@ -292,6 +335,54 @@ def test_metrics_names(server, client, model_name):
         assert metric(server, "deepinfer:" + name) == 0, name  # speculative decoding is off
 
 
+def test_engine_thread_metrics(start_server, model_name):
+    """deepinfer:engine_* (the step loop's counters, bench/serve_vs_bench.sh compares them with
+    `deepinfer bench --throughput`): a fresh server's first request of P prompt tokens and G output
+    tokens is one prefill step and G - 1 decode steps of one sequence; the idle clock starts with it."""
+    s = start_server()
+    url = s.url
+
+    def engine():
+        out = {}
+        for line in httpx.get(url + "/metrics").text.splitlines():
+            if line.startswith("deepinfer:engine_"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    before = engine()
+    assert before['deepinfer:engine_steps_total{kind="prefill"}'] == 0
+    assert before['deepinfer:engine_thread_seconds_total{state="idle"}'] == 0
+    r = httpx.post(url + "/v1/completions", json={"model": model_name, "prompt": list(range(10, 30)), "max_tokens": 6,
+                                                  "ignore_eos": True, "temperature": 0}).json()
+    assert r["usage"]["completion_tokens"] == 6
+    time.sleep(0.3)  # idle now
+    after = engine()
+    assert after['deepinfer:engine_steps_total{kind="prefill"}'] == 1
+    assert after['deepinfer:engine_steps_total{kind="decode"}'] == 5
+    assert after["deepinfer:engine_step_seqs_total"] == 6
+    assert after['deepinfer:engine_thread_seconds_total{state="step"}'] > 0
+    assert after['deepinfer:engine_thread_seconds_total{state="task"}'] > 0
+    assert after['deepinfer:engine_thread_seconds_total{state="idle"}'] >= 0.2
+
+
+def test_generation_config_defaults(start_server, model_name, tmp_path):
+    """--generation-config DIR (auto: the model's generation_config.json, as vLLM): its sampling
+    fields are the defaults of requests that give none, max_new_tokens caps max_tokens."""
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.0, "max_new_tokens": 5}))
+    s = start_server("--generation-config", str(tmp_path))
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    texts = {c.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=30,
+                                  extra_body={"ignore_eos": True}).choices[0].text for _ in range(3)}
+    assert len(texts) == 1  # greedy by default: no seed, same text
+    r = c.chat.completions.create(model=model_name, messages=CHAT, max_tokens=30, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+    # A request's own temperature wins (seeded: the same sampled text again, not greedy's).
+    hot = {c.completions.create(model=model_name, prompt="def add(a, b):", max_tokens=5, temperature=2.0, seed=s_,
+                                extra_body={"ignore_eos": True}).choices[0].text for s_ in range(4)}
+    assert len(hot) > 1
+
+
 def test_spec_decode_metrics(start_server, model_name):
     s = start_server("--num-speculative-tokens", "2", "--speculator", "ngram")
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
@@ -345,6 +436,44 @@ def test_unknown_fields_ignored_with_warning(server, model_name):
     assert r.status_code == 200
     time.sleep(0.1)
     assert any("no_such_field" in line for line in server.log)
+
+
+def test_engine_failure_mid_stream(start_server, model_name, monkeypatch):
+    """An engine step that fails after a stream started: a data: error chunk, then [DONE]; a
+    non-streaming request gets a 500 error body; the server goes on serving."""
+    monkeypatch.setenv("DEEPINFER_SERVE_FAIL_STEP", "4")  # the server's 4th step throws
+    s = start_server()
+    body = {"model": model_name, "prompt": "def add(a, b):", "max_tokens": 20, "ignore_eos": True,
+            "temperature": 0, "stream": True}
+    with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len(chunks) >= 2 and all("choices" in c for c in chunks[:-1])  # tokens came first
+    err = chunks[-1]["error"]
+    assert "injected failure" in err["message"] and err["code"] == 500
+    ok = httpx.post(s.url + "/v1/completions", json={**body, "stream": False, "max_tokens": 3}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+    assert metric(s, 'deepinfer:request_success_total{finished_reason="error"}') == 1
+    assert metric(s, "deepinfer:num_requests_running") == 0
+
+
+def test_cors(start_server, model_name):
+    """--allowed-origins: the preflight and every reply carry Access-Control-Allow-Origin, the
+    generation routes' (whole and streamed) and errors included."""
+    s = start_server("--allowed-origins", "*")
+    o = {"Origin": "http://example.test"}
+    pre = httpx.options(s.url + "/v1/chat/completions", headers={**o, "Access-Control-Request-Method": "POST"})
+    assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == "*"
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    body = {"model": model_name, "prompt": "x", "max_tokens": 1}
+    for r in (httpx.get(s.url + "/v1/models", headers=o), httpx.post(s.url + "/v1/completions", json=body, headers=o),
+              httpx.post(s.url + "/v1/completions", json={**body, "model": "nope"}, headers=o)):
+        assert r.headers.get("access-control-allow-origin") == "*", r.request.url
+    with httpx.stream("POST", s.url + "/v1/completions", json={**body, "stream": True}, headers=o) as r:
+        assert r.headers.get("access-control-allow-origin") == "*"
+        assert sse_events(r)[-1] == "[DONE]"
 
 
 def test_error_prompt_past_context(server, client, model_name):

@@ -266,6 +266,61 @@ TEST(Engine, StreamingAddStepAbort) {
   EXPECT_FALSE(engine->has_unfinished());
 }
 
+// SamplingParams::delta_outputs: every update carries only what it adds (no copy that grows with
+// the output), and the updates add up to the cumulative run's final output, logprobs included.
+TEST(Engine, DeltaOutputsCarryOnlyTheNewPartAndAddUpToTheWhole) {
+  EngineConfig cfg;
+  cfg.kv_block_size = 4;
+  SamplingParams p = greedy(40);
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  p.n = 2;
+  p.temperature = 1.0f;  // the two samples differ
+  p.seed = 7;
+  SamplingParams d = p;
+  d.delta_outputs = true;
+  const Prompt prompt = Prompt::from_tokens({3, 4, 5, 6, 7});
+  auto whole = make_fake_engine(cfg)->generate({prompt}, {p});
+  ASSERT_TRUE(whole[0].error.empty()) << whole[0].error;
+
+  auto engine = make_fake_engine(cfg);
+  engine->add_request(prompt, d, "d");
+  std::vector<std::vector<int32_t>> ids(2);
+  std::vector<std::vector<TokenLogprob>> lps(2);
+  size_t num_updates = 0, entries_copied = 0;
+  bool finished = false;
+  while (engine->has_unfinished()) {
+    for (auto& o : engine->step()) {
+      ++num_updates;
+      EXPECT_TRUE(o.prompt_token_ids.empty());
+      EXPECT_EQ(o.num_prompt_tokens, 5);
+      ASSERT_EQ(o.outputs.size(), 2u);
+      for (const CompletionOutput& c : o.outputs) {
+        EXPECT_TRUE(c.token_ids.empty()) << "update " << num_updates;
+        EXPECT_TRUE(c.text.empty());
+        EXPECT_EQ(c.logprobs.size(), c.delta_token_ids.size()) << "update " << num_updates;
+        entries_copied += c.logprobs.size();
+        ids[c.index].insert(ids[c.index].end(), c.delta_token_ids.begin(), c.delta_token_ids.end());
+        lps[c.index].insert(lps[c.index].end(), c.logprobs.begin(), c.logprobs.end());
+      }
+      finished = finished || o.finished;
+    }
+  }
+  EXPECT_TRUE(finished);
+  EXPECT_GT(num_updates, 10u);  // streamed, not one update
+  EXPECT_EQ(entries_copied, 80u);  // each token's entry once (cumulative updates copy ~n^2 / 2)
+  for (const CompletionOutput& w : whole[0].outputs) {
+    EXPECT_EQ(ids[w.index], w.token_ids) << "sample " << w.index;
+    ASSERT_EQ(lps[w.index].size(), w.logprobs.size());
+    for (size_t i = 0; i < w.logprobs.size(); ++i) {
+      EXPECT_EQ(lps[w.index][i].token_id, w.logprobs[i].token_id);
+      EXPECT_EQ(lps[w.index][i].logprob, w.logprobs[i].logprob);
+      EXPECT_EQ(lps[w.index][i].top, w.logprobs[i].top);
+    }
+  }
+  EXPECT_NE(whole[0].outputs[0].token_ids, whole[0].outputs[1].token_ids);
+}
+
 // Checked before any weights load, so it is cheap; the message names the field.
 TEST(Engine, RejectsGpuMemoryUtilizationOutsideZeroToOne) {
   for (double u : {0.0, 1.5, -0.1}) {
