@@ -305,6 +305,10 @@ ParameterCount ModelConfig::parameter_count() const {
                       kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim) + heads * v_head_dim * H;
   attention += has_q_lora() ? H * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk_head_dim()
                             : H * heads * qk_head_dim();
+  if (indexer.present()) {  // V3.2's lightning indexer: wq_b, wk, k_norm (weight, bias), weights_proj
+    attention += indexer.n_heads * indexer.head_dim * q_lora_rank + indexer.head_dim * H +
+                 2 * indexer.head_dim + indexer.n_heads * H;
+  }
   const int64_t norms = 2 * H;
   const int64_t dense_mlp = 3 * H * intermediate_size;
   const int64_t expert = 3 * H * moe_intermediate_size;

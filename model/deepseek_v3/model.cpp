@@ -8,12 +8,34 @@
 namespace deepinfer {
 
 std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
-                                                      const ModelWeights& host, Backend& backend) {
+                                                      const ModelWeights& weights, Backend& backend) {
+  std::vector<const LayerWeights*> blocks;
+  for (const LayerWeights& layer : weights.layers) blocks.push_back(&layer);
+  for (const MtpWeights& m : weights.mtp) blocks.push_back(&m.block);
   std::vector<MlaAbsorbedWeights> out;
-  for (const LayerWeights& layer : host.layers) {
-    out.push_back(make_mla_absorbed_weights(config, layer.attn, backend));
+  for (const LayerWeights* block : blocks) {
+    const Weight& src = block->attn.kv_b_proj;
+    if (src.w.device == Device::CPU) {
+      out.push_back(make_mla_absorbed_weights(config, block->attn, backend));
+      continue;
+    }
+    // Weights made on the device (random weights): a host copy of kv_b_proj, the one tensor
+    // make_mla_absorbed_weights reads.
+    AttentionWeights host_attn;
+    Weight& kvb = host_attn.kv_b_proj;
+    kvb = src;
+    HostBuffer w(kvb.w.dtype, kvb.w.dims());
+    backend.copy(src.w, w.tensor());
+    kvb.w = w.tensor();
+    HostBuffer s;
+    if (kvb.scale_inv.defined()) {
+      s = HostBuffer(kvb.scale_inv.dtype, kvb.scale_inv.dims());
+      backend.copy(src.scale_inv, s.tensor());
+      kvb.scale_inv = s.tensor();
+    }
+    backend.synchronize();
+    out.push_back(make_mla_absorbed_weights(config, host_attn, backend));
   }
-  for (const MtpWeights& m : host.mtp) out.push_back(make_mla_absorbed_weights(config, m.block.attn, backend));
   return out;
 }
 
