@@ -54,6 +54,8 @@ class DeepseekV3Model : public Model {
   virtual void check_kv_caches(const KvCaches& kv) const;
 
   ModelConfig config_;
+  MlaDims mla_dims_;  // the shared layers' dimensions, built once from config_
+  FfnDims ffn_dims_;
   ModelWeights weights_;
   std::vector<MlaAbsorbedWeights> absorbed_;
   Backend& backend_;

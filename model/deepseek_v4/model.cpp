@@ -154,8 +154,8 @@ void DeepseekV4Model::grow_rope_tables(int64_t num_positions) {
   if (rope_.rows >= num_positions) return;
   const int64_t rows = std::min<int64_t>(std::max<int64_t>({num_positions, 2 * rope_.rows, 256}),
                                          std::max<int64_t>(config_.base.max_position_embeddings, num_positions));
-  rope_.main = rope_cos_sin_table(config_.main_rope_config(), rows);
-  rope_.compress = rope_cos_sin_table(config_.compress_rope_config(), rows);
+  rope_.main = rope_cos_sin_table(config_.main_rope_dims(), rows);
+  rope_.compress = rope_cos_sin_table(config_.compress_rope_dims(), rows);
   rope_.main_inv = inverse_table(rope_.main);
   rope_.compress_inv = inverse_table(rope_.compress);
   rope_.rows = rows;
