@@ -21,6 +21,7 @@
 #include "app/commands.h"
 #include "app/engine_flags.h"
 #include "app/eval.h"
+#include "core/settings.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
 
@@ -77,7 +78,7 @@ json engine_json(const EngineConfig& c) {
           {"model_dir", c.model_dir},
           {"random_weights_config", c.random_weights_config},
           {"backend", c.backend},
-          {"batch_invariant", c.batch_invariant || std::getenv("DEEPINFER_BATCH_INVARIANT") != nullptr},
+          {"batch_invariant", c.batch_invariant || env_settings().get_bool("DEEPINFER_BATCH_INVARIANT")},
           {"num_threads", c.num_threads},
           {"max_num_seqs", c.max_num_seqs},
           {"max_num_batched_tokens", c.max_num_batched_tokens},
@@ -249,7 +250,7 @@ int eval_ppl(int argc, char** argv) {
   app.add_flag("--write-baseline", write_baseline, "replace the platform's entry with these results")->needs(base);
   if (auto code = parse_flags(app, argc, argv)) return *code;
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
-  const bool invariant = config.batch_invariant || std::getenv("DEEPINFER_BATCH_INVARIANT") != nullptr;
+  const bool invariant = config.batch_invariant || env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
   if (platform.empty()) platform = config.backend + (invariant ? "-batch-invariant" : "");
 
   const std::vector<json> lines = read_jsonl(texts, "--texts");
