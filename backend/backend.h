@@ -98,7 +98,6 @@ class DeviceBuffer {
 // DEEPINFER_CUDA_* settings (core/settings.h) fill them: cuda_options(env_settings()).
 struct CudaOptions {
   bool sync_each_op = false;      // DEEPINFER_CUDA_SYNC
-  bool own_gemm_only = false;     // DEEPINFER_CUDA_GEMM=own
   bool stream_gemm = true;        // DEEPINFER_CUDA_STREAM
   int64_t stream_max_rows = 16;   // DEEPINFER_CUDA_STREAM_MAX_ROWS
   int fuse_mask = 1;              // DEEPINFER_CUDA_FUSE

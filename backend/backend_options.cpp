@@ -8,10 +8,6 @@ namespace deepinfer {
 CudaOptions cuda_options(const Settings& s) {
   CudaOptions o;
   o.sync_each_op = s.get_bool("DEEPINFER_CUDA_SYNC");
-  const std::string& gemm = s.get_string("DEEPINFER_CUDA_GEMM");
-  DI_CHECK(gemm.empty() || gemm == "own", "environment variable DEEPINFER_CUDA_GEMM='", gemm,
-           "': expected 'own' or unset");
-  o.own_gemm_only = gemm == "own";
   o.stream_gemm = s.get_bool("DEEPINFER_CUDA_STREAM");
   o.stream_max_rows = o.stream_gemm ? s.get_int("DEEPINFER_CUDA_STREAM_MAX_ROWS") : 0;
   o.fuse_mask = static_cast<int>(s.get_int("DEEPINFER_CUDA_FUSE"));

@@ -70,8 +70,6 @@ const std::vector<SettingInfo>& setting_table() {
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},
-      {"DEEPINFER_CUDA_GEMM", SettingType::String, "",
-       "'own': dense BF16 GEMMs on the own kernels instead of cuBLASLt"},
       {"DEEPINFER_CUDA_STREAM", SettingType::Bool, "1",
        "weight-streaming GEMM kernel for few-row GEMMs (0: cuBLASLt / tile kernels)"},
       {"DEEPINFER_CUDA_STREAM_MAX_ROWS", SettingType::Int, "16",

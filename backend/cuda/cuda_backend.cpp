@@ -72,7 +72,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   // Switches come from options.cuda (the DEEPINFER_CUDA_* settings, core/settings.h).
   const CudaOptions& o = options.cuda;
   sync_each_op_ = o.sync_each_op;
-  own_gemm_only_ = o.own_gemm_only;
   stream_gemm_ = o.stream_gemm;
   stream_max_rows_ = stream_gemm_ ? o.stream_max_rows : 0;
   fuse_mask_ = o.fuse_mask;

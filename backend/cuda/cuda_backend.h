@@ -167,9 +167,6 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int num_sms_ = 0;
   bool sync_each_op_ = false;
-  // DEEPINFER_CUDA_GEMM=own: dense BF16 GEMMs on the own kernels instead of cuBLASLt
-  // (for measuring both; batch-invariant mode always uses the own kernels).
-  bool own_gemm_only_ = false;
   // DEEPINFER_CUDA_STREAM=0: no weight-streaming MMA kernel (few-row GEMMs on the gemv, as
   // in v1); DEEPINFER_CUDA_STREAM_MAX_ROWS: dense BF16 GEMMs with at most this many rows
   // use it instead of cuBLASLt (default 16; 0 = always cuBLASLt).

@@ -24,7 +24,6 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   const CudaOptions d;
   const CudaOptions o = cuda_options(from_map({}));
   EXPECT_EQ(o.sync_each_op, d.sync_each_op);
-  EXPECT_EQ(o.own_gemm_only, d.own_gemm_only);
   EXPECT_EQ(o.stream_gemm, d.stream_gemm);
   EXPECT_EQ(o.stream_max_rows, d.stream_max_rows);
   EXPECT_EQ(o.fuse_mask, d.fuse_mask);
@@ -40,14 +39,12 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
 
 TEST(BackendOptions, SettingsArriveInTheFields) {
   const CudaOptions o = cuda_options(from_map({{"DEEPINFER_CUDA_SYNC", "1"},
-                                               {"DEEPINFER_CUDA_GEMM", "own"},
                                                {"DEEPINFER_CUDA_PIPE", "0"},
                                                {"DEEPINFER_CUDA_ATTN_CHUNK", "32"},
                                                {"DEEPINFER_CUDA_FP8_MOE_ACT", "0"},
                                                {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32"},
                                                {"DEEPINFER_CUDA_STREAM", "0"}}));
   EXPECT_TRUE(o.sync_each_op);
-  EXPECT_TRUE(o.own_gemm_only);
   EXPECT_EQ(o.pipe_stages, 0);
   EXPECT_TRUE(o.pipe_fp8);  // set at all: FP8 experts take the pipe switch too
   EXPECT_EQ(o.attn_chunk, 32);
@@ -59,7 +56,7 @@ TEST(BackendOptions, SettingsArriveInTheFields) {
 
 TEST(BackendOptions, BadCudaValuesNameTheVariable) {
   for (const auto& [name, value] : std::map<std::string, std::string>{
-           {"DEEPINFER_CUDA_GEMM", "cublas"}, {"DEEPINFER_CUDA_ATTN_CHUNK", "48"},
+           {"DEEPINFER_CUDA_ATTN_CHUNK", "48"},
            {"DEEPINFER_CUDA_PIPE", "-1"}}) {
     try {
       cuda_options(from_map({{name, value}}));
