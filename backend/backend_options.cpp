@@ -19,7 +19,6 @@ CudaOptions cuda_options(const Settings& s) {
     o.pipe_fp8 = true;
   }
   o.pipe_max_tokens = s.get_int("DEEPINFER_CUDA_PIPE_TOKENS");
-  o.pipe_blocks_per_sm = static_cast<int>(s.get_int("DEEPINFER_CUDA_PIPE_BPS"));
   const int64_t chunk = s.get_int("DEEPINFER_CUDA_ATTN_CHUNK");
   DI_CHECK(chunk == 0 || chunk == 16 || chunk == 32 || chunk == 64,
            "environment variable DEEPINFER_CUDA_ATTN_CHUNK=", chunk, ": expected 16, 32, 64 or 0");

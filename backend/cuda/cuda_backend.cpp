@@ -78,7 +78,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;
-  pipe_blocks_per_sm_ = o.pipe_blocks_per_sm;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

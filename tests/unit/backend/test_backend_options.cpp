@@ -30,7 +30,6 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   EXPECT_EQ(o.pipe_stages, d.pipe_stages);
   EXPECT_EQ(o.pipe_fp8, d.pipe_fp8);
   EXPECT_EQ(o.pipe_max_tokens, d.pipe_max_tokens);
-  EXPECT_EQ(o.pipe_blocks_per_sm, d.pipe_blocks_per_sm);
   EXPECT_EQ(o.attn_chunk, d.attn_chunk);
   EXPECT_EQ(o.fp8_act_min_rows, d.fp8_act_min_rows);
   EXPECT_EQ(o.fp8_moe_act, d.fp8_moe_act);
