@@ -21,6 +21,7 @@
 #include "app/commands.h"
 #include "app/engine_flags.h"
 #include "app/eval.h"
+#include "core/settings.h"
 #include "core/error.h"
 #include "deepinfer/engine.h"
 #include "deepinfer/eval.h"
@@ -189,7 +190,7 @@ int eval_ppl(int argc, char** argv) {
   app.add_flag("--write-baseline", write_baseline, "replace the platform's entry with these results")->needs(base);
   if (auto code = parse_flags(app, argc, argv)) return *code;
   apply_model_flags(model, DEEPINFER_DEFAULT_MODEL_DIR, config);
-  const bool invariant = config.batch_invariant || std::getenv("DEEPINFER_BATCH_INVARIANT") != nullptr;
+  const bool invariant = config.batch_invariant || env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
   if (platform.empty()) platform = config.backend + (invariant ? "-batch-invariant" : "");
 
   const std::vector<json> lines = read_jsonl(texts, "--texts");

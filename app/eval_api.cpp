@@ -10,6 +10,7 @@
 #include "app/eval.h"
 #include "app/request_line.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 #ifndef DEEPINFER_VERSION
 #error "DEEPINFER_VERSION is set by app/CMakeLists.txt"
@@ -104,7 +105,7 @@ std::string engine_record(const EngineConfig& c) {
                {"model_dir", c.model_dir},
                {"random_weights_config", c.random_weights_config},
                {"backend", c.backend},
-               {"batch_invariant", c.batch_invariant || std::getenv("DEEPINFER_BATCH_INVARIANT") != nullptr},
+               {"batch_invariant", c.batch_invariant || env_settings().get_bool("DEEPINFER_BATCH_INVARIANT")},
                {"num_threads", c.num_threads},
                {"max_num_seqs", c.max_num_seqs},
                {"max_num_batched_tokens", c.max_num_batched_tokens},

@@ -98,14 +98,12 @@ class DeviceBuffer {
 // DEEPINFER_CUDA_* settings (core/settings.h) fill them: cuda_options(env_settings()).
 struct CudaOptions {
   bool sync_each_op = false;      // DEEPINFER_CUDA_SYNC
-  bool own_gemm_only = false;     // DEEPINFER_CUDA_GEMM=own
   bool stream_gemm = true;        // DEEPINFER_CUDA_STREAM
   int64_t stream_max_rows = 16;   // DEEPINFER_CUDA_STREAM_MAX_ROWS
   int fuse_mask = 1;              // DEEPINFER_CUDA_FUSE
   int pipe_stages = 2;            // DEEPINFER_CUDA_PIPE (0: the stream kernel)
   bool pipe_fp8 = false;          // true when DEEPINFER_CUDA_PIPE is set
   int64_t pipe_max_tokens = 16;   // DEEPINFER_CUDA_PIPE_TOKENS
-  int pipe_blocks_per_sm = 0;     // DEEPINFER_CUDA_PIPE_BPS
   int attn_chunk = 0;             // DEEPINFER_CUDA_ATTN_CHUNK: 16, 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // DEEPINFER_CUDA_FP8_ACT_MIN_ROWS
   bool fp8_moe_act = true;        // DEEPINFER_CUDA_FP8_MOE_ACT

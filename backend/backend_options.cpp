@@ -8,10 +8,6 @@ namespace deepinfer {
 CudaOptions cuda_options(const Settings& s) {
   CudaOptions o;
   o.sync_each_op = s.get_bool("DEEPINFER_CUDA_SYNC");
-  const std::string& gemm = s.get_string("DEEPINFER_CUDA_GEMM");
-  DI_CHECK(gemm.empty() || gemm == "own", "environment variable DEEPINFER_CUDA_GEMM='", gemm,
-           "': expected 'own' or unset");
-  o.own_gemm_only = gemm == "own";
   o.stream_gemm = s.get_bool("DEEPINFER_CUDA_STREAM");
   o.stream_max_rows = o.stream_gemm ? s.get_int("DEEPINFER_CUDA_STREAM_MAX_ROWS") : 0;
   o.fuse_mask = static_cast<int>(s.get_int("DEEPINFER_CUDA_FUSE"));
@@ -23,7 +19,6 @@ CudaOptions cuda_options(const Settings& s) {
     o.pipe_fp8 = true;
   }
   o.pipe_max_tokens = s.get_int("DEEPINFER_CUDA_PIPE_TOKENS");
-  o.pipe_blocks_per_sm = static_cast<int>(s.get_int("DEEPINFER_CUDA_PIPE_BPS"));
   const int64_t chunk = s.get_int("DEEPINFER_CUDA_ATTN_CHUNK");
   DI_CHECK(chunk == 0 || chunk == 16 || chunk == 32 || chunk == 64,
            "environment variable DEEPINFER_CUDA_ATTN_CHUNK=", chunk, ": expected 16, 32, 64 or 0");

@@ -73,8 +73,6 @@ const std::vector<SettingInfo>& setting_table() {
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},
-      {"DEEPINFER_CUDA_GEMM", SettingType::String, "",
-       "'own': dense BF16 GEMMs on the own kernels instead of cuBLASLt"},
       {"DEEPINFER_CUDA_STREAM", SettingType::Bool, "1",
        "weight-streaming GEMM kernel for few-row GEMMs (0: cuBLASLt / tile kernels)"},
       {"DEEPINFER_CUDA_STREAM_MAX_ROWS", SettingType::Int, "16",
@@ -86,8 +84,6 @@ const std::vector<SettingInfo>& setting_table() {
        "FP8 experts too; 0: the stream kernel)"},
       {"DEEPINFER_CUDA_PIPE_TOKENS", SettingType::Int, "16",
        "most tokens a step may have for the MoE pipeline kernel"},
-      {"DEEPINFER_CUDA_PIPE_BPS", SettingType::Int, "0",
-       "MoE pipeline kernel blocks per SM (0: as many as fit)"},
       {"DEEPINFER_CUDA_ATTN_CHUNK", SettingType::Int, "0",
        "paged attention positions per chunk: 16, 32 or 64 (0: by launch shape)"},
       {"DEEPINFER_CUDA_FP8_ACT_MIN_ROWS", SettingType::Int, "129",

@@ -41,21 +41,10 @@
 
 #include "backend/backend.h"
 #include "model/layers/indexer.h"
+#include "model/layers/dims.h"
+#include "model/layers/rope_table.h"
 
 namespace deepinfer {
-
-struct RopeScaling {
-  std::string type = "default";  // "default" or "yarn"
-  double factor = 1.0;
-  int64_t original_max_position_embeddings = 0;
-  double beta_fast = 32.0;
-  double beta_slow = 1.0;
-  double mscale = 1.0;
-  double mscale_all_dim = 0.0;
-  double attention_factor = -1.0;  // explicit cos/sin factor; < 0 = derived (yarn_attention_factor)
-  bool truncate = true;             // floor/ceil the correction range (transformers default)
-  bool is_yarn() const { return type == "yarn"; }
-};
 
 struct QuantizationConfig {
   std::string quant_method;       // "" (none) or "fp8"
@@ -135,7 +124,11 @@ struct ModelConfig {
   int64_t kv_row_dim() const { return kv_lora_rank + qk_rope_head_dim; }
   int64_t shared_intermediate_size() const { return n_shared_experts * moe_intermediate_size; }
   double softmax_scale() const;
-  double yarn_attention_factor() const;
+  double yarn_attention_factor() const;  // rope_attention_factor(rope_scaling)
+  // The dimension structs the shared layers (model/layers/) take, built from these fields.
+  MlaDims mla_dims() const;
+  FfnDims ffn_dims() const;
+  RopeDims rope_dims() const;
   // The routing rule for backend::moe_routing (see the header comment for V2's
   // group score rule, which MoeRouting does not spell out).
   MoeRouting moe_routing() const;

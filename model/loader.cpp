@@ -18,6 +18,12 @@ std::unique_ptr<Model> build(ModelConfig config, const std::string& dir, Backend
 
 }  // namespace
 
+int64_t Model::mtp_hidden_size() const { return config().hidden_size; }
+
+void Model::mtp_forward(const StepBatch&, Tensor&, const Tensor&, Tensor&, Tensor&) {
+  fail("model: no MTP layer is loaded (the checkpoint has none, or LoadOptions::load_mtp is off)");
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, Backend& backend,
                                   const LoadOptions& options) {
   ModelConfig config = load_model_config(dir);

@@ -151,6 +151,37 @@ inline float random_weight_value(uint64_t seed, uint64_t tensor_index, uint64_t 
                    fill.add);
 }
 
+// Builds a tensor list the way checkpoint_layout does, for an architecture whose checkpoint
+// has tensors beyond V3's (model/deepseek_v32's indexer).
+class RandomLayout {
+ public:
+  RandomLayout(const ModelConfig& config, DType weight_dtype);  // weight_dtype as above
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape, RandomFill fill);
+  // A norm weight [dim] (fill: add 1, mul 0.1 by default) in the dense dtype.
+  void norm(const std::string& name, int64_t dim, RandomFill fill = {0.1f, 1.0f});
+  // prefix.weight [n, k] (and its FP8 block scales when quantizable in an FP8 layout).
+  void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true);
+  std::vector<TensorSpec> take() { return std::move(specs_); }
+  DType dense_dtype() const { return dense_dtype_; }  // norms, embeddings, unquantized linears
+
+ private:
+  bool fp8_;
+  DType dense_dtype_ = DType::BF16;
+  int64_t block_n_ = 128;
+  int64_t block_k_ = 128;
+  std::vector<TensorSpec> specs_;
+};
+
+// The tensors of `specs` filled as above, tensor i of the list being layout tensor
+// first_index + i (an extension list continues after checkpoint_layout's); host buffers when
+// `backend` is nullptr, else allocated and filled on it. `source` finds them by name.
+struct RandomTensors {
+  TensorSource source;
+  std::vector<std::shared_ptr<const void>> owners;
+};
+RandomTensors make_random_tensors(const std::vector<TensorSpec>& specs, uint64_t seed,
+                                  uint64_t first_index, Backend* backend);
+
 // Host buffers for every tensor of checkpoint_layout(config, weight_dtype, include_mtp),
 // filled as above, assembled into ModelWeights (owners hold the buffers).
 ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,

@@ -86,14 +86,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   // Switches come from options.cuda (the DEEPINFER_CUDA_* settings, core/settings.h).
   const CudaOptions& o = options.cuda;
   sync_each_op_ = o.sync_each_op;
-  own_gemm_only_ = o.own_gemm_only;
   stream_gemm_ = o.stream_gemm;
   stream_max_rows_ = stream_gemm_ ? o.stream_max_rows : 0;
   fuse_mask_ = o.fuse_mask;
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;
-  pipe_blocks_per_sm_ = o.pipe_blocks_per_sm;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

@@ -193,9 +193,6 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int num_sms_ = 0;
   bool sync_each_op_ = false;
-  // DEEPINFER_CUDA_GEMM=own: dense BF16 GEMMs on the own kernels instead of cuBLASLt
-  // (for measuring both; batch-invariant mode always uses the own kernels).
-  bool own_gemm_only_ = false;
   // DEEPINFER_CUDA_STREAM=0: no weight-streaming MMA kernel (few-row GEMMs on the gemv, as
   // in v1); DEEPINFER_CUDA_STREAM_MAX_ROWS: dense BF16 GEMMs with at most this many rows
   // use it instead of cuBLASLt (default 16; 0 = always cuBLASLt).
@@ -212,12 +209,11 @@ class CudaBackend final : public Backend {
   // 2 (H200, bench/NOTES session 3: bs1 +4.4%, bs8 +20.7% over the stream kernel; 4 and 8
   // stages gave fewer resident warps and less). FP8 experts use it only when the variable is
   // set (pipe_fp8_; not measured on FP8 yet);
-  // DEEPINFER_CUDA_PIPE_TOKENS: moe_experts calls of at most this many tokens use it;
-  // DEEPINFER_CUDA_PIPE_BPS: cap on its resident blocks per SM (0 = as many as fit).
+  // DEEPINFER_CUDA_PIPE_TOKENS: moe_experts calls of at most this many tokens use it (as many
+  // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md).
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 16;
-  int pipe_blocks_per_sm_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

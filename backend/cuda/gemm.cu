@@ -460,7 +460,7 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64
   // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far.
   const bool small = M <= stream_max_rows_ || (fp8 && stream_gemm_ && M <= 128);
-  if (!fp8 && !options_.batch_invariant && !own_gemm_only_ && !small &&
+  if (!fp8 && !options_.batch_invariant && !small &&
       cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
     return;
   GemmProblem p;

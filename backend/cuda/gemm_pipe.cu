@@ -272,14 +272,12 @@ PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   return plan;
 }
 
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, int max_blocks_per_sm,
-                      cudaStream_t stream) {
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, cudaStream_t stream) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan.kernel, plan.threads, plan.smem_bytes) !=
           cudaSuccess ||
       per_sm < 1)
     per_sm = 1;
-  if (max_blocks_per_sm > 0) per_sm = std::min(per_sm, max_blocks_per_sm);
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
   if (blocks <= 0) return;
   void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};

@@ -89,9 +89,8 @@ struct PipePlan {
 };
 bool pipe_gemm_supported(const GemmProblem& p);
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
-// max_blocks_per_sm: cap on the blocks per SM (0: as many as fit).
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, int max_blocks_per_sm,
-                      cudaStream_t stream);
+// As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, cudaStream_t stream);
 
 // Rows per tile of the tensor-core kernel for a problem with about rows_per_group rows.
 inline int tc_tile_rows(int64_t rows_per_group) { return rows_per_group > 48 ? 128 : 32; }

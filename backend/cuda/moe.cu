@@ -463,7 +463,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     if (!pipe || !pipe_gemm_supported(q)) return false;
     const PipePlan plan = plan_pipe_gemm(q, pipe_stages_);
     set_smem_limit(plan.kernel, plan.smem_bytes, op);
-    launch_pipe_gemm(q, plan, num_sms_, pipe_blocks_per_sm_, stream_);
+    launch_pipe_gemm(q, plan, num_sms_, stream_);
     check_launch(op, shapes);
     return true;
   };

@@ -21,21 +21,17 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bench/cuda/bench_util.h"
 #include "core/error.h"
 
 namespace deepinfer {
 namespace {
 
+using bench::parse_list;
+using bench::upload_i32;
+
 constexpr int kHeads = 128, kRow = 576, kLatent = 512, kIdxHeads = 64, kIdxDim = 128, kTopk = 2048;
 constexpr int kBlock = 64;
-
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
 
 // Milliseconds per run of `ops`, captured as one graph and replayed `reps` times.
 double time_graph(Backend& b, const std::function<void()>& ops, int reps) {
@@ -60,16 +56,6 @@ Tensor random_tensor(Backend& b, std::vector<DeviceBuffer>& keep, DType dtype, s
   Tensor t = keep.back().tensor();
   b.fill_random(t, seed, 1.0f);
   return t;
-}
-
-Tensor upload_i32(Backend& b, std::vector<DeviceBuffer>& keep, const std::vector<int32_t>& v,
-                  std::vector<int64_t> dims) {
-  HostBuffer host(DType::I32, dims);
-  std::copy(v.begin(), v.end(), host.ptr<int32_t>());
-  keep.push_back(b.alloc(DType::I32, dims));
-  b.copy(host.tensor(), keep.back().tensor());
-  b.synchronize();
-  return keep.back().tensor();
 }
 
 int run(int argc, char** argv) {
@@ -153,11 +139,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace deepinfer
 
-int main(int argc, char** argv) {
-  try {
-    return deepinfer::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparse_bench: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return deepinfer::bench::main_guarded("sparse_bench", deepinfer::run, argc, argv); }

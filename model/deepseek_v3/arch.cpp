@@ -25,31 +25,12 @@ std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& bac
 // Random weights on a device backend: made there from the seed (fill_random kernels for the big
 // tensors, BF16 or FP8 e4m3; the small F32 scale/norm tensors on the host), bit-identical to
 // make_random_weights + upload_weights without a host pass over the weights (FP8 bench model:
-// 172 s of host quantization before). The absorbed MLA weights read kv_b_proj from a host copy.
+// 172 s of host quantization before). make_absorbed_weights reads kv_b_proj from a host copy.
 std::unique_ptr<Model> build_random_on_device(ModelConfig config, const LoadOptions& options,
                                               Backend& backend) {
   ModelWeights weights = make_random_weights(config, options.seed, options.random_weight_dtype,
                                              options.load_mtp, backend);
-  std::vector<MlaAbsorbedWeights> absorbed;
-  std::vector<const LayerWeights*> blocks;
-  for (const LayerWeights& layer : weights.layers) blocks.push_back(&layer);
-  for (const MtpWeights& m : weights.mtp) blocks.push_back(&m.block);
-  for (const LayerWeights* block : blocks) {
-    const LayerWeights& layer = *block;
-    AttentionWeights host_attn;  // make_mla_absorbed_weights reads kv_b_proj only
-    Weight& kvb = host_attn.kv_b_proj;
-    kvb = layer.attn.kv_b_proj;
-    HostBuffer w(kvb.w.dtype, kvb.w.dims());
-    backend.copy(layer.attn.kv_b_proj.w, w.tensor());
-    kvb.w = w.tensor();
-    HostBuffer s;
-    if (kvb.scale_inv.defined()) {
-      s = HostBuffer(kvb.scale_inv.dtype, kvb.scale_inv.dims());
-      backend.copy(layer.attn.kv_b_proj.scale_inv, s.tensor());
-      kvb.scale_inv = s.tensor();
-    }
-    absorbed.push_back(make_mla_absorbed_weights(config, host_attn, backend));
-  }
+  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, weights, backend);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
                                            std::move(absorbed), backend);
 }

@@ -3,6 +3,7 @@
 // methods (derived quantities, summary) live here too.
 #include "model/deepseek_v3/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -154,10 +155,6 @@ void validate(const ModelConfig& c) {
   require(c.routed_scaling_factor > 0, s, "routed_scaling_factor", "must be > 0");
 }
 
-double yarn_get_mscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 }  // namespace
 
 ModelConfig parse_deepseek_v3_config(const json& root, const std::string& source,
@@ -267,15 +264,31 @@ double ModelConfig::softmax_scale() const {
   return scale;
 }
 
-double ModelConfig::yarn_attention_factor() const {
-  if (!rope_scaling.is_yarn()) return 1.0;
-  if (rope_scaling.attention_factor >= 0) return rope_scaling.attention_factor;
-  if (rope_scaling.mscale != 0.0 && rope_scaling.mscale_all_dim != 0.0) {
-    return yarn_get_mscale(rope_scaling.factor, rope_scaling.mscale) /
-           yarn_get_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
-  }
-  return yarn_get_mscale(rope_scaling.factor, 1.0);
+double ModelConfig::yarn_attention_factor() const { return rope_attention_factor(rope_scaling); }
+
+MlaDims ModelConfig::mla_dims() const {
+  MlaDims d;
+  d.heads = num_attention_heads;
+  d.q_lora_rank = q_lora_rank;
+  d.kv_lora_rank = kv_lora_rank;
+  d.qk_nope_head_dim = qk_nope_head_dim;
+  d.qk_rope_head_dim = qk_rope_head_dim;
+  d.v_head_dim = v_head_dim;
+  d.rope_interleave = rope_interleave;
+  d.softmax_scale = softmax_scale();
+  return d;
 }
+
+FfnDims ModelConfig::ffn_dims() const {
+  FfnDims d;
+  d.hidden = hidden_size;
+  d.max_intermediate = std::max({intermediate_size, shared_intermediate_size(), moe_intermediate_size});
+  d.n_routed_experts = n_routed_experts;
+  d.top_k = num_experts_per_tok;
+  return d;
+}
+
+RopeDims ModelConfig::rope_dims() const { return {qk_rope_head_dim, rope_theta, rope_scaling}; }
 
 MoeRouting ModelConfig::moe_routing() const {
   MoeRouting r;
@@ -305,6 +318,10 @@ ParameterCount ModelConfig::parameter_count() const {
                       kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim) + heads * v_head_dim * H;
   attention += has_q_lora() ? H * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk_head_dim()
                             : H * heads * qk_head_dim();
+  if (indexer.present()) {  // V3.2's lightning indexer: wq_b, wk, k_norm (weight, bias), weights_proj
+    attention += indexer.n_heads * indexer.head_dim * q_lora_rank + indexer.head_dim * H +
+                 2 * indexer.head_dim + indexer.n_heads * H;
+  }
   const int64_t norms = 2 * H;
   const int64_t dense_mlp = 3 * H * intermediate_size;
   const int64_t expert = 3 * H * moe_intermediate_size;

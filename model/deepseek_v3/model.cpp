@@ -8,18 +8,43 @@
 namespace deepinfer {
 
 std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
-                                                      const ModelWeights& host, Backend& backend) {
+                                                      const ModelWeights& weights, Backend& backend) {
+  std::vector<const LayerWeights*> blocks;
+  for (const LayerWeights& layer : weights.layers) blocks.push_back(&layer);
+  for (const MtpWeights& m : weights.mtp) blocks.push_back(&m.block);
+  const MlaDims dims = config.mla_dims();
   std::vector<MlaAbsorbedWeights> out;
-  for (const LayerWeights& layer : host.layers) {
-    out.push_back(make_mla_absorbed_weights(config, layer.attn, backend));
+  for (const LayerWeights* block : blocks) {
+    const Weight& src = block->attn.kv_b_proj;
+    if (src.w.device == Device::CPU) {
+      out.push_back(make_mla_absorbed_weights(dims, block->attn, backend));
+      continue;
+    }
+    // Weights made on the device (random weights): a host copy of kv_b_proj, the one tensor
+    // make_mla_absorbed_weights reads.
+    AttentionWeights host_attn;
+    Weight& kvb = host_attn.kv_b_proj;
+    kvb = src;
+    HostBuffer w(kvb.w.dtype, kvb.w.dims());
+    backend.copy(src.w, w.tensor());
+    kvb.w = w.tensor();
+    HostBuffer s;
+    if (kvb.scale_inv.defined()) {
+      s = HostBuffer(kvb.scale_inv.dtype, kvb.scale_inv.dims());
+      backend.copy(src.scale_inv, s.tensor());
+      kvb.scale_inv = s.tensor();
+    }
+    backend.synchronize();
+    out.push_back(make_mla_absorbed_weights(dims, host_attn, backend));
   }
-  for (const MtpWeights& m : host.mtp) out.push_back(make_mla_absorbed_weights(config, m.block.attn, backend));
   return out;
 }
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend)
     : config_(std::move(config)),
+      mla_dims_(config_.mla_dims()),
+      ffn_dims_(config_.ffn_dims()),
       weights_(std::move(weights)),
       absorbed_(std::move(absorbed)),
       backend_(backend) {
@@ -29,12 +54,20 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
            config_.num_hidden_layers);
   if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
   const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
-  HostBuffer table = rope_cos_sin_table(config_, positions);  // [positions, rope]
+  HostBuffer table = rope_cos_sin_table(config_.rope_dims(), positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
   backend_.copy(table.tensor(), cos_sin_.tensor());
-  if (!weights_.mtp.empty() && absorbed_.size() > weights_.layers.size())
-    mtp_ = std::make_unique<MtpLayer>(config_, weights_.mtp[0], std::move(absorbed_[weights_.layers.size()]),
+  if (!weights_.mtp.empty() && absorbed_.size() > weights_.layers.size()) {
+    MtpDims mtp;
+    mtp.hidden = config_.hidden_size;
+    mtp.vocab = config_.vocab_size;
+    mtp.rms_norm_eps = static_cast<float>(config_.rms_norm_eps);
+    mtp.mla = mla_dims_;
+    mtp.ffn = ffn_dims_;
+    mtp.routing = routing_;
+    mtp_ = std::make_unique<MtpLayer>(mtp, weights_.mtp[0], std::move(absorbed_[weights_.layers.size()]),
                                       weights_.embed_tokens, weights_.lm_head, backend_);
+  }
 }
 
 std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
@@ -68,8 +101,8 @@ void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
     buffers_.push_back(backend_.alloc(dt, {cap, H}));
     *t = buffers_.back().tensor();
   }
-  mla_ws_ = make_mla_workspace(config_, backend_, cap);
-  ffn_ws_ = make_ffn_workspace(config_, backend_, cap);
+  mla_ws_ = make_mla_workspace(mla_dims_, backend_, cap);
+  ffn_ws_ = make_ffn_workspace(ffn_dims_, backend_, cap);
   capacity_ = cap;
   ++workspace_epoch_;
 }
@@ -106,7 +139,7 @@ void DeepseekV3Model::check_kv_caches(const KvCaches& kv) const {
 void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCaches& kv,
                                 const Tensor& xn, Tensor& out) {
   step.kv.cache = kv[0][layer];
-  mla_forward(backend_, config_, weights_.layers[layer].attn, absorbed_[layer], step, xn, mla_ws_,
+  mla_forward(backend_, mla_dims_, weights_.layers[layer].attn, absorbed_[layer], step, xn, mla_ws_,
               out);
 }
 

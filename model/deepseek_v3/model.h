@@ -54,6 +54,8 @@ class DeepseekV3Model : public Model {
   virtual void check_kv_caches(const KvCaches& kv) const;
 
   ModelConfig config_;
+  MlaDims mla_dims_;  // the shared layers' dimensions, built once from config_
+  FfnDims ffn_dims_;
   ModelWeights weights_;
   std::vector<MlaAbsorbedWeights> absorbed_;
   Backend& backend_;
@@ -79,9 +81,9 @@ class DeepseekV3Model : public Model {
 // DeepseekV3Model::kv_groups for `config` (the registry's Architecture::kv_groups).
 std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config);
 
-// Derives the absorbed MLA weights of every layer (then of every MTP block) from
-// host-readable `host` weights.
+// Derives the absorbed MLA weights of every layer (then of every MTP block) from `weights`
+// (host-readable, or on `backend`: kv_b_proj is then copied to the host first).
 std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
-                                                      const ModelWeights& host, Backend& backend);
+                                                      const ModelWeights& weights, Backend& backend);
 
 }  // namespace deepinfer

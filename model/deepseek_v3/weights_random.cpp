@@ -10,40 +10,51 @@
 
 namespace deepinfer {
 
-namespace {
+RandomLayout::RandomLayout(const ModelConfig& c, DType weight_dtype)
+    : fp8_(weight_dtype == DType::F8_E4M3) {
+  DI_CHECK(weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3 ||
+               weight_dtype == DType::F32,
+           "random weights: dtype ", dtype_name(weight_dtype), " is not supported (BF16, F32 or F8_E4M3)");
+  dense_dtype_ = fp8_ ? DType::BF16 : weight_dtype;
+  if (c.quantization.is_fp8()) {
+    block_n_ = c.quantization.block_n;
+    block_k_ = c.quantization.block_k;
+  }
+}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+void RandomLayout::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                       RandomFill fill) {
+  specs_.push_back({name, dtype, std::move(shape), fill});
+}
+
+void RandomLayout::norm(const std::string& name, int64_t dim, RandomFill fill) {
+  add(name, dense_dtype_, {dim}, fill);
+}
+
+void RandomLayout::linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable) {
+  const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
+  if (fp8_ && quantizable) {
+    add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f, 0.0f});
+    const float base = bound / 448.0f;
+    add(prefix + ".weight_scale_inv", DType::F32,
+        {(n + block_n_ - 1) / block_n_, (k + block_k_ - 1) / block_k_}, {base * 0.5f, base * 1.5f});
+  } else {
+    add(prefix + ".weight", dense_dtype_, {n, k}, {bound, 0.0f});
+  }
+}
+
+namespace {
 
 class LayoutBuilder {
  public:
-  LayoutBuilder(const ModelConfig& c, DType weight_dtype) : c_(c), fp8_(weight_dtype == DType::F8_E4M3) {
-    DI_CHECK(weight_dtype == DType::BF16 || weight_dtype == DType::F8_E4M3 ||
-                 weight_dtype == DType::F32,
-             "random weights: dtype ", dtype_name(weight_dtype), " is not supported (BF16, F32 or F8_E4M3)");
-    dense_dtype_ = fp8_ ? DType::BF16 : weight_dtype;
-    if (c.quantization.is_fp8()) {
-      block_n_ = c.quantization.block_n;
-      block_k_ = c.quantization.block_k;
-    }
-  }
+  LayoutBuilder(const ModelConfig& c, DType weight_dtype) : c_(c), layout_(c, weight_dtype) {}
 
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape, RandomFill fill) {
-    specs_.push_back({name, dtype, std::move(shape), fill});
+    layout_.add(name, dtype, std::move(shape), fill);
   }
-  void norm(const std::string& name, int64_t dim) {
-    add(name, dense_dtype_, {dim}, {0.1f, 1.0f});
-  }
-  // Uniform with std 1/sqrt(fan_in). `quantizable`: FP8 in an FP8 checkpoint.
+  void norm(const std::string& name, int64_t dim) { layout_.norm(name, dim); }
   void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true) {
-    const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
-    if (fp8_ && quantizable) {
-      add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f, 0.0f});
-      const float base = bound / 448.0f;
-      add(prefix + ".weight_scale_inv", DType::F32, {ceil_div(n, block_n_), ceil_div(k, block_k_)},
-          {base * 0.5f, base * 1.5f});
-    } else {
-      add(prefix + ".weight", dense_dtype_, {n, k}, {bound, 0.0f});
-    }
+    layout_.linear(prefix, n, k, quantizable);
   }
   void mlp(const std::string& p, int64_t intermediate) {
     linear(p + "gate_proj", intermediate, c_.hidden_size);
@@ -84,7 +95,7 @@ class LayoutBuilder {
 
   std::vector<TensorSpec> build(bool include_mtp) {
     const int64_t H = c_.hidden_size;
-    add("model.embed_tokens.weight", dense_dtype_, {c_.vocab_size, H},
+    add("model.embed_tokens.weight", layout_.dense_dtype(), {c_.vocab_size, H},
         {std::sqrt(3.0f), 0.0f});
     for (int l = 0; l < c_.num_hidden_layers; ++l) layer(l);
     norm("model.norm.weight", H);
@@ -98,16 +109,12 @@ class LayoutBuilder {
       layer(id);
       norm(p + "shared_head.norm.weight", H);
     }
-    return std::move(specs_);
+    return layout_.take();
   }
 
  private:
   const ModelConfig& c_;
-  bool fp8_;
-  DType dense_dtype_ = DType::BF16;
-  int block_n_ = 128;
-  int block_k_ = 128;
-  std::vector<TensorSpec> specs_;
+  RandomLayout layout_;
 };
 
 // Fills `out` (numel elements of spec.dtype) with tensor `index` of the layout.
@@ -137,61 +144,66 @@ std::vector<TensorSpec> checkpoint_layout(const ModelConfig& config, DType weigh
   return LayoutBuilder(config, weight_dtype).build(include_mtp);
 }
 
-ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
-                                 bool include_mtp) {
-  const std::vector<TensorSpec> specs = checkpoint_layout(config, weight_dtype, include_mtp);
-  std::vector<std::shared_ptr<const void>> owners;
-  std::map<std::string, Tensor> tensors;
-  for (size_t k = 0; k < specs.size(); ++k) {
-    auto buffer = std::make_shared<HostBuffer>(specs[k].dtype, specs[k].shape);
-    fill(specs[k], seed, k, buffer->tensor().data, buffer->tensor().numel());
-    tensors.emplace(specs[k].name, buffer->tensor());
-    owners.push_back(std::move(buffer));
+RandomTensors make_random_tensors(const std::vector<TensorSpec>& specs, uint64_t seed,
+                                  uint64_t first_index, Backend* backend) {
+  RandomTensors out;
+  auto tensors = std::make_shared<std::map<std::string, Tensor>>();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const uint64_t k = first_index + i;
+    Tensor t;
+    if (backend == nullptr) {
+      auto buffer = std::make_shared<HostBuffer>(spec.dtype, spec.shape);
+      t = buffer->tensor();
+      fill(spec, seed, k, t.data, t.numel());
+      out.owners.push_back(std::move(buffer));
+    } else {
+      auto buffer = std::make_shared<DeviceBuffer>(backend->alloc(spec.dtype, spec.shape));
+      t = buffer->tensor();
+      if (spec.fill.add == 0.0f) {
+        // fmaf(u, mul, 0) == mul * u: the backend's own fill_random gives the same bits.
+        backend->fill_random(t, random_hash(seed, k), spec.fill.mul);
+      } else {
+        HostBuffer host(spec.dtype, spec.shape);
+        fill(spec, seed, k, host.tensor().data, host.tensor().numel());
+        backend->copy(host.tensor(), t);
+        backend->synchronize();  // `host` dies at the end of this scope
+      }
+      out.owners.push_back(std::move(buffer));
+    }
+    tensors->emplace(spec.name, t);
   }
-  TensorSource source;
-  source.find = [&tensors](const std::string& name) -> std::optional<Tensor> {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) return std::nullopt;
+  if (backend != nullptr) backend->synchronize();
+  const std::string where = backend == nullptr ? "random weights" : "random weights on " + backend->name();
+  out.source.find = [tensors](const std::string& name) -> std::optional<Tensor> {
+    auto it = tensors->find(name);
+    if (it == tensors->end()) return std::nullopt;
     return it->second;
   };
-  source.describe = [](const std::string&) { return std::string("random weights"); };
-  ModelWeights w = assemble_weights(config, source, include_mtp);
-  w.owners = std::move(owners);
+  out.source.describe = [where](const std::string&) { return where; };
+  return out;
+}
+
+namespace {
+
+ModelWeights random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                            bool include_mtp, Backend* backend) {
+  RandomTensors t = make_random_tensors(checkpoint_layout(config, weight_dtype, include_mtp), seed, 0, backend);
+  ModelWeights w = assemble_weights(config, t.source, include_mtp);
+  w.owners = std::move(t.owners);
   return w;
+}
+
+}  // namespace
+
+ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
+                                 bool include_mtp) {
+  return random_weights(config, seed, weight_dtype, include_mtp, nullptr);
 }
 
 ModelWeights make_random_weights(const ModelConfig& config, uint64_t seed, DType weight_dtype,
                                  bool include_mtp, Backend& backend) {
-  const std::vector<TensorSpec> specs = checkpoint_layout(config, weight_dtype, include_mtp);
-  std::vector<std::shared_ptr<const void>> owners;
-  std::map<std::string, Tensor> tensors;
-  for (size_t k = 0; k < specs.size(); ++k) {
-    const TensorSpec& spec = specs[k];
-    auto buffer = std::make_shared<DeviceBuffer>(backend.alloc(spec.dtype, spec.shape));
-    Tensor& t = buffer->tensor();
-    if (spec.fill.add == 0.0f) {
-      // fmaf(u, mul, 0) == mul * u: the backend's own fill_random gives the same bits.
-      backend.fill_random(t, random_hash(seed, k), spec.fill.mul);
-    } else {
-      HostBuffer host(spec.dtype, spec.shape);
-      fill(spec, seed, k, host.tensor().data, host.tensor().numel());
-      backend.copy(host.tensor(), t);
-      backend.synchronize();  // `host` dies at the end of this scope
-    }
-    tensors.emplace(spec.name, t);
-    owners.push_back(std::move(buffer));
-  }
-  backend.synchronize();
-  TensorSource source;
-  source.find = [&tensors](const std::string& name) -> std::optional<Tensor> {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) return std::nullopt;
-    return it->second;
-  };
-  source.describe = [&backend](const std::string&) { return "random weights on " + backend.name(); };
-  ModelWeights w = assemble_weights(config, source, include_mtp);
-  w.owners = std::move(owners);
-  return w;
+  return random_weights(config, seed, weight_dtype, include_mtp, &backend);
 }
 
 void write_random_checkpoint(const ModelConfig& config, uint64_t seed, DType weight_dtype,

@@ -37,10 +37,36 @@ void check_ue8m0_scales(const ModelConfig& c, const CheckpointReader& reader) {
   }
 }
 
+// The absorbed MLA weights come from `weights` (host view, or a host copy of kv_b_proj for
+// weights made on the device); host weights then go to a device backend once (the CPU keeps
+// them: mmapped views, zero copy).
+std::unique_ptr<Model> build(ModelConfig config, ModelWeights weights,
+                             std::vector<IndexerWeights> indexer, Backend& backend) {
+  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, weights, backend);
+  if (backend.device() != Device::CPU && weights.embed_tokens.device == Device::CPU) {
+    ModelWeights device = upload_weights(weights, backend);
+    indexer = upload_indexer_weights(indexer, backend, device.owners);
+    weights = std::move(device);
+  }
+  return std::make_unique<DeepseekV32Model>(std::move(config), std::move(weights),
+                                            std::move(absorbed), std::move(indexer), backend);
+}
+
+// Random weights (bench): V3's tensors, then the indexer's, from the seed; made on a device
+// backend directly for BF16 / FP8 (as V3's random weights are), else on the host.
+std::unique_ptr<Model> build_random(ModelConfig config, const LoadOptions& options, Backend& backend) {
+  const DType dt = options.random_weight_dtype;
+  const bool on_device = backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3);
+  ModelWeights weights = on_device ? make_random_weights(config, options.seed, dt, false, backend)
+                                   : make_random_weights(config, options.seed, dt, false);
+  std::vector<IndexerWeights> indexer = make_random_indexer_weights(
+      config, options.seed, dt, on_device ? &backend : nullptr, weights.owners);
+  return build(std::move(config), std::move(weights), std::move(indexer), backend);
+}
+
 std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
                             const LoadOptions& options) {
-  DI_CHECK(!options.random_weights, config.source,
-           ": model_type 'deepseek_v32' has no random-weight build yet (load a checkpoint)");
+  if (options.random_weights) return build_random(std::move(config), options, backend);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
   LoadOptions o = options;
   o.load_mtp = false;  // V3.2's MTP block has its own indexer; not run (model.h)
@@ -59,16 +85,7 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
     check_weights_finite(tensors, default_thread_pool());
   }
   check_ue8m0_scales(config, *reader);
-  // The absorbed MLA weights come from the host view; a device backend then gets its copy of
-  // every weight (the CPU keeps the mmapped views: zero copy).
-  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, weights, backend);
-  if (backend.device() != Device::CPU) {
-    ModelWeights device = upload_weights(weights, backend);
-    indexer = upload_indexer_weights(indexer, backend, device.owners);
-    weights = std::move(device);
-  }
-  return std::make_unique<DeepseekV32Model>(std::move(config), std::move(weights),
-                                            std::move(absorbed), std::move(indexer), backend);
+  return build(std::move(config), std::move(weights), std::move(indexer), backend);
 }
 
 }  // namespace

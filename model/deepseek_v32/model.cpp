@@ -58,7 +58,7 @@ void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& ste
   }
   const AttentionWeights& w = weights_.layers[layer].attn;
   step.kv.cache = kv[0][layer];
-  mla_project(backend_, config_, w, step, xn, mla_ws_);  // latent rows -> cache, q_a kept
+  mla_project(backend_, mla_dims_, w, step, xn, mla_ws_);  // latent rows -> cache, q_a kept
   PagedKV keys = step.kv;  // the step's sequences, with group 1's cache, tables and slots
   keys.cache = kv[1][layer];
   keys.block_tables = batch.kv_groups[1].block_tables;
@@ -67,7 +67,7 @@ void DeepseekV32Model::attention(int layer, const StepBatch& batch, MlaStep& ste
   const Tensor indices =
       indexer_forward(backend_, config_.indexer, indexer_[layer], *step.positions, *step.cos_sin,
                       xn, q_lora, keys, batch.max_seq_len, indexer_ws_);  // [T, topk]
-  mla_attend(backend_, config_, w, absorbed_[layer], step, T, mla_ws_, out, &indices);
+  mla_attend(backend_, mla_dims_, w, absorbed_[layer], step, T, mla_ws_, out, &indices);
 }
 
 }  // namespace deepinfer

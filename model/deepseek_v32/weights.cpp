@@ -97,4 +97,25 @@ std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeig
   return out;
 }
 
+std::vector<IndexerWeights> make_random_indexer_weights(const ModelConfig& c, uint64_t seed,
+                                                        DType weight_dtype, Backend* backend,
+                                                        std::vector<std::shared_ptr<const void>>& owners) {
+  DI_CHECK(c.indexer.present(), c.source, ": model_type '", c.model_type, "' has no indexer");
+  const IndexerDims& d = c.indexer;
+  RandomLayout layout(c, weight_dtype);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
+    layout.linear(p + "wq_b", d.n_heads * d.head_dim, c.q_lora_rank);
+    layout.linear(p + "wk", d.head_dim, c.hidden_size);
+    layout.norm(p + "k_norm.weight", d.head_dim);
+    layout.norm(p + "k_norm.bias", d.head_dim, {0.1f, 0.0f});
+    layout.linear(p + "weights_proj", d.n_heads, c.hidden_size, /*quantizable=*/false);
+  }
+  const uint64_t first = checkpoint_layout(c, weight_dtype, false).size();
+  RandomTensors t = make_random_tensors(layout.take(), seed, first, backend);
+  std::vector<IndexerWeights> out = assemble_indexer_weights(c, t.source);
+  for (auto& o : t.owners) owners.push_back(std::move(o));
+  return out;
+}
+
 }  // namespace deepinfer

@@ -27,4 +27,13 @@ std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeig
                                                    Backend& backend,
                                                    std::vector<std::shared_ptr<const void>>& owners);
 
+// Random indexer weights (bench, tests): every main layer's indexer tensors as a checkpoint
+// of `weight_dtype` lays them out (model/weights.h RandomLayout: wq_b and wk block-scaled FP8
+// in an FP8 layout, weights_proj and the LayerNorm dense, as in the official checkpoint),
+// numbered after checkpoint_layout(config, weight_dtype, false)'s tensors. Host buffers when
+// `backend` is nullptr, else made on it; the buffers are appended to `owners`.
+std::vector<IndexerWeights> make_random_indexer_weights(const ModelConfig& config, uint64_t seed,
+                                                        DType weight_dtype, Backend* backend,
+                                                        std::vector<std::shared_ptr<const void>>& owners);
+
 }  // namespace deepinfer

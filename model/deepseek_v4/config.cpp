@@ -60,21 +60,10 @@ int DeepseekV4Config::ratio(int layer) const {
   }
 }
 
-ModelConfig DeepseekV4Config::main_rope_config() const {
-  ModelConfig c = base;
-  c.qk_rope_head_dim = rope_dim;
-  c.rope_theta = rope_theta;
-  c.rope_scaling = RopeScaling{};
-  return c;
-}
+RopeDims DeepseekV4Config::main_rope_dims() const { return {rope_dim, rope_theta, RopeScaling{}}; }
 
-ModelConfig DeepseekV4Config::compress_rope_config() const {
-  ModelConfig c = base;
-  c.qk_rope_head_dim = rope_dim;
-  c.rope_theta = compress_rope_theta;
-  c.rope_scaling = compress_rope;
-  if (!c.rope_scaling.is_yarn()) c.rope_scaling.attention_factor = 1.0;
-  return c;
+RopeDims DeepseekV4Config::compress_rope_dims() const {
+  return {rope_dim, compress_rope_theta, compress_rope};  // no scaling: factor 1 (not YaRN)
 }
 
 DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& source) {

@@ -56,9 +56,9 @@ struct DeepseekV4Config {
 
   int num_layers() const { return base.num_hidden_layers; }
   int ratio(int layer) const;  // 0, csa_rate or hca_rate
-  // ModelConfig views for rope_cos_sin_table (model/layers/rope_table.h).
-  ModelConfig main_rope_config() const;
-  ModelConfig compress_rope_config() const;
+  // What rope_cos_sin_table (model/layers/rope_table.h) builds the two tables from.
+  RopeDims main_rope_dims() const;
+  RopeDims compress_rope_dims() const;
 };
 
 // Reads and validates config.json `root`. Throws Error naming `source` and the field:

@@ -225,8 +225,8 @@ void DeepseekV4Model::grow_rope_tables(int64_t num_positions) {
     be_.copy(h.tensor(), d.tensor());
     return d;
   };
-  const HostBuffer main = rope_cos_sin_table(config_.main_rope_config(), rows);
-  const HostBuffer compress = rope_cos_sin_table(config_.compress_rope_config(), rows);
+  const HostBuffer main = rope_cos_sin_table(config_.main_rope_dims(), rows);
+  const HostBuffer compress = rope_cos_sin_table(config_.compress_rope_dims(), rows);
   rope_.main = put(main);
   rope_.compress = put(compress);
   rope_.main_inv = put(inverse_table(main));

@@ -38,12 +38,12 @@ void host_weight_row(const Weight& w, int64_t r, float* dst) {
 
 }  // namespace
 
-MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
+MlaAbsorbedWeights make_mla_absorbed_weights(const MlaDims& dims,
                                              const AttentionWeights& host, Backend& backend) {
   const Weight& kvb = host.kv_b_proj;  // [heads * (nope + v), kv_lora]
   DI_CHECK(kvb.w.device == Device::CPU, "kv_b_proj must be host-readable to derive MLA weights");
-  const int64_t heads = config.num_attention_heads, nope = config.qk_nope_head_dim;
-  const int64_t vdim = config.v_head_dim, L = config.kv_lora_rank;
+  const int64_t heads = dims.heads, nope = dims.qk_nope_head_dim;
+  const int64_t vdim = dims.v_head_dim, L = dims.kv_lora_rank;
   DI_CHECK(kvb.w.ndim == 2 && kvb.out_features() == heads * (nope + vdim) &&
                kvb.in_features() == L,
            "kv_b_proj ", kvb.w.describe(), " must be [", heads * (nope + vdim), ", ", L, "]");
@@ -94,11 +94,11 @@ MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
   return out;
 }
 
-MlaWorkspace make_mla_workspace(const ModelConfig& c, Backend& backend, int64_t capacity) {
+MlaWorkspace make_mla_workspace(const MlaDims& c, Backend& backend, int64_t capacity) {
   MlaWorkspace ws;
   ws.capacity = capacity;
   const DType dt = backend.activation_dtype();
-  const int64_t heads = c.num_attention_heads;
+  const int64_t heads = c.heads;
   auto make = [&](int64_t cols) {
     ws.buffers.push_back(backend.alloc(dt, {capacity, std::max<int64_t>(cols, 1)}));
     return ws.buffers.back().tensor();
@@ -133,11 +133,11 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
   return step;
 }
 
-void mla_project(Backend& backend, const ModelConfig& c, const AttentionWeights& w, MlaStep& step,
+void mla_project(Backend& backend, const MlaDims& c, const AttentionWeights& w, MlaStep& step,
                  const Tensor& x, MlaWorkspace& ws) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "mla_forward: ", T, " tokens exceed the workspace (", ws.capacity, ")");
-  const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int64_t heads = c.heads, nope = c.qk_nope_head_dim;
   const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim();
   const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
 
@@ -166,13 +166,13 @@ void mla_project(Backend& backend, const ModelConfig& c, const AttentionWeights&
                          q_abs_rope);
 }
 
-void mla_attend(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
                 const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t T, MlaWorkspace& ws,
                 Tensor& out, const Tensor* indices) {
-  const int64_t heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int64_t heads = c.heads, nope = c.qk_nope_head_dim;
   const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim(), vdim = c.v_head_dim;
   const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
-  const float scale = static_cast<float>(c.softmax_scale());
+  const float scale = static_cast<float>(c.softmax_scale);
   Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
   Tensor c_kv = cols_view(ws.kv_a, T, L);           // [T, kv_lora] (normed)
   Tensor attn3 = heads_view(ws.attn, T, heads, vdim, vdim);  // [T, heads, v]
@@ -216,7 +216,7 @@ void mla_attend(Backend& backend, const ModelConfig& c, const AttentionWeights& 
   backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
 }
 
-void mla_forward(Backend& backend, const ModelConfig& c, const AttentionWeights& w,
+void mla_forward(Backend& backend, const MlaDims& c, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
                  MlaWorkspace& ws, Tensor& out) {
   mla_project(backend, c, w, step, x, ws);

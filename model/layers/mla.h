@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
+#include "model/layers/dims.h"
 #include "model/step_batch.h"
 #include "model/weights.h"
 
@@ -29,7 +29,7 @@ struct MlaAbsorbedWeights {
 };
 
 // Builds them on the host from `host` (host-readable weights) and uploads to `backend`.
-MlaAbsorbedWeights make_mla_absorbed_weights(const ModelConfig& config,
+MlaAbsorbedWeights make_mla_absorbed_weights(const MlaDims& dims,
                                              const AttentionWeights& host, Backend& backend);
 
 // Scratch for one layer's attention, sized for `capacity` tokens (reused by every layer).
@@ -45,7 +45,7 @@ struct MlaWorkspace {
   Tensor attn;    // [cap, heads * v]
   int64_t capacity = 0;
 };
-MlaWorkspace make_mla_workspace(const ModelConfig& config, Backend& backend, int64_t capacity);
+MlaWorkspace make_mla_workspace(const MlaDims& dims, Backend& backend, int64_t capacity);
 
 // What one step's attention needs besides the weights.
 struct MlaStep {
@@ -68,14 +68,14 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
 //  mla_attend:  attention (direct or absorbed, per step.direct) over every causal position,
 //               or over the positions of `indices` I32 [T, k] when given (sparse; -1 = none),
 //               then o_proj -> out [T, hidden].
-void mla_project(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+void mla_project(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                  MlaStep& step, const Tensor& x, MlaWorkspace& ws);
-void mla_attend(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+void mla_attend(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                 const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t num_tokens,
                 MlaWorkspace& ws, Tensor& out, const Tensor* indices);
 
 // out [T, hidden] = MLA(x) for x [T, hidden] (already input_layernorm-ed).
-void mla_forward(Backend& backend, const ModelConfig& config, const AttentionWeights& w,
+void mla_forward(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
                  MlaWorkspace& ws, Tensor& out);
 

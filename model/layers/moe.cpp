@@ -6,14 +6,13 @@
 
 namespace deepinfer {
 
-FfnWorkspace make_ffn_workspace(const ModelConfig& c, Backend& backend, int64_t capacity) {
+FfnWorkspace make_ffn_workspace(const FfnDims& d, Backend& backend, int64_t capacity) {
   FfnWorkspace ws;
   ws.capacity = capacity;
   const DType dt = backend.activation_dtype();
-  const int64_t inter = std::max<int64_t>(
-      {c.intermediate_size, c.shared_intermediate_size(), c.moe_intermediate_size, 1});
-  const int64_t experts = std::max(c.n_routed_experts, 1);
-  const int64_t top_k = std::max(c.num_experts_per_tok, 1);
+  const int64_t inter = std::max<int64_t>(d.max_intermediate, 1);
+  const int64_t experts = std::max<int64_t>(d.n_routed_experts, 1);
+  const int64_t top_k = std::max<int64_t>(d.top_k, 1);
   auto make = [&](DType dtype, int64_t cols) {
     ws.buffers.push_back(backend.alloc(dtype, {capacity, cols}));
     return ws.buffers.back().tensor();
@@ -23,7 +22,7 @@ FfnWorkspace make_ffn_workspace(const ModelConfig& c, Backend& backend, int64_t 
   ws.router = make(DType::F32, experts);
   ws.topk_ids = make(DType::I32, top_k);
   ws.topk_weights = make(DType::F32, top_k);
-  ws.shared = make(dt, c.hidden_size);
+  ws.shared = make(dt, d.hidden);
   return ws;
 }
 

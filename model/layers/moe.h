@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
+#include "model/layers/dims.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -22,7 +22,7 @@ struct FfnWorkspace {
   Tensor shared;        // [cap, hidden]
   int64_t capacity = 0;
 };
-FfnWorkspace make_ffn_workspace(const ModelConfig& config, Backend& backend, int64_t capacity);
+FfnWorkspace make_ffn_workspace(const FfnDims& dims, Backend& backend, int64_t capacity);
 
 // out [T, hidden] = SwiGLU MLP of x [T, hidden].
 void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,

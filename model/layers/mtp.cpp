@@ -4,26 +4,24 @@
 
 #include <algorithm>
 
-#include "model/config.h"
 #include "model/layers/common.h"
 
 namespace deepinfer {
 
-MtpLayer::MtpLayer(const ModelConfig& config, const MtpWeights& w, MlaAbsorbedWeights absorbed,
+MtpLayer::MtpLayer(const MtpDims& dims, const MtpWeights& w, MlaAbsorbedWeights absorbed,
                    const Tensor& embed, const Weight& head, Backend& backend)
-    : config_(config), w_(w), absorbed_(std::move(absorbed)),
+    : dims_(dims), w_(w), absorbed_(std::move(absorbed)),
       embed_(w.embed_tokens.defined() ? w.embed_tokens : embed),
       head_(w.shared_head.w.defined() ? w.shared_head : head), backend_(backend) {
-  DI_CHECK(w.block.is_moe || config.intermediate_size > 0, config.source,
-           ": MTP block has neither MoE nor dense MLP weights");
-  if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
+  DI_CHECK(w.block.is_moe || w.block.mlp.gate.w.defined(),
+           "MTP block has neither MoE nor dense MLP weights");
 }
 
 void MtpLayer::ensure_workspace(int64_t num_tokens) {
   if (num_tokens <= capacity_) return;
   const int64_t cap = std::max<int64_t>(num_tokens, std::min<int64_t>(2 * capacity_, 1 << 16));
   const DType dt = backend_.activation_dtype();
-  const int64_t H = config_.hidden_size;
+  const int64_t H = dims_.hidden;
   buffers_.clear();
   for (Tensor* t : {&emb_, &x_, &xn_, &delta_, &gathered_}) {
     buffers_.push_back(backend_.alloc(dt, {cap, H}));
@@ -31,25 +29,25 @@ void MtpLayer::ensure_workspace(int64_t num_tokens) {
   }
   buffers_.push_back(backend_.alloc(dt, {cap, 2 * H}));
   cat_ = buffers_.back().tensor();
-  mla_ws_ = make_mla_workspace(config_, backend_, cap);
-  ffn_ws_ = make_ffn_workspace(config_, backend_, cap);
+  mla_ws_ = make_mla_workspace(dims_.mla, backend_, cap);
+  ffn_ws_ = make_ffn_workspace(dims_.ffn, backend_, cap);
   capacity_ = cap;
   ++workspace_epoch_;
 }
 
 void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,
                        const Tensor& hidden_in, Tensor& hidden_out, Tensor& logits) {
-  const int64_t T = batch.num_tokens, H = config_.hidden_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t T = batch.num_tokens, H = dims_.hidden;
+  const float eps = dims_.rms_norm_eps;
   DI_CHECK(T > 0 && hidden_in.ndim == 2 && hidden_in.size(0) == T && hidden_in.size(1) == H &&
                hidden_out.ndim == 2 && hidden_out.size(0) == T && hidden_out.size(1) == H,
            "mtp forward: hidden_in ", hidden_in.describe(), " and hidden_out ", hidden_out.describe(),
            " must be [", T, ", ", H, "]");
-  DI_CHECK(kv_cache.ndim == 3 && kv_cache.size(2) == config_.kv_row_dim(), "mtp forward: KV cache ",
-           kv_cache.describe(), " must be [blocks, block_size, ", config_.kv_row_dim(), "]");
+  DI_CHECK(kv_cache.ndim == 3 && kv_cache.size(2) == dims_.mla.kv_row_dim(), "mtp forward: KV cache ",
+           kv_cache.describe(), " must be [blocks, block_size, ", dims_.mla.kv_row_dim(), "]");
   const int64_t R = batch.logits_indices.numel();
-  DI_CHECK(logits.ndim == 2 && logits.size(0) == R && logits.size(1) == config_.vocab_size,
-           "mtp forward: logits ", logits.describe(), " must be [", R, ", ", config_.vocab_size, "]");
+  DI_CHECK(logits.ndim == 2 && logits.size(0) == R && logits.size(1) == dims_.vocab,
+           "mtp forward: logits ", logits.describe(), " must be [", R, ", ", dims_.vocab, "]");
   ensure_workspace(T);
 
   MlaStep step = make_mla_step(batch, cos_sin, backend_.batch_invariant());
@@ -66,10 +64,10 @@ void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& c
   backend_.gemm(cat, w_.eh_proj, x);  // [T, H]
   const LayerWeights& b = w_.block;
   backend_.rms_norm(x, b.input_layernorm, eps, xn);
-  mla_forward(backend_, config_, b.attn, absorbed_, step, xn, mla_ws_, delta);
+  mla_forward(backend_, dims_.mla, b.attn, absorbed_, step, xn, mla_ws_, delta);
   backend_.add_rms_norm(x, delta, b.post_attention_layernorm, eps, xn);  // x += attn
   if (b.is_moe) {
-    moe_forward(backend_, routing_, b.moe, xn, ffn_ws_, delta);
+    moe_forward(backend_, dims_.routing, b.moe, xn, ffn_ws_, delta);
   } else {
     mlp_forward(backend_, b.mlp, xn, ffn_ws_, delta);
   }
@@ -79,16 +77,6 @@ void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& c
   Tensor gathered = gathered_.slice_rows(0, R);  // [R, H]
   backend_.embedding(batch.logits_indices, hidden_out, gathered);
   backend_.gemm(gathered, head_, logits);
-}
-
-}  // namespace deepinfer
-
-namespace deepinfer {
-
-int64_t Model::mtp_hidden_size() const { return config().hidden_size; }
-
-void Model::mtp_forward(const StepBatch&, Tensor&, const Tensor&, Tensor&, Tensor&) {
-  fail("model: no MTP layer is loaded (the checkpoint has none, or LoadOptions::load_mtp is off)");
 }
 
 }  // namespace deepinfer

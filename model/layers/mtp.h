@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/config.h"
 #include "model/layers/mla.h"
 #include "model/layers/moe.h"
 #include "model/step_batch.h"
@@ -26,10 +25,20 @@
 
 namespace deepinfer {
 
+// The MTP layer's dimensions (built once by the architecture from its config).
+struct MtpDims {
+  int64_t hidden = 0;
+  int64_t vocab = 0;
+  float rms_norm_eps = 1e-6f;
+  MlaDims mla;
+  FfnDims ffn;
+  MoeRouting routing;  // read when the block is MoE
+};
+
 class MtpLayer {
  public:
   // `embed` [V, H] and `head` [V, H] are the main model's unless `w` has its own copies.
-  MtpLayer(const ModelConfig& config, const MtpWeights& w, MlaAbsorbedWeights absorbed,
+  MtpLayer(const MtpDims& dims, const MtpWeights& w, MlaAbsorbedWeights absorbed,
            const Tensor& embed, const Weight& head, Backend& backend);
 
   // hidden_in [T, H]: h_i per row (batch.token_ids hold t_{i+1}); writes the rows' latent
@@ -44,13 +53,12 @@ class MtpLayer {
   void ensure_workspace(int64_t num_tokens);
   uint64_t workspace_epoch_ = 0;
 
-  const ModelConfig& config_;
+  const MtpDims dims_;
   const MtpWeights& w_;
   MlaAbsorbedWeights absorbed_;
   Tensor embed_;
   Weight head_;
   Backend& backend_;
-  MoeRouting routing_;
   int64_t capacity_ = 0;
   MlaWorkspace mla_ws_;
   FfnWorkspace ffn_ws_;

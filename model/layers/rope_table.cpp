@@ -6,10 +6,23 @@
 
 namespace deepinfer {
 
-std::vector<float> rope_inv_freq(const ModelConfig& config) {
-  const int64_t dim = config.qk_rope_head_dim;  // transformers: head_dim = qk_rope_head_dim
-  DI_CHECK(dim > 0 && dim % 2 == 0, config.source, ": qk_rope_head_dim must be even and positive");
-  const double base = config.rope_theta;
+double yarn_get_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+double rope_attention_factor(const RopeScaling& s) {
+  if (!s.is_yarn()) return 1.0;
+  if (s.attention_factor >= 0) return s.attention_factor;
+  if (s.mscale != 0.0 && s.mscale_all_dim != 0.0) {
+    return yarn_get_mscale(s.factor, s.mscale) / yarn_get_mscale(s.factor, s.mscale_all_dim);
+  }
+  return yarn_get_mscale(s.factor, 1.0);
+}
+
+std::vector<float> rope_inv_freq(const RopeDims& rope) {
+  const int64_t dim = rope.dim;  // transformers: head_dim = qk_rope_head_dim
+  DI_CHECK(dim > 0 && dim % 2 == 0, "rope: the rotated dims must be even and positive, got ", dim);
+  const double base = rope.theta;
   const int64_t half = dim / 2;
   // pos_freqs = base ** (arange(0, dim, 2) / dim), computed by torch in float32.
   std::vector<float> pos_freqs(half);
@@ -18,11 +31,11 @@ std::vector<float> rope_inv_freq(const ModelConfig& config) {
     pos_freqs[i] = static_cast<float>(std::pow(base, static_cast<double>(exponent)));
   }
   std::vector<float> inv(half);
-  if (!config.rope_scaling.is_yarn()) {
+  if (!rope.scaling.is_yarn()) {
     for (int64_t i = 0; i < half; ++i) inv[i] = 1.0f / pos_freqs[i];
     return inv;
   }
-  const RopeScaling& y = config.rope_scaling;
+  const RopeScaling& y = rope.scaling;
   const double factor = y.factor;
   const double original = static_cast<double>(y.original_max_position_embeddings);
   // find_correction_dim / find_correction_range (python doubles).
@@ -50,10 +63,10 @@ std::vector<float> rope_inv_freq(const ModelConfig& config) {
   return inv;
 }
 
-HostBuffer rope_cos_sin_table(const ModelConfig& config, int64_t num_positions) {
-  const std::vector<float> inv = rope_inv_freq(config);
+HostBuffer rope_cos_sin_table(const RopeDims& rope, int64_t num_positions) {
+  const std::vector<float> inv = rope_inv_freq(rope);
   const int64_t half = static_cast<int64_t>(inv.size()), dim = 2 * half;
-  const float attention_factor = static_cast<float>(config.yarn_attention_factor());
+  const float attention_factor = static_cast<float>(rope_attention_factor(rope.scaling));
   HostBuffer table(DType::F32, {num_positions, dim});
   float* t = table.ptr<float>();
   for (int64_t p = 0; p < num_positions; ++p) {

@@ -357,7 +357,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   };
   const auto stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}});
   const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "2"}});
-  const auto deep = backend_with({{"DEEPINFER_CUDA_PIPE", "8"}, {"DEEPINFER_CUDA_PIPE_BPS", "1"}});
+  const auto deep = backend_with({{"DEEPINFER_CUDA_PIPE", "8"}});
   const auto shallow = backend_with({{"DEEPINFER_CUDA_PIPE", "3"}});
   const auto fused_stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}, {"DEEPINFER_CUDA_FUSE", "5"}});
   const auto fused = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "2"}});

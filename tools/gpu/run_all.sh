@@ -30,10 +30,10 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-lin
 py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
 
-# STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_own bench_inv
+# STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_inv
 # bench_cublas deepinfer_bench throughput" (default: all but bench_cublas and throughput);
 # BENCH_ARGS: extra flags for the op bench (e.g. --decode-only).
-STAGES="${STAGES:-parity golden bench_bf16 bench_fp8 bench_own bench_inv deepinfer_bench}"
+STAGES="${STAGES:-parity golden bench_bf16 bench_fp8 bench_inv deepinfer_bench}"
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 BENCH_ARGS="${BENCH_ARGS:-}"
 declare -a rows=()
@@ -108,7 +108,6 @@ done
 if [[ -x "$bin/deepinfer_cuda_bench" ]]; then
   want bench_bf16 && stage bench_bf16 110 "$bin/deepinfer_cuda_bench" --graphs $BENCH_ARGS --out "$OUT/bench.jsonl"
   want bench_fp8 && stage bench_fp8 100 "$bin/deepinfer_cuda_bench" --fp8 --graphs $BENCH_ARGS --out "$OUT/bench.jsonl"
-  want bench_own && DEEPINFER_CUDA_GEMM=own stage bench_bf16_own_gemm 80 "$bin/deepinfer_cuda_bench" $BENCH_ARGS --out "$OUT/bench_own_gemm.jsonl"
   want bench_inv && DEEPINFER_BATCH_INVARIANT=1 stage bench_bf16_invariant 80 "$bin/deepinfer_cuda_bench" --graphs $BENCH_ARGS --out "$OUT/bench_invariant.jsonl"
   # dense few-row BF16 GEMMs on cuBLASLt instead of the stream kernel (A/B)
   want bench_cublas && DEEPINFER_CUDA_STREAM_MAX_ROWS=0 stage bench_bf16_cublas 80 "$bin/deepinfer_cuda_bench" --graphs --decode-only --out "$OUT/bench_cublas.jsonl"
@@ -153,7 +152,7 @@ echo "== parity failures (first 20) =="
 grep -E "^\[  FAILED  \]|Failure|error" "$OUT/parity.log" 2>/dev/null | head -20
 echo
 echo "== bench figures =="
-for f in bench_bf16 bench_fp8 bench_bf16_own_gemm bench_bf16_invariant bench_bf16_cublas; do
+for f in bench_bf16 bench_fp8 bench_bf16_invariant bench_bf16_cublas; do
   [[ -f "$OUT/$f.log" ]] && grep -E "^(prefill|decode|weights|graph)" "$OUT/$f.log" | sed "s/^/$f: /" | cut -c1-150
 done
 echo

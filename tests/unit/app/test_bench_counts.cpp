@@ -52,5 +52,26 @@ TEST(BenchCounts, Fp8HalvesTheLinearBytesOnly) {
   EXPECT_DOUBLE_EQ(bf16.flops, fp8.flops);
 }
 
+// DeepSeek sparse attention (V3.2 at full width, 4 layers): MLA reads min(context, 2048) latent
+// rows, the indexer one 128-wide key per position; attention FLOPs over the chosen rows plus
+// 2 x 64 heads x 128 per position for the scores. Below index_topk everything is attended.
+TEST(BenchCounts, SparseAttentionCountsTheChosenRowsAndTheIndexerKeys) {
+  const ModelConfig v32 = load_model_config(DEEPINFER_SOURCE_DIR "/bench/cuda/bench-v32-full-width-4l.config.json");
+  const ModelConfig v3 = load_model_config(DEEPINFER_SOURCE_DIR "/bench/cuda/bench-v3-full-width-4l.config.json");
+  const StepCounts s = count_step(v32, StepKind::Decode, 1.0, 2.0, 2, 1, 2, 131072.0, 2.0);
+  const StepCounts d = count_step(v3, StepKind::Decode, 1.0, 2.0, 2, 1, 2, 131072.0, 2.0);
+  EXPECT_DOUBLE_EQ(s.kv_bytes, 2 * 4 * (2048.0 * 576 + 131072.0 * 128) * 2);
+  EXPECT_DOUBLE_EQ(d.kv_bytes, 2 * 4 * 131072.0 * 576 * 2);
+  // Same linears but the indexer's (wq_b 8192x1536, wk 128x7168, k_norm 2x128, weights_proj
+  // 64x7168 per layer), read once per step at 1 byte.
+  expect_near_rel(s.weight_bytes - d.weight_bytes, 4 * (8192.0 * 1536 + 128 * 7168 + 256 + 64 * 7168), "indexer");
+  const double linear_flops = s.flops - 2 * (2.0 * 128 * (576 + 512) * 2048 + 2.0 * 64 * 128 * 131072) * 4;
+  expect_near_rel(linear_flops, d.flops - 2 * 2.0 * 128 * (576 + 512) * 131072 * 4 +
+                                    2 * 2 * 4 * (8192.0 * 1536 + 128 * 7168 + 256 + 64 * 7168),
+                  "linear flops");
+  const StepCounts short_ctx = count_step(v32, StepKind::Decode, 1.0, 2.0, 1, 1, 1, 1000.0, 2.0);
+  EXPECT_DOUBLE_EQ(short_ctx.kv_bytes, 4 * (1000.0 * 576 + 1000.0 * 128) * 2);
+}
+
 }  // namespace
 }  // namespace deepinfer::app

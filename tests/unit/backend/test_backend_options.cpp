@@ -24,14 +24,12 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   const CudaOptions d;
   const CudaOptions o = cuda_options(from_map({}));
   EXPECT_EQ(o.sync_each_op, d.sync_each_op);
-  EXPECT_EQ(o.own_gemm_only, d.own_gemm_only);
   EXPECT_EQ(o.stream_gemm, d.stream_gemm);
   EXPECT_EQ(o.stream_max_rows, d.stream_max_rows);
   EXPECT_EQ(o.fuse_mask, d.fuse_mask);
   EXPECT_EQ(o.pipe_stages, d.pipe_stages);
   EXPECT_EQ(o.pipe_fp8, d.pipe_fp8);
   EXPECT_EQ(o.pipe_max_tokens, d.pipe_max_tokens);
-  EXPECT_EQ(o.pipe_blocks_per_sm, d.pipe_blocks_per_sm);
   EXPECT_EQ(o.attn_chunk, d.attn_chunk);
   EXPECT_EQ(o.fp8_act_min_rows, d.fp8_act_min_rows);
   EXPECT_EQ(o.fp8_moe_act, d.fp8_moe_act);
@@ -40,14 +38,12 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
 
 TEST(BackendOptions, SettingsArriveInTheFields) {
   const CudaOptions o = cuda_options(from_map({{"DEEPINFER_CUDA_SYNC", "1"},
-                                               {"DEEPINFER_CUDA_GEMM", "own"},
                                                {"DEEPINFER_CUDA_PIPE", "0"},
                                                {"DEEPINFER_CUDA_ATTN_CHUNK", "32"},
                                                {"DEEPINFER_CUDA_FP8_MOE_ACT", "0"},
                                                {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32"},
                                                {"DEEPINFER_CUDA_STREAM", "0"}}));
   EXPECT_TRUE(o.sync_each_op);
-  EXPECT_TRUE(o.own_gemm_only);
   EXPECT_EQ(o.pipe_stages, 0);
   EXPECT_TRUE(o.pipe_fp8);  // set at all: FP8 experts take the pipe switch too
   EXPECT_EQ(o.attn_chunk, 32);
@@ -59,7 +55,7 @@ TEST(BackendOptions, SettingsArriveInTheFields) {
 
 TEST(BackendOptions, BadCudaValuesNameTheVariable) {
   for (const auto& [name, value] : std::map<std::string, std::string>{
-           {"DEEPINFER_CUDA_GEMM", "cublas"}, {"DEEPINFER_CUDA_ATTN_CHUNK", "48"},
+           {"DEEPINFER_CUDA_ATTN_CHUNK", "48"},
            {"DEEPINFER_CUDA_PIPE", "-1"}}) {
     try {
       cuda_options(from_map({{name, value}}));

@@ -56,8 +56,8 @@ TEST(DeepseekV4Config, ReadsFlashAsDeepSeekShipsIt) {
   EXPECT_EQ(c.rope_dim, 64);
   EXPECT_TRUE(c.compress_rope.is_yarn());
   EXPECT_EQ(c.compress_rope.attention_factor, 1.0);  // the V4 reference does not scale cos/sin
-  EXPECT_DOUBLE_EQ(c.compress_rope_config().rope_theta, 160000.0);
-  EXPECT_FALSE(c.main_rope_config().rope_scaling.is_yarn());
+  EXPECT_DOUBLE_EQ(c.compress_rope_dims().theta, 160000.0);
+  EXPECT_FALSE(c.main_rope_dims().scaling.is_yarn());
   EXPECT_TRUE(c.base.quantization.is_fp8());
   EXPECT_EQ(find_architecture("deepseek_v4", "cfg.json").model_type, "deepseek_v4");
 }

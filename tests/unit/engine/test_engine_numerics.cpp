@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/settings.h"
 #include "engine_fixture.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -252,7 +253,7 @@ TEST(EngineNumerics, NanWeightFailsTheLoadOrOnlyItsRequests) {
   cfg.max_num_seqs = 8;
   // DEEPINFER_ACCELERATOR=cuda: the same on the GPU (device argmax / sampling op, graphs, steps
   // issued ahead from a -1 id), where the other requests must not see the NaN either.
-  if (const char* acc = std::getenv("DEEPINFER_ACCELERATOR"); acc != nullptr && std::string(acc) == "cuda")
+  if (env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda")
     cfg.backend = "cuda";
   try {
     Engine e(cfg);

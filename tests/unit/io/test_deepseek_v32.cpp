@@ -5,6 +5,7 @@
 // scales (the error names the tensor). The forward itself: tests/golden (Golden.V32*).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -179,10 +180,6 @@ TEST(DeepseekV32Weights, LoadChecksTheIndexerAndBuildsTheSparseForward) {
     EXPECT_EQ(groups[1].num_layers, 2);
     EXPECT_TRUE(groups[1].activation_dtype);
     EXPECT_EQ(model->num_mtp_layers(), 0);
-    LoadOptions random;
-    random.random_weights = true;
-    expect_contains(error_of([&] { load_model(dir.path(), *cpu, random); }),
-                    {"deepseek_v32", "random-weight"});
     // deepinfer info's check of the tensors beyond ModelWeights passes.
     const CheckpointReader reader = CheckpointReader::open(dir.path());
     find_architecture("deepseek_v32", "x").check_extra_weights(c, reader);
@@ -198,6 +195,52 @@ TEST(DeepseekV32Weights, LoadChecksTheIndexerAndBuildsTheSparseForward) {
     expect_contains(error_of([&] { find_architecture("deepseek_v32", "x").check_extra_weights(c, reader); }),
                     {"'model.layers.0.self_attn.indexer.wk.weight'"});
   }
+}
+
+// Random indexer weights continue checkpoint_layout's numbering (model/weights.h: tensor k
+// from random_hash(seed, k)), in the checkpoint's dtypes: wq_b and wk block-scaled FP8 in an FP8
+// layout, weights_proj and the LayerNorm dense. Values recomputed from random_weight_value.
+TEST(DeepseekV32Weights, RandomIndexerWeightsFollowTheLayout) {
+  nlohmann::json j = tiny_v32();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {16, 16}}};
+  const ModelConfig c = parse(j);
+  const uint64_t seed = 7;
+  for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+    std::vector<std::shared_ptr<const void>> owners;
+    const std::vector<IndexerWeights> w = make_random_indexer_weights(c, seed, dt, nullptr, owners);
+    ASSERT_EQ(w.size(), 2u);
+    const bool fp8 = dt == DType::F8_E4M3;
+    EXPECT_EQ(w[0].wq_b.w.dtype, dt);
+    EXPECT_EQ(w[0].wq_b.w.dims(), (std::vector<int64_t>{128, 24}));
+    EXPECT_EQ(w[1].wk.scale_inv.defined(), fp8);
+    if (fp8) EXPECT_EQ(w[1].wk.scale_inv.dims(), (std::vector<int64_t>{1, 2}));  // [8/16, 32/16] blocks
+    EXPECT_EQ(w[0].weights_proj.w.dtype, DType::BF16);
+    EXPECT_FALSE(w[0].weights_proj.scale_inv.defined());
+    // Layer 0's wq_b is the first tensor after V3's layout; element 5 of it:
+    const uint64_t first = checkpoint_layout(c, dt, false).size();
+    const float bound = std::sqrt(3.0f / 24.0f);
+    if (fp8) {
+      const float v = random_weight_value(seed, first, 5, {448.0f, 0.0f});
+      EXPECT_EQ(w[0].wq_b.w.ptr<uint8_t>()[5], float_to_fp8_e4m3(v));
+      // its scales are tensor first + 1, in [base, 2 base) with base = bound / 448
+      const float s = w[0].wq_b.scale_inv.ptr<float>()[0];
+      EXPECT_EQ(s, random_weight_value(seed, first + 1, 0, {bound / 448 * 0.5f, bound / 448 * 1.5f}));
+    } else {
+      EXPECT_EQ(w[0].wq_b.w.ptr<uint16_t>()[5], float_to_bf16(random_weight_value(seed, first, 5, {bound, 0.0f})));
+      // layer 0: wq_b, wk, k_norm.weight (add 1), k_norm.bias (add 0), weights_proj
+      EXPECT_EQ(w[0].k_norm.ptr<uint16_t>()[3], float_to_bf16(random_weight_value(seed, first + 2, 3, {0.1f, 1.0f})));
+      EXPECT_EQ(w[0].k_norm_bias.ptr<uint16_t>()[3],
+                float_to_bf16(random_weight_value(seed, first + 3, 3, {0.1f, 0.0f})));
+    }
+  }
+  // A random V3.2 model builds (the sparse forward itself: tests/golden ModelConsistency.V32*).
+  testing::TempDir dir;
+  dir.write("config.json", j.dump());
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  LoadOptions options;
+  options.random_weight_dtype = DType::F8_E4M3;
+  std::unique_ptr<Model> model = random_model(dir.file("config.json"), *cpu, options);
+  EXPECT_EQ(model->kv_groups().size(), 2u);
 }
 
 TEST(DeepseekV32Config, ScaleFmtIsReadAndChecked) {
