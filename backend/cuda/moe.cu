@@ -402,8 +402,9 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Ten
     check_launch("moe_experts (combine)", shapes);
     return;
   }
-  // Prefill on BF16 experts: CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu) when chosen
-  // (DEEPINFER_CUDA_MOE_GEMM=cutlass); never batch-invariant (that mode keeps the own kernels).
+  // Prefill on BF16 experts: CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu; the default,
+  // DEEPINFER_CUDA_MOE_GEMM=own for the own tiles); never batch-invariant (that mode keeps the
+  // own kernels).
   if (!fp8 && !few_rows && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
       lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
     const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);

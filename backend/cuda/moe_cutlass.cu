@@ -1,5 +1,5 @@
-// MoE expert GEMMs in prefill on CUTLASS 3.x Hopper grouped GEMMs (wgmma + TMA, persistent
-// warp-specialized cooperative kernel, BF16 in, F32 accumulate): gate | up as one grouped GEMM
+// MoE expert GEMMs in prefill on CUTLASS's (3.x API, the 4.2 wheel's headers) Hopper grouped
+// GEMMs (wgmma + TMA, persistent warp-specialized kernels, BF16 in, F32 accumulate): gate | up as one grouped GEMM
 // of 2E problems (expert e's gate and up are groups 2e and 2e + 1, writing the two halves of
 // its hidden rows), SiLU-mul, down as one grouped GEMM of E problems (F32 out for the combine).
 //
@@ -9,7 +9,7 @@
 // shapes: no host copy, the grid is one CTA per SM). The kernel parameters only hold the
 // addresses of those arrays (allocated once per expert count), so they are built once.
 //
-// Not batch-invariant by design goal (the caller keeps the own kernels in that mode); each
+// Not used in batch-invariant mode (the caller keeps the own kernels in that mode); each
 // output element is one CTA's K loop in a fixed order (no split K).
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -30,9 +30,15 @@ using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 using ElementAB = cutlass::bfloat16_t;
 
-// Two tile configurations (compile time on 2 cores), no cluster (experts of few rows gain
-// nothing from multicast along M): 128x128x64 tiles on 2 cooperative consumer warpgroups, and
-// 64x128x64 tiles on 2 ping-pong consumer warpgroups (less padding for experts of few rows).
+// Three tile configurations (compile time on 2 cores), no cluster (experts of few rows gain
+// nothing from multicast along M): 128x128x64 and 128x256x64 tiles on 2 cooperative consumer
+// warpgroups, and 64x128x64 tiles on 2 ping-pong consumer warpgroups (less padding for experts
+// of few rows).
+struct Tile128Wide {
+  using Shape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
 struct Tile128 {
   using Shape = cute::Shape<cute::_128, cute::_128, cute::_64>;
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
@@ -175,13 +181,14 @@ struct TilePair {
 
 }  // namespace
 
-// Per expert count: the group arrays, the workspaces and both tile configurations' GEMMs
+// Per expert count: the group arrays, the workspaces and every tile configuration's GEMMs
 // (their parameters point at those arrays, so they are built once).
 struct CudaBackend::CutlassMoe {
   void* mem = nullptr;
   GroupArrays g{};
   TilePair<Tile128> t128;
   TilePair<Tile64> t64;
+  TilePair<Tile128Wide> wide;
   ~CutlassMoe() { cudaFree(mem); }
 };
 
@@ -196,8 +203,9 @@ CudaBackend::CutlassMoe& CudaBackend::cutlass_moe(int E) {
   const size_t n = 3 * static_cast<size_t>(E);
   const size_t ws128 = TilePair<Tile128>::workspace_bytes(E, num_sms_, device_);
   const size_t ws64 = TilePair<Tile64>::workspace_bytes(E, num_sms_, device_);
-  const size_t bytes = 256 * 9 + n * (sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
-                                      sizeof(StrideD)) + ws128 + ws64;
+  const size_t ws_wide = TilePair<Tile128Wide>::workspace_bytes(E, num_sms_, device_);
+  const size_t bytes = 256 * 10 + n * (sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
+                                       sizeof(StrideD)) + ws128 + ws64 + ws_wide;
   DI_CUDA(cudaMalloc(&s->mem, bytes), "moe_experts (cutlass): group arrays and workspace of ", bytes, " bytes");
   char* p = static_cast<char*>(s->mem);
   s->g.shapes = carve<Shape3>(p, n);
@@ -209,8 +217,10 @@ CudaBackend::CutlassMoe& CudaBackend::cutlass_moe(int E) {
   s->g.sd = carve<StrideD>(p, n);
   char* w128 = carve<char>(p, ws128);
   char* w64 = carve<char>(p, ws64);
+  char* w_wide = carve<char>(p, ws_wide);
   s->t128.init(E, s->g, w128, num_sms_, device_, stream_);
   s->t64.init(E, s->g, w64, num_sms_, device_, stream_);
+  s->wide.init(E, s->g, w_wide, num_sms_, device_, stream_);
   return *cutlass_moe_.emplace(E, std::move(s)).first->second;
 }
 
@@ -229,24 +239,28 @@ float* CudaBackend::moe_experts_cutlass(const void* x, int64_t ldx, int P, int E
                                                                      static_cast<int>(I), w_ptrs, xg, hidden,
                                                                      act, y);
   check_launch("moe_experts (cutlass setup)", shapes);
-  // Tile rows: 64 while the experts average fewer than 128 rows, else 128 (or as chosen).
-  const bool small = moe_cutlass_tile_ == 64 || (moe_cutlass_tile_ == 0 && P < 128 * E);
-  auto run = [&](auto& gemm, const char* op) {
-    const cutlass::Status st = gemm.run(stream_);
-    DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes);
+  // Tiles: 64x128 while the experts average fewer than 128 rows, else 128x128 (or as chosen).
+  const int tile = moe_cutlass_tile_ != 0 ? moe_cutlass_tile_ : P < 128 * E ? 64 : 128;
+  auto run = [&](auto& pair, bool down) {
+    const char* op = down ? "moe_experts (cutlass down)" : "moe_experts (cutlass gate|up)";
+    const cutlass::Status st = down ? pair.down.run(stream_) : pair.gate_up.run(stream_);
+    DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes, " (tile ",
+             tile, ")");
     check_launch(op, shapes);
   };
-  if (small)
-    run(s.t64.gate_up, "moe_experts (cutlass gate|up, 64-row tiles)");
-  else
-    run(s.t128.gate_up, "moe_experts (cutlass gate|up, 128-row tiles)");
+  auto run_tile = [&](bool down) {
+    if (tile == 64)
+      run(s.t64, down);
+    else if (tile == 256)
+      run(s.wide, down);
+    else
+      run(s.t128, down);
+  };
+  run_tile(false);
   Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
   Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
   silu_mul(hid, actt);
-  if (small)
-    run(s.t64.down, "moe_experts (cutlass down, 64-row tiles)");
-  else
-    run(s.t128.down, "moe_experts (cutlass down, 128-row tiles)");
+  run_tile(true);
   return y;
 }
 

@@ -260,12 +260,12 @@ void forward(Bench& B, Step& s) {
     }
     Tensor attn3 = heads3(s.attn, T, kHeads, kV, kV);
     if (s.direct) {
-      b.gemm(c_kv, L.kv_b, s.kv_b);
+      OP("gemm kv_b", b.gemm(c_kv, L.kv_b, s.kv_b));
       Tensor k3 = heads3(s.k, T, kHeads, kQk, kNope);
-      b.copy(heads3(s.kv_b, T, kHeads, kNope + kV, kNope), k3);
-      b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
-                              heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope), s.kv.query_start, 1,
-                              scale, attn3);
+      OP("copy k_nope", b.copy(heads3(s.kv_b, T, kHeads, kNope + kV, kNope), k3));
+      OP("attention prefill", b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
+                                                      heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope),
+                                                      s.kv.query_start, 1, scale, attn3));
     } else {
       Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
       OP("gemm_heads uk", b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn));
