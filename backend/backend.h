@@ -111,7 +111,7 @@ struct CudaOptions {
   bool fp8_moe_act = true;        // DEEPINFER_CUDA_FP8_MOE_ACT
   int64_t fp8_moe_min_rows = 128; // DEEPINFER_CUDA_FP8_MOE_MIN_ROWS
   bool moe_cutlass = true;        // DEEPINFER_CUDA_MOE_GEMM=cutlass (own: false)
-  int moe_cutlass_tile = 0;       // DEEPINFER_CUDA_MOE_GEMM=cutlass:64 / :128 / :256 (0: by load)
+  int moe_cutlass_tile = 0;       // DEEPINFER_CUDA_MOE_GEMM=cutlass:64 / cutlass:256 (0: by load)
 };
 
 struct BackendOptions {

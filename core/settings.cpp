@@ -95,7 +95,7 @@ const std::vector<SettingInfo>& setting_table() {
        "fewest average rows per expert for FP8 MoE activations"},
       {"DEEPINFER_CUDA_MOE_GEMM", SettingType::String, "cutlass",
        "routed BF16 experts in prefill steps: 'cutlass' (CUTLASS Hopper grouped GEMMs; 'cutlass:64' / "
-       "':128' / ':256' pin 64x128 / 128x128 / 128x256 tiles) or 'own' (the own tensor-core tiles)"},
+       "'cutlass:256' pin 64x128 / 128x256 tiles) or 'own' (the own tensor-core tiles)"},
       // Tests.
       {"DEEPINFER_ACCELERATOR", SettingType::String, "",
        "tests: 'cuda' runs the golden / graph tests on the CUDA backend too"},

@@ -207,11 +207,9 @@ class CudaBackend final : public Backend {
   int pipe_blocks_per_sm_ = 0;
   // DEEPINFER_CUDA_MOE_GEMM: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs ("cutlass", the default) or the
-  // own tensor-core tiles ("own"); "cutlass:64" / "cutlass:128" / "cutlass:256" pin its tiles
-  // to 64x128 / 128x128 / 128x256 (moe_cutlass_tile_; 0: 64x128 while the experts average
-  // fewer than 128 rows, else 128x128).
-  // H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.62x the own tiles; the
-  // 64-row tiles win at 512 (+7%), the 128-row ones at 4096 (+4%).
+  // own tensor-core tiles ("own"); "cutlass:64" / "cutlass:256" pin its tiles to 64x128 /
+  // 128x256 (moe_cutlass_tile_; 0: 64x128 while the experts average fewer than 128 rows, else
+  // 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
   bool moe_cutlass_ = true;
   int moe_cutlass_tile_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -30,17 +30,14 @@ using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 using ElementAB = cutlass::bfloat16_t;
 
-// Three tile configurations (compile time on 2 cores), no cluster (experts of few rows gain
-// nothing from multicast along M): 128x128x64 and 128x256x64 tiles on 2 cooperative consumer
-// warpgroups, and 64x128x64 tiles on 2 ping-pong consumer warpgroups (less padding for experts
-// of few rows).
-struct Tile128Wide {
+// Two tile configurations (compile time on 2 cores), no cluster (experts of few rows gain
+// nothing from multicast along M): 128x256x64 tiles on 2 cooperative consumer warpgroups, and
+// 64x128x64 tiles on 2 ping-pong consumer warpgroups (less padding for experts of few rows).
+// H200 (bench/NOTES.md, cutlass): 64x128 wins prefill 512 (48 rows per expert) by 1.0-1.6%
+// over 128x256 and 7% over 128x128; 128x256 wins 4096 (384 rows) by 1.9% over 128x128 and 2%
+// over 64x128; 128x128 lost everywhere and was removed.
+struct Tile128x256 {
   using Shape = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct Tile128 {
-  using Shape = cute::Shape<cute::_128, cute::_128, cute::_64>;
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
@@ -73,9 +70,9 @@ struct Grouped {
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
 };
-using StrideA = Grouped<Tile128, float>::StrideA;
-using StrideB = Grouped<Tile128, float>::StrideB;
-using StrideD = Grouped<Tile128, float>::StrideD;
+using StrideA = Grouped<Tile64, float>::StrideA;
+using StrideB = Grouped<Tile64, float>::StrideB;
+using StrideD = Grouped<Tile64, float>::StrideD;
 template <class G>
 constexpr bool kSameStrides = std::is_same_v<typename G::StrideA, StrideA> &&
                               std::is_same_v<typename G::StrideB, StrideB> && std::is_same_v<typename G::StrideD, StrideD>;
@@ -186,9 +183,8 @@ struct TilePair {
 struct CudaBackend::CutlassMoe {
   void* mem = nullptr;
   GroupArrays g{};
-  TilePair<Tile128> t128;
   TilePair<Tile64> t64;
-  TilePair<Tile128Wide> wide;
+  TilePair<Tile128x256> wide;
   ~CutlassMoe() { cudaFree(mem); }
 };
 
@@ -201,11 +197,10 @@ CudaBackend::CutlassMoe& CudaBackend::cutlass_moe(int E) {
            " experts must be set up outside a graph capture; run the step once uncaptured first");
   auto s = std::make_shared<CutlassMoe>();
   const size_t n = 3 * static_cast<size_t>(E);
-  const size_t ws128 = TilePair<Tile128>::workspace_bytes(E, num_sms_, device_);
   const size_t ws64 = TilePair<Tile64>::workspace_bytes(E, num_sms_, device_);
-  const size_t ws_wide = TilePair<Tile128Wide>::workspace_bytes(E, num_sms_, device_);
-  const size_t bytes = 256 * 10 + n * (sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
-                                       sizeof(StrideD)) + ws128 + ws64 + ws_wide;
+  const size_t ws_wide = TilePair<Tile128x256>::workspace_bytes(E, num_sms_, device_);
+  const size_t bytes = 256 * 9 + n * (sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
+                                      sizeof(StrideD)) + ws64 + ws_wide;
   DI_CUDA(cudaMalloc(&s->mem, bytes), "moe_experts (cutlass): group arrays and workspace of ", bytes, " bytes");
   char* p = static_cast<char*>(s->mem);
   s->g.shapes = carve<Shape3>(p, n);
@@ -215,10 +210,8 @@ CudaBackend::CutlassMoe& CudaBackend::cutlass_moe(int E) {
   s->g.sa = carve<StrideA>(p, n);
   s->g.sb = carve<StrideB>(p, n);
   s->g.sd = carve<StrideD>(p, n);
-  char* w128 = carve<char>(p, ws128);
   char* w64 = carve<char>(p, ws64);
   char* w_wide = carve<char>(p, ws_wide);
-  s->t128.init(E, s->g, w128, num_sms_, device_, stream_);
   s->t64.init(E, s->g, w64, num_sms_, device_, stream_);
   s->wide.init(E, s->g, w_wide, num_sms_, device_, stream_);
   return *cutlass_moe_.emplace(E, std::move(s)).first->second;
@@ -239,22 +232,20 @@ float* CudaBackend::moe_experts_cutlass(const void* x, int64_t ldx, int P, int E
                                                                      static_cast<int>(I), w_ptrs, xg, hidden,
                                                                      act, y);
   check_launch("moe_experts (cutlass setup)", shapes);
-  // Tiles: 64x128 while the experts average fewer than 128 rows, else 128x128 (or as chosen).
-  const int tile = moe_cutlass_tile_ != 0 ? moe_cutlass_tile_ : P < 128 * E ? 64 : 128;
+  // Tiles: 64x128 while the experts average fewer than 128 rows, else 128x256 (or as chosen).
+  const bool small = moe_cutlass_tile_ == 64 || (moe_cutlass_tile_ == 0 && P < 128 * E);
   auto run = [&](auto& pair, bool down) {
     const char* op = down ? "moe_experts (cutlass down)" : "moe_experts (cutlass gate|up)";
     const cutlass::Status st = down ? pair.down.run(stream_) : pair.gate_up.run(stream_);
-    DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes, " (tile ",
-             tile, ")");
+    DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes,
+             small ? " (64x128 tiles)" : " (128x256 tiles)");
     check_launch(op, shapes);
   };
   auto run_tile = [&](bool down) {
-    if (tile == 64)
+    if (small)
       run(s.t64, down);
-    else if (tile == 256)
-      run(s.wide, down);
     else
-      run(s.t128, down);
+      run(s.wide, down);
   };
   run_tile(false);
   Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);

@@ -348,8 +348,8 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   }
 }
 
-// Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (DEEPINFER_CUDA_MOE_GEMM=cutlass:64,
-// :128 and :256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
+// Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (DEEPINFER_CUDA_MOE_GEMM=cutlass:64
+// and cutlass:256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
 // (DEEPINFER_CUDA_MOE_GEMM=own) against the CPU reference, for prefill-sized steps (more than
 // 16 rows per expert on average): uneven loads with an expert of no rows, one of a single row
 // and one of more than a 128-row tile, a bench-like shape (H 2048, I 1408), output rows inside
@@ -357,7 +357,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
 // outputs; and a CUDA graph captured on one routing and replayed on another (the rows per
 // expert are read on the device at each replay).
 TEST_F(AttentionMoe, CutlassExpertsMatchCpu) {
-  for (const char* mode : {"cutlass:64", "cutlass:128", "cutlass:256", "own"}) cutlass_experts_match_cpu(mode);
+  for (const char* mode : {"cutlass:64", "cutlass:256", "own"}) cutlass_experts_match_cpu(mode);
 }
 
 void AttentionMoe::cutlass_experts_match_cpu(const char* mode) {
