@@ -108,6 +108,8 @@ struct CudaOptions {
   int64_t fp8_act_min_rows = 129; // DEEPINFER_CUDA_FP8_ACT_MIN_ROWS
   bool fp8_moe_act = true;        // DEEPINFER_CUDA_FP8_MOE_ACT
   int64_t fp8_moe_min_rows = 128; // DEEPINFER_CUDA_FP8_MOE_MIN_ROWS
+  bool moe_cutlass = true;        // DEEPINFER_CUDA_MOE_GEMM=cutlass (own: false)
+  int moe_cutlass_tile = 0;       // DEEPINFER_CUDA_MOE_GEMM=cutlass:64 / cutlass:256 (0: by load)
 };
 
 struct BackendOptions {

@@ -26,6 +26,12 @@ CudaOptions cuda_options(const Settings& s) {
   o.fp8_act_min_rows = s.get_int("DEEPINFER_CUDA_FP8_ACT_MIN_ROWS");
   o.fp8_moe_act = s.get_bool("DEEPINFER_CUDA_FP8_MOE_ACT");
   o.fp8_moe_min_rows = s.get_int("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS");
+  const std::string& moe_gemm = s.get_string("DEEPINFER_CUDA_MOE_GEMM");
+  DI_CHECK(moe_gemm == "cutlass" || moe_gemm == "cutlass:64" || moe_gemm == "cutlass:256" || moe_gemm == "own",
+           "environment variable DEEPINFER_CUDA_MOE_GEMM='", moe_gemm,
+           "': expected 'cutlass', 'cutlass:64', 'cutlass:256' or 'own'");
+  o.moe_cutlass = moe_gemm != "own";
+  o.moe_cutlass_tile = moe_gemm == "own" || moe_gemm == "cutlass" ? 0 : std::stoi(moe_gemm.substr(8));
   return o;
 }
 

@@ -92,6 +92,9 @@ const std::vector<SettingInfo>& setting_table() {
        "FP8 activations in the MoE expert GEMMs of large prefill steps"},
       {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", SettingType::Int, "128",
        "fewest average rows per expert for FP8 MoE activations"},
+      {"DEEPINFER_CUDA_MOE_GEMM", SettingType::String, "cutlass",
+       "routed BF16 experts in prefill steps: 'cutlass' (CUTLASS Hopper grouped GEMMs; 'cutlass:64' / "
+       "'cutlass:256' pin 64x128 / 128x256 tiles) or 'own' (the own tensor-core tiles)"},
       // Tests.
       {"DEEPINFER_ACCELERATOR", SettingType::String, "",
        "tests: 'cuda' runs the golden / graph tests on the CUDA backend too"},

@@ -31,3 +31,14 @@ for mod in openai httpx pytest schemathesis matplotlib; do
       python3 -m pip install --quiet --break-system-packages "$mod"
   fi
 done
+# The CUDA backend's Hopper grouped GEMMs (backend/cuda/moe_cutlass.cu) use CUTLASS/CuTe headers
+# from the `nvidia-cutlass` wheel (cutlass_library/source/include; CMake asks python3 where it
+# is, or takes -DDEEPINFER_CUTLASS_DIR). Only where nvcc is present (a CUDA build); the headers
+# are all it needs, so without its Python dependencies.
+if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  if ! python3 -c "import cutlass_library" 2>/dev/null; then
+    echo "setup: pip install nvidia-cutlass (headers) for $(command -v python3)" >&2
+    python3 -m pip install --quiet --no-deps nvidia-cutlass 2>/dev/null ||
+      python3 -m pip install --quiet --no-deps --break-system-packages nvidia-cutlass
+  fi
+fi

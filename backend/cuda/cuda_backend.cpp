@@ -92,6 +92,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;
+  moe_cutlass_ = o.moe_cutlass;
+  moe_cutlass_tile_ = o.moe_cutlass_tile;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

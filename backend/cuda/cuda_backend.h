@@ -128,7 +128,7 @@ class CudaBackend final : public Backend {
   // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
   // contents are not kept across growth). Slots let one op hold several buffers.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
-              kSlotMoeAct, kSlotMoeOut, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
+              kSlotMoeAct, kSlotMoeOut, kSlotMoeGather, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
               kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
@@ -185,6 +185,18 @@ class CudaBackend final : public Backend {
                    const std::vector<ExpertWeights>& experts, const int32_t* row_token,
                    const int32_t* offsets, const int32_t* entry_pos, const float** y,
                    const int32_t** y_pos);
+  // Routed experts in prefill on CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu), called by
+  // moe_experts after the permutation (row_token [P], offsets [E + 1] on the device) for BF16
+  // experts: gathers x's rows (BF16, ldx a multiple of 8, 16-byte aligned) per expert, runs
+  // gate | up, SiLU-mul and down; returns the down outputs F32 [P, H] in permuted order (row
+  // entry_pos[i] for pair i) for the combine. cutlass_moe_fits: shapes it takes.
+  static bool cutlass_moe_fits(int64_t H, int64_t I);
+  float* moe_experts_cutlass(const void* x, int64_t ldx, int P, int E, int64_t H, int64_t I,
+                             const void* const* w_ptrs, const int32_t* row_token, const int32_t* offsets,
+                             const std::string& shapes);
+  struct CutlassMoe;  // moe_cutlass.cu: group arrays, workspaces, initialized GEMMs per E
+  CutlassMoe& cutlass_moe(int E);
+  std::map<int, std::shared_ptr<CutlassMoe>> cutlass_moe_;
   struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
   Fp8State& fp8_state();
   std::shared_ptr<Fp8State> fp8_;
@@ -214,6 +226,13 @@ class CudaBackend final : public Backend {
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 16;
+  // DEEPINFER_CUDA_MOE_GEMM: routed BF16 experts in prefill (more than 16 rows per expert on
+  // average, not batch-invariant) on CUTLASS's grouped GEMMs ("cutlass", the default) or the
+  // own tensor-core tiles ("own"); "cutlass:64" / "cutlass:256" pin its tiles to 64x128 /
+  // 128x256 (moe_cutlass_tile_; 0: 64x128 while the experts average fewer than 128 rows, else
+  // 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
+  bool moe_cutlass_ = true;
+  int moe_cutlass_tile_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

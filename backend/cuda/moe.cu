@@ -422,6 +422,17 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     check_launch("moe_experts (combine)", shapes);
     return;
   }
+  // Prefill on BF16 experts: CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu; the default,
+  // DEEPINFER_CUDA_MOE_GEMM=own for the own tiles); never batch-invariant (that mode keeps the
+  // own kernels).
+  if (!fp8 && !few_rows && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
+      lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
+    const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
+    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+        yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+    check_launch("moe_experts (combine)", shapes);
+    return;
+  }
   bf16* hidden = static_cast<bf16*>(scratch(kSlotMoeHidden, size_t{2} * P * 2 * I, "moe_experts"));
   bf16* act = static_cast<bf16*>(scratch(kSlotMoeAct, size_t{2} * P * I, "moe_experts"));
   float* y = static_cast<float*>(scratch(kSlotMoeOut, size_t{4} * P * H, "moe_experts"));

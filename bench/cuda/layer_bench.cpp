@@ -7,11 +7,12 @@
 // Differences from the real model are listed in bench/NOTES.md (fixed context per run,
 // random routing from random weights, no k_rope broadcast copy).
 //
-// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only] [--profile] [--unfused-mla]
-//                             [--out FILE.jsonl]
+// Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
+//                             [--profile | --profile-prefill] [--unfused-mla] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
-// site over a few steps (us per step and % of the summed step), then exits.
+// site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
+// the same for prefill of 512 and 4096 tokens.
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
 #include <algorithm>
@@ -259,12 +260,12 @@ void forward(Bench& B, Step& s) {
     }
     Tensor attn3 = heads3(s.attn, T, kHeads, kV, kV);
     if (s.direct) {
-      b.gemm(c_kv, L.kv_b, s.kv_b);
+      OP("gemm kv_b", b.gemm(c_kv, L.kv_b, s.kv_b));
       Tensor k3 = heads3(s.k, T, kHeads, kQk, kNope);
-      b.copy(heads3(s.kv_b, T, kHeads, kNope + kV, kNope), k3);
-      b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
-                              heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope), s.kv.query_start, 1,
-                              scale, attn3);
+      OP("copy k_nope", b.copy(heads3(s.kv_b, T, kHeads, kNope + kV, kNope), k3));
+      OP("attention prefill", b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
+                                                      heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope),
+                                                      s.kv.query_start, 1, scale, attn3));
     } else {
       Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
       OP("gemm_heads uk", b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn));
@@ -383,9 +384,11 @@ double time_steps(Bench& B, Step& s, int reps, int graph_id) {
 }
 
 // Eager decode steps with every op between events; prints us per step by op site.
-void profile(Bench& B, cudaStream_t stream, const char* weights) {
-  for (int64_t batch : {1, 8}) {
-    auto s = make_step(B, batch, 1, 576, false);
+void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
+  for (int64_t n : prefill ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{1, 8}) {
+    // prefill: one sequence of n tokens (direct MLA); decode: n sequences at context 576.
+    const int64_t batch = prefill ? 1 : n;
+    auto s = prefill ? make_step(B, 1, n, n, true) : make_step(B, batch, 1, 576, false);
     OpProfiler prof;
     prof.stream = stream;
     forward(B, *s);  // warm-up, unprofiled
@@ -405,9 +408,9 @@ void profile(Bench& B, cudaStream_t stream, const char* weights) {
       sum += t.first / kSteps;
     }
     std::sort(rows.rbegin(), rows.rend());
-    std::printf("profile %s batch %lld (eager, events around each op, mean of %d steps): ops sum %.1f us, "
+    std::printf("profile %s %s %lld (eager, events around each op, mean of %d steps): ops sum %.1f us, "
                 "first-to-last event %.1f us\n",
-                weights, (long long)batch, kSteps, sum, prof.step_us / kSteps);
+                weights, prefill ? "prefill" : "batch", (long long)n, kSteps, sum, prof.step_us / kSteps);
     for (const auto& [us, name] : rows)
       std::printf("  %-26s %4d calls  %8.1f us  %5.1f%%\n", name.c_str(), prof.total_us[name].second / kSteps,
                   us, 100.0 * us / sum);
@@ -417,13 +420,16 @@ void profile(Bench& B, cudaStream_t stream, const char* weights) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool fp8 = false, graphs = false, decode_only = false, do_profile = false, unfused_mla = false;
+  bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
+       profile_prefill = false, unfused_mla = false;
   std::string out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    else if (!std::strcmp(argv[i], "--prefill-only")) prefill_only = true;
     else if (!std::strcmp(argv[i], "--profile")) do_profile = true;
+    else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
@@ -445,7 +451,7 @@ int main(int argc, char** argv) {
     if (do_profile) {
       auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
       DI_CHECK(cuda_backend != nullptr, "layer_bench --profile: not the CUDA backend");
-      profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16");
+      profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16", profile_prefill);
       return 0;
     }
     std::ofstream jsonl;
@@ -478,6 +484,7 @@ int main(int argc, char** argv) {
       report("prefill", 1, T, sec, double(T), B.weight_bytes, 2.0 * active_params * T, "eager");
     }
     for (int64_t batch : {1, 8, 32, 64}) {
+      if (prefill_only) break;
       const int64_t ctx = 576;  // middle of 512 prompt + 128 generated
       auto s = make_step(B, batch, 1, ctx, false);
       forward(B, *s);

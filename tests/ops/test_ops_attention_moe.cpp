@@ -98,6 +98,8 @@ class AttentionMoe : public Parity {
     }
     return d;
   }
+  // DEEPINFER_CUDA_MOE_GEMM=mode against the CPU (CutlassExpertsMatchCpu).
+  void cutlass_experts_match_cpu(const char* mode);
   // limit: moe_experts_clamped's SwiGLU limit (+inf: moe_experts).
   std::vector<float> run_moe_gpu(Backend& g, const std::vector<ExpertWeights>& experts, const MoeData& d,
                                  const MoeCase& c, int64_t t0, int64_t t1,
@@ -384,6 +386,100 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
             << name << ", " << what << ": element " << i << " = " << out[i] << ", stream kernel " << want[i];
     }
   }
+}
+
+// Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (DEEPINFER_CUDA_MOE_GEMM=cutlass:64
+// and cutlass:256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
+// (DEEPINFER_CUDA_MOE_GEMM=own) against the CPU reference, for prefill-sized steps (more than
+// 16 rows per expert on average): uneven loads with an expert of no rows, one of a single row
+// and one of more than a 128-row tile, a bench-like shape (H 2048, I 1408), output rows inside
+// a wider buffer whose guard rows and columns must keep their sentinel bits, NaN-poisoned
+// outputs; and a CUDA graph captured on one routing and replayed on another (the rows per
+// expert are read on the device at each replay).
+TEST_F(AttentionMoe, CutlassExpertsMatchCpu) {
+  for (const char* mode : {"cutlass:64", "cutlass:256", "own"}) cutlass_experts_match_cpu(mode);
+}
+
+void AttentionMoe::cutlass_experts_match_cpu(const char* mode) {
+  const Settings s = Settings::from([&](const char* name) -> const char* {
+    return std::string_view(name) == "DEEPINFER_CUDA_MOE_GEMM" ? mode : nullptr;
+  });
+  BackendOptions options;
+  options.cuda = cuda_options(s);
+  const auto cut = make_cuda_backend(options);
+  // K distinct experts per token, skewed: expert 0 gets none, expert E - 1 only token 0's
+  // first slot, expert 1 about half the tokens.
+  auto skewed_ids = [&](const MoeCase& c) {
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> e;
+      for (int32_t i = 2; i < c.E - 1; ++i) e.push_back(i);
+      std::shuffle(e.begin(), e.end(), rng_);
+      if (t == 0) e.insert(e.begin(), static_cast<int32_t>(c.E - 1));
+      if (std::uniform_int_distribution<int>(0, 1)(rng_)) e.insert(e.begin(), 1);
+      ids.insert(ids.end(), e.begin(), e.begin() + c.K);
+    }
+    return ids;
+  };
+  auto cpu_ref = [&](const MoeData& d, const MoeCase& c, const std::vector<int32_t>& ids) {
+    Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+    cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
+    return values(oc);
+  };
+  constexpr uint16_t kSentinel = 0x4242;  // 48.5 in BF16
+  for (MoeCase c : {MoeCase{300, 256, 136, 8, 3, false}, MoeCase{257, 512, 192, 16, 6, false},
+                    MoeCase{300, 2048, 1408, 16, 6, false}}) {
+    MoeData d = make_moe(c);
+    const std::vector<int32_t> ids = skewed_ids(c);
+    const std::string what = std::string(mode) + " moe_experts T " + std::to_string(c.T) + " H " + std::to_string(c.H) +
+                             " I " + std::to_string(c.I) + " E " + std::to_string(c.E);
+    // Output rows [1, T + 1) of a [T + 2, H + 8] buffer of sentinels; the rest must stay.
+    const int64_t W = c.H + 8;
+    DeviceBuffer buf = cut->alloc(DType::BF16, {c.T + 2, W});
+    Tensor all = buf.tensor();
+    {
+      HostBuffer h(DType::BF16, {c.T + 2, W});
+      for (int64_t i = 0; i < (c.T + 2) * W; ++i) h.ptr<uint16_t>()[i] = kSentinel;
+      for (int64_t t = 1; t <= c.T; ++t)
+        for (int64_t j = 0; j < c.H; ++j) h.ptr<uint16_t>()[t * W + j] = 0x7fc0;  // NaN
+      cut->copy(h.tensor(), all);
+    }
+    Tensor view = all.slice_rows(1, c.T + 1);
+    view.shape[1] = c.H;  // row stride stays W
+    cut->moe_experts(gpu_float(*cut, d.x, {c.T, c.H}, DType::BF16), gpu_copy(*cut, cpu_i32(ids, {c.T, c.K})),
+                     gpu_float(*cut, d.w, {c.T, c.K}, DType::F32), d.gpu, view);
+    HostBuffer h(DType::BF16, {c.T + 2, W});
+    cut->copy(all, h.tensor());
+    std::vector<float> got;
+    for (int64_t r = 0; r < c.T + 2; ++r)
+      for (int64_t j = 0; j < W; ++j) {
+        const uint16_t b = h.ptr<uint16_t>()[r * W + j];
+        if (r >= 1 && r <= c.T && j < c.H)
+          got.push_back(bf16_to_float(b));
+        else
+          ASSERT_EQ(b, kSentinel) << what << ": guard element row " << r << " col " << j << " overwritten";
+      }
+    expect_close(got, cpu_ref(d, c, ids), kTolBF16, what);
+  }
+  // Graph: captured with one routing, replayed after the ids change in place.
+  ASSERT_TRUE(cut->supports_graphs());
+  const MoeCase c{260, 256, 128, 8, 4, false};
+  MoeData d = make_moe(c);
+  const std::vector<int32_t> ids_b = skewed_ids(c);
+  Tensor x = gpu_float(*cut, d.x, {c.T, c.H}, DType::BF16);
+  Tensor ids = gpu_copy(*cut, cpu_i32(d.ids, {c.T, c.K}));
+  Tensor w = gpu_float(*cut, d.w, {c.T, c.K}, DType::F32);
+  Tensor out = gpu_poisoned(*cut, DType::BF16, {c.T, c.H});
+  cut->moe_experts(x, ids, w, d.gpu, out);
+  expect_close(download(*cut, out), cpu_ref(d, c, d.ids), kTolBF16, std::string(mode) + " moe_experts before capture");
+  cut->graph_capture_begin();
+  cut->moe_experts(x, ids, w, d.gpu, out);
+  const int g = cut->graph_capture_end();
+  cut->copy(cpu_i32(ids_b, {c.T, c.K}), ids);
+  poison(*cut, out);
+  cut->graph_replay(g);
+  expect_close(download(*cut, out), cpu_ref(d, c, ids_b), kTolBF16, std::string(mode) + " moe_experts graph replay, new routing");
+  cut->graph_release(g);
 }
 
 }  // namespace

@@ -75,6 +75,10 @@ if [[ -x "$bin/test_ops" ]] && ! "$bin/test_ops" --gtest_list_tests > "$OUT/preb
   build_fallback() {
     set -e
     local inc="-I$root -I$root/include -I/usr/local/cuda/include"
+    # CUTLASS headers (backend/cuda/moe_cutlass.cu) from the nvidia-cutlass wheel, when installed here
+    local cutlass_inc
+    cutlass_inc="$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))' 2>/dev/null || true)"
+    [[ -n "$cutlass_inc" ]] && inc="$inc -isystem $cutlass_inc"
     for f in core/*.cpp backend/*.cpp backend/cpu/*.cpp backend/cuda/*.cpp bench/cuda/layer_bench.cpp; do
       g++ -std=c++20 -O3 -DDEEPINFER_HAVE_CUDA=1 $inc -c "$root/$f" -o "$fb/$(echo "$f" | tr / _).o" &
     done

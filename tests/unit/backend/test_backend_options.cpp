@@ -34,6 +34,8 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   EXPECT_EQ(o.fp8_act_min_rows, d.fp8_act_min_rows);
   EXPECT_EQ(o.fp8_moe_act, d.fp8_moe_act);
   EXPECT_EQ(o.fp8_moe_min_rows, d.fp8_moe_min_rows);
+  EXPECT_EQ(o.moe_cutlass, d.moe_cutlass);
+  EXPECT_EQ(o.moe_cutlass_tile, d.moe_cutlass_tile);
 }
 
 TEST(BackendOptions, SettingsArriveInTheFields) {
@@ -42,6 +44,7 @@ TEST(BackendOptions, SettingsArriveInTheFields) {
                                                {"DEEPINFER_CUDA_ATTN_CHUNK", "32"},
                                                {"DEEPINFER_CUDA_FP8_MOE_ACT", "0"},
                                                {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32"},
+                                               {"DEEPINFER_CUDA_MOE_GEMM", "cutlass:64"},
                                                {"DEEPINFER_CUDA_STREAM", "0"}}));
   EXPECT_TRUE(o.sync_each_op);
   EXPECT_EQ(o.pipe_stages, 0);
@@ -49,13 +52,15 @@ TEST(BackendOptions, SettingsArriveInTheFields) {
   EXPECT_EQ(o.attn_chunk, 32);
   EXPECT_FALSE(o.fp8_moe_act);
   EXPECT_EQ(o.fp8_moe_min_rows, 32);
+  EXPECT_TRUE(o.moe_cutlass);
+  EXPECT_EQ(o.moe_cutlass_tile, 64);
   EXPECT_FALSE(o.stream_gemm);
   EXPECT_EQ(o.stream_max_rows, 0);  // no stream kernel: no rows for it
 }
 
 TEST(BackendOptions, BadCudaValuesNameTheVariable) {
   for (const auto& [name, value] : std::map<std::string, std::string>{
-           {"DEEPINFER_CUDA_ATTN_CHUNK", "48"},
+           {"DEEPINFER_CUDA_ATTN_CHUNK", "48"}, {"DEEPINFER_CUDA_MOE_GEMM", "cublas"},
            {"DEEPINFER_CUDA_PIPE", "-1"}}) {
     try {
       cuda_options(from_map({{name, value}}));
