@@ -15,7 +15,7 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
   DI_CHECK(!options.random_weights, config.source, ": deepseek_v4 has no random-weight builder yet");
   DeepseekV4Config v4 = load_deepseek_v4_config(config.source);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-  V4Weights w = load_v4_weights(v4, reader, options.load_mtp);
+  V4Weights w = load_v4_weights(v4, reader, options.load_mtp, options.mtp_optional);
   return std::make_unique<DeepseekV4Model>(std::move(v4), std::move(w), backend);
 }
 

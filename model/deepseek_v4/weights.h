@@ -74,8 +74,9 @@ struct V4Weights {
 // Reads every main-layer tensor and, with load_mtp, the num_nextn_predict_layers MTP blocks
 // the config declares. Throws Error naming the tensor: missing (an MTP tensor of a config
 // that declares MTP layers included), wrong shape or dtype, FP4 scales of the wrong shape,
-// tid2eid ids outside [0, n_routed_experts).
+// tid2eid ids outside [0, n_routed_experts). mtp_optional: MTP blocks from the first one the
+// checkpoint has no e_proj for are skipped (LoadOptions::mtp_optional).
 V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader,
-                          bool load_mtp = true);
+                          bool load_mtp = true, bool mtp_optional = false);
 
 }  // namespace deepinfer
