@@ -3,6 +3,39 @@
 // token_ids as drafts, the scheduler gives it 1 + k tokens, the runner returns 1 + k
 // logits rows, and collect() samples each position exactly as decode would, keeping the
 // drafts that equal the sampled tokens (engine/engine.cpp).
+//
+// Not done yet: asynchronous scheduling with drafts in flight (issue 13 item 2). Today a
+// speculating step is synchronous: verify step -> host sync (tokens sampled and accepted
+// on the host) -> MTP first pass + chained passes (issued one ahead, but each collected on
+// the host) -> the next verify step built on the host. The plan, vLLM-like (its async
+// scheduler with spec decode treats the drafts' outcome as unknown):
+//  1. Scope as run_ahead's: every row device-samplable (argmax or Backend::sample), no
+//     grammar / penalties / min_tokens / prompt logprobs, nothing waiting, no length stop
+//     within 1 + k tokens, free blocks for 1 + k more slots per sequence (no preemption).
+//  2. Runner, on the device: after verify step N's tokens, a small op computes each
+//     sequence's accepted count a_s (first j where draft j != token j) and its last
+//     token; the MTP first pass of step N+1 runs over all 1 + k rows of each sequence
+//     (uniform, so graphed: item 3) and takes draft 1 from row a_s (a per-sequence
+//     logits-row index read on the device); rows past a_s write MTP KV at positions that
+//     the chained passes rewrite (each writes its own position) before a later pass's
+//     query reads them. Chained passes as today.
+//  3. Step N+1 is built on the host for the optimistic layout (every draft accepted:
+//     positions from num_computed + 1 + k, the scheduler reserving those slots) and fixed
+//     up on the device from a_s: positions, slot mapping and sequence lengths shift by
+//     a_s - k, the input tokens are step N's bonus token and the new drafts (copied from
+//     the MTP ids on the device, never via the host), and the sample rows' positions
+//     (device_params' (seed, position) key) shift the same way, so every token keeps the
+//     random number k = 0 draws for it: same bits as k = 0.
+//  4. The host collects step N one step late: replays acceptance from the device tokens
+//     (the same rule as collect()), rolls num_computed_tokens back by the rejected count
+//     (Scheduler::on_drafts_verified), frees the optimistic blocks beyond the verified
+//     length, and drops step N+1's rows of sequences that step N finished (EOS, stop
+//     strings), as run_ahead does with its placeholder token.
+//  5. Verify lengths fixed when N+1 is scheduled: spec_varlen 1 (confidences from the
+//     acceptance history, a step old) fits; spec_varlen 2 (the drafts' own softmax) cannot
+//     run ahead and keeps the synchronous path.
+// Graphing the first MTP pass alone (item 3) needs that uniform layout: today its rows per
+// sequence are 1 + the accepted count, which differ across the batch, so it runs eagerly.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -160,7 +193,7 @@ void Engine::Impl::grow_step_times() {
 // tokens with logits rows: the uniform verify step (a graph on CUDA, as the engine's steps
 // replay), a mixed one (eager), decode steps issued ahead, and the MTP passes. Median of 3
 // after one warm-up (two with graphs: the first of a shape captures its graph): on the
-// CPU ~30 steps of the batch. False when
+// CPU ~25 steps of the batch. False when
 // the step does not fit (rows, free blocks): nothing is added.
 bool Engine::Impl::measure_step_batch(int b, int ctx) {
   const auto t_start = std::chrono::steady_clock::now();
@@ -225,10 +258,10 @@ bool Engine::Impl::measure_step_batch(int b, int ctx) {
     seqs.back().num_new = seqs.back().num_logits = Q - 1;
     t.mixed_s.push_back(b >= 2 ? median_of([&] { run_step(seqs); }, 1) : t.verify_s.back());
   }
-  // Steps per ahead measurement: the first one is not overlapped (the CPU backend overlaps
-  // nothing, so two tell it all there).
-  const int kAheadSteps = graphs ? 4 : 2;
-  if (config.async_scheduling && one_group) {  // decode steps each issued before the last is read
+  // Decode steps each issued before the last is read: only on a device backend (the CPU
+  // backend runs a step when it is submitted, so ahead is plain decode there).
+  constexpr int kAheadSteps = 4;
+  if (config.async_scheduling && one_group && backend->supports_graphs()) {
     shape(1);
     t.decode_ahead_s.push_back(median_of([&] {
       runner_->submit(seqs, true);
