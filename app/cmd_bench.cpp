@@ -271,7 +271,7 @@ int cmd_bench(int argc, char** argv) {
     rec["load_s"] = load_s;
     rec["num_speculative_tokens"] = engine.stats().num_speculative_tokens;
     rec["speculator"] = config.speculator;
-    rec["spec_varlen"] = config.spec_varlen;
+    rec["spec_varlen"] = engine.stats().spec_varlen;
     if (!engine.stats().spec_step_times.empty()) rec["spec_step_times"] = spec_step_times_json(engine.stats().spec_step_times);
     rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
     rec["enforce_eager"] = config.enforce_eager;

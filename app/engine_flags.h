@@ -59,7 +59,8 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_flag("!--no-async-scheduling", c.async_scheduling,
                "one step at a time (no preparing step N+1 while step N runs)");
   app.add_option("--num-speculative-tokens", c.num_speculative_tokens,
-                 "draft tokens per step, verified exactly (0 = off; default DEEPINFER_USE_NEXTN_DECODE, else 0)")
+                 "draft tokens per step, verified exactly (0 = off; default DEEPINFER_USE_NEXTN_DECODE, else 3 "
+                 "with --spec-varlen 1 when the checkpoint has an MTP layer, else 0)")
       ->check(CLI::Range(0, 16));
   app.add_option("--speculator", c.speculator, "draft source: mtp (the checkpoint's MTP layer) | ngram (prompt lookup)")
       ->check(CLI::IsMember({"mtp", "ngram"}));
@@ -67,7 +68,7 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
                  "verify length per request scheduled from the step times measured at start-up (DSpark): "
                  "1 with confidences from the request's recent acceptance by draft position, 2 from each "
                  "draft's softmax probability (its logits come to the host); 0: all drafts "
-                 "(default DEEPINFER_ENABLE_MTP_VARLEN, else 0)")
+                 "(default DEEPINFER_ENABLE_MTP_VARLEN, else 1 for the default k and 0 for a k given)")
       ->check(CLI::Range(0, 2));
 }
 

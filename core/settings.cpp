@@ -61,14 +61,16 @@ const std::vector<SettingInfo>& setting_table() {
        "batch-invariant kernels: outputs independent of batch composition and chunking"},
       {"DEEPINFER_HF_MODEL_DIR", SettingType::String, "",
        "checkpoint directory when EngineConfig has neither model_dir nor random weights"},
-      {"DEEPINFER_USE_NEXTN_DECODE", SettingType::Int, "0",
-       "speculative decoding: most draft tokens per sequence and step, 0..16 (0: off; "
+      {"DEEPINFER_USE_NEXTN_DECODE", SettingType::Int, "",
+       "speculative decoding: most draft tokens per sequence and step, 0..16 (0: off; unset: 3 "
+       "with the scheduled length when the checkpoint has an MTP layer, else 0; "
        "EngineConfig.num_speculative_tokens / --num-speculative-tokens win)"},
       {"DEEPINFER_V4_FP4_PACKED", SettingType::Bool, "0",
        "DeepSeek-V4 on CUDA: keep FP4 routed experts packed (4.25 bits per weight, read by "
        "backend/cuda/moe_fp4.cu on CUDA cores: decode-sized steps) instead of dequantizing them to BF16 at load"},
-      {"DEEPINFER_ENABLE_MTP_VARLEN", SettingType::Bool, "0",
-       "speculative decoding: verify length per request from draft confidences (DSpark); "
+      {"DEEPINFER_ENABLE_MTP_VARLEN", SettingType::Bool, "",
+       "speculative decoding: verify length per request from draft confidences (DSpark); unset: "
+       "on for the default k (the checkpoint's MTP layer), off for a k that is set; "
        "EngineConfig.spec_varlen / --spec-varlen win"},
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",

@@ -86,6 +86,7 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
              runner_->group_num_blocks(g), " blocks in the runner, ", blocks_->num_blocks(g), " in the block manager");
   sampler_ = std::make_unique<Sampler>(sample_vocab);
   stats.num_speculative_tokens = spec_k_;
+  stats.spec_varlen = spec_k_ > 0 ? std::max(cfg.spec_varlen, 0) : 0;
   if (spec_k_ > 0) make_proposer();
 }
 
@@ -324,6 +325,7 @@ std::vector<RequestOutput> Engine::Impl::step() {
                      [](const ScheduledSeq& s) { return s.seq == nullptr; }))
     collect();
   if (in_flight_.empty()) {
+    if (!step_time_batches_.empty()) grow_step_times();
     SchedulerOutput plan = scheduler_->schedule();
     stats.num_preemptions += static_cast<int64_t>(plan.preempted.size());
     if (plan.empty()) return {};

@@ -80,10 +80,15 @@ Engine::Engine(const EngineConfig& config_in) {
   const Settings& env = env_settings();
   if (env.get_bool("DEEPINFER_BATCH_INVARIANT")) config.batch_invariant = true;
   // Speculative decoding: the fields win over DEEPINFER_USE_NEXTN_DECODE /
-  // DEEPINFER_ENABLE_MTP_VARLEN, which win over the defaults (off).
-  if (config.num_speculative_tokens < 0)
+  // DEEPINFER_ENABLE_MTP_VARLEN, which win over the defaults: k = kDefaultSpecTokens with the
+  // scheduled length when the checkpoint has an MTP layer (k auto: resolved after loading),
+  // else off; a k that is set runs fixed lengths unless spec_varlen says otherwise.
+  if (config.num_speculative_tokens < 0 && env.is_set("DEEPINFER_USE_NEXTN_DECODE"))
     config.num_speculative_tokens = static_cast<int>(env.get_int("DEEPINFER_USE_NEXTN_DECODE"));
-  if (config.spec_varlen < 0) config.spec_varlen = env.get_bool("DEEPINFER_ENABLE_MTP_VARLEN") ? 1 : 0;
+  if (config.spec_varlen < 0 && env.is_set("DEEPINFER_ENABLE_MTP_VARLEN"))
+    config.spec_varlen = env.get_bool("DEEPINFER_ENABLE_MTP_VARLEN") ? 1 : 0;
+  // Random weights have no trained MTP layer (their drafts are never accepted): no default k.
+  const bool k_auto = config.num_speculative_tokens < 0;
   check_speculation_config(config);  // before anything loads
   if (config.model_dir.empty() && config.random_weights_config.empty())
     config.model_dir = env.get_string("DEEPINFER_HF_MODEL_DIR");
@@ -116,7 +121,9 @@ Engine::Engine(const EngineConfig& config_in) {
   }
 
   LoadOptions lo;
-  lo.load_mtp = config.num_speculative_tokens > 0 && config.speculator == "mtp";
+  lo.load_mtp = (config.num_speculative_tokens > 0 || (k_auto && config.random_weights_config.empty())) &&
+                config.speculator == "mtp";
+  lo.mtp_optional = k_auto;  // the default k only where the checkpoint has the layer
   lo.seed = config.random_weights_seed;
   lo.check_finite = !config.skip_weight_check;
   DI_CHECK(config.random_weights_dtype == "bf16" || config.random_weights_dtype == "fp8",
@@ -130,6 +137,8 @@ Engine::Engine(const EngineConfig& config_in) {
   } else {
     model = load_model(config.model_dir, *backend, lo);
   }
+  if (k_auto) config.num_speculative_tokens = lo.load_mtp && model->num_mtp_layers() > 0 ? kDefaultSpecTokens : 0;
+  if (config.spec_varlen < 0) config.spec_varlen = k_auto && config.num_speculative_tokens > 0 ? 1 : 0;
 
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tok_dir = !config.tokenizer_dir.empty() ? config.tokenizer_dir : config.model_dir;

@@ -144,13 +144,19 @@ struct Engine::Impl {
   // max_tokens nor max_model_len.
   int draft_budget(const SeqState& seq) const;
   void make_proposer();
-  SpecStepTimes measure_step_times();
+  // spec_varlen without given step times: measures the table's batches the engine's
+  // sequences now need (engine/engine_spec.cpp says when and how); only while nothing is
+  // in flight (it runs throwaway steps on scratch KV blocks).
+  void grow_step_times();
+  bool measure_step_batch(int num_seqs, int context);
+  void log_step_times() const;
   // Adds one verify step's counts to the request's and the run's SpecDecodeStats.
   void count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted);
   int spec_k_ = 0;  // resolved num_speculative_tokens
   std::unique_ptr<MtpExecutor> mtp_exec_;
   std::unique_ptr<Proposer> proposer_;
-  StepCost step_cost_;  // spec_varlen: from the step times measured at start-up
+  StepCost step_cost_;  // spec_varlen: from the step times measured so far (or given)
+  std::vector<int> step_time_batches_;  // batches still to measure, ascending (grow_step_times)
   int draft_depth_ = 0;  // drafts the next proposal may make per sequence (update_draft_depth)
   // Accepted / verified drafts by draft position, decayed per verify step: the expected
   // survival choose_draft_depth reads.

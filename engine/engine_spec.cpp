@@ -3,6 +3,39 @@
 // token_ids as drafts, the scheduler gives it 1 + k tokens, the runner returns 1 + k
 // logits rows, and collect() samples each position exactly as decode would, keeping the
 // drafts that equal the sampled tokens (engine/engine.cpp).
+//
+// Not done yet: asynchronous scheduling with drafts in flight (issue 13 item 2). Today a
+// speculating step is synchronous: verify step -> host sync (tokens sampled and accepted
+// on the host) -> MTP first pass + chained passes (issued one ahead, but each collected on
+// the host) -> the next verify step built on the host. The plan, vLLM-like (its async
+// scheduler with spec decode treats the drafts' outcome as unknown):
+//  1. Scope as run_ahead's: every row device-samplable (argmax or Backend::sample), no
+//     grammar / penalties / min_tokens / prompt logprobs, nothing waiting, no length stop
+//     within 1 + k tokens, free blocks for 1 + k more slots per sequence (no preemption).
+//  2. Runner, on the device: after verify step N's tokens, a small op computes each
+//     sequence's accepted count a_s (first j where draft j != token j) and its last
+//     token; the MTP first pass of step N+1 runs over all 1 + k rows of each sequence
+//     (uniform, so graphed: item 3) and takes draft 1 from row a_s (a per-sequence
+//     logits-row index read on the device); rows past a_s write MTP KV at positions that
+//     the chained passes rewrite (each writes its own position) before a later pass's
+//     query reads them. Chained passes as today.
+//  3. Step N+1 is built on the host for the optimistic layout (every draft accepted:
+//     positions from num_computed + 1 + k, the scheduler reserving those slots) and fixed
+//     up on the device from a_s: positions, slot mapping and sequence lengths shift by
+//     a_s - k, the input tokens are step N's bonus token and the new drafts (copied from
+//     the MTP ids on the device, never via the host), and the sample rows' positions
+//     (device_params' (seed, position) key) shift the same way, so every token keeps the
+//     random number k = 0 draws for it: same bits as k = 0.
+//  4. The host collects step N one step late: replays acceptance from the device tokens
+//     (the same rule as collect()), rolls num_computed_tokens back by the rejected count
+//     (Scheduler::on_drafts_verified), frees the optimistic blocks beyond the verified
+//     length, and drops step N+1's rows of sequences that step N finished (EOS, stop
+//     strings), as run_ahead does with its placeholder token.
+//  5. Verify lengths fixed when N+1 is scheduled: spec_varlen 1 (confidences from the
+//     acceptance history, a step old) fits; spec_varlen 2 (the drafts' own softmax) cannot
+//     run ahead and keeps the synchronous path.
+// Graphing the first MTP pass alone (item 3) needs that uniform layout: today its rows per
+// sequence are 1 + the accepted count, which differ across the batch, so it runs eagerly.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -77,73 +110,130 @@ void Engine::Impl::make_proposer() {
   }
   draft_depth_ = spec_k_;
   if (config.spec_varlen > 0) {
-    stats.spec_step_times = config.spec_step_times.empty() ? measure_step_times() : config.spec_step_times;
-    if (!stats.spec_step_times.empty()) step_cost_ = StepCost(stats.spec_step_times);
-    const SpecStepTimes& t = stats.spec_step_times;
-    std::string line;
-    auto ms = [&line](const char* before, double seconds) {
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "%s%.3f", before, 1e3 * seconds);
-      line.append(buf);
-    };
-    for (size_t i = 0; i < t.batches.size(); ++i) {
-      line.append(" | b").append(std::to_string(t.batches[i])).append(":");
-      for (int q = 0; q < t.max_tokens_per_seq; ++q)
-        ms(" ", t.verify_s[i * static_cast<size_t>(t.max_tokens_per_seq) + static_cast<size_t>(q)]);
-      if (!t.mixed_s.empty()) ms(" mixed ", t.mixed_s[i]);
-      if (!t.decode_ahead_s.empty()) ms(" ahead ", t.decode_ahead_s[i]);
-      if (!t.mtp_first_s.empty()) ms(" mtp ", t.mtp_first_s[i]), ms("+", t.mtp_chain_s[i]);
+    if (!config.spec_step_times.empty()) {
+      stats.spec_step_times = config.spec_step_times;
+      step_cost_ = StepCost(stats.spec_step_times);
+      log_step_times();
+    } else {
+      for (int b = 1; b < config.max_num_seqs; b *= 2) step_time_batches_.push_back(b);
+      step_time_batches_.push_back(config.max_num_seqs);
     }
-    log_info("spec-varlen step times (ms; verify 1..", t.max_tokens_per_seq, " tokens per sequence), measured in ",
-             t.measure_s, " s:", line.empty() ? std::string(" none (no verify shape fits)") : line);
   }
 }
 
-// The DSpark table on the shapes steps run as (deepinfer/spec_step_times.h): b sequences
-// (b = 1, 2, 4, .. up to max_num_seqs) after a cached context of one prefilled block run
-// (shared by every sequence: its rows are real, so tokens chosen from it are real ids),
-// each computing q = 1..1 + k tokens with logits rows: the uniform verify step (a graph on
-// CUDA, as the engine's steps replay), a mixed one (eager), decode steps issued ahead, and
-// the MTP passes. Median of 3 after two warm-ups (the first of a shape captures its
-// graph). Bounded: batches stop once the measurement has taken kBudgetS; larger batches
-// are extrapolated from the last two.
-SpecStepTimes Engine::Impl::measure_step_times() {
-  constexpr double kBudgetS = 2.0;
-  const auto t_start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
-  SpecStepTimes t;
-  const int Q = 1 + spec_k_, bs = blocks_->block_size();
-  const int max_rows = std::min(config.max_num_seqs * Q, config.max_num_batched_tokens);
-  // Context: whole blocks (>= 64 tokens), room for q + 3 more tokens (the chained MTP pass).
-  const int ctx = std::min({(64 + bs - 1) / bs * bs, (max_model_len - Q - 3) / bs * bs,
-                            config.max_num_batched_tokens / bs * bs});
-  const int pool = blocks_->num_blocks();
-  const int ctx_blocks = ctx / bs, tail_blocks = (Q + 3 + bs - 1) / bs;
-  if (ctx <= 0 || pool < ctx_blocks + 1) {
-    log_warn("spec-varlen: no step times measured (context ", max_model_len, ", ", pool,
-             " KV blocks): every draft is verified");
-    return t;
+void Engine::Impl::log_step_times() const {
+  const SpecStepTimes& t = stats.spec_step_times;
+  std::string line;
+  auto ms = [&line](const char* before, double seconds) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%s%.3f", before, 1e3 * seconds);
+    line.append(buf);
+  };
+  for (size_t i = 0; i < t.batches.size(); ++i) {
+    line.append(" | b").append(std::to_string(t.batches[i])).append(":");
+    for (int q = 0; q < t.max_tokens_per_seq; ++q)
+      ms(" ", t.verify_s[i * static_cast<size_t>(t.max_tokens_per_seq) + static_cast<size_t>(q)]);
+    if (!t.mixed_s.empty()) ms(" mixed ", t.mixed_s[i]);
+    if (!t.decode_ahead_s.empty()) ms(" ahead ", t.decode_ahead_s[i]);
+    if (!t.mtp_first_s.empty()) ms(" mtp ", t.mtp_first_s[i]), ms("+", t.mtp_chain_s[i]);
   }
+  log_info("spec-varlen step times (ms; verify 1..", t.max_tokens_per_seq, " tokens per sequence), measured in ",
+           t.measure_s, " s:", line.empty() ? std::string(" none (no verify shape fits)") : line);
+}
+
+// The DSpark table on the shapes steps run as (deepinfer/spec_step_times.h), measured
+// lazily: batch b of the ladder 1, 2, 4, .. max_num_seqs at the first step (nothing in
+// flight) where more sequences decode than the table's largest batch, so a run of one
+// request measures batch 1 only, after its first token (time to first token unchanged), and
+// an engine that never decodes measures nothing. Until the first batch is measured every
+// draft is verified (k as asked). Each batch takes scratch KV blocks from the free pool
+// (never a block anyone holds; released after) and its context is the mean length of the
+// decoding sequences then (whole blocks, at most kMaxContext), because a step's time grows with the rows its attention reads: on the CPU
+// ~linearly in context times tokens, so a table measured at a short context overrates long
+// contexts' verify steps only through attention's share of the step (small against the
+// GEMMs at the embedded model's few hundred tokens); on a bandwidth-bound GPU step the KV
+// read grows with context for decode and verify alike (one read serves 1 + k query rows),
+// which makes verifying relatively cheaper at long contexts than the table says. Measuring
+// stops (larger batches extrapolated from the last two) once kBudgetS is spent, or when a
+// batch finds too few free blocks or rows.
+void Engine::Impl::grow_step_times() {
+  if (step_time_batches_.empty()) return;
+  SpecStepTimes& t = stats.spec_step_times;
+  int64_t live = 0, tokens = 0;
+  for (const auto& [id, r] : requests_)
+    for (const auto& seq : r->seqs)
+      if (seq->status == SeqStatus::Running && seq->num_output_tokens() > 0) ++live, tokens += seq->num_tokens();
+  const int want = static_cast<int>(std::min<int64_t>(live, config.max_num_seqs));
+  if (want <= 0 || (!t.batches.empty() && t.batches.back() >= want)) return;
+  constexpr double kBudgetS = 2.0;
+  constexpr int kMaxContext = 2048;
+  const int bs = blocks_->block_size(), Q = 1 + spec_k_;
+  const int ctx = std::min({std::max(static_cast<int>((tokens / live + bs - 1) / bs * bs), bs), kMaxContext / bs * bs,
+                            (max_model_len - Q - 3) / bs * bs, config.max_num_batched_tokens / bs * bs});
+  bool grew = false;
+  while (!step_time_batches_.empty() && (t.batches.empty() || t.batches.back() < want)) {
+    const int b = step_time_batches_.front();
+    if ((!t.batches.empty() && t.measure_s > kBudgetS) || !measure_step_batch(b, ctx)) {
+      step_time_batches_.clear();  // nothing more is measured
+      break;
+    }
+    step_time_batches_.erase(step_time_batches_.begin());
+    grew = true;
+  }
+  if (t.batches.empty() && step_time_batches_.empty())
+    log_warn("spec-varlen: no step times measured (context ", max_model_len, ", ", blocks_->num_free_blocks(),
+             " free KV blocks): every draft is verified");
+  if (!grew) return;
+  step_cost_ = StepCost(t);
+  log_step_times();
+}
+
+// One batch of the table: b sequences after a shared context of ctx tokens (prefilled once:
+// its rows are real, so tokens chosen from it are real ids), each computing q = 1..1 + k
+// tokens with logits rows: the uniform verify step (a graph on CUDA, as the engine's steps
+// replay), a mixed one (eager), decode steps issued ahead, and the MTP passes. Median of 3
+// after one warm-up (two with graphs: the first of a shape captures its graph): on the
+// CPU ~25 steps of the batch. False when
+// the step does not fit (rows, free blocks): nothing is added.
+bool Engine::Impl::measure_step_batch(int b, int ctx) {
+  const auto t_start = std::chrono::steady_clock::now();
+  SpecStepTimes& t = stats.spec_step_times;
+  const int Q = 1 + spec_k_;
+  if (ctx <= 0 || b * Q > std::min(config.max_num_seqs * Q, config.max_num_batched_tokens) ||
+      ctx + Q + 3 > max_model_len)
+    return false;
+  const int64_t len = ctx + Q + 3;  // room for q + 3 more tokens (the chained MTP pass)
+  // Scratch sequences: 0 holds the context, the others share its blocks and own their tails.
+  std::vector<KVBlocks> kv(static_cast<size_t>(b));
+  std::vector<BlockCopy> copies;
+  auto release = [&] {
+    for (auto it = kv.rbegin(); it != kv.rend(); ++it) blocks_->release(*it);
+  };
+  if (!blocks_->can_allocate_slots(kv[0], 0, len)) return false;
+  blocks_->allocate_slots(kv[0], 0, len, copies);
   const bool graphs = backend->supports_graphs() && !config.enforce_eager;
   const bool one_group = runner_->kv_groups().size() == 1;
   const int mtp_group = mtp_exec_ ? model->mtp_kv_group() : 0;
-  std::vector<int32_t> ids(static_cast<size_t>(ctx + Q + 3), 0);
-  // Sequence s: the context's blocks (shared), then its own tail (wrapping in a small pool).
-  auto table = [&](int s) {
-    std::vector<int32_t> b;
-    for (int i = 0; i < ctx_blocks; ++i) b.push_back(i);
-    for (int i = 0; i < tail_blocks; ++i)
-      b.push_back(static_cast<int32_t>(ctx_blocks + (s * tail_blocks + i) % std::max(pool - ctx_blocks, 1)));
-    return b;
-  };
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<std::vector<std::vector<int32_t>>> more;
+  const std::vector<int32_t> ids(static_cast<size_t>(len), 0);
   auto run_step = [&](std::span<const RunSeq> seqs) {
     runner_->submit(seqs, true);
     runner_->collect_argmax();
   };
-  auto median_of = [&](const std::function<void()>& f, int warmups) {
-    for (int i = 0; i < warmups; ++i) f();
+  {  // the shared context: one prefill of its rows in every layer of every group
+    const RunSeq prefill{ids, 0, ctx, kv[0].block_ids, false, 1, kv[0].more_block_ids};
+    run_step(std::span(&prefill, 1));
+  }
+  for (size_t s = 1; s < kv.size(); ++s) {
+    if (blocks_->fork(kv[0], ctx, kv[s]) == 0 || !blocks_->can_allocate_slots(kv[s], ctx, len)) {
+      release();
+      return false;
+    }
+    blocks_->allocate_slots(kv[s], ctx, len, copies);
+  }
+  runner_->copy_blocks(copies);  // shared partial blocks (compressed groups): the context's rows
+  const int warmups = graphs ? 2 : 1;
+  auto median_of = [&](const std::function<void()>& f, int warm) {
+    for (int i = 0; i < warm; ++i) f();
     std::vector<double> runs;
     for (int i = 0; i < 3; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -153,74 +243,55 @@ SpecStepTimes Engine::Impl::measure_step_times() {
     std::sort(runs.begin(), runs.end());
     return std::max(runs[1], 1e-9);
   };
-  {  // the shared context: one prefill of its rows in every layer of every group
-    tables.push_back(table(0));
-    more.push_back(scratch_block_tables(*runner_, 0, ctx + Q + 3, bs));
-    const RunSeq prefill{ids, 0, ctx, tables[0], false, 1, more[0]};
-    run_step(std::span(&prefill, 1));
+  std::vector<RunSeq> seqs(static_cast<size_t>(b));
+  auto shape = [&](int q) {
+    for (size_t s = 0; s < seqs.size(); ++s) seqs[s] = {ids, ctx, q, kv[s].block_ids, true, q, kv[s].more_block_ids};
+  };
+  t.batches.push_back(b);
+  t.max_tokens_per_seq = Q;
+  for (int q = 1; q <= Q; ++q) {
+    shape(q);
+    t.verify_s.push_back(median_of([&] { run_step(seqs); }, warmups));
   }
-  std::vector<int> batches;
-  for (int b = 1; b < config.max_num_seqs; b *= 2) batches.push_back(b);
-  batches.push_back(config.max_num_seqs);
-  for (int b : batches) {
-    if (b * Q > max_rows || (!t.batches.empty() && elapsed() > kBudgetS)) break;
-    while (static_cast<int>(tables.size()) < b) {
-      tables.push_back(table(static_cast<int>(tables.size())));
-      more.push_back(scratch_block_tables(*runner_, static_cast<int>(more.size()), ctx + Q + 3, bs));
-    }
-    std::vector<RunSeq> seqs(static_cast<size_t>(b));
-    auto shape = [&](int q) {
-      for (int s = 0; s < b; ++s) seqs[static_cast<size_t>(s)] = {ids, ctx, q, tables[static_cast<size_t>(s)], true, q,
-                                                                 more[static_cast<size_t>(s)]};
-    };
-    t.batches.push_back(b);
-    for (int q = 1; q <= Q; ++q) {
-      shape(q);
-      t.verify_s.push_back(median_of([&] { run_step(seqs); }, 2));
-    }
-    if (graphs && Q >= 2) {  // one sequence a token short: the step is not uniform (eager)
-      shape(Q);
-      seqs.back().num_new = seqs.back().num_logits = Q - 1;
-      t.mixed_s.push_back(b >= 2 ? median_of([&] { run_step(seqs); }, 1) : t.verify_s.back());
-    }
-    if (config.async_scheduling && one_group) {  // decode steps each issued before the last is read
-      shape(1);
-      t.decode_ahead_s.push_back(median_of([&] {
-        constexpr int kSteps = 4;
-        runner_->submit(seqs, true);
-        for (int i = 1; i < kSteps; ++i) {
-          runner_->submit(seqs, true, true);
-          runner_->collect_argmax();
-        }
+  if (graphs && Q >= 2) {  // one sequence a token short: the step is not uniform (eager)
+    shape(Q);
+    seqs.back().num_new = seqs.back().num_logits = Q - 1;
+    t.mixed_s.push_back(b >= 2 ? median_of([&] { run_step(seqs); }, 1) : t.verify_s.back());
+  }
+  // Decode steps each issued before the last is read: only on a device backend (the CPU
+  // backend runs a step when it is submitted, so ahead is plain decode there).
+  constexpr int kAheadSteps = 4;
+  if (config.async_scheduling && one_group && backend->supports_graphs()) {
+    shape(1);
+    t.decode_ahead_s.push_back(median_of([&] {
+      runner_->submit(seqs, true);
+      for (int i = 1; i < kAheadSteps; ++i) {
+        runner_->submit(seqs, true, true);
         runner_->collect_argmax();
-      }, 1) / 4);
-    }
-    if (mtp_exec_) {
-      shape(Q);
-      run_step(seqs);  // the target hidden states the first pass reads: b x Q rows
-      std::vector<RunSeq> mtp(static_cast<size_t>(b));
-      std::vector<int32_t> rows;
-      for (int s = 0; s < b; ++s) {
-        const std::vector<int32_t>& tb =
-            mtp_group == 0 ? tables[static_cast<size_t>(s)] : more[static_cast<size_t>(s)][static_cast<size_t>(mtp_group - 1)];
-        mtp[static_cast<size_t>(s)] = {ids, ctx, 2, tb, true, 1};
-        rows.push_back(2 * s);
-        rows.push_back(2 * s + 1);
       }
-      t.mtp_first_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, true, true); }, 1));
-      for (int s = 0; s < b; ++s) {
-        mtp[static_cast<size_t>(s)].num_computed = ctx + 2;
-        mtp[static_cast<size_t>(s)].num_new = 1;
-      }
-      rows.resize(static_cast<size_t>(b));
-      for (int s = 0; s < b; ++s) rows[static_cast<size_t>(s)] = s;
-      runner_->run_mtp(std::span(mtp).first(static_cast<size_t>(b)), rows, true, true);  // chained passes read its rows
-      t.mtp_chain_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, false, true); }, 2));
-    }
+      runner_->collect_argmax();
+    }, 1) / kAheadSteps);
   }
-  t.max_tokens_per_seq = t.batches.empty() ? 0 : Q;
-  t.measure_s = elapsed();
-  return t;
+  if (mtp_exec_) {
+    shape(Q);
+    run_step(seqs);  // the target hidden states the first pass reads: b x Q rows
+    std::vector<RunSeq> mtp(static_cast<size_t>(b));
+    std::vector<int32_t> rows;
+    for (size_t s = 0; s < mtp.size(); ++s) {
+      mtp[s] = {ids, ctx, 2, kv[s].group(mtp_group), true, 1};
+      rows.push_back(static_cast<int32_t>(Q * s));
+      rows.push_back(static_cast<int32_t>(Q * s + 1));
+    }
+    t.mtp_first_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, true, true); }, 1));
+    for (RunSeq& m : mtp) m.num_computed = ctx + 2, m.num_new = 1;
+    rows.resize(static_cast<size_t>(b));
+    for (int s = 0; s < b; ++s) rows[static_cast<size_t>(s)] = s;
+    runner_->run_mtp(mtp, rows, true, true);  // chained passes read its rows
+    t.mtp_chain_s.push_back(median_of([&] { runner_->run_mtp(mtp, rows, false, true); }, warmups));
+  }
+  release();
+  t.measure_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  return true;
 }
 
 int Engine::Impl::draft_budget(const SeqState& seq) const {

@@ -23,6 +23,10 @@ struct LoadOptions {
   void (*progress)(uint64_t done, uint64_t total, void* user) = nullptr;
   void* progress_user = nullptr;
   bool load_mtp = true;          // load layer num_hidden_layers (MTP) when present
+  // With load_mtp: an MTP block the checkpoint lacks entirely is skipped (the engine's default
+  // speculation, 3 drafts only where an MTP layer exists) instead of failing on its first tensor.
+  // V3's MTP layers are always optional (transformers does not save them).
+  bool mtp_optional = false;
   bool random_weights = false;   // ignore files; make weights from `seed` (bench)
   uint64_t seed = 0;
   DType random_weight_dtype = DType::BF16;  // BF16 or F8_E4M3 (block-scaled)

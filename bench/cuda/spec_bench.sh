@@ -10,10 +10,11 @@
 #     elapsed / steps is the step time of 1 + k tokens per sequence (MTP drafting included)
 #     against k = 0's 1 token, at batch 1, 8, 32, 64; k = 3 once more with --enforce-eager
 #     (no graphs) to show what the verify-step graphs give. Acceptance there is meaningless.
-# Other parts (each its own device call): PART=varlen (k = 0, k = 3 fixed and k = 3 with
-# --spec-varlen 1 on both models at batch 1, 8, 64: the scheduled length must not lose to
-# k = 0 where drafting does not pay; the bench model's random drafts never pay), PART=equal
-# (k = 0 vs 3 vs 3 varlen token ids, with and without --batch-invariant), PART=nsys (kernel summary of the bench model at batch 64, k = 0 and 3,
+# Other parts (each its own device call): PART=varlen (k = 0, k = 3 fixed and the default,
+# no flag: k = 3 with --spec-varlen 1 on the embedded model, k = 0 on random weights, at
+# batch 1, 8, 64: the scheduled length must not lose to k = 0 where drafting does not pay;
+# the bench model runs k = 3 --spec-varlen 1 explicitly, its random drafts never pay), PART=equal
+# (k = 0 vs 3 vs the default token ids, with and without --batch-invariant), PART=nsys (kernel summary of the bench model at batch 64, k = 0 and 3,
 # when nsys is installed). PART=tiny or PART=bench run one part alone.
 # What comes back stays small (the device tool returns <= 8 files): $OUT/spec_tiny.jsonl,
 # $OUT/spec_bench_model.jsonl, $OUT/spec.log (every run's log, appended), $OUT/summary.txt
@@ -58,9 +59,17 @@ if want tiny; then
       --output "$OUT/spec_tiny.jsonl"
   done
 fi
+# spec_args K: the flags of variant K (v3: k = 3 scheduled; default: none, the engine's default).
+spec_args() {
+  case "$1" in
+    v3) a=(--num-speculative-tokens 3 --spec-varlen 1) ;;
+    default) a=() ;;
+    *) a=(--num-speculative-tokens "$1") ;;
+  esac
+}
 if [[ $PART == varlen ]]; then
-  for k in 0 3 v3; do
-    if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
+  for k in 0 3 default; do
+    spec_args "$k"
     run 80 "tiny k=$k" "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 \
       --gen-len 128 --prompt-file bench/prompts/code.jsonl --repeats 3 --warmup 1 "${a[@]}" \
       --output "$OUT/spec_tiny.jsonl"
@@ -107,12 +116,12 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(p) + "\n")
 PY
   for inv in "" --batch-invariant; do
-    for k in 0 3 v3; do
-      if [[ $k == v3 ]]; then a=(--num-speculative-tokens 3 --spec-varlen 1); else a=(--num-speculative-tokens "$k"); fi
+    for k in 0 3 default; do
+      spec_args "$k"
       run 100 "generate k=$k $inv" "$DEEPINFER" generate --backend cuda --input "$TMP/equal_in.jsonl" \
         --output "$TMP/equal_k${k}${inv}.jsonl" "${a[@]}" $inv
     done
-    for k in 3 v3; do
+    for k in 3 default; do
     python3 - "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k${k}${inv}.jsonl" "${inv:-default kernels} k=$k" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 try:

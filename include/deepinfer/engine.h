@@ -22,6 +22,10 @@
 
 namespace deepinfer {
 
+// Draft tokens per step when EngineConfig::num_speculative_tokens is left unset and the
+// checkpoint has an MTP layer (DeepSeek-V3 and V4 ship one).
+inline constexpr int kDefaultSpecTokens = 3;
+
 struct EngineConfig {
   std::string model_dir;          // HF checkpoint directory (config.json, *.safetensors, tokenizer.json)
   // Benchmarks: build the model from this config.json with random weights instead.
@@ -59,11 +63,14 @@ struct EngineConfig {
   bool skip_weight_check = false;
   // Speculative decoding (SPEC_DECODING.md): at most this many draft tokens per sequence
   // and step, verified exactly (output is the same token for token as without drafts).
-  // -1: DEEPINFER_USE_NEXTN_DECODE, else 0 (off). Range 0..16.
+  // -1: DEEPINFER_USE_NEXTN_DECODE, else kDefaultSpecTokens when the checkpoint has an MTP
+  // layer (and speculator is mtp), else 0 (off; random weights too). Range 0..16. An engine
+  // built from parts (tests) takes -1 as 0.
   int num_speculative_tokens = -1;
   std::string speculator = "mtp";  // "mtp" (the checkpoint's MTP layer) | "ngram" (prompt lookup)
   // DSpark draft depth + verify lengths from measured step times; confidences 1: acceptance history, 2: draft softmax; 0: all k.
-  // -1: DEEPINFER_ENABLE_MTP_VARLEN, else 0.
+  // -1: DEEPINFER_ENABLE_MTP_VARLEN, else 1 when num_speculative_tokens took the default (the
+  // checkpoint's MTP layer), 0 when it was set.
   int spec_varlen = -1;
   // spec_varlen: the step times to schedule from; empty (default): measured at start-up on
   // the shapes the engine's steps run as (EngineStats::spec_step_times shows them).
@@ -184,6 +191,7 @@ struct EngineStats {
   int num_kv_blocks = 0;
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)
+  int spec_varlen = 0;             // resolved EngineConfig::spec_varlen
   SpecDecodeStats spec;            // over the run
   // spec_varlen: the step times verify lengths are chosen from (measured at start-up or given),
   // and the decode steps after which drafting was skipped because it would not pay at that

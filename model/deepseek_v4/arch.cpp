@@ -20,7 +20,7 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
   // (DEEPINFER_V4_FP4_PACKED): their golden test passes on the H200 (2026-12-02), but the kernel
   // (moe_fp4.cu) reads each pair's expert on CUDA cores, fit for decode, not for long prefills.
   const bool packed = backend.device() == Device::CUDA && env_settings().get_bool("DEEPINFER_V4_FP4_PACKED");
-  V4Weights w = load_v4_weights(v4, reader, options.load_mtp, packed);
+  V4Weights w = load_v4_weights(v4, reader, options.load_mtp, packed, options.mtp_optional);
   return std::make_unique<DeepseekV4Model>(std::move(v4), std::move(w), backend);
 }
 

@@ -264,7 +264,7 @@ class Loader {
 }  // namespace
 
 V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> reader, bool load_mtp,
-                          bool packed_fp4) {
+                          bool packed_fp4, bool mtp_optional) {
   V4Weights w;
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   Loader ld(c, reader, w, packed_fp4);
@@ -285,6 +285,7 @@ V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const Check
   if (load_mtp) {
     for (int m = 0; m < c.base.num_nextn_predict_layers; ++m) {
       const std::string p = "mtp." + std::to_string(m) + ".";
+      if (mtp_optional && ld.resolve(p + "e_proj.weight").empty()) break;  // no such block: none after it
       const std::string why = " of MTP block " + std::to_string(m) + " (config num_nextn_predict_layers = " +
                               std::to_string(c.base.num_nextn_predict_layers) + ")";
       V4MtpBlock B;

@@ -78,7 +78,9 @@ struct V4Weights {
 // packed_fp4: routed experts shipped as FP4 e2m1 with E8M0 scale bytes stay packed (Weight w
 // U8/I8 [N, K/2], scale_inv the scale bytes [N, K/32], block 1 x 32) for a backend that reads
 // them so (CUDA's moe_fp4.cu); otherwise, and for F32 scales, they are dequantized to F32.
+// mtp_optional: MTP blocks from the first one the checkpoint has no e_proj for are skipped
+// (LoadOptions::mtp_optional).
 V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader,
-                          bool load_mtp = true, bool packed_fp4 = false);
+                          bool load_mtp = true, bool packed_fp4 = false, bool mtp_optional = false);
 
 }  // namespace deepinfer

@@ -15,7 +15,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # demand: the scheduler must queue, chunk and refill as it goes.
     r = subprocess.run([binary, "bench", "--throughput", f"{requests}x{prompt_len}x{gen_len}",
                         "--threads", "2", "--max-num-seqs", "4", "--max-num-batched-tokens", "40",
-                        "--peer-tokens-per-s", "100", "--output", out],
+                        "--peer-tokens-per-s", "100", "--num-speculative-tokens", "0", "--output", out],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         sys.exit(f"bench --throughput failed: {r.stderr}")

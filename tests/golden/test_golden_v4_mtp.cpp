@@ -138,7 +138,8 @@ TEST(GoldenV4Mtp, MtpLogitsMatchTheReference) {
 }
 
 // A config declaring two MTP layers over a checkpoint holding one: the first missing tensor
-// of block 1 is named. load_mtp off reads none.
+// of block 1 is named. load_mtp off reads none; mtp_optional (the engine's default k) loads
+// the block the checkpoint has.
 TEST(GoldenV4Mtp, MissingMtpTensorsAreNamed) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("v4_mtp_missing_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
@@ -162,6 +163,9 @@ TEST(GoldenV4Mtp, MissingMtpTensorsAreNamed) {
   LoadOptions no_mtp;
   no_mtp.load_mtp = false;
   EXPECT_EQ(load_model(dir.string(), *backend, no_mtp)->num_mtp_layers(), 0);
+  LoadOptions optional;
+  optional.mtp_optional = true;
+  EXPECT_EQ(load_model(dir.string(), *backend, optional)->num_mtp_layers(), 1);
   fs::remove_all(dir);
 }
 

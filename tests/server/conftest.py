@@ -67,7 +67,9 @@ def binary(pytestconfig):
 
 @pytest.fixture(scope="session")
 def server(binary):
-    s = ServerProcess(binary)
+    # Without speculation (the default would draft with the embedded model's MTP layer):
+    # these tests check one token per step; test_spec_decode_metrics starts the default.
+    s = ServerProcess(binary, "--num-speculative-tokens", "0")
     yield s
     assert s.stop() == 0, "".join(s.log)
 

@@ -394,6 +394,14 @@ def test_spec_decode_metrics(start_server, model_name):
     assert drafts > 0 and drafts <= proposed <= 2 * drafts
     assert 0 <= accepted <= proposed and per_pos == accepted
     assert 'deepinfer:spec_decode_num_accepted_tokens_per_pos_total{position="0"}' in httpx.get(s.url + "/metrics").text
+    # The default (no flag) drafts with the embedded model's MTP layer, and answers as k = 0 does.
+    d = start_server()
+    prompt, want = "def fibonacci(n):", c.completions.create(model=model_name, prompt="def fibonacci(n):",
+                                                             max_tokens=16, temperature=0).choices[0].text
+    got = openai.OpenAI(base_url=d.url + "/v1", api_key="x", max_retries=0).completions.create(
+        model=model_name, prompt=prompt, max_tokens=16, temperature=0).choices[0].text
+    assert got == want
+    assert metric(d, "deepinfer:spec_decode_num_draft_tokens_total") > 0
 
 
 # --- errors ---

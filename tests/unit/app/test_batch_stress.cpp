@@ -88,6 +88,7 @@ json comparable(json j) {
   j.erase("index");
   j.erase("time_to_first_token_s");
   j.erase("decode_tokens_per_s");
+  j.erase("spec_decode");  // draft counts depend on the batch (the default drafts; its tokens do not)
   if (j.contains("usage")) j["usage"].erase("cached_tokens");
   return j;
 }

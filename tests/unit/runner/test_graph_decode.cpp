@@ -44,6 +44,7 @@ EngineConfig test_config(const std::string& model, bool batch_invariant, bool ea
   cfg.enforce_eager = eager;
   cfg.kv_block_size = 16;
   cfg.max_num_seqs = 16;
+  cfg.num_speculative_tokens = 0;  // graphs and async of plain decode (v3_tiny has an MTP layer)
   return cfg;
 }
 
@@ -207,23 +208,29 @@ TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
                                                       << st.num_steps << " steps replayed a graph";
     }
   }
-  // Confidence-scheduled lengths from the step times measured at start-up on the graphed
-  // verify shapes, chained MTP passes issued without a host wait between them: the same
-  // tokens and logprob bits again (whatever lengths and depths the table chose).
-  EngineStats sv;
-  const auto varlen = run(3, false, &sv, 1);
-  ASSERT_EQ(want.size(), varlen.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(varlen[i].error.empty()) << varlen[i].error;
-    const CompletionOutput &a = want[i].outputs[0], &b = varlen[i].outputs[0];
-    ASSERT_EQ(a.token_ids, b.token_ids) << "varlen request " << i;
-    ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
-    for (size_t t = 0; t < a.logprobs.size(); ++t)
-      ASSERT_EQ(bits(a.logprobs[t].logprob), bits(b.logprobs[t].logprob)) << "varlen request " << i << " token " << t;
+  // Confidence-scheduled lengths from the step times measured at the first steps on the
+  // graphed verify shapes, chained MTP passes issued without a host wait between them: the
+  // same tokens and logprob bits again (whatever lengths and depths the table chose); also
+  // for the engine's default (k and the length left unset: 3, scheduled).
+  for (int k : {3, -1}) {
+    EngineStats sv;
+    const auto varlen = run(k, false, &sv, k < 0 ? -1 : 1);
+    const std::string what = k < 0 ? "default" : "varlen";
+    ASSERT_EQ(want.size(), varlen.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(varlen[i].error.empty()) << varlen[i].error;
+      const CompletionOutput &a = want[i].outputs[0], &b = varlen[i].outputs[0];
+      ASSERT_EQ(a.token_ids, b.token_ids) << what << " request " << i;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+      for (size_t t = 0; t < a.logprobs.size(); ++t)
+        ASSERT_EQ(bits(a.logprobs[t].logprob), bits(b.logprobs[t].logprob)) << what << " request " << i << " token " << t;
+    }
+    EXPECT_EQ(sv.num_speculative_tokens, 3) << what;
+    EXPECT_EQ(sv.spec_varlen, 1) << what;
+    ASSERT_FALSE(sv.spec_step_times.empty()) << what;
+    EXPECT_EQ(sv.spec_step_times.max_tokens_per_seq, 4);
+    EXPECT_EQ(sv.spec_step_times.mixed_s.empty(), accelerator() != "cuda");  // graphs: mixed steps measured
   }
-  ASSERT_FALSE(sv.spec_step_times.empty());
-  EXPECT_EQ(sv.spec_step_times.max_tokens_per_seq, 4);
-  EXPECT_EQ(sv.spec_step_times.mixed_s.empty(), accelerator() != "cuda");  // graphs: mixed steps measured
 }
 
 }  // namespace

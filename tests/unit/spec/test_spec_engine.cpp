@@ -208,6 +208,55 @@ TEST(SpecEngine, BadConfigurationsAreClearErrors) {
   EXPECT_EQ(out[0].outputs[0].token_ids.size(), 6u);
 }
 
+// Left unset, k is 3 with the scheduled length on a checkpoint with an MTP layer (the
+// embedded model), 0 on one without (v3_fp8_yarn) and on random weights; the output is k = 0's. The step-time table is measured lazily:
+// nothing at construction, batch 1 for one request, the batches up to 4 for four.
+TEST(SpecEngine, DefaultIsThreeScheduledDraftsWhereTheCheckpointHasAnMtpLayer) {
+  EngineConfig c = config(0);
+  c.num_speculative_tokens = -1;
+  c.spec_varlen = -1;
+  const std::vector<SamplingParams> sp = {greedy(24)};
+  const auto base = run(config(0), prompts(), sp);
+  {
+    Engine e(c);
+    EXPECT_EQ(e.stats().num_speculative_tokens, 3);
+    EXPECT_EQ(e.stats().spec_varlen, 1);
+    EXPECT_TRUE(e.stats().spec_step_times.empty());
+    expect_same(base, e.generate(prompts(), sp), "default speculation");
+    const EngineStats& st = e.stats();
+    EXPECT_GT(st.spec.num_verify_steps, 0);
+    ASSERT_FALSE(st.spec_step_times.empty());
+    EXPECT_EQ(st.spec_step_times.batches.front(), 1);
+    EXPECT_LE(st.spec_step_times.batches.back(), 4);
+    EXPECT_EQ(st.spec_step_times.max_tokens_per_seq, 4);
+  }
+  {
+    Engine e(c);
+    const auto one = e.generate({prompts()[0]}, sp);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0].outputs[0].token_ids, base[0].outputs[0].token_ids);
+    EXPECT_EQ(e.stats().spec_step_times.batches, std::vector<int>{1});
+  }
+  EngineConfig fixed = c;
+  fixed.spec_varlen = 0;  // the default k with fixed lengths
+  {
+    Engine e(fixed);
+    EXPECT_EQ(e.stats().spec_varlen, 0);
+    EXPECT_EQ(e.stats().num_speculative_tokens, 3);
+  }
+  EngineConfig set_k = config(2);  // a k that is set: fixed lengths unless asked
+  set_k.spec_varlen = -1;
+  EXPECT_EQ(Engine(set_k).stats().spec_varlen, 0);
+  EngineConfig without = c;
+  without.model_dir = DEEPINFER_SOURCE_DIR "/tests/golden/fixtures/v3_fp8_yarn";
+  without.max_model_len = 0;  // the fixture's
+  EXPECT_EQ(Engine(without).stats().num_speculative_tokens, 0);
+  EngineConfig random = c;
+  random.model_dir.clear();
+  random.random_weights_config = kModelDir + "/config.json";  // an MTP layer, but random
+  EXPECT_EQ(Engine(random).stats().num_speculative_tokens, 0);
+}
+
 }  // namespace
 }  // namespace deepinfer
 
@@ -225,7 +274,7 @@ TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
   EngineStats st;
   expect_same(base, run(c, prompts(), sp, &st), "scheduled k<=4");
   EXPECT_GT(st.spec.num_verify_steps + st2.spec.num_verify_steps, 0);
-  // The table it chose from: measured at start-up on verify shapes of 1..5 tokens per
+  // The table it chose from: measured at the first steps on verify shapes of 1..5 tokens per
   // sequence from batch 1, with the MTP passes (no mixed entries: the CPU has no graphs).
   const SpecStepTimes& t = st.spec_step_times;
   ASSERT_FALSE(t.empty());
