@@ -424,8 +424,9 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   }
   // Prefill on BF16 experts: CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu; the default,
   // DEEPINFER_CUDA_MOE_GEMM=own for the own tiles); never batch-invariant (that mode keeps the
-  // own kernels).
-  if (!fp8 && !few_rows && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
+  // own kernels) and never clamped (its SwiGLU has no clamp: V4's clamped experts take the own
+  // path below; found by AttentionMoe.MoeExpertsClamped on the merged branches, H200).
+  if (!fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
       lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
     const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
     moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
