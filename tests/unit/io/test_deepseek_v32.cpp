@@ -213,7 +213,9 @@ TEST(DeepseekV32Weights, RandomIndexerWeightsFollowTheLayout) {
     EXPECT_EQ(w[0].wq_b.w.dtype, dt);
     EXPECT_EQ(w[0].wq_b.w.dims(), (std::vector<int64_t>{128, 24}));
     EXPECT_EQ(w[1].wk.scale_inv.defined(), fp8);
-    if (fp8) EXPECT_EQ(w[1].wk.scale_inv.dims(), (std::vector<int64_t>{1, 2}));  // [8/16, 32/16] blocks
+    if (fp8) {
+      EXPECT_EQ(w[1].wk.scale_inv.dims(), (std::vector<int64_t>{1, 2}));  // [8/16, 32/16] blocks
+    }
     EXPECT_EQ(w[0].weights_proj.w.dtype, DType::BF16);
     EXPECT_FALSE(w[0].weights_proj.scale_inv.defined());
     // Layer 0's wq_b is the first tensor after V3's layout; element 5 of it:
