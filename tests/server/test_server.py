@@ -338,8 +338,9 @@ def test_metrics_names(server, client, model_name):
 def test_engine_thread_metrics(start_server, model_name):
     """deepinfer:engine_* (the step loop's counters, bench/serve_vs_bench.sh compares them with
     `deepinfer bench --throughput`): a fresh server's first request of P prompt tokens and G output
-    tokens is one prefill step and G - 1 decode steps of one sequence; the idle clock starts with it."""
-    s = start_server()
+    tokens is one prefill step and G - 1 decode steps of one sequence; the idle clock starts with it.
+    Speculation off: drafts would make fewer, longer steps (on by default for an MTP checkpoint)."""
+    s = start_server("--num-speculative-tokens", "0")
     url = s.url
 
     def engine():
