@@ -9,6 +9,17 @@ DeviceBuffer Backend::alloc_host(DType dtype, const std::vector<int64_t>& dims) 
   return DeviceBuffer(buffer->tensor(), buffer);
 }
 
+// Speculative decoding's device fix-ups: the CPU backend (the reference) and CUDA implement them.
+void Backend::spec_accept(const Tensor&, const Tensor&, int, Tensor&, Tensor&) {
+  fail(name(), " backend: spec_accept (drafts in flight) is not implemented");
+}
+void Backend::spec_select_rows(const Tensor&, const Tensor&, int, Tensor&, Tensor&) {
+  fail(name(), " backend: spec_select_rows (drafts in flight) is not implemented");
+}
+void Backend::spec_shift(const SpecShift&) {
+  fail(name(), " backend: spec_shift (drafts in flight) is not implemented");
+}
+
 // DeepSeek sparse attention: the CPU backend implements these (the reference); other
 // backends say so until they do (issue 14 item 6).
 void Backend::layer_norm(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {

@@ -81,6 +81,29 @@ struct SampleRowParams {
 inline constexpr int kSampleRowWords = static_cast<int>(sizeof(SampleRowParams) / 4);
 static_assert(sizeof(SampleRowParams) == 40, "SampleRowParams is uploaded as 10 I32 words");
 
+// Backend::spec_shift's step (views into the step's input arrays; I32).
+struct SpecShift {
+  Tensor accepted;      // [S]
+  int assumed = 0;      // drafts the layout assumed accepted
+  Tensor query_start;   // [>= S + 1]: the tokens of sequence s
+  Tensor positions;     // [T]: += delta
+  Tensor slots;         // [T]: entries >= 0 recomputed at the new position (-1 past the table row)
+  Tensor seq_lens;      // [>= S]: += delta
+  Tensor block_tables;  // [>= S, width]
+  int block_size = 0;
+  // Optional (defined or not): the sequence's input tokens only the device knows. Token 0 of
+  // sequence s = first_tokens[s] ([S]); token 1 + j = drafts[j * drafts_stride + s] for j <
+  // num_drafts (drafts: [num_drafts, >= S] row-major, one row per draft position).
+  Tensor tokens;        // [T]
+  Tensor first_tokens;
+  Tensor drafts;
+  int num_drafts = 0;
+  int64_t drafts_stride = 0;
+  // Optional: SampleRowParams rows [S * rows_per_seq, kSampleRowWords] whose position += delta.
+  Tensor sample_params;
+  int rows_per_seq = 0;
+};
+
 // Owning device allocation; the view is valid while the buffer lives.
 class DeviceBuffer {
  public:
@@ -356,6 +379,22 @@ class Backend {
   // bit; a row's token does not depend on the other rows. The default (backend/cpu/
   // sampling_rows.cpp) copies both to the host and runs the reference there.
   virtual void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids);
+
+  // --- speculative decoding with drafts in flight (backend/spec_rule.h; cpu/spec_fixup.cpp,
+  // cuda/spec_fixup.cu; the defaults in backend.cpp throw): a verify step issued before the previous one's accepted counts are
+  // read is fixed up on the device from them. All tensors I32, on this backend's device.
+  // A verify step of S = accepted.numel() sequences with q tokens each (uniform, sequence s at
+  // rows s * q ..): ids [>= S * q] its chosen tokens, tokens [>= S * q] its input tokens.
+  // accepted[s] = spec_rule::accepted_count, last[s] = ids[s * q + accepted[s]].
+  virtual void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last);
+  // MTP row selection: row = s * q + accepted[s]; out_ids[s] = ids[row], out_rows[s] = row,
+  // for s < S = accepted.numel().
+  virtual void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids,
+                                Tensor& out_rows);
+  // Moves a step laid out as if `assumed` drafts of the previous verify step were accepted by
+  // delta_s = accepted[s] - assumed (SpecShift says what changes); sequences >= S (padding)
+  // are untouched.
+  virtual void spec_shift(const SpecShift& shift);
 
   // --- random (backend/random.h; CPU default in cpu/random.cpp, CUDA in cuda/) --------
   // Fills t (contiguous F32, BF16 or F8_E4M3) with element i = scale * random_uniform(seed, i),

@@ -49,6 +49,10 @@ class CpuBackend final : public Backend {
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
+  // Speculative decoding's fix-ups (spec_fixup.cpp).
+  void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last) override;
+  void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids, Tensor& out_rows) override;
+  void spec_shift(const SpecShift& shift) override;
   // DeepSeek sparse attention (norm.cpp, indexer.cpp, mla_attention.cpp).
   void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                   Tensor& out) override;

@@ -108,6 +108,10 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
+  // Speculative decoding's fix-ups (spec_fixup.cu).
+  void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last) override;
+  void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids, Tensor& out_rows) override;
+  void spec_shift(const SpecShift& shift) override;
 
   bool supports_graphs() const override { return true; }
   void graph_capture_begin() override;

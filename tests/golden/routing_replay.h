@@ -191,6 +191,13 @@ class RoutingReplayBackend final : public Backend {
     inner_.mla_attention_prefill_sparse(q, k, v, query_start, num_seqs, indices, softmax_scale, out);
   }
   void argmax(const Tensor& logits, Tensor& ids) override { inner_.argmax(logits, ids); }
+  void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last) override {
+    inner_.spec_accept(ids, tokens, q, accepted, last);
+  }
+  void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids, Tensor& out_rows) override {
+    inner_.spec_select_rows(ids, accepted, q, out_ids, out_rows);
+  }
+  void spec_shift(const SpecShift& shift) override { inner_.spec_shift(shift); }
   void fill_random(Tensor& t, uint64_t seed, float scale) override {
     inner_.fill_random(t, seed, scale);
   }
