@@ -7,10 +7,6 @@
 namespace deepinfer {
 namespace {
 
-// Token id of a sequence's last entry while the step that samples it is in flight
-// (asynchronous scheduling); collect() replaces it with the sampled token.
-constexpr int32_t kPlaceholderToken = -1;
-
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -337,6 +333,8 @@ std::vector<RequestOutput> Engine::Impl::step() {
   if (spec_k_ > 0) update_draft_depth();
   if (config.async_scheduling && (spec_k_ == 0 || (draft_depth_ == 0 && decode_only(in_flight_.front()))))
     run_ahead();
+  else if (config.async_scheduling && spec_k_ > 0)
+    spec_run_ahead();
   std::vector<RequestOutput> outputs = collect();
   if (!deferred_.empty()) {  // scheduled ahead but not issued: its tokens are known now
     SchedulerOutput next = std::move(deferred_);
@@ -346,7 +344,7 @@ std::vector<RequestOutput> Engine::Impl::step() {
   return outputs;
 }
 
-void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
+void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous, int assumed) {
   std::vector<RunSeq> run;
   std::vector<int> begins, rows, logits_rows, prompt_rows, prompt_from;
   int row = 0;
@@ -398,16 +396,33 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous) {
       sample_rows.push_back(device_params(p, r.seed, seq.stream, verified + j));
   }
   if (!argmax_only || all_greedy) sample_rows.clear();
+  // A uniform verify step of decoding sequences (1 + k tokens each, every one sampled on the
+  // device) has its accepted counts computed on the device: a next step may be issued before
+  // it is read (spec_run_ahead).
+  SpecStep spec;
+  spec.assumed = assumed;
+  if (argmax_only && mtp_exec_ && runner_->kv_groups().size() == 1 && !plan.seqs.empty()) {
+    const int q = 1 + plan.seqs[0].seq->num_draft_tokens;
+    bool uniform = q >= 2;
+    for (size_t i = 0; i < plan.seqs.size() && uniform; ++i) {
+      const ScheduledSeq& s = plan.seqs[i];
+      uniform = s.needs_sample && s.num_new_tokens == q && s.seq->num_draft_tokens == q - 1 &&
+                begins[i] >= s.seq->num_prompt_tokens;
+    }
+    if (uniform) spec.verify_q = q;
+  }
+  DI_CHECK(assumed < 0 || spec.verify_q > 0, "engine: a step issued on assumed drafts is not a uniform verify step");
   runner_->copy_blocks(plan.block_copies);  // KV copy-on-write, ahead of the step's writes
   stats.num_kv_block_copies += static_cast<int64_t>(plan.block_copies.size());
-  runner_->submit(run, argmax_only, tokens_from_previous, sample_rows);
+  runner_->submit(run, argmax_only, tokens_from_previous, sample_rows, spec);
   stats.num_steps++;
   stats.num_prefill_steps += stats.num_prompt_tokens_computed > prompt_tokens_before ? 1 : 0;
   stats.num_step_seqs += static_cast<int64_t>(run.size());
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
   in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), std::move(logits_rows),
-                        std::move(prompt_rows), std::move(prompt_from), argmax_only, false});
+                        std::move(prompt_rows), std::move(prompt_from), argmax_only, false, spec.verify_q,
+                        assumed >= 0, -1});
 }
 
 // Issues the next step before the running one's tokens are read, when that cannot change
@@ -495,6 +510,11 @@ std::vector<RequestOutput> Engine::Impl::collect() {
   const std::vector<int32_t>* argmax_ids = nullptr;
   if (cur.argmax_only) argmax_ids = &runner_->collect_argmax();
   else logits = &runner_->collect_logits();
+  const std::vector<int32_t>& device_accepted = runner_->accepted();
+  DI_CHECK(cur.verify_q == 0 || device_accepted.size() == cur.plan.seqs.size(), "engine: ",
+           device_accepted.size(), " accepted counts for a verify step of ", cur.plan.seqs.size(), " sequences");
+  // The step after this one, when spec_run_ahead issued it (its sequences in the same order).
+  InFlight* next = cur.next_drafts >= 0 && !in_flight_.empty() ? &in_flight_.front() : nullptr;
   if (!cur.step_done) {
     SchedulerOutput live;
     for (const ScheduledSeq& s : cur.plan.seqs)
@@ -519,9 +539,18 @@ std::vector<RequestOutput> Engine::Impl::collect() {
       if (!ok) continue;
     }
     if (!s.needs_sample) continue;
+    if (next != nullptr) {
+      // The next step was issued as if every draft were accepted (spec_run_ahead): its part
+      // (a last-token placeholder and its drafts) leaves token_ids, and this step's drafts
+      // and computed count are as they were before.
+      seq.token_ids.resize(seq.token_ids.size() - static_cast<size_t>(1 + cur.next_drafts));
+      seq.num_draft_tokens = cur.logits_rows[i] - 1;
+      scheduler_->on_drafts_assumed(&seq, -seq.num_draft_tokens);
+    }
     // A verify step: the drafts leave token_ids, then each position is sampled exactly as
     // decode would sample it (processors, grammar, penalties, stops applied one token at a
-    // time); a draft equal to the sampled token is accepted and the next row is read.
+    // time); a draft equal to the sampled token is accepted and the next row is read. Drafts
+    // made on the device are known here by the device's count only (the same rule).
     const std::vector<int32_t> drafts(seq.token_ids.end() - seq.num_draft_tokens, seq.token_ids.end());
     seq.drop_drafts(seq.num_draft_tokens);
     int accepted = 0, emitted = 0;
@@ -534,13 +563,23 @@ std::vector<RequestOutput> Engine::Impl::collect() {
       append_token(seq, result);
       ++emitted;
       if (seq.finish_reason != FinishReason::None || j == static_cast<int>(drafts.size()) ||
-          result.token_id != drafts[static_cast<size_t>(j)])
+          (cur.device_drafts ? j >= device_accepted[i] : result.token_id != drafts[static_cast<size_t>(j)]))
         break;
       ++accepted;
     }
+    DI_CHECK(cur.verify_q == 0 || seq.finish_reason != FinishReason::None || accepted == device_accepted[i],
+             "engine: sequence ", seq.seq_id, ": ", accepted, " drafts accepted, the device counted ",
+             device_accepted[i]);
     if (!drafts.empty()) count_verified(r, static_cast<int>(drafts.size()), accepted, emitted);
     verified_any = verified_any || !drafts.empty();
     scheduler_->on_drafts_verified(&seq, accepted);
+    if (next != nullptr && seq.finish_reason == FinishReason::None) {
+      // The next step computes this step's last token and its drafts (placeholders until it is
+      // collected) from the verified length: the device shifted it there.
+      seq.token_ids.insert(seq.token_ids.end(), static_cast<size_t>(cur.next_drafts), kPlaceholderToken);
+      seq.num_draft_tokens = cur.next_drafts;
+      next->begins[i] = seq.num_computed_tokens;
+    }
     if (std::find(touched.begin(), touched.end(), &r) == touched.end()) touched.push_back(&r);
   }
   if (spec_k_ > 0) {
@@ -549,7 +588,7 @@ std::vector<RequestOutput> Engine::Impl::collect() {
     // k = 0's); a step with prompt positions still gives them their MTP rows.
     if (in_flight_.empty() && deferred_.empty() && (draft_depth_ > 0 || !decode_only(cur))) {
       propose_drafts(cur);
-    } else {
+    } else if (cur.next_drafts < 0) {  // (else the next step's drafts were made on the device)
       ++stats.num_steps_without_drafts;
     }
     if (verified_any)

@@ -57,6 +57,11 @@ inline std::vector<std::vector<int32_t>> scratch_block_tables(const Runner& runn
   return tables;
 }
 
+// Token id of a sequence's entries while the step that chooses them is in flight
+// (asynchronous scheduling: run_ahead's last token, spec_run_ahead's last token and drafts);
+// collect() replaces them.
+inline constexpr int32_t kPlaceholderToken = -1;
+
 // The speculation fields' own checks (k in 0..16, a known speculator): one place, run by
 // Engine(EngineConfig) before any weight loads and by Impl (engines built from parts).
 void check_speculation_config(const EngineConfig& config);
@@ -107,8 +112,22 @@ struct Engine::Impl {
     std::vector<int> prompt_from;  // per plan.seqs: the prompt position of its first prompt-logprob row
     bool argmax_only = false;  // the runner returns token ids (argmax or sampled on the device)
     bool step_done = false;  // scheduler_->on_step_done(plan) already called
+    // Drafts in flight (spec_run_ahead): verify_q > 0: a uniform verify step of verify_q tokens
+    // per sequence whose accepted counts the device computes; device_drafts: its drafts were
+    // made on the device (token_ids hold placeholders; acceptance is the device's count);
+    // next_drafts >= 0: the step after it was issued ahead with that many drafts per sequence.
+    int verify_q = 0;
+    bool device_drafts = false;
+    int next_drafts = -1;
   };
-  void submit(SchedulerOutput plan, bool tokens_from_previous);
+  // assumed >= 0: the plan was scheduled by spec_run_ahead (runner SpecStep::assumed).
+  void submit(SchedulerOutput plan, bool tokens_from_previous, int assumed = -1);
+  // Drafts in flight: while a uniform verify step runs, schedules the next one as if all its
+  // drafts were accepted, has the device make its drafts (Runner::draft_ahead) and submits
+  // it, fixed up on the device from the accepted counts; collect() then reconciles the
+  // host's sequences one step late. Only where that cannot change any output (see the
+  // definition); otherwise does nothing.
+  void spec_run_ahead();
   // While the oldest step runs, schedules the next one assuming each of its sequences
   // gets one more token (a placeholder until collected) and submits it with its tokens
   // taken from the running step's device-chosen tokens (argmax or Backend::sample). Only in the steady decode state

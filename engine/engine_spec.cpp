@@ -4,11 +4,13 @@
 // logits rows, and collect() samples each position exactly as decode would, keeping the
 // drafts that equal the sampled tokens (engine/engine.cpp).
 //
-// Not done yet: asynchronous scheduling with drafts in flight (issue 13 item 2). Today a
-// speculating step is synchronous: verify step -> host sync (tokens sampled and accepted
-// on the host) -> MTP first pass + chained passes (issued one ahead, but each collected on
-// the host) -> the next verify step built on the host. The plan, vLLM-like (its async
-// scheduler with spec decode treats the drafts' outcome as unknown):
+// Asynchronous scheduling with drafts in flight (issue 13 item 2): spec_run_ahead below,
+// Runner::draft_ahead and SpecStep, the device ops Backend::spec_accept / spec_select_rows /
+// spec_shift. Where its conditions do not hold a speculating step is synchronous: verify
+// step -> host sync (tokens sampled and accepted on the host) -> MTP first pass + chained
+// passes (issued one ahead, but each collected on the host) -> the next verify step built on
+// the host. The design, vLLM-like (its async scheduler with spec decode treats the drafts'
+// outcome as unknown), as built:
 //  1. Scope as run_ahead's: every row device-samplable (argmax or Backend::sample), no
 //     grammar / penalties / min_tokens / prompt logprobs, nothing waiting, no length stop
 //     within 1 + k tokens, free blocks for 1 + k more slots per sequence (no preemption).
@@ -34,8 +36,11 @@
 //  5. Verify lengths fixed when N+1 is scheduled: spec_varlen 1 (confidences from the
 //     acceptance history, a step old) fits; spec_varlen 2 (the drafts' own softmax) cannot
 //     run ahead and keeps the synchronous path.
-// Graphing the first MTP pass alone (item 3) needs that uniform layout: today its rows per
-// sequence are 1 + the accepted count, which differ across the batch, so it runs eagerly.
+// The first MTP pass of draft_ahead is uniform (1 + k rows per sequence), so it replays a
+// CUDA graph (item 3); the synchronous path's first pass has 1 + the accepted count rows per
+// sequence, which differ across the batch, so it runs eagerly. Step 5 as built: every
+// sequence gets the same kn = draft_depth_ drafts (spec_varlen 1's per-request lengths are
+// not applied ahead; spec_varlen 2 stays synchronous).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -381,6 +386,63 @@ bool Engine::Impl::decode_only(const InFlight& step) {
       return false;
   }
   return true;
+}
+
+// Drafts in flight (SPEC_DECODING.md; the plan at the top of this file). Runs only where it
+// cannot change any output, as run_ahead: the running step is a uniform verify step (1 + kc
+// tokens per sequence, every token chosen on the device, the accepted counts computed there)
+// holding every running sequence; nothing waits; MTP drafts of a fixed depth kn (spec_varlen 2
+// needs the drafts' softmax on the host: synchronous); one KV group; neither step can take a
+// sequence past max_tokens or the context, whatever is accepted; free blocks for every
+// sequence's 1 + kn slots (no preemption). The host then assumes all kc drafts accepted (no
+// prefix-cache commit over them), schedules 1 + kn tokens per sequence (placeholders),
+// has the device draft (Runner::draft_ahead) and submits; the device moves that step back by
+// the rejected drafts. A sequence that stops on an EOS or stop string in the running step has
+// one discarded step, as with run_ahead.
+void Engine::Impl::spec_run_ahead() {
+  if (in_flight_.size() != 1 || !deferred_.empty() || !mtp_exec_ || config.spec_varlen >= 2 || draft_depth_ < 1)
+    return;
+  InFlight& cur = in_flight_.front();
+  const int kc = cur.verify_q - 1, kn = draft_depth_;
+  const int num_seqs = static_cast<int>(cur.plan.seqs.size());
+  const int bs = blocks_->block_size();
+  if (cur.verify_q < 2 || !cur.argmax_only || cur.step_done || scheduler_->num_waiting() > 0 ||
+      num_seqs != scheduler_->num_running() || num_seqs * (1 + kn) > config.max_num_batched_tokens ||
+      blocks_->min_free_blocks() < num_seqs * ((1 + kn + bs - 1) / bs + 1))
+    return;
+  for (const ScheduledSeq& s : cur.plan.seqs) {
+    if (s.seq == nullptr || !s.needs_sample) return;
+    const SeqState& seq = static_cast<const SeqState&>(*s.seq);
+    // At most 1 + kc tokens from the running step and 1 + kn from the next.
+    const int most = seq.num_verified_tokens() + (1 + kc) + (1 + kn);
+    if (most - seq.num_prompt_tokens > seq.request->params.max_tokens || most > max_model_len) return;
+  }
+  scheduler_->on_step_done(cur.plan);
+  cur.step_done = true;
+  for (const ScheduledSeq& s : cur.plan.seqs) {
+    SeqState& seq = static_cast<SeqState&>(*s.seq);
+    seq.num_draft_tokens = 0;
+    scheduler_->on_drafts_assumed(&seq, kc);
+    seq.token_ids.insert(seq.token_ids.end(), static_cast<size_t>(1 + kn), kPlaceholderToken);
+    seq.num_draft_tokens = kn;
+  }
+  SchedulerOutput next = scheduler_->schedule();
+  bool same_rows = next.preempted.empty() && static_cast<int>(next.seqs.size()) == num_seqs;
+  for (int i = 0; same_rows && i < num_seqs; ++i) {
+    const ScheduledSeq& s = next.seqs[static_cast<size_t>(i)];
+    same_rows = s.seq == cur.plan.seqs[static_cast<size_t>(i)].seq && s.num_new_tokens == 1 + kn && s.needs_sample;
+  }
+  DI_CHECK(same_rows, "engine: the step scheduled on assumed drafts is not the running one's sequences with ", 1 + kn,
+           " tokens each");
+  std::vector<DraftAheadSeq> ahead;
+  for (int i = 0; i < num_seqs; ++i) {
+    const SeqState& seq = static_cast<const SeqState&>(*cur.plan.seqs[static_cast<size_t>(i)].seq);
+    ahead.push_back({cur.begins[static_cast<size_t>(i)], seq.kv.group(model->mtp_kv_group())});
+  }
+  runner_->draft_ahead(ahead, kn);
+  cur.next_drafts = kn;
+  submit(std::move(next), false, kc);
+  ++stats.num_spec_steps_ahead;
 }
 
 void Engine::Impl::propose_drafts(const InFlight& step) {

@@ -88,13 +88,21 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
     mtp_rows_ = backend.alloc(DType::I32, {max_tokens});
     for (DeviceBuffer& h : host_mtp_rows_) h = backend.alloc_host(DType::I32, {max_tokens});
     mtp_ids_ = backend.alloc(DType::I32, {max_rows});
+    spec_accepted_ = backend.alloc(DType::I32, {max_seqs});
+    spec_last_ = backend.alloc(DType::I32, {max_seqs});
+    spec_rows_ = backend.alloc(DType::I32, {max_seqs});
+    spec_drafts_ = backend.alloc(DType::I32, {config.max_logits_per_seq, max_seqs});
+    for (DeviceBuffer& h : host_accepted_) h = backend.alloc_host(DType::I32, {max_seqs});
   }
   // A graph step has one logits row per token: buckets (x tokens per sequence) stay within
   // the step buffers and the logits rows.
   const int graph_seqs = std::min(config.max_num_seqs, config.max_num_batched_tokens);
   const int graph_tokens = static_cast<int>(std::min<int64_t>(max_tokens, max_rows));
   graphs_ = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size, graph_tokens);
-  for (DecodeGraphs& g : mtp_graphs_) g = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size);
+  // Passes from the target's hidden states may be uniform over 1 + k rows per sequence
+  // (draft_ahead's first pass); chained passes have one row per sequence.
+  mtp_graphs_[0] = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size, graph_tokens);
+  for (int v = 1; v < 3; ++v) mtp_graphs_[v] = DecodeGraphs(graph_seqs, max_blocks_per_seq_, config.kv_block_size);
 }
 
 StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) const {
@@ -176,8 +184,25 @@ bool Runner::run_graphed(DecodeGraphs& graphs, const DecodePadding& shape, const
   return false;
 }
 
+void Runner::shift_inputs(const StepLayout& l, int num_seqs, int assumed, SpecShift& f) {
+  const Tensor& dev = inputs_.tensor();
+  auto view = [&](int64_t offset, std::initializer_list<int64_t> dims) {
+    return Tensor(dev.ptr<int32_t>() + offset, DType::I32, dims, dev.device);
+  };
+  f.accepted = spec_accepted_.tensor().slice_rows(0, num_seqs);
+  f.assumed = assumed;
+  f.query_start = view(l.query_start, {l.num_seqs + 1});
+  f.positions = view(l.positions, {l.num_tokens});
+  f.slots = view(l.slots, {l.num_tokens});
+  f.seq_lens = view(l.seq_lens, {l.num_seqs});
+  f.block_tables = view(l.block_tables, {l.num_seqs, l.max_blocks});
+  f.block_size = config_.kv_block_size;
+  f.tokens = view(l.token_ids, {l.num_tokens});
+  backend_.spec_shift(f);
+}
+
 void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous,
-                    std::span<const SampleRowParams> sample_rows) {
+                    std::span<const SampleRowParams> sample_rows, const SpecStep& spec) {
   const int num_seqs = static_cast<int>(seqs.size());
   DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs, "runner: ", num_seqs,
            " sequences in a step (max ", config_.max_num_seqs, ")");
@@ -219,6 +244,14 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
            "runner: sample_rows needs an argmax_only step and one entry per logits row (",
            sample_rows.size(), " entries, ", rows, " rows)");
 
+  DI_CHECK(spec.verify_q == 0 || (spec_accepted_.tensor().defined() && argmax_only && uniform && q == spec.verify_q),
+           "runner: a verify step with accepted counts on the device needs an MTP KV layer and a uniform argmax step of ",
+           spec.verify_q, " tokens per sequence");
+  DI_CHECK(spec.assumed < 0 || (ahead_drafts_ > 0 && num_seqs == last_verify_seqs_ && spec.assumed == last_verify_q_ - 1 &&
+                                uniform && q == 1 + ahead_drafts_ && !tokens_from_previous),
+           "runner: a step laid out on assumed drafts must follow draft_ahead over the same ", last_verify_seqs_,
+           " sequences, with ", ahead_drafts_, " + 1 tokens each (got ", num_seqs, " sequences of ", q, ")");
+
   DecodePadding pad;
   if (uniform && config_.use_graphs && backend_.supports_graphs())
     pad = graphs_.shape_for(num_seqs, q, max_seq_len);
@@ -241,6 +274,26 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
     Tensor ids(dev.ptr<int32_t>() + l.token_ids, DType::I32, {num_seqs}, dev.device);
     backend_.copy_async(prev, ids);
   }
+  // The rows' sampling parameters travel like the step inputs: staged in this slot's host
+  // memory (untouched until the step's fence), copied on the stream.
+  Tensor dev_params(sample_params_.tensor().data, DType::I32, {rows, kSampleRowWords}, sample_params_.tensor().device);
+  if (!sample_rows.empty()) {
+    Tensor host_params(host_sample_params_[slot].tensor().data, DType::I32, {rows, kSampleRowWords});
+    std::memcpy(host_params.data, sample_rows.data(), sample_rows.size_bytes());
+    backend_.copy_async(host_params, dev_params);
+  }
+  if (spec.assumed >= 0) {
+    // Laid out as if every draft of the previous verify step were accepted: moved back by
+    // the rejected ones, its tokens (last token, then the drafts) from the device.
+    SpecShift f;
+    f.first_tokens = spec_last_.tensor().slice_rows(0, num_seqs);
+    f.drafts = spec_drafts_.tensor();
+    f.num_drafts = ahead_drafts_;
+    f.drafts_stride = spec_drafts_.tensor().size(1);
+    if (!sample_rows.empty()) f.sample_params = dev_params, f.rows_per_seq = q;
+    shift_inputs(l, num_seqs, spec.assumed, f);
+    ahead_drafts_ = 0;
+  }
 
   Tensor logits = forward(l, info, graph ? &pad : nullptr, wide);
   Pending p;
@@ -257,17 +310,22 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
       if (sample_rows.empty()) {
         backend_.argmax(chosen, ids);
       } else {
-        // The rows' parameters travel like the step inputs: staged in this slot's host
-        // memory (untouched until the step's fence), copied on the stream.
-        Tensor host_params(host_sample_params_[slot].tensor().data, DType::I32, {rows, kSampleRowWords});
-        std::memcpy(host_params.data, sample_rows.data(), sample_rows.size_bytes());
-        Tensor dev_params(sample_params_.tensor().data, DType::I32, {rows, kSampleRowWords},
-                          sample_params_.tensor().device);
-        backend_.copy_async(host_params, dev_params);
         backend_.sample(chosen, dev_params, ids);
       }
       Tensor out(host_ids_[slot].tensor().data, DType::I32, {rows});
       backend_.copy_async(ids, out);
+      if (spec.verify_q > 0) {
+        // Each sequence's accepted drafts and last token, for the next step's fix-up; the
+        // counts come back with the ids.
+        const Tensor& dev = inputs_.tensor();
+        Tensor tokens(dev.ptr<int32_t>() + l.token_ids, DType::I32, {rows}, dev.device);
+        Tensor accepted = spec_accepted_.tensor().slice_rows(0, num_seqs);
+        Tensor last = spec_last_.tensor().slice_rows(0, num_seqs);
+        backend_.spec_accept(ids, tokens, q, accepted, last);
+        Tensor host_accepted(host_accepted_[slot].tensor().data, DType::I32, {num_seqs});
+        backend_.copy_async(accepted, host_accepted);
+        p.num_accepted = num_seqs;
+      }
     }
     last_argmax_rows_ = rows;
   } else {
@@ -280,6 +338,9 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   p.fence = backend_.record_fence();
   in_flight_.push_back(p);
   ++stats_.num_steps;
+  last_verify_q_ = spec.verify_q;
+  last_verify_seqs_ = spec.verify_q > 0 ? num_seqs : 0;
+  ahead_drafts_ = 0;
 }
 
 const std::vector<int32_t>& Runner::collect_argmax() {
@@ -290,6 +351,11 @@ const std::vector<int32_t>& Runner::collect_argmax() {
   backend_.wait_fence(p.fence);
   const int32_t* ids = host_ids_[p.slot].tensor().ptr<int32_t>();
   ids_out_.assign(ids, ids + p.num_rows);
+  accepted_out_.clear();
+  if (p.num_accepted > 0) {
+    const int32_t* accepted = host_accepted_[p.slot].tensor().ptr<int32_t>();
+    accepted_out_.assign(accepted, accepted + p.num_accepted);
+  }
   return ids_out_;
 }
 
@@ -304,68 +370,57 @@ const Tensor& Runner::collect_logits() {
   return logits_out_;
 }
 
-void Runner::submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows, bool hidden_from_target,
-                        bool logits_to_host, bool tokens_from_previous) {
-  DI_CHECK(in_flight_.empty(), "runner: run_mtp while asynchronous steps are in flight");
-  DI_CHECK(config_.num_mtp_kv_layers > 0, "runner: run_mtp without an MTP KV layer (RunnerConfig)");
-  DI_CHECK(mtp_pending_.size() < 2, "runner: two MTP passes are pending; collect one first");
+int64_t Runner::mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> host_rows, bool hidden_from_target,
+                         Tensor& staging, Tensor& rows_staging, const Tensor* device_tokens, const Tensor* device_rows,
+                         int shift_assumed, Tensor& logits_out) {
   const int num_seqs = static_cast<int>(seqs.size());
-  int64_t num_tokens = 0;
-  for (const RunSeq& s : seqs) num_tokens += s.num_new;
-  DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs && num_tokens <= config_.max_num_batched_tokens &&
-               static_cast<int64_t>(hidden_rows.size()) == num_tokens,
-           "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
-           hidden_rows.size(), " hidden rows");
-  DI_CHECK(!tokens_from_previous || (num_tokens == num_seqs && last_mtp_rows_ >= num_seqs),
-           "runner: an MTP pass with tokens from the previous one needs one row per sequence and a previous pass of ",
-           "at least ", num_seqs, " logits rows (had ", last_mtp_rows_, ")");
   const Tensor& src_all = hidden_from_target ? hidden_.tensor() : mtp_out_[mtp_cur_].tensor();
-  const int64_t src_rows = hidden_from_target ? hidden_rows_ : mtp_out_rows_;
-  for (int32_t r : hidden_rows)
-    DI_CHECK(r >= 0 && r < src_rows, "runner: run_mtp hidden row ", r, " outside [0, ", src_rows, ")");
   // A pass from the target's hidden states writes mtp_out_[0], a chained one the other
   // buffer than it reads: three (source, destination) pairs, a graph set for each.
   const int out_index = hidden_from_target ? 0 : mtp_cur_ ^ 1;
   const int variant = hidden_from_target ? 0 : 1 + mtp_cur_;
-  // Uniform passes (one row per sequence after cached context, with logits: every chained
-  // draft) replay a graph like decode steps do.
+  // Uniform passes (q rows per sequence after cached context, each with logits: every chained
+  // draft, and draft_ahead's first pass) replay a graph like decode and verify steps do.
+  const int q = seqs[0].num_new;
   bool uniform = true;
   int max_seq_len = 0;
   for (const RunSeq& s : seqs) {
-    uniform = uniform && s.num_new == 1 && s.num_computed > 0 && s.needs_logits && s.num_logits == 1;
+    uniform = uniform && s.num_new == q && s.num_computed > 0 && s.needs_logits && s.num_logits == q;
     max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
   }
   DecodePadding pad;
   if (uniform && config_.use_graphs && backend_.supports_graphs())
-    pad = mtp_graphs_[variant].shape_for(num_seqs, 1, max_seq_len);
+    pad = mtp_graphs_[variant].shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
-  // The host staging of this slot was last read by the pass before the pending one (at
-  // most two pending, collected in order): free.
-  const int slot = next_slot_;
-  next_slot_ ^= 1;
-  Tensor& host = staging_[slot].tensor();
   StepHostInfo info;
   const StepLayout l =
-      build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr, host.ptr<int32_t>(), host.numel(), info,
-                        std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), 1));
+      build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr, staging.ptr<int32_t>(), staging.numel(),
+                        info, std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), 1));
   const Tensor& dev = inputs_.tensor();
-  Tensor src(host.data, DType::I32, {l.total}, host.device);
+  Tensor src(staging.data, DType::I32, {l.total}, staging.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
   backend_.copy_async(src, dst);
-  if (tokens_from_previous) {
-    // Row i's token is the previous pass's argmax of its row i (issued before on the same
-    // stream: read once that pass is done; a NaN row's no-token id embeds as a NaN row).
-    Tensor prev(mtp_ids_.tensor().data, DType::I32, {num_seqs}, mtp_ids_.tensor().device);
-    Tensor ids(dev.ptr<int32_t>() + l.token_ids, DType::I32, {num_seqs}, dev.device);
-    backend_.copy_async(prev, ids);
+  const int64_t real_tokens = info.host_query_start[static_cast<size_t>(num_seqs)];
+  if (device_tokens != nullptr) {
+    // Each row's token from the device (issued before on the same stream: read once its
+    // producer is done; a NaN row's no-token id embeds as a NaN row).
+    Tensor ids(dev.ptr<int32_t>() + l.token_ids, DType::I32, {real_tokens}, dev.device);
+    backend_.copy_async(device_tokens->slice_rows(0, real_tokens), ids);
   }
   // Hidden source rows; padding rows read row 0.
-  Tensor& host_rows_all = host_mtp_rows_[slot].tensor();
-  Tensor host_rows(host_rows_all.data, DType::I32, {l.num_tokens}, host_rows_all.device);
-  std::fill(std::copy(hidden_rows.begin(), hidden_rows.end(), host_rows.ptr<int32_t>()),
-            host_rows.ptr<int32_t>() + l.num_tokens, 0);
   Tensor rows(mtp_rows_.tensor().data, DType::I32, {l.num_tokens}, mtp_rows_.tensor().device);
-  backend_.copy_async(host_rows, rows);
+  Tensor host_rows_t(rows_staging.data, DType::I32, {l.num_tokens}, rows_staging.device);
+  std::fill(std::copy(host_rows.begin(), host_rows.end(), host_rows_t.ptr<int32_t>()),
+            host_rows_t.ptr<int32_t>() + l.num_tokens, 0);
+  backend_.copy_async(host_rows_t, rows);
+  if (device_rows != nullptr) {
+    Tensor first = rows.slice_rows(0, real_tokens);
+    backend_.copy_async(device_rows->slice_rows(0, real_tokens), first);
+  }
+  if (shift_assumed >= 0) {
+    SpecShift f;
+    shift_inputs(l, num_seqs, shift_assumed, f);
+  }
 
   StepBatch batch = step_batch(l, info);
   Tensor in = mtp_in_.tensor().slice_rows(0, l.num_tokens);
@@ -384,21 +439,58 @@ void Runner::submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> h
   }
   mtp_cur_ = out_index;
   mtp_out_rows_ = l.num_tokens;
-  // Drafts are argmax rows: chosen on the device, only their ids come back (a [rows,
-  // vocab] F32 copy and a host scan per draft cost more than the MTP layer at batch 64).
-  // Real rows only (a padded pass computes more).
-  const int64_t rows_out = graph ? num_seqs : l.num_logits;
-  DI_CHECK(rows_out <= mtp_ids_.tensor().numel(), "runner: run_mtp returns ", rows_out,
+  // Drafts are argmax rows: chosen on the device. Real rows only (a padded pass computes more).
+  const int64_t rows_out = graph ? int64_t{num_seqs} * q : l.num_logits;
+  DI_CHECK(rows_out <= mtp_ids_.tensor().numel(), "runner: an MTP pass returns ", rows_out,
            " logits rows (max ", mtp_ids_.tensor().numel(), ")");
+  if (rows_out > 0) {
+    Tensor ids(mtp_ids_.tensor().data, DType::I32, {rows_out}, mtp_ids_.tensor().device);
+    Tensor chosen = logits.slice_rows(0, rows_out);  // [rows, sample_vocab] of [rows, vocab]
+    if (config_.sample_vocab > 0 && config_.sample_vocab < chosen.shape[1]) chosen.shape[1] = config_.sample_vocab;
+    backend_.argmax(chosen, ids);
+  }
+  last_mtp_rows_ = rows_out;
+  logits_out = logits.slice_rows(0, rows_out);
+  return rows_out;
+}
+
+void Runner::submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> hidden_rows, bool hidden_from_target,
+                        bool logits_to_host, bool tokens_from_previous) {
+  DI_CHECK(in_flight_.empty(), "runner: run_mtp while asynchronous steps are in flight");
+  DI_CHECK(config_.num_mtp_kv_layers > 0, "runner: run_mtp without an MTP KV layer (RunnerConfig)");
+  DI_CHECK(mtp_pending_.size() < 2, "runner: two MTP passes are pending; collect one first");
+  const int num_seqs = static_cast<int>(seqs.size());
+  int64_t num_tokens = 0;
+  for (const RunSeq& s : seqs) num_tokens += s.num_new;
+  DI_CHECK(num_seqs > 0 && num_seqs <= config_.max_num_seqs && num_tokens <= config_.max_num_batched_tokens &&
+               static_cast<int64_t>(hidden_rows.size()) == num_tokens,
+           "runner: run_mtp over ", num_seqs, " sequences and ", num_tokens, " tokens with ",
+           hidden_rows.size(), " hidden rows");
+  DI_CHECK(!tokens_from_previous || (num_tokens == num_seqs && last_mtp_rows_ >= num_seqs),
+           "runner: an MTP pass with tokens from the previous one needs one row per sequence and a previous pass of ",
+           "at least ", num_seqs, " logits rows (had ", last_mtp_rows_, ")");
+  const int64_t src_rows = hidden_from_target ? hidden_rows_ : mtp_out_rows_;
+  for (int32_t r : hidden_rows)
+    DI_CHECK(r >= 0 && r < src_rows, "runner: run_mtp hidden row ", r, " outside [0, ", src_rows, ")");
+  // The host staging of this slot was last read by the pass before the pending one (at
+  // most two pending, collected in order): free.
+  const int slot = next_slot_;
+  next_slot_ ^= 1;
+  // Chained drafts: row i's token is the previous pass's argmax of its row i (no host wait
+  // between passes; copied into the inputs before this pass's argmax overwrites mtp_ids_).
+  const Tensor prev_ids = mtp_ids_.tensor();
+  Tensor logits;
+  const int64_t rows_out = mtp_pass(seqs, hidden_rows, hidden_from_target, staging_[slot].tensor(),
+                                    host_mtp_rows_[slot].tensor(), tokens_from_previous ? &prev_ids : nullptr, nullptr,
+                                    -1, logits);
+  // Only the drafts' ids come back (a [rows, vocab] F32 copy and a host scan per draft cost
+  // more than the MTP layer at batch 64), and the logits when asked.
   MtpPending p;
   p.slot = slot;
   p.rows = rows_out;
   p.logits = logits_to_host;
   if (rows_out > 0) {
     Tensor ids(mtp_ids_.tensor().data, DType::I32, {rows_out}, mtp_ids_.tensor().device);
-    Tensor chosen = logits.slice_rows(0, rows_out);  // [rows, sample_vocab] of [rows, vocab]
-    if (config_.sample_vocab > 0 && config_.sample_vocab < chosen.shape[1]) chosen.shape[1] = config_.sample_vocab;
-    backend_.argmax(chosen, ids);
     Tensor host_ids(host_ids_[slot].tensor().data, DType::I32, {rows_out});
     backend_.copy_async(ids, host_ids);
   }
@@ -410,11 +502,68 @@ void Runner::submit_mtp(std::span<const RunSeq> seqs, std::span<const int32_t> h
     p.logits_row0 = half ? slot * max_overlapped_mtp_rows() : 0;
     Tensor host_logits(host_logits_.tensor().ptr<float>() + p.logits_row0 * model_.vocab_size(), DType::F32,
                        {rows_out, model_.vocab_size()});
-    backend_.copy_async(logits.slice_rows(0, rows_out), host_logits);
+    backend_.copy_async(logits, host_logits);
   }
-  last_mtp_rows_ = rows_out;
   p.fence = backend_.record_fence();
   mtp_pending_.push_back(p);
+}
+
+void Runner::draft_ahead(std::span<const DraftAheadSeq> seqs, int num_drafts) {
+  const int num_seqs = static_cast<int>(seqs.size()), q = last_verify_q_;
+  DI_CHECK(config_.num_mtp_kv_layers > 0 && mtp_pending_.empty() && in_flight_.size() == 1 && q > 0 &&
+               num_seqs == last_verify_seqs_ && num_drafts >= 1 && num_drafts < config_.max_logits_per_seq,
+           "runner: draft_ahead needs an MTP KV layer, one verify step in flight (of ", last_verify_seqs_,
+           " sequences) with accepted counts on the device, no MTP pass pending, and 1 .. ",
+           config_.max_logits_per_seq - 1, " drafts (got ", num_seqs, " sequences, ", num_drafts, " drafts)");
+  const int assumed = q - 1;
+  int max_end = 0;
+  for (const DraftAheadSeq& s : seqs) max_end = std::max(max_end, s.begin + assumed + num_drafts);
+  if (static_cast<int>(ahead_zeros_.size()) < max_end) ahead_zeros_.assign(static_cast<size_t>(max_end), 0);
+  // Host staging: one (inputs, rows) pair per pass of this round.
+  std::vector<DeviceBuffer>& ring = ahead_staging_[ahead_round_];
+  ahead_round_ ^= 1;
+  while (static_cast<int>(ring.size()) < 2 * num_drafts) {
+    ring.push_back(backend_.alloc_host(DType::I32, {staging_[0].tensor().numel()}));
+    ring.push_back(backend_.alloc_host(DType::I32, {config_.max_num_batched_tokens}));
+  }
+  std::vector<RunSeq> runs(static_cast<size_t>(num_seqs));
+  std::vector<int32_t> rows;
+  // Pass 0: every row of the verify step in flight (tokens: its chosen ids, which row for row
+  // are the tokens after its positions; hidden: its target rows).
+  for (int s = 0; s < num_seqs; ++s) {
+    runs[static_cast<size_t>(s)] = {ahead_zeros_, seqs[static_cast<size_t>(s)].begin, q,
+                                    seqs[static_cast<size_t>(s)].block_ids, true, q};
+    for (int j = 0; j < q; ++j) rows.push_back(s * q + j);
+  }
+  const Tensor target_ids = argmax_ids_.tensor().slice_rows(0, int64_t{num_seqs} * q);
+  Tensor logits;
+  mtp_pass(runs, rows, true, ring[0].tensor(), ring[1].tensor(), &target_ids, nullptr, -1, logits);
+  // Draft 1: row accepted[s] of each sequence; its output hidden state feeds the chain.
+  Tensor accepted = spec_accepted_.tensor().slice_rows(0, num_seqs);
+  Tensor draft_rows = spec_rows_.tensor().slice_rows(0, num_seqs);
+  const int64_t stride = spec_drafts_.tensor().size(1);
+  auto drafts_row = [&](int d) {
+    return Tensor(spec_drafts_.tensor().ptr<int32_t>() + d * stride, DType::I32, {num_seqs},
+                  spec_drafts_.tensor().device);
+  };
+  Tensor first = drafts_row(0);
+  backend_.spec_select_rows(mtp_ids_.tensor().slice_rows(0, int64_t{num_seqs} * q), accepted, q, first, draft_rows);
+  // Chained passes d = 1 ..: draft d + 1 at position begin + accepted + d (laid out at
+  // begin + k + d, shifted on the device), token draft d, hidden the previous pass's row.
+  rows.resize(static_cast<size_t>(num_seqs));
+  for (int s = 0; s < num_seqs; ++s) rows[static_cast<size_t>(s)] = s;
+  for (int d = 1; d < num_drafts; ++d) {
+    for (int s = 0; s < num_seqs; ++s)
+      runs[static_cast<size_t>(s)] = {ahead_zeros_, seqs[static_cast<size_t>(s)].begin + assumed + d, 1,
+                                      seqs[static_cast<size_t>(s)].block_ids, true, 1};
+    const Tensor prev = drafts_row(d - 1);
+    mtp_pass(runs, rows, false, ring[2 * static_cast<size_t>(d)].tensor(),
+             ring[2 * static_cast<size_t>(d) + 1].tensor(), &prev, d == 1 ? &draft_rows : nullptr, assumed, logits);
+    Tensor next = drafts_row(d);
+    backend_.copy_async(mtp_ids_.tensor().slice_rows(0, num_seqs), next);
+  }
+  ahead_drafts_ = num_drafts;
+  ++stats_.num_drafts_ahead;
 }
 
 const std::vector<int32_t>& Runner::collect_mtp() {

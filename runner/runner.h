@@ -53,12 +53,33 @@ struct RunnerConfig {
   int num_mtp_kv_layers = 0;
 };
 
+// Speculative decoding with drafts in flight (Runner::submit's `spec`, Runner::draft_ahead).
+struct SpecStep {
+  // > 0: a uniform verify step of verify_q tokens per sequence whose tokens come back as ids
+  // (argmax_only): after it the device computes each sequence's accepted drafts and last token
+  // (Backend::spec_accept), kept for the next step and read back by collect_argmax (accepted()).
+  int verify_q = 0;
+  // >= 0: the step follows draft_ahead and is laid out as if all `assumed` drafts of the
+  // previous verify step were accepted, one token and the new drafts per sequence, in the same
+  // sequence order: the device shifts it by each sequence's accepted count (Backend::spec_shift)
+  // and writes its tokens (the previous step's last token, then the drafts). token_ids' entries
+  // of those tokens are not read.
+  int assumed = -1;
+};
+// One sequence of Runner::draft_ahead: where the verify step in flight began, and the block
+// table of the MTP layer's KV group.
+struct DraftAheadSeq {
+  int begin = 0;
+  std::span<const int32_t> block_ids;
+};
+
 struct RunnerStats {
   int64_t num_steps = 0;
   int64_t num_graph_steps = 0;     // steps that replayed a captured graph
   int64_t num_graphs_captured = 0;  // captures, re-captures after workspace growth included
   int64_t num_capture_failures = 0;
   int64_t num_mtp_graph_runs = 0;  // run_mtp passes that replayed a captured graph
+  int64_t num_drafts_ahead = 0;    // draft_ahead calls (drafts made on the device with a verify step in flight)
 };
 
 class Runner {
@@ -82,9 +103,23 @@ class Runner {
   // argmax_only with at least as many rows); token_ids' last entry is then not read.
   // At most two steps in flight, at most one of them not argmax_only.
   void submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_from_previous = false,
-              std::span<const SampleRowParams> sample_rows = {});
+              std::span<const SampleRowParams> sample_rows = {}, const SpecStep& spec = {});
   // Waits for the oldest submitted step and returns its result (valid until the next collect).
   const std::vector<int32_t>& collect_argmax();
+  // Of the step collect_argmax just returned, when it was a SpecStep::verify_q step: each
+  // sequence's accepted drafts as the device counted them (else empty).
+  const std::vector<int32_t>& accepted() const { return accepted_out_; }
+  // Speculative decoding with drafts in flight: while verify step N (the last submitted, a
+  // SpecStep::verify_q step of q = 1 + k tokens per sequence, `seqs` in its order) runs, makes
+  // num_drafts MTP drafts per sequence for step N + 1 on the device, nothing read by the host:
+  // the MTP layer over all q rows of each sequence (positions begin .. begin + k; tokens: step
+  // N's chosen ids; hidden: its target rows; rows past the accepted ones write MTP KV that
+  // the chained passes and the next rounds rewrite before any query reads it), draft 1 from
+  // row accepted[s] (Backend::spec_select_rows), then num_drafts - 1 chained passes at
+  // positions begin + k + d shifted by accepted[s] - k (Backend::spec_shift). The next
+  // submit (SpecStep::assumed = k) takes them. The first pass is uniform (q rows per
+  // sequence), so it replays a CUDA graph as the chained passes and verify steps do.
+  void draft_ahead(std::span<const DraftAheadSeq> seqs, int num_drafts);
   const Tensor& collect_logits();
   int num_in_flight() const { return static_cast<int>(in_flight_.size()); }
 
@@ -131,6 +166,7 @@ class Runner {
  private:
   struct Pending {
     bool argmax_only = false;
+    int64_t num_accepted = 0;  // SpecStep::verify_q: sequences whose accepted counts come back
     bool wide = false;     // logits in wide_logits_ / host_wide_logits_
     int64_t num_rows = 0;  // logits rows the host reads
     int64_t fence = 0;
@@ -139,6 +175,18 @@ class Runner {
   // Runs the model on the inputs in inputs_ (eagerly, or by the graph of graph_shape for
   // uniform steps); returns the device logits [num_logits, vocab].
   Tensor forward(const StepLayout& layout, const StepHostInfo& info, const DecodePadding* graph_shape, bool wide);
+  // One MTP pass (submit_mtp, draft_ahead): builds its inputs in `staging`, uploads them, then takes on the device what is given:
+  // device_tokens ([tokens]: every token), device_rows ([tokens]: the hidden source rows
+  // instead of host_rows), shift (spec_shift of the layout by the last verify step's
+  // accepted counts); runs the layer (graphed when uniform) and leaves the argmax of its
+  // logits rows in mtp_ids_. Returns the number of those rows.
+  // staging / rows_staging: host buffers untouched until the pass's uploads are done.
+  // shift_assumed < 0: no shift. logits_out: the pass's device logits [rows, vocab].
+  int64_t mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> host_rows, bool hidden_from_target,
+                   Tensor& staging, Tensor& rows_staging, const Tensor* device_tokens, const Tensor* device_rows,
+                   int shift_assumed, Tensor& logits_out);
+  // spec_shift of a built step's layout in inputs_ by the last verify step's accepted counts.
+  void shift_inputs(const StepLayout& l, int num_seqs, int assumed, SpecShift& f);
   // Runs body through the graph of `shape` in `graphs`: replays it (true), or runs body
   // eagerly (growing every workspace to the shape) and then captures it for the next
   // steps of the shape (false; a shape that fails to capture runs eagerly from then on).
@@ -172,6 +220,20 @@ class Runner {
   DeviceBuffer mtp_rows_, host_mtp_rows_[2];  // I32 [max_tokens] hidden source rows (host: per slot)
   DeviceBuffer mtp_ids_;              // I32 [max_rows] device argmax of MTP rows (not argmax_ids_:
                                       // a later tokens_from_previous step reads that)
+  // Drafts in flight (SpecStep, draft_ahead): the last verify step's accepted counts and last
+  // tokens (device [max_seqs]; host per slot), the drafts made for the next step (device
+  // [max_logits_per_seq, max_seqs], one row per draft position) and draft 1's MTP rows.
+  DeviceBuffer spec_accepted_, spec_last_, spec_drafts_, spec_rows_, host_accepted_[2];
+  // Host staging of draft_ahead's passes: [2 rounds][passes], each inputs + hidden rows
+  // (a round's uploads are done before the next round's verify step is collected, so
+  // alternating rounds never overwrite staging a copy still reads).
+  std::vector<DeviceBuffer> ahead_staging_[2];
+  int ahead_round_ = 0;
+  std::vector<int32_t> ahead_zeros_;  // token_ids of draft_ahead's RunSeqs (the device writes the tokens)
+  int last_verify_q_ = 0;             // of the last submitted step (0: not a verify_q step)
+  int last_verify_seqs_ = 0;
+  int ahead_drafts_ = 0;              // drafts the last draft_ahead made (for SpecStep::assumed)
+  std::vector<int32_t> accepted_out_;
   int mtp_cur_ = 0;                   // mtp_out_ index written by the last run_mtp
   int64_t mtp_out_rows_ = 0;          // rows it wrote (a chained pass reads those only)
   int64_t hidden_rows_ = 0;           // rows in hidden_ from the last target step

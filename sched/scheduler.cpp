@@ -131,6 +131,14 @@ void Scheduler::on_drafts_verified(Sequence* seq, int num_accepted) {
   blocks_.commit(seq->token_ids, seq->num_computed_tokens, seq->kv);
 }
 
+void Scheduler::on_drafts_assumed(Sequence* seq, int count) {
+  DI_CHECK(seq->status == SeqStatus::Running && seq->num_computed_tokens + count >= 0 &&
+               seq->num_computed_tokens + count <= seq->num_tokens(),
+           "scheduler: sequence ", seq->seq_id, ": ", count, " assumed tokens from ", seq->num_computed_tokens,
+           " computed of ", seq->num_tokens());
+  seq->num_computed_tokens += count;
+}
+
 void Scheduler::finish(Sequence* seq) {
   if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
     running_.erase(it);

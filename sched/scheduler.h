@@ -55,6 +55,10 @@ class Scheduler {
   // drafts and appending the verified run, reports the num_accepted drafts it kept.
   void on_step_done(const SchedulerOutput& out);
   void on_drafts_verified(Sequence* seq, int num_accepted);
+  // Drafts in flight: the next step is scheduled before a verify step's outcome is read, as if
+  // `count` more tokens (its drafts, no longer counted as drafts) were computed; a negative
+  // count undoes that once the outcome is known. Nothing is committed to the prefix cache.
+  void on_drafts_assumed(Sequence* seq, int count);
   // Removes a sequence (finished or aborted) and releases its blocks.
   void finish(Sequence* seq);
 

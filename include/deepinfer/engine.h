@@ -198,6 +198,9 @@ struct EngineStats {
   // batch (the step ran as k = 0 does).
   SpecStepTimes spec_step_times;
   int64_t num_steps_without_drafts = 0;
+  // Verify steps issued before the previous verify step's tokens were read, their drafts made
+  // on the device (asynchronous scheduling with drafts in flight).
+  int64_t num_spec_steps_ahead = 0;
   // Load right now (read by the server's /metrics): filled in by stats().
   int num_free_kv_blocks = 0;
   int num_running_seqs = 0;
