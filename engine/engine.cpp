@@ -420,6 +420,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous, int a
   stats.num_step_seqs += static_cast<int64_t>(run.size());
   stats.num_steps_ahead += tokens_from_previous ? 1 : 0;
   stats.num_graph_steps = runner_->stats().num_graph_steps;
+  stats.num_mtp_graph_runs = runner_->stats().num_mtp_graph_runs;
   in_flight_.push_back({std::move(plan), std::move(begins), std::move(rows), std::move(logits_rows),
                         std::move(prompt_rows), std::move(prompt_from), argmax_only, false, spec.verify_q,
                         assumed >= 0, -1});

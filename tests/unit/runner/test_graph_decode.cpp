@@ -235,3 +235,60 @@ TEST(GraphDecode, BatchInvariantVerifyGraphsEqualEagerDecode) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Drafts in flight (issue 13 item 2): with asynchronous scheduling, verify step N + 1 is issued
+// before step N is read, its drafts made on the device (MTP passes graphed: the first one over
+// 1 + k rows of every sequence) and its layout fixed up there. Batch-invariant: the tokens of
+// eager synchronous k = 0, greedy and seeded sampled (sampled on the device), 7 sequences
+// (a padded graph bucket), finishing at different lengths.
+TEST(GraphDecode, BatchInvariantVerifyStepsAheadEqualEagerDecode) {
+  auto run = [](int k, bool eager, bool async, EngineStats* st) {
+    EngineConfig cfg = test_config("models/deepseek-v3-tiny-code", true, eager);
+    cfg.max_model_len = 512;
+    cfg.num_speculative_tokens = k;
+    cfg.spec_varlen = 0;
+    cfg.async_scheduling = async;
+    Engine engine(cfg);
+    std::vector<Prompt> ps;
+    std::vector<SamplingParams> params;
+    const char* texts[] = {"def fibonacci(n):\n", "import os\nimport sys\n", "for i in range(10):\n"};
+    for (int i = 0; i < 7; ++i) {
+      ps.push_back(Prompt::from_text(texts[i % 3]));
+      SamplingParams p;
+      p.temperature = i % 2 == 1 ? 0.8f : 0.0f;
+      p.seed = 5 + static_cast<uint64_t>(i);
+      p.max_tokens = 30 + 6 * i;
+      p.ignore_eos = true;
+      params.push_back(p);
+    }
+    auto out = engine.generate(ps, params);
+    *st = engine.stats();
+    return out;
+  };
+  EngineStats st0;
+  const auto want = run(0, true, false, &st0);
+  for (int k : {1, 3}) {
+    EngineStats st, sync;
+    const auto got = run(k, false, true, &st);
+    run(k, false, false, &sync);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+      EXPECT_EQ(want[i].outputs[0].token_ids, got[i].outputs[0].token_ids) << "k " << k << " request " << i;
+    }
+    EXPECT_GT(st.num_spec_steps_ahead, st.num_steps / 2) << "k " << k << ": " << st.num_spec_steps_ahead << " of "
+                                                         << st.num_steps << " steps issued ahead";
+    // The device's drafts are the synchronous engine's (batch-invariant kernels, graphed or not).
+    EXPECT_EQ(st.spec.accepted_per_position, sync.spec.accepted_per_position) << "k " << k;
+    if (accelerator() == "cuda") {
+      EXPECT_GT(st.num_graph_steps, st.num_steps / 2) << "k " << k;
+      EXPECT_GT(st.num_mtp_graph_runs, st.num_spec_steps_ahead / 2) << "k " << k << ": first MTP passes not graphed";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
