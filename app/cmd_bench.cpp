@@ -276,6 +276,9 @@ int cmd_bench(int argc, char** argv) {
     rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
     rec["enforce_eager"] = config.enforce_eager;
     rec["graph_steps_total"] = engine.stats().num_graph_steps;  // since the engine started
+    rec["async_scheduling"] = config.async_scheduling;
+    rec["spec_steps_ahead_total"] = engine.stats().num_spec_steps_ahead;  // verify steps issued with drafts in flight
+    rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
     std::printf("%s\n", line.c_str());

@@ -434,6 +434,11 @@ void Engine::Impl::spec_run_ahead() {
   }
   DI_CHECK(same_rows, "engine: the step scheduled on assumed drafts is not the running one's sequences with ", 1 + kn,
            " tokens each");
+  // Copy-on-write (none in steady decode: the running step's blocks are already private)
+  // before the MTP passes write the sequences' blocks.
+  runner_->copy_blocks(next.block_copies);
+  stats.num_kv_block_copies += static_cast<int64_t>(next.block_copies.size());
+  next.block_copies.clear();
   std::vector<DraftAheadSeq> ahead;
   for (int i = 0; i < num_seqs; ++i) {
     const SeqState& seq = static_cast<const SeqState&>(*cur.plan.seqs[static_cast<size_t>(i)].seq);

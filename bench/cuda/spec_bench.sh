@@ -10,6 +10,10 @@
 #     elapsed / steps is the step time of 1 + k tokens per sequence (MTP drafting included)
 #     against k = 0's 1 token, at batch 1, 8, 32, 64; k = 3 once more with --enforce-eager
 #     (no graphs) to show what the verify-step graphs give. Acceptance there is meaningless.
+# PART=async (drafts in flight, issue 13 item 2): the embedded model at batch 1, 8, 64 for k = 0,
+# k = 1 and 3 synchronous (--no-async-scheduling: a host sync per verify step) and asynchronous
+# (the default: verify step N + 1 issued before N is read, drafts made on the device), and the
+# default (k = 3 scheduled); then PART=equal's check over k = 0 / 3 sync / 3 async.
 # Other parts (each its own device call): PART=varlen (k = 0, k = 3 fixed and the default,
 # no flag: k = 3 with --spec-varlen 1 on the embedded model, k = 0 on random weights, at
 # batch 1, 8, 64: the scheduled length must not lose to k = 0 where drafting does not pay;
@@ -59,14 +63,24 @@ if want tiny; then
       --output "$OUT/spec_tiny.jsonl"
   done
 fi
-# spec_args K: the flags of variant K (v3: k = 3 scheduled; default: none, the engine's default).
+# spec_args K: the flags of variant K (v3: k = 3 scheduled; default: none, the engine's default;
+# Ns: k = N with synchronous scheduling).
 spec_args() {
   case "$1" in
     v3) a=(--num-speculative-tokens 3 --spec-varlen 1) ;;
     default) a=() ;;
+    *s) a=(--num-speculative-tokens "${1%s}" --no-async-scheduling) ;;
     *) a=(--num-speculative-tokens "$1") ;;
   esac
 }
+if [[ $PART == async ]]; then
+  for k in 0 1s 1 3s 3 default; do
+    spec_args "$k"
+    run 80 "tiny k=$k" "$DEEPINFER" bench --backend cuda --model models/deepseek-v3-tiny-code --batch 1,8,64 \
+      --gen-len 128 --prompt-file bench/prompts/code.jsonl --repeats 3 --warmup 1 "${a[@]}" \
+      --output "$OUT/spec_tiny.jsonl"
+  done
+fi
 if [[ $PART == varlen ]]; then
   for k in 0 3 default; do
     spec_args "$k"
@@ -105,7 +119,8 @@ if [[ $PART == nsys ]]; then
 fi
 # PART=equal: greedy and seeded batch generate on CUDA, k = 0 vs 3, with and without
 # --batch-invariant: how many requests' token ids differ (0 expected with the flag).
-if [[ $PART == equal ]]; then
+if [[ $PART == equal || $PART == async ]]; then
+  if [[ $PART == async ]]; then variants=(3s 3); else variants=(3 default); fi
   python3 - "$TMP/equal_in.jsonl" <<'PY'
 import json, sys
 prompts = [json.loads(l)["prompt"] for l in open("bench/prompts/code.jsonl")]
@@ -116,12 +131,12 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(p) + "\n")
 PY
   for inv in "" --batch-invariant; do
-    for k in 0 3 default; do
+    for k in 0 "${variants[@]}"; do
       spec_args "$k"
       run 100 "generate k=$k $inv" "$DEEPINFER" generate --backend cuda --input "$TMP/equal_in.jsonl" \
         --output "$TMP/equal_k${k}${inv}.jsonl" "${a[@]}" $inv
     done
-    for k in 3 default; do
+    for k in "${variants[@]}"; do
     python3 - "$TMP/equal_k0${inv}.jsonl" "$TMP/equal_k${k}${inv}.jsonl" "${inv:-default kernels} k=$k" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
 try:
@@ -147,7 +162,8 @@ def records(name):
     return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
 def label(r):
     k = r["num_speculative_tokens"]
-    return f"k{k}" + (" varlen" if (r.get("spec_varlen") or 0) > 0 else "") + (" eager" if r.get("enforce_eager") else "")
+    return (f"k{k}" + (" varlen" if (r.get("spec_varlen") or 0) > 0 else "") + (" eager" if r.get("enforce_eager") else "")
+            + (" sync" if r.get("async_scheduling") is False else ""))
 for name, title in (("spec_tiny.jsonl", "embedded model (trained MTP): emitted tok/s, speed-up vs k0, acceptance by position"),
                     ("spec_bench_model.jsonl", "bench model (random MTP): ms per step, ratio to k0 (1 + k tokens per sequence vs 1)")):
     recs = [r for r in records(name) if r.get("kind", "decode") == "decode" and "steps" in r]
@@ -164,7 +180,8 @@ for name, title in (("spec_tiny.jsonl", "embedded model (trained MTP): emitted t
             ratio = r["tokens_per_s"] / b["tokens_per_s"] if b else float("nan")
             print(f"batch {r['batch']:3d} {label(r):10s} {r['tokens_per_s']:10.1f} tok/s {ratio:5.2f}x  step {step_ms:7.3f} ms"
                   f"  accept {pos}  mean len {s.get('mean_accepted_length', 0):.2f}"
-                  f"  undrafted steps {r.get('steps_without_drafts', 0):.0f}")
+                  f"  undrafted steps {r.get('steps_without_drafts', 0):.0f}"
+                  f"  ahead {r.get('spec_steps_ahead_total', 0)} mtp graphs {r.get('mtp_graph_runs_total', 0)}")
         else:
             b_ms = 1e3 * b["elapsed_s"] / max(b["steps"], 1) if b else float("nan")
             ratio = r["tokens_per_s"] / b["tokens_per_s"] if b else float("nan")
