@@ -6,15 +6,15 @@
 // bitwise those of k = 0 and of the synchronous speculative engine (async_scheduling off).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <map>
 
 #include "deepinfer/engine.h"
+#include "tests/unit/spec/spec_fixture.h"
 
 namespace deepinfer {
 namespace {
 
-const std::string kModelDir = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
+using namespace spec_test;  // NOLINT(google-build-using-namespace)
 
 EngineConfig config(int k, bool async = true) {
   EngineConfig c;
@@ -26,19 +26,6 @@ EngineConfig config(int k, bool async = true) {
   c.spec_varlen = 0;
   c.async_scheduling = async;
   return c;
-}
-
-const std::vector<std::string> kPrompts = {
-    "def fibonacci(n):\n",
-    "import os\nimport sys\n\n\ndef main():\n",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
-    "for i in range(10):\n",
-};
-
-std::vector<Prompt> prompts() {
-  std::vector<Prompt> out;
-  for (const auto& t : kPrompts) out.push_back(Prompt::from_text(t));
-  return out;
 }
 
 // Sampled on the device (no logprobs, no penalties): what can run ahead.
@@ -55,41 +42,6 @@ SamplingParams sampled(int max_tokens, uint64_t seed) {
   p.max_tokens = max_tokens;
   p.seed = seed;
   return p;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].request_id, b[i].request_id) << what;
-    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << what << " request " << i;
-    for (size_t s = 0; s < a[i].outputs.size(); ++s) {
-      const CompletionOutput &x = a[i].outputs[s], &y = b[i].outputs[s];
-      ASSERT_EQ(x.token_ids, y.token_ids) << what << " request " << i << " sample " << s;
-      EXPECT_EQ(x.text, y.text) << what << " request " << i;
-      EXPECT_EQ(x.finish_reason, y.finish_reason) << what << " request " << i;
-      EXPECT_EQ(x.stop_reason, y.stop_reason) << what << " request " << i;
-      ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what << " request " << i;
-      for (size_t t = 0; t < x.logprobs.size(); ++t) {
-        ASSERT_EQ(x.logprobs[t].token_id, y.logprobs[t].token_id);
-        ASSERT_EQ(bits(x.logprobs[t].logprob), bits(y.logprobs[t].logprob)) << what << " request " << i;
-      }
-    }
-  }
-}
-
-std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<Prompt>& p,
-                               const std::vector<SamplingParams>& sp, EngineStats* stats = nullptr) {
-  Engine e(c);
-  auto out = e.generate(p, sp);
-  for (const auto& o : out) EXPECT_TRUE(o.error.empty()) << o.error;
-  if (stats) *stats = e.stats();
-  return out;
 }
 
 // k = 0, synchronous k, asynchronous k: the same outputs; the asynchronous engine ran ahead

@@ -5,15 +5,14 @@
 // preemption), drafts never pass max_tokens, and the MTP drafts are accepted often.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "core/error.h"
 #include "deepinfer/engine.h"
+#include "tests/unit/spec/spec_fixture.h"
 
 namespace deepinfer {
 namespace {
 
-const std::string kModelDir = std::string(DEEPINFER_SOURCE_DIR) + "/models/deepseek-v3-tiny-code";
+using namespace spec_test;  // NOLINT(google-build-using-namespace)
 
 EngineConfig config(int k, const std::string& speculator = "mtp") {
   EngineConfig c;
@@ -26,13 +25,6 @@ EngineConfig config(int k, const std::string& speculator = "mtp") {
   c.spec_varlen = 0;
   return c;
 }
-
-const std::vector<std::string> kPrompts = {
-    "def fibonacci(n):\n",
-    "import os\nimport sys\n\n\ndef main():\n",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
-    "for i in range(10):\n",
-};
 
 SamplingParams greedy(int max_tokens) {
   SamplingParams p;
@@ -50,52 +42,6 @@ SamplingParams sampled(int max_tokens, uint64_t seed) {
   p.seed = seed;
   p.logprobs = 1;
   return p;
-}
-
-std::vector<Prompt> prompts() {
-  std::vector<Prompt> out;
-  for (const auto& t : kPrompts) out.push_back(Prompt::from_text(t));
-  return out;
-}
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// Token ids, finish reasons, text and logprobs (bit for bit) of every sample.
-void expect_same(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].outputs.size(), b[i].outputs.size()) << what << " request " << i;
-    for (size_t s = 0; s < a[i].outputs.size(); ++s) {
-      const CompletionOutput &x = a[i].outputs[s], &y = b[i].outputs[s];
-      ASSERT_EQ(x.token_ids, y.token_ids) << what << " request " << i << " sample " << s;
-      EXPECT_EQ(x.text, y.text) << what << " request " << i;
-      EXPECT_EQ(x.finish_reason, y.finish_reason) << what << " request " << i;
-      ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what << " request " << i;
-      for (size_t t = 0; t < x.logprobs.size(); ++t) {
-        ASSERT_EQ(x.logprobs[t].token_id, y.logprobs[t].token_id);
-        ASSERT_EQ(bits(x.logprobs[t].logprob), bits(y.logprobs[t].logprob))
-            << what << " request " << i << " token " << t;
-        ASSERT_EQ(x.logprobs[t].top.size(), y.logprobs[t].top.size());
-        for (size_t j = 0; j < x.logprobs[t].top.size(); ++j) {
-          EXPECT_EQ(x.logprobs[t].top[j].first, y.logprobs[t].top[j].first);
-          EXPECT_EQ(bits(x.logprobs[t].top[j].second), bits(y.logprobs[t].top[j].second));
-        }
-      }
-    }
-  }
-}
-
-std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<Prompt>& p,
-                               const std::vector<SamplingParams>& sp, EngineStats* stats = nullptr) {
-  Engine e(c);
-  auto out = e.generate(p, sp);
-  for (const auto& o : out) EXPECT_TRUE(o.error.empty()) << o.error;
-  if (stats) *stats = e.stats();
-  return out;
 }
 
 TEST(SpecEngine, GreedyMtpEqualsNoSpeculationForK1To5) {
