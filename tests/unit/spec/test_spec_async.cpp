@@ -149,6 +149,34 @@ TEST(SpecAsync, ChunkedPromptsArrivingWhileDraftsAreInFlight) {
   }
 }
 
+// A request aborted while the step after its verify step is in flight: the others keep k = 0's
+// outputs; the scheduled length (spec_varlen 1: a uniform depth ahead) too.
+TEST(SpecAsync, AbortWhileDraftsAreInFlightAndScheduledLengths) {
+  const std::vector<SamplingParams> sp = {greedy(40), sampled(40, 3), greedy(40)};
+  std::vector<Prompt> p = prompts();
+  p.resize(3);
+  const auto base = run(config(0), p, sp);
+  Engine e(config(3));
+  std::map<std::string, RequestOutput> done;
+  const std::vector<std::string> ids = {"r0", "r1", "r2"};
+  for (size_t i = 0; i < sp.size(); ++i) e.add_request(p[i], sp[i], ids[i]);
+  while (e.has_unfinished() && e.stats().num_spec_steps_ahead < 3)
+    for (auto& o : e.step()) done[o.request_id] = o;
+  ASSERT_GE(e.stats().num_spec_steps_ahead, 3);
+  EXPECT_TRUE(e.abort("r1"));
+  while (e.has_unfinished())
+    for (auto& o : e.step()) done[o.request_id] = o;
+  for (const std::string id : {"r0", "r2"}) {
+    ASSERT_TRUE(done.count(id));
+    const RequestOutput& want = base[id == "r0" ? 0 : 2];
+    EXPECT_EQ(done[id].outputs[0].token_ids, want.outputs[0].token_ids) << id;
+    EXPECT_TRUE(done[id].finished) << id;
+  }
+  EngineConfig varlen = config(3);
+  varlen.spec_varlen = 1;
+  expect_same(base, run(varlen, p, sp), "spec_varlen 1");
+}
+
 // A short cache: the scheduler preempts, the engine steps synchronously while blocks are short
 // (spec_run_ahead needs free blocks for every sequence's next verify step) and runs ahead
 // while they are not.
