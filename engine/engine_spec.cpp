@@ -12,8 +12,9 @@
 // the host. The design, vLLM-like (its async scheduler with spec decode treats the drafts'
 // outcome as unknown), as built:
 //  1. Scope as run_ahead's: every row device-samplable (argmax or Backend::sample), no
-//     grammar / penalties / min_tokens / prompt logprobs, nothing waiting, no length stop
-//     within 1 + k tokens, free blocks for 1 + k more slots per sequence (no preemption).
+//     grammar / penalties / min_tokens / logprobs, nothing waiting, no length stop within the
+//     two verify steps' 2 + k_N + k_N+1 tokens, free blocks for 1 + k more slots per sequence
+//     (no preemption), one KV group (V3; V4's groups read host lengths), MTP drafts.
 //  2. Runner, on the device: after verify step N's tokens, a small op computes each
 //     sequence's accepted count a_s (first j where draft j != token j) and its last
 //     token; the MTP first pass of step N+1 runs over all 1 + k rows of each sequence
@@ -28,11 +29,14 @@
 //     the MTP ids on the device, never via the host), and the sample rows' positions
 //     (device_params' (seed, position) key) shift the same way, so every token keeps the
 //     random number k = 0 draws for it: same bits as k = 0.
-//  4. The host collects step N one step late: replays acceptance from the device tokens
-//     (the same rule as collect()), rolls num_computed_tokens back by the rejected count
-//     (Scheduler::on_drafts_verified), frees the optimistic blocks beyond the verified
-//     length, and drops step N+1's rows of sequences that step N finished (EOS, stop
-//     strings), as run_ahead does with its placeholder token.
+//  4. The host collects step N one step late: takes N+1's placeholders out of token_ids,
+//     undoes the assumption (Scheduler::on_drafts_assumed(-k)), replays acceptance with the
+//     device's count (the same rule as collect(); checked equal where the host knows the
+//     drafts), commits the verified tokens (Scheduler::on_drafts_verified), puts N+1's draft
+//     placeholders back and records N+1's true start; it drops step N+1's rows of sequences
+//     that step N finished (EOS, stop strings), as run_ahead does with its placeholder token.
+//     Blocks reserved for the optimistic positions stay with the sequence (the next steps
+//     write them; released when it finishes).
 //  5. Verify lengths fixed when N+1 is scheduled: spec_varlen 1 (confidences from the
 //     acceptance history, a step old) fits; spec_varlen 2 (the drafts' own softmax) cannot
 //     run ahead and keeps the synchronous path.
