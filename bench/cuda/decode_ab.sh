@@ -7,7 +7,8 @@
 # Kernel A/B arm (default flags): old = $GPU_BIN/bin/deepinfer_old (a baseline binary copied
 # there by hand). An arm may repeat in ARMS for an interleaved A/B.
 # Env arms: NAME:VAR=VALUE[,VAR=VALUE...] runs the default flags with those variables set,
-# e.g. "stream:DEEPINFER_CUDA_PIPE=0 pipe8:DEEPINFER_CUDA_PIPE=8" (MoE expert GEMM A/B).
+# e.g. "sync:DEEPINFER_CUDA_SYNC=1" (kernel variants have no switches left: a kernel A/B
+# builds a binary per variant, or sets CudaOptions in code; bench/NOTES.md v32c).
 # Records go to $OUT/decode_ab.jsonl with an "arm" field added; a table is printed last.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
