@@ -8,8 +8,12 @@
 // scattered and different, so a pass that wrote or read the wrong group's cache or table differs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
