@@ -27,12 +27,13 @@ StepCounts count_step(const ModelConfig& c, StepKind kind, double linear_bytes, 
   const double row = static_cast<double>(c.kv_row_dim());
   const double per_context =
       kind == StepKind::Decode ? 2.0 * heads * (row + c.kv_lora_rank) : 2.0 * heads * (c.qk_head_dim() + c.v_head_dim);
-  // DeepSeek sparse attention (V3.2): MLA over min(context, index_topk) positions; the indexer
-  // scores every position (2 x its heads x head_dim per key) and reads every key of its cache.
-  const bool sparse = c.indexer.present();
-  const double attended = sparse ? std::min(context, static_cast<double>(c.indexer.topk)) : context;
-  const double index_dim = sparse ? static_cast<double>(c.indexer.head_dim) : 0.0;
-  const double index_flops = sparse ? 2.0 * c.indexer.n_heads * index_dim : 0.0;
+  // Sparse attention (the architecture's, ModelConfig::sparse_attention; V3.2's indexer): MLA
+  // over min(context, topk) positions; the scorer reads every key of its cache (2 x its heads x
+  // key_dim FLOPs per key).
+  const std::optional<SparseAttentionShape> sparse = c.sparse_attention();
+  const double attended = sparse ? std::min(context, static_cast<double>(sparse->topk)) : context;
+  const double index_dim = sparse ? static_cast<double>(sparse->key_dim) : 0.0;
+  const double index_flops = sparse ? 2.0 * sparse->score_heads * index_dim : 0.0;
   r.flops = tokens * (2.0 * linear_active + (per_context * attended + index_flops * context) * layers) +
             logits_rows * 2.0 * lm_head;
   r.kv_bytes = (kind == StepKind::Decode ? batch * (attended * row + context * index_dim) : tokens * (row + index_dim)) *

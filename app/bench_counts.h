@@ -16,7 +16,7 @@
 //    parameters at `linear_bytes` each, embedding and lm_head at `table_bytes` (bf16 also in FP8
 //    checkpoints);
 //  - KV bytes: decode reads batch x context rows per layer, prefill writes its new rows;
-//  - DeepSeek sparse attention (V3.2, config.indexer): attention over min(context, index_topk)
+//  - sparse attention (V3.2's indexer, config.sparse_attention()): attention over min(context, index_topk)
 //    rows, plus the indexer's 2 x index_n_heads x index_head_dim FLOPs and one index_head_dim
 //    key read per context position (its key cache; score writes/reads not counted).
 #pragma once

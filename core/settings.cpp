@@ -75,28 +75,6 @@ const std::vector<SettingInfo>& setting_table() {
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},
-      {"DEEPINFER_CUDA_STREAM", SettingType::Bool, "1",
-       "weight-streaming GEMM kernel for few-row GEMMs (0: cuBLASLt / tile kernels)"},
-      {"DEEPINFER_CUDA_STREAM_MAX_ROWS", SettingType::Int, "16",
-       "most rows a dense BF16 GEMM runs on the stream kernel (0: none)"},
-      {"DEEPINFER_CUDA_FUSE", SettingType::Int, "1",
-       "bit mask of fused dense ops on the stream kernel (bench/NOTES.md fusions)"},
-      {"DEEPINFER_CUDA_PIPE", SettingType::Int, "",
-       "MoE expert pipeline stages for <= PIPE_TOKENS tokens (unset: 2, BF16 experts only; set: "
-       "FP8 experts too; 0: the stream kernel)"},
-      {"DEEPINFER_CUDA_PIPE_TOKENS", SettingType::Int, "16",
-       "most tokens a step may have for the MoE pipeline kernel"},
-      {"DEEPINFER_CUDA_ATTN_CHUNK", SettingType::Int, "0",
-       "paged attention positions per chunk: 16, 32 or 64 (0: by launch shape)"},
-      {"DEEPINFER_CUDA_FP8_ACT_MIN_ROWS", SettingType::Int, "129",
-       "fewest rows for FP8 activations in GEMMs on FP8 weights (fewer: W8A16)"},
-      {"DEEPINFER_CUDA_FP8_MOE_ACT", SettingType::Bool, "1",
-       "FP8 activations in the MoE expert GEMMs of large prefill steps"},
-      {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", SettingType::Int, "128",
-       "fewest average rows per expert for FP8 MoE activations"},
-      {"DEEPINFER_CUDA_MOE_GEMM", SettingType::String, "cutlass",
-       "routed BF16 experts in prefill steps: 'cutlass' (CUTLASS Hopper grouped GEMMs; 'cutlass:64' / "
-       "'cutlass:256' pin 64x128 / 128x256 tiles) or 'own' (the own tensor-core tiles)"},
       // Tests.
       {"DEEPINFER_ACCELERATOR", SettingType::String, "",
        "tests: 'cuda' runs the golden / graph tests on the CUDA backend too"},

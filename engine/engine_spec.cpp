@@ -68,7 +68,7 @@ class RunnerMtp final : public MtpExecutor {
     seqs_.clear();
     hidden_.clear();
     for (const MtpRows& r : rows) {
-      seqs_.push_back({r.next_tokens, r.begin, r.count, r.block_ids, r.want_logits, 1});
+      seqs_.push_back({r.next_tokens, r.begin, r.count, r.block_ids, r.want_logits, 1, r.more_block_ids});
       for (int t = 0; t < r.count; ++t) hidden_.push_back(r.hidden_row + t);
     }
     runner_.submit_mtp(seqs_, hidden_, hidden_from_target, want_logits, tokens_from_previous);
@@ -90,6 +90,14 @@ class RunnerMtp final : public MtpExecutor {
   std::vector<RunSeq> seqs_;
   std::vector<int32_t> hidden_;
 };
+
+// The MTP layer's block tables in `kv` beyond its first group's (kv.group(mtp_kv_group())):
+// those of the model's num_mtp_kv_groups() - 1 groups after it.
+std::span<const std::vector<int32_t>> mtp_more_tables(const KVBlocks& kv, const Model& model) {
+  const int g = model.mtp_kv_group(), n = model.num_mtp_kv_groups();
+  if (n <= 1) return {};
+  return std::span(kv.more_block_ids).subspan(static_cast<size_t>(g), static_cast<size_t>(n - 1));
+}
 
 }  // namespace
 
@@ -287,7 +295,7 @@ bool Engine::Impl::measure_step_batch(int b, int ctx) {
     std::vector<RunSeq> mtp(static_cast<size_t>(b));
     std::vector<int32_t> rows;
     for (size_t s = 0; s < mtp.size(); ++s) {
-      mtp[s] = {ids, ctx, 2, kv[s].group(mtp_group), true, 1};
+      mtp[s] = {ids, ctx, 2, kv[s].group(mtp_group), true, 1, mtp_more_tables(kv[s], *model)};
       rows.push_back(static_cast<int32_t>(Q * s));
       rows.push_back(static_cast<int32_t>(Q * s + 1));
     }
@@ -480,7 +488,8 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
         stats.num_kv_block_copies += static_cast<int64_t>(copies.size());
       }
     }
-    p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's group (V3: 0)
+    p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's groups (V3: 0)
+    p.more_block_ids = mtp_more_tables(seq.kv, *model);
     p.max_drafts = k;
     in.push_back(p);
     seqs.push_back(&seq);

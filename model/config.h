@@ -35,12 +35,13 @@
 //    shared experts form one MLP of intermediate n_shared_experts * moe_intermediate_size.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/layers/indexer.h"
 #include "model/layers/dims.h"
 #include "model/layers/rope_table.h"
 
@@ -67,6 +68,31 @@ struct ParameterCount {
   // head they share with the main model.
   int64_t mtp_total = 0;
   int64_t mtp_active_per_token = 0;
+};
+
+// The shape of an architecture's sparse attention (V3.2's lightning indexer), for bench's
+// byte/FLOP counts (app/bench_counts.h): MLA attends min(context, topk) positions chosen by
+// scoring every position (2 x score_heads x key_dim FLOPs each) against one cached key of
+// key_dim values per position.
+struct SparseAttentionShape {
+  int64_t topk = 0;
+  int64_t score_heads = 0;
+  int64_t key_dim = 0;
+};
+
+struct ModelConfig;
+
+// What an architecture's config holds beyond the shared fields (V3.2: its indexer), set by
+// its parse_config (model/registry.h) and asked for only through these virtuals, so that
+// nothing outside the architecture's folder names its fields.
+class ArchitectureExtras {
+ public:
+  virtual ~ArchitectureExtras() = default;
+  // Parameters each attention block (main and MTP layers) has beyond MLA's.
+  virtual int64_t extra_attention_parameters(const ModelConfig&) const { return 0; }
+  // Lines for ModelConfig::summary (each ending in a newline).
+  virtual std::string summary() const { return {}; }
+  virtual std::optional<SparseAttentionShape> sparse_attention() const { return std::nullopt; }
 };
 
 struct ModelConfig {
@@ -112,8 +138,8 @@ struct ModelConfig {
   int64_t bos_token_id = -1;               // -1 when absent/null
   std::vector<int64_t> eos_token_ids;      // int or list in config.json
   QuantizationConfig quantization;
-  // DeepSeek sparse attention's lightning indexer (deepseek_v32); absent elsewhere.
-  IndexerDims indexer;
+  // The architecture's own facts (nullptr: none beyond these fields).
+  std::shared_ptr<const ArchitectureExtras> extras;
 
   // --- derived ---------------------------------------------------------------
   bool has_q_lora() const { return q_lora_rank > 0; }
@@ -132,7 +158,11 @@ struct ModelConfig {
   // The routing rule for backend::moe_routing (see the header comment for V2's
   // group score rule, which MoeRouting does not spell out).
   MoeRouting moe_routing() const;
-  ParameterCount parameter_count() const;
+  ParameterCount parameter_count() const;  // with extras' attention parameters
+  // extras' sparse attention; nullopt: dense MLA over every position.
+  std::optional<SparseAttentionShape> sparse_attention() const {
+    return extras ? extras->sparse_attention() : std::nullopt;
+  }
   // Multi-line human-readable summary (deepinfer info).
   std::string summary() const;
 };

@@ -20,7 +20,7 @@ std::unique_ptr<Model> build(ModelConfig config, const std::string& dir, Backend
 
 int64_t Model::mtp_hidden_size() const { return config().hidden_size; }
 
-void Model::mtp_forward(const StepBatch&, Tensor&, const Tensor&, Tensor&, Tensor&) {
+void Model::mtp_forward(const StepBatch&, std::span<Tensor>, const Tensor&, Tensor&, Tensor&) {
   fail("model: no MTP layer is loaded (the checkpoint has none, or LoadOptions::load_mtp is off)");
 }
 

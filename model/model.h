@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,11 @@ class Model {
   // The model's KV state as layer groups (core/kv_group_spec.h; how the pieces use them:
   // kv/kv_groups.h). Group g's layers get kv[g][0 .. num_layers) in forward.
   virtual std::vector<KvGroupSpec> kv_groups() const = 0;
-  // The group whose block tables the MTP layer's cache shares (its one layer more there).
+  // The groups the MTP layer has a cache in (one layer more in each, the same block tables):
+  // num_mtp_kv_groups() groups from mtp_kv_group() on (V3: the latent group 0; V3.2: latent
+  // and indexer keys; V4: its window group).
   virtual int mtp_kv_group() const { return 0; }
+  virtual int num_mtp_kv_groups() const { return 1; }
   virtual int vocab_size() const = 0;
   // One forward step. kv[g][l] is layer l of group g, [num_blocks_g, block_size, row_dim]
   // in the group's dtype, addressed by batch.kv_groups[g] (group 0 also by
@@ -58,10 +62,10 @@ class Model {
   // (V3: hidden_size; V4: its hc_mult hyper-connection streams, hc_mult * hidden_size).
   virtual int64_t mtp_hidden_size() const;
   // MTP layer 0 over one step (model/layers/mtp.h): row i holds the next token t_{i+1}
-  // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its latent rows go
-  // to kv_cache (the MTP layer's own cache: kv[mtp_kv_group()][its num_layers], the same
-  // block tables); hidden_out [T, hidden]; logits F32 [batch.logits_indices.numel(), vocab].
-  virtual void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+  // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its rows go to kv
+  // (the MTP layer's own caches: kv[i] = its layer of group mtp_kv_group() + i, addressed by
+  // batch.kv_groups[i]); hidden_out [T, hidden]; logits F32 [batch.logits_indices.numel(), vocab].
+  virtual void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                            Tensor& hidden_out, Tensor& logits);
   // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
   // captured over them before then hold stale pointers (runner/ releases them).

@@ -13,11 +13,13 @@ std::vector<KvGroupSpec> Runner::kv_groups(const Model& model, int num_mtp_kv_la
   std::vector<KvGroupSpec> groups = model.kv_groups();
   DI_CHECK(!groups.empty(), "runner: the model declares no KV group");
   for (const KvGroupSpec& g : groups) g.validate();
+  const int m = model.mtp_kv_group(), n = model.num_mtp_kv_groups();
   if (num_mtp_kv_layers > 0) {
-    const int m = model.mtp_kv_group();
-    DI_CHECK(m >= 0 && m < static_cast<int>(groups.size()), "runner: the model's MTP KV group ", m,
-             " is not one of its ", groups.size(), " groups");
-    KvGroupSpec& g = groups[static_cast<size_t>(m)];
+    DI_CHECK(m >= 0 && n >= 1 && m + n <= static_cast<int>(groups.size()), "runner: the model's MTP KV groups ", m,
+             " .. ", m + n - 1, " are not among its ", groups.size(), " groups");
+  }
+  for (int i = 0; i < n && num_mtp_kv_layers > 0; ++i) {
+    KvGroupSpec& g = groups[static_cast<size_t>(m + i)];
     g.num_layers += num_mtp_kv_layers;
     // A window group keeps one row more: the MTP pass after a step (its last row at the
     // step's last position p reads rows [p - W + 1 - 1 ...]: the MTP row of position p - W + 1
@@ -52,8 +54,6 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
            model.num_mtp_layers(), " MTP layers loaded");
   DI_CHECK(config.max_logits_per_seq >= 1, "runner: max_logits_per_seq must be >= 1");
   groups_ = kv_groups(model, config.num_mtp_kv_layers);
-  if (config.num_mtp_kv_layers > 0)  // kv_groups checked the group exists
-    mtp_layer_ = groups_[static_cast<size_t>(model.mtp_kv_group())].num_layers - config.num_mtp_kv_layers;
   for (const KvGroupPool& pool : kv_group_pools(groups_, config.num_kv_blocks, pool_limits(config)))
     group_blocks_.push_back(pool.num_blocks);
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -63,6 +63,10 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
                                          {group_blocks_[g], config.kv_block_size, groups_[g].row_dim}));
       layers.push_back(kv_memory_.back().tensor());
     }
+  }
+  for (int i = 0; i < model.num_mtp_kv_groups() && config.num_mtp_kv_layers > 0; ++i) {  // groups checked above
+    const size_t g = static_cast<size_t>(model.mtp_kv_group() + i);
+    mtp_kv_.push_back(kv_[g][static_cast<size_t>(groups_[g].num_layers - config.num_mtp_kv_layers)]);
   }
   const int64_t max_tokens = config.max_num_batched_tokens, max_seqs = config.max_num_seqs;
   max_blocks_per_seq_ = (config.max_model_len + config.kv_block_size - 1) / config.kv_block_size;
@@ -395,7 +399,7 @@ int64_t Runner::mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> 
   StepHostInfo info;
   const StepLayout l =
       build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr, staging.ptr<int32_t>(), staging.numel(),
-                        info, std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), 1));
+                        info, std::span(groups_).subspan(static_cast<size_t>(model_.mtp_kv_group()), mtp_kv_.size()));
   const Tensor& dev = inputs_.tensor();
   Tensor src(staging.data, DType::I32, {l.total}, staging.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);
@@ -429,7 +433,7 @@ int64_t Runner::mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> 
                 logits_.tensor().device);
   auto body = [&] {
     backend_.embedding(rows, src_all, in);  // gather the hidden inputs
-    model_.mtp_forward(batch, kv_[static_cast<size_t>(model_.mtp_kv_group())][static_cast<size_t>(mtp_layer_)], in,
+    model_.mtp_forward(batch, mtp_kv_, in,
                        out, logits);
   };
   if (!graph) {

@@ -47,8 +47,8 @@ struct RunnerConfig {
   // Speculative decoding: logits rows per sequence a step may return (1 + k drafts);
   // sizes the logits and token buffers.
   int max_logits_per_seq = 1;
-  // KV layers beyond the model's main ones (1: the MTP layer's latent cache, in the group
-  // Model::mtp_kv_group() names, same blocks). With one, every target step also keeps each
+  // KV layers beyond the model's main ones (1: the MTP layer's caches, one more layer in each
+  // group Model::mtp_kv_group() / num_mtp_kv_groups() name, same blocks). With one, every target step also keeps each
   // row's final hidden state (MTP drafting reads them).
   int num_mtp_kv_layers = 0;
 };
@@ -200,7 +200,7 @@ class Runner {
   int max_blocks_per_seq_ = 0;
   std::vector<KvGroupSpec> groups_;  // kv_groups(model, num_mtp_kv_layers)
   std::vector<int> group_blocks_;    // blocks of each group's pool
-  int mtp_layer_ = 0;                // the MTP layer's index in its group
+  std::vector<Tensor> mtp_kv_;       // the MTP layer's cache in each of its groups (Model::mtp_kv_group())
   std::vector<DeviceBuffer> kv_memory_;  // per layer of every group [blocks_g, block_size, row_dim_g]
   KvCaches kv_;                          // kv_[g][l]: views of kv_memory_
   DeviceBuffer inputs_;      // I32 device: every step input in one buffer (StepLayout)

@@ -47,7 +47,8 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
     if (end <= begin) continue;
     next_[i].assign(s.token_ids.begin() + 1, s.token_ids.end());
     const bool want = wants(i) > 0;
-    rows_.push_back({next_[i], begin, end - begin, s.block_ids, want, s.target_row + (begin - s.computed_begin)});
+    rows_.push_back({next_[i], begin, end - begin, s.block_ids, want, s.target_row + (begin - s.computed_begin),
+                     s.more_block_ids});
     tokens += end - begin;
     if (want) {
       drafting_.push_back(i);
@@ -72,7 +73,8 @@ void MtpProposer::propose(std::span<const ProposeSeq> seqs, std::vector<Proposal
         next_[i].push_back(0);  // draft d: the token comes from the device
         const int pos = static_cast<int>(seqs[i].token_ids.size()) - 2 + d;  // draft d's position - 1
         // A call's output rows are its token rows: in the first call a sequence may have several.
-        rows_.push_back({next_[i], pos, 1, seqs[i].block_ids, true, d == 1 ? hidden_of_[r] : static_cast<int>(r)});
+        rows_.push_back({next_[i], pos, 1, seqs[i].block_ids, true, d == 1 ? hidden_of_[r] : static_cast<int>(r),
+                         seqs[i].more_block_ids});
       }
       exec_.submit_mtp(rows_, false, confidences_, true);
     };

@@ -25,6 +25,9 @@ struct ProposeSeq {
   std::span<const int32_t> block_ids;  // KV blocks (cover every position a draft may write)
   int target_row = 0;  // row of position computed_begin in the step's target hidden states
   int max_drafts = 0;  // 0: draft nothing (a prefill chunk), but observe the positions
+  // The block tables of the MTP layer's further KV groups (Model::num_mtp_kv_groups() > 1,
+  // V3.2's indexer keys); block_ids is its first group's.
+  std::span<const std::vector<int32_t>> more_block_ids = {};
 };
 
 struct Proposal {
@@ -70,6 +73,7 @@ struct MtpRows {
   std::span<const int32_t> block_ids;
   bool want_logits = false;  // logits of the last row
   int hidden_row = 0;        // hidden input of row p: source row hidden_row + (p - begin)
+  std::span<const std::vector<int32_t>> more_block_ids = {};  // ProposeSeq::more_block_ids
 };
 struct MtpResult {
   // [rows with want_logits]: argmax over the first vocab_size() columns, lowest id on ties.

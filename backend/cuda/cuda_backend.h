@@ -209,32 +209,31 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int num_sms_ = 0;
   bool sync_each_op_ = false;
-  // DEEPINFER_CUDA_STREAM=0: no weight-streaming MMA kernel (few-row GEMMs on the gemv, as
-  // in v1); DEEPINFER_CUDA_STREAM_MAX_ROWS: dense BF16 GEMMs with at most this many rows
-  // use it instead of cuBLASLt (default 16; 0 = always cuBLASLt).
+  // CudaOptions::stream_gemm false: no weight-streaming MMA kernel (few-row GEMMs on the
+  // gemv, as in v1); stream_max_rows: dense BF16 GEMMs with at most this many rows use it
+  // instead of cuBLASLt (default 0: cuBLASLt won 1.8-2.2% at bs1 / bs8, bench/NOTES.md v32c).
   bool stream_gemm_ = true;
   int64_t stream_max_rows_ = 16;
-  // DEEPINFER_CUDA_FUSE: bit mask of the fused stream-kernel forms in use (A/B timing):
+  // CudaOptions::fuse_mask: bit mask of the fused stream-kernel forms in use (A/B timing):
   // 1 = gemm_pair in one launch, 2 = gemm_swiglu's SwiGLU load, 4 = moe_experts' SwiGLU
   // load. A cleared bit runs the unfused ops (same results). Default 1: on the H200
   // (2026-11-30, bench/NOTES.md v3) the pair gained 2-4%; the SwiGLU loads lost (MoE's -12%
   // at bs64: every column block recomputes silu for its rows).
   int fuse_mask_ = 1;
-  // DEEPINFER_CUDA_PIPE: chunk copies in flight per warp in the shared-memory-staged MoE
+  // CudaOptions::pipe_stages: chunk copies in flight per warp in the shared-memory-staged MoE
   // expert GEMM (gemm_pipe.cu: 2, 3, 4 or 8; 0 = the register-staged stream kernel). Default
   // 2 (H200, bench/NOTES session 3: bs1 +4.4%, bs8 +20.7% over the stream kernel; 4 and 8
-  // stages gave fewer resident warps and less). FP8 experts use it only when the variable is
-  // set (pipe_fp8_; not measured on FP8 yet);
-  // DEEPINFER_CUDA_PIPE_TOKENS: moe_experts calls of at most this many tokens use it (as many
+  // stages gave fewer resident warps and less). FP8 experts too (pipe_fp8_; H200 2026-12-03:
+  // bs1 +5.4%, bs8 +26% over the stream kernel, bench/NOTES.md v32c);
+  // pipe_max_tokens: moe_experts calls of at most this many tokens use it (as many
   // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md).
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 16;
-  // DEEPINFER_CUDA_MOE_GEMM: routed BF16 experts in prefill (more than 16 rows per expert on
-  // average, not batch-invariant) on CUTLASS's grouped GEMMs ("cutlass", the default) or the
-  // own tensor-core tiles ("own"); "cutlass:64" / "cutlass:256" pin its tiles to 64x128 /
-  // 128x256 (moe_cutlass_tile_; 0: 64x128 while the experts average fewer than 128 rows, else
-  // 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
+  // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
+  // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
+  // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256
+  // (0: 64x128 while the experts average fewer than 128 rows, else 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
   bool moe_cutlass_ = true;
   int moe_cutlass_tile_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -6,8 +6,8 @@
 // 128 rows the weight-streaming W8A16 kernel runs, decode) and never in batch-invariant mode
 // (cuBLASLt's reduction order is its own). cuBLASLt gets a multiple of 4 rows (16-byte aligned
 // activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel.
-// DEEPINFER_CUDA_FP8_ACT_MIN_ROWS sets the threshold; 0 turns the path off (W8A16 everywhere,
-// for A/B timing).
+// CudaOptions::fp8_act_min_rows sets the threshold; 0 turns the path off (W8A16 everywhere,
+// for A/B timing in code).
 //
 // cuBLASLt's column-major view of out[M, N] = x[M, K] · W[N, K]^T: D [N, M] = op(A) · B with
 // A = W as K x N (ld K, transposed) carrying BLK128x128 scales and B = q as K x M (ld K) carrying
@@ -28,8 +28,8 @@ namespace deepinfer::cuda {
 
 struct CudaBackend::Fp8State {
   int64_t min_rows = 129;
-  // Routed experts (moe_fp8_act): on/off (DEEPINFER_CUDA_FP8_MOE_ACT) and the least average
-  // rows per expert (DEEPINFER_CUDA_FP8_MOE_MIN_ROWS). H200, bench model (bench/NOTES.md,
+  // Routed experts (moe_fp8_act): on/off (CudaOptions::fp8_moe_act) and the least average
+  // rows per expert (CudaOptions::fp8_moe_min_rows). H200, bench model (bench/NOTES.md,
   // "moe-fp8"): prefill 4096 (384 rows per expert) 27,400 -> 47,000 tok/s, 2048 (192) 29,160 ->
   // 45,300, but 512 (48) 32,200 -> 17,800: 192 cuBLASLt calls and a host sync per layer cost
   // more than they save on small slices. Hence on, from 128 rows per expert.

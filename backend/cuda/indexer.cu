@@ -5,13 +5,17 @@
 //    K order per element), then score_j = sum_h (w_h * scale) * ReLU(S[h, j]) in ascending head
 //    order, as the CPU sums. Positions at or past the token's context get -inf. A score depends
 //    only on its token's q and weights and on the key: batch-invariant by construction.
-//  - indexer_topk: one block per row. A radix select (4 passes of 8 bits over an order-keyed
+//  - indexer_topk: one block per row (few long rows: first one block per slice of a row, each
+//    keeping its slice's k best, then one per row over those candidates; topk_split). A radix select (4 passes of 8 bits over an order-keyed
 //    copy of the score bits) finds the k-th best score; one pass in position order then writes
 //    every position above it and the lowest-position ties at it, ascending: the CPU's total order
 //    (higher score first, then lower position; NaN ranks as -inf, -0 equals +0). A context of at
 //    most k positions keeps them all (-1 padded). The grid depends on the shapes only, so both
 //    ops replay in CUDA graphs.
 #include <mma.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -22,6 +26,7 @@ namespace {
 using namespace nvcuda;
 
 constexpr int kScoreChunk = 64;  // context positions per block
+constexpr int kTopkThreadsHost = 512;  // = kTopkThreads (declared below with the top-k kernels)
 constexpr int kScoreThreads = 256;
 
 struct ScoreArgs {
@@ -41,6 +46,24 @@ struct ScoreArgs {
   int64_t s_s0;
   int N;
 };
+
+// How indexer_topk spreads few long rows over blocks (indexer_topk_slices_kernel): slices of
+// slice_len positions (a multiple of the block's threads, >= 2k, about sqrt(N k), which balances
+// the slice pass against the final pass over slices * k candidates) when the rows are fewer than
+// a third of the SMs' worth and a row has more than 4k columns; else one block per row
+// (slices 1). Depends on the shapes only (graph-stable); either way the same positions.
+struct TopkSplit {
+  int slices = 1;
+  int slice_len = 0;
+};
+TopkSplit topk_split(int64_t rows, int64_t cols, int64_t k) {
+  TopkSplit s;
+  if (rows > 44 || cols <= 4 * k) return s;
+  const int64_t want = std::max<int64_t>(2 * k, static_cast<int64_t>(std::sqrt(static_cast<double>(cols) * k)));
+  s.slice_len = static_cast<int>((want + kTopkThreadsHost - 1) / kTopkThreadsHost * kTopkThreadsHost);
+  s.slices = static_cast<int>((cols + s.slice_len - 1) / s.slice_len);
+  return s;
+}
 
 __device__ __forceinline__ int pad16(int x) { return (x + 15) / 16 * 16; }
 
@@ -136,96 +159,137 @@ struct TopkRows {
   int ratio = 1, S = 0;
 };
 
-// grid (T), kTopkThreads threads: row t of scores [T, ld] -> out[t, 0 .. k). kByScore (V4):
-// the kept positions are written best first (higher score, then lower position), else in
-// ascending position order; dynamic shared memory 8 k bytes when kByScore.
-template <bool kByScore>
-__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float* scores, int64_t ld,
-                                                                   TopkRows rows, int k, int32_t* out) {
+// The k best of one list of a score row, by the total order of the header (higher score, then
+// lower position), written to dst[0 .. k) in list order (= ascending position), -1 padded.
+// List entry i (0 <= i < n) is position lo + i of `row`, or cand[i] when cand is given (a
+// candidate list in ascending position order, -1 entries skipped). `all` (fewer than k valid
+// entries, known by the caller): every valid one is kept. Called by every thread of a block of
+// kTopkThreads; ends with the block synchronised.
+struct TopkShared {
+  int hist[257];  // bin 256: lanes outside the list or the current prefix
+  uint32_t prefix;
+  int need;
+  int warp_gt[kTopkThreads / 32], warp_eq[kTopkThreads / 32];
+};
+
+__device__ void select_topk(const float* row, int lo, int n, const int32_t* cand, int k, bool all, int32_t* dst,
+                            TopkShared& sh) {
   constexpr int kWarps = kTopkThreads / 32;
-  extern __shared__ int32_t sel[];  // kByScore: [k] kept positions (ascending), then [k] their keys
-  __shared__ int hist[257];  // bin 256: lanes outside the row or the current prefix
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_need;
-  __shared__ int warp_gt[kWarps], warp_eq[kWarps];
-  const int t = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int ctx;
-  if (kByScore) {
-    ctx = min(rows.S, (rows.positions[t] + 1) / rows.ratio);
-  } else {
-    int seq, pos;
-    locate(rows.query_start, rows.seq_lens, rows.num_seqs, t, &seq, &pos);
-    ctx = pos + 1;
-  }
-  const float* row = scores + int64_t{t} * ld;
-  int32_t* dst = kByScore ? sel : out + int64_t{t} * k;
-  if (ctx <= k) {  // every causal position, then -1
-    for (int j = tid; j < k; j += kTopkThreads) dst[j] = j < ctx ? j : -1;
-    if (!kByScore) return;
-  } else {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  auto position = [&](int i) { return i >= n ? -1 : cand != nullptr ? cand[i] : lo + i; };
   // Radix select of the k-th largest key: after each pass `prefix` holds its known high bits
-  // and `need` how many keys with those bits still rank at or above it.
+  // and `need` how many keys with those bits still rank at or above it. `all`: prefix 0 (every
+  // key is above or equal to it) with need k keeps every valid entry.
   uint32_t prefix = 0;
   int need = k;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = tid; i < 257; i += kTopkThreads) hist[i] = 0;
+  for (int shift = 24; shift >= 0 && !all; shift -= 8) {
+    for (int i = tid; i < 257; i += kTopkThreads) sh.hist[i] = 0;
     __syncthreads();
     const uint32_t high = shift == 24 ? 0u : 0xFFFFFFFFu << (shift + 8);
-    for (int j0 = 0; j0 < ctx; j0 += kTopkThreads) {
-      const int j = j0 + tid;
+    for (int i0 = 0; i0 < n; i0 += kTopkThreads) {
+      const int j = position(i0 + tid);
       int bin = 256;
-      if (j < ctx) {
+      if (j >= 0) {
         const uint32_t key = order_key(row[j]);
         if ((key & high) == prefix) bin = static_cast<int>((key >> shift) & 255u);
       }
       // One shared atomic per distinct bin of the warp (scores crowd into few bins).
       const unsigned peers = __match_any_sync(0xffffffffu, bin);
-      if (lane == __ffs(peers) - 1 && bin < 256) atomicAdd(&hist[bin], __popc(peers));
+      if (lane == __ffs(peers) - 1 && bin < 256) atomicAdd(&sh.hist[bin], __popc(peers));
     }
     __syncthreads();
     if (tid == 0) {
       int above = 0, b = 255;
       for (; b > 0; --b) {
-        if (above + hist[b] >= need) break;
-        above += hist[b];
+        if (above + sh.hist[b] >= need) break;
+        above += sh.hist[b];
       }
-      s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
-      s_need = need - above;
+      sh.prefix = prefix | (static_cast<uint32_t>(b) << shift);
+      sh.need = need - above;
     }
     __syncthreads();
-    prefix = s_prefix;
-    need = s_need;
+    prefix = sh.prefix;
+    need = sh.need;
   }
   // prefix is the k-th key: the k - need keys above it are kept, and the `need` lowest
-  // positions among the keys equal to it. In position order, the output slot of a kept j is
-  // (keys above before j) + min(ties before j, need).
+  // positions among the keys equal to it. In list order, the output slot of a kept entry is
+  // (keys above before it) + min(ties before it, need).
   const uint32_t lanes_below = (1u << lane) - 1u;
   int gt_base = 0, eq_base = 0;
-  for (int j0 = 0; j0 < ctx; j0 += kTopkThreads) {
-    const int j = j0 + tid;
-    const uint32_t key = j < ctx ? order_key(row[j]) : 0u;
-    const bool gt = j < ctx && key > prefix, eq = j < ctx && key == prefix;
+  for (int i0 = 0; i0 < n; i0 += kTopkThreads) {
+    const int j = position(i0 + tid);
+    const uint32_t key = j >= 0 ? order_key(row[j]) : 0u;
+    const bool gt = j >= 0 && (all || key > prefix), eq = j >= 0 && !all && key == prefix;
     const unsigned gt_mask = __ballot_sync(0xffffffffu, gt), eq_mask = __ballot_sync(0xffffffffu, eq);
     if (lane == 0) {
-      warp_gt[warp] = __popc(gt_mask);
-      warp_eq[warp] = __popc(eq_mask);
+      sh.warp_gt[warp] = __popc(gt_mask);
+      sh.warp_eq[warp] = __popc(eq_mask);
     }
     __syncthreads();
     int gt_before = gt_base + __popc(gt_mask & lanes_below), eq_before = eq_base + __popc(eq_mask & lanes_below);
     int gt_tile = 0, eq_tile = 0;
     for (int w = 0; w < kWarps; ++w) {
       if (w < warp) {
-        gt_before += warp_gt[w];
-        eq_before += warp_eq[w];
+        gt_before += sh.warp_gt[w];
+        eq_before += sh.warp_eq[w];
       }
-      gt_tile += warp_gt[w];
-      eq_tile += warp_eq[w];
+      gt_tile += sh.warp_gt[w];
+      eq_tile += sh.warp_eq[w];
     }
     if (gt || (eq && eq_before < need)) dst[gt_before + min(eq_before, need)] = j;
     gt_base += gt_tile;
     eq_base += eq_tile;
     __syncthreads();  // warp_gt / warp_eq are rewritten by the next tile
   }
+  if (all)  // -1 after the kept entries
+    for (int i = gt_base + tid; i < k; i += kTopkThreads) dst[i] = -1;
+  __syncthreads();
+}
+
+// Causal context of score row t.
+__device__ __forceinline__ int row_context(const TopkRows& rows, int t, bool by_score) {
+  if (by_score) return min(rows.S, (rows.positions[t] + 1) / rows.ratio);
+  int seq, pos;
+  locate(rows.query_start, rows.seq_lens, rows.num_seqs, t, &seq, &pos);
+  return pos + 1;
+}
+
+// Top-k of few long rows over more blocks (V3.2 decode at batch 1: 128k positions would be one
+// block's): grid (P, T), block (p, t) selects the k best of positions [p L, (p + 1) L) of row t
+// (all of them when fewer) into cand[t, p, 0 .. k), ascending, -1 padded. The k best of a row are
+// among its slices' k best, and the slices in order list them in ascending position: the final
+// select (indexer_topk_kernel with cand) runs over P k candidates instead of the row.
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_slices_kernel(const float* scores, int64_t ld,
+                                                                          TopkRows rows, int k, int L,
+                                                                          int32_t* cand) {
+  __shared__ TopkShared sh;
+  const int p = blockIdx.x, t = blockIdx.y, P = gridDim.x;
+  const int ctx = row_context(rows, t, false);
+  const int lo = p * L, n = max(0, min(ctx, lo + L) - lo);
+  select_topk(scores + int64_t{t} * ld, lo, n, nullptr, k, n <= k, cand + (int64_t{t} * P + p) * k, sh);
+}
+
+// grid (T), kTopkThreads threads: row t of scores [T, ld] -> out[t, 0 .. k). kByScore (V4):
+// the kept positions are written best first (higher score, then lower position), else in
+// ascending position order; dynamic shared memory 8 k bytes when kByScore. cand (not kByScore):
+// the row's candidates from indexer_topk_slices_kernel ([T, P k]), else null (the whole row).
+template <bool kByScore>
+__global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float* scores, int64_t ld,
+                                                                   TopkRows rows, int k, int32_t* out,
+                                                                   const int32_t* cand = nullptr, int num_cand = 0) {
+  extern __shared__ int32_t sel[];  // kByScore: [k] kept positions (ascending), then [k] their keys
+  __shared__ TopkShared sh;
+  const int t = blockIdx.x, tid = threadIdx.x;
+  const int ctx = row_context(rows, t, kByScore);
+  const float* row = scores + int64_t{t} * ld;
+  int32_t* dst = kByScore ? sel : out + int64_t{t} * k;
+  if (ctx <= k) {  // every causal position, then -1
+    for (int j = tid; j < k; j += kTopkThreads) dst[j] = j < ctx ? j : -1;
+    if (!kByScore) return;
+  } else if (cand != nullptr) {  // more than k candidates: every slice of the row held some
+    select_topk(row, 0, num_cand, cand + int64_t{t} * num_cand, k, false, dst, sh);
+  } else {
+    select_topk(row, 0, ctx, nullptr, k, false, dst, sh);
   }
   if (!kByScore) return;
   // Best first: the output slot of a kept position is the number of kept ones that beat it.
@@ -373,9 +437,22 @@ void CudaBackend::indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& 
   rows.query_start = kv.query_start.ptr<int32_t>();
   rows.seq_lens = kv.seq_lens.ptr<int32_t>();
   rows.num_seqs = kv.num_seqs;
-  indexer_topk_kernel<false><<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
-      static_cast<const float*>(sv.data), sv.row_stride, rows, static_cast<int>(indices.shape[1]),
-      indices.ptr<int32_t>());
+  const int k = static_cast<int>(indices.shape[1]);
+  const float* sp = static_cast<const float*>(sv.data);
+  const TopkSplit split = topk_split(sv.rows, sv.cols, k);
+  if (split.slices <= 1) {
+    indexer_topk_kernel<false><<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
+        sp, sv.row_stride, rows, k, indices.ptr<int32_t>());
+  } else {
+    const int num_cand = split.slices * k;
+    // The scratch slot of V4's select (an op of its own: never in use at the same time).
+    int32_t* cand = static_cast<int32_t*>(
+        scratch(kSlotV4Scores, static_cast<size_t>(sv.rows) * static_cast<size_t>(num_cand) * 4, op));
+    indexer_topk_slices_kernel<<<dim3(split.slices, static_cast<unsigned>(sv.rows)), kTopkThreads, 0, stream_>>>(
+        sp, sv.row_stride, rows, k, split.slice_len, cand);
+    indexer_topk_kernel<false><<<static_cast<unsigned>(sv.rows), kTopkThreads, 0, stream_>>>(
+        sp, sv.row_stride, rows, k, indices.ptr<int32_t>(), cand, num_cand);
+  }
   check_launch(op, scores.describe() + " -> " + indices.describe());
 }
 

@@ -469,7 +469,7 @@ size_t paged_smem_bytes(int D, int chunk) {
   return size_t{2} * (kHeadsPerBlock + chunk) * Dp + 4 * 8 * 256 + 2 * 16 * (chunk + 8);
 }
 
-// DEEPINFER_CUDA_ATTN_CHUNK (16, 32 or 64) fixes the chunk for the process; otherwise the
+// CudaOptions::attn_chunk (16, 32 or 64; tests) fixes the chunk for the process; otherwise the
 // batch-invariant mode keeps kDefaultChunk for every launch (one chunk size whatever the
 // batch), and the default mode takes kSmallChunk when a launch has few (token, 16-head
 // block) work items, where the grid is max_splits x items blocks on a 132-SM chip, and

@@ -423,7 +423,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     return;
   }
   // Prefill on BF16 experts: CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu; the default,
-  // DEEPINFER_CUDA_MOE_GEMM=own for the own tiles); never batch-invariant (that mode keeps the
+  // CudaOptions::moe_cutlass false for the own tiles); never batch-invariant (that mode keeps the
   // own kernels) and never clamped (its SwiGLU has no clamp: V4's clamped experts take the own
   // path below; found by AttentionMoe.MoeExpertsClamped on the merged branches, H200).
   if (!fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&

@@ -4,11 +4,11 @@
 # issue's batches), run on the H200 from the repo root (carry: ["$GPU_BIN"]):
 #   graphs+async (default) | graphs, no async (--no-async-scheduling) | eager (--enforce-eager)
 # ARMS picks arms (default all three), BATCHES the batch list, REPEATS the timed runs.
-# Kernel A/B arms (default flags): old = $GPU_BIN/bin/deepinfer_old (a baseline binary copied
-# there by hand), chunk64 = DEEPINFER_CUDA_ATTN_CHUNK=64 (attention chunk fixed at 64, as
-# before the per-launch choice). An arm may repeat in ARMS for an interleaved A/B.
+# Kernel A/B arm (default flags): old = $GPU_BIN/bin/deepinfer_old (a baseline binary copied
+# there by hand). An arm may repeat in ARMS for an interleaved A/B.
 # Env arms: NAME:VAR=VALUE[,VAR=VALUE...] runs the default flags with those variables set,
-# e.g. "stream:DEEPINFER_CUDA_PIPE=0 pipe8:DEEPINFER_CUDA_PIPE=8" (MoE expert GEMM A/B).
+# e.g. "sync:DEEPINFER_CUDA_SYNC=1" (kernel variants have no switches left: a kernel A/B
+# builds a binary per variant, or sets CudaOptions in code; bench/NOTES.md v32c).
 # Records go to $OUT/decode_ab.jsonl with an "arm" field added; a table is printed last.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,7 +33,6 @@ for spec in $ARMS; do
     env) flags=() ;;
     default) flags=() ;;
     old) flags=(); exe="$bin/deepinfer_old" ;;
-    chunk64) flags=(); envs=(DEEPINFER_CUDA_ATTN_CHUNK=64) ;;
     no_async) flags=(--no-async-scheduling) ;;
     eager) flags=(--enforce-eager --no-async-scheduling) ;;
     *) echo "unknown arm $arm"; continue ;;

@@ -318,10 +318,7 @@ ParameterCount ModelConfig::parameter_count() const {
                       kv_lora_rank * heads * (qk_nope_head_dim + v_head_dim) + heads * v_head_dim * H;
   attention += has_q_lora() ? H * q_lora_rank + q_lora_rank + q_lora_rank * heads * qk_head_dim()
                             : H * heads * qk_head_dim();
-  if (indexer.present()) {  // V3.2's lightning indexer: wq_b, wk, k_norm (weight, bias), weights_proj
-    attention += indexer.n_heads * indexer.head_dim * q_lora_rank + indexer.head_dim * H +
-                 2 * indexer.head_dim + indexer.n_heads * H;
-  }
+  if (extras) attention += extras->extra_attention_parameters(*this);  // e.g. V3.2's indexer
   const int64_t norms = 2 * H;
   const int64_t dense_mlp = 3 * H * intermediate_size;
   const int64_t expert = 3 * H * moe_intermediate_size;
@@ -378,10 +375,7 @@ std::string ModelConfig::summary() const {
        << n_group << ", scaling " << routed_scaling_factor
        << (norm_topk_prob ? ", normalized" : "") << "\n";
   }
-  if (indexer.present()) {
-    os << "sparse attention       indexer " << indexer.n_heads << " heads x " << indexer.head_dim
-       << " (rope " << indexer.rope_dim << "), top " << indexer.topk << " positions\n";
-  }
+  if (extras) os << extras->summary();
   os << "dense intermediate     " << intermediate_size << " (first " << first_k_dense_replace
      << " layers)\n"
      << "weights                "

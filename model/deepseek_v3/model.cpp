@@ -80,10 +80,10 @@ std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
 
 std::vector<KvGroupSpec> DeepseekV3Model::kv_groups() const { return deepseek_v3_kv_groups(config_); }
 
-void DeepseekV3Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+void DeepseekV3Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                                   Tensor& hidden_out, Tensor& logits) {
-  if (!mtp_) Model::mtp_forward(batch, kv_cache, hidden_in, hidden_out, logits);
-  mtp_->forward(batch, kv_cache, cos_sin_.tensor(), hidden_in, hidden_out, logits);
+  if (!mtp_) Model::mtp_forward(batch, kv, hidden_in, hidden_out, logits);
+  mtp_->forward(batch, kv, cos_sin_.tensor(), hidden_in, hidden_out, logits);
 }
 
 uint64_t DeepseekV3Model::workspace_epoch() const {

@@ -40,7 +40,7 @@ class DeepseekV3Model : public Model {
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
-  void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+  void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;
 
   const ModelWeights& weights() const { return weights_; }
@@ -52,6 +52,8 @@ class DeepseekV3Model : public Model {
                          const Tensor& xn, Tensor& out);
   // Checks the caches forward receives (V3: one latent cache per main layer in group 0).
   virtual void check_kv_caches(const KvCaches& kv) const;
+  // The MTP layer when loaded (V3.2 sets its attention), else nullptr.
+  MtpLayer* mtp_layer() { return mtp_.get(); }
 
   ModelConfig config_;
   MlaDims mla_dims_;  // the shared layers' dimensions, built once from config_

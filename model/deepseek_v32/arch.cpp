@@ -52,15 +52,17 @@ std::unique_ptr<Model> build(ModelConfig config, ModelWeights weights,
                                             std::move(absorbed), std::move(indexer), backend);
 }
 
-// Random weights (bench): V3's tensors, then the indexer's, from the seed; made on a device
-// backend directly for BF16 / FP8 (as V3's random weights are), else on the host.
+// Random weights (bench, tests): V3's tensors (MTP blocks with options.load_mtp), then the
+// indexers', from the seed; made on a device backend directly for BF16 / FP8 (as V3's random
+// weights are), else on the host.
 std::unique_ptr<Model> build_random(ModelConfig config, const LoadOptions& options, Backend& backend) {
   const DType dt = options.random_weight_dtype;
   const bool on_device = backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3);
-  ModelWeights weights = on_device ? make_random_weights(config, options.seed, dt, false, backend)
-                                   : make_random_weights(config, options.seed, dt, false);
-  std::vector<IndexerWeights> indexer = make_random_indexer_weights(
-      config, options.seed, dt, on_device ? &backend : nullptr, weights.owners);
+  ModelWeights weights = on_device ? make_random_weights(config, options.seed, dt, options.load_mtp, backend)
+                                   : make_random_weights(config, options.seed, dt, options.load_mtp);
+  std::vector<IndexerWeights> indexer =
+      make_random_indexer_weights(config, options.seed, dt, on_device ? &backend : nullptr, weights.owners,
+                                  static_cast<int>(weights.mtp.size()));
   return build(std::move(config), std::move(weights), std::move(indexer), backend);
 }
 
@@ -68,13 +70,13 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
                             const LoadOptions& options) {
   if (options.random_weights) return build_random(std::move(config), options, backend);
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-  LoadOptions o = options;
-  o.load_mtp = false;  // V3.2's MTP block has its own indexer; not run (model.h)
-  ModelWeights weights = load_weights(reader, config, o);  // weights.owners keeps the reader
-  std::vector<IndexerWeights> indexer = load_indexer_weights(config, *reader);
+  ModelWeights weights = load_weights(reader, config, options);  // weights.owners keeps the reader
+  // The MTP blocks loaded (those the checkpoint has) carry an indexer too (model.h).
+  const int num_mtp = static_cast<int>(weights.mtp.size());
+  std::vector<IndexerWeights> indexer = load_indexer_weights(config, *reader, num_mtp);
   if (options.check_finite) {
     std::vector<NamedTensor> tensors;
-    for (int l = 0; l < config.num_hidden_layers; ++l) {
+    for (int l = 0; l < config.num_hidden_layers + num_mtp; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
       for (const char* n : {"wq_b.weight", "wq_b.weight_scale_inv", "wk.weight", "wk.weight_scale_inv",
                             "k_norm.weight", "k_norm.bias", "weights_proj.weight",
@@ -97,7 +99,11 @@ Architecture deepseek_v32_architecture() {
   a.parse_config = parse_deepseek_v32_config;
   a.load = load;
   a.check_extra_weights = [](const ModelConfig& config, const CheckpointReader& reader) {
-    load_indexer_weights(config, reader);
+    int num_mtp = 0;  // the MTP blocks the checkpoint holds (V3's rule: eh_proj present)
+    while (num_mtp < config.num_nextn_predict_layers &&
+           reader.has("model.layers." + std::to_string(config.num_hidden_layers + num_mtp) + ".eh_proj.weight"))
+      ++num_mtp;
+    load_indexer_weights(config, reader, num_mtp);
     check_ue8m0_scales(config, reader);
   };
   a.kv_groups = deepseek_v32_kv_groups;

@@ -10,10 +10,14 @@
 // KV state: two layer groups (Model::kv_groups), each with its own block tables:
 //   0 "latent"        the MLA latent row [c_kv | k_rope] (kv_lora + rope) of every layer;
 //   1 "indexer_keys"  the indexer key (index_head_dim) of every layer.
-// No MTP layer (transformers 5.17 ignores it; V3.2's MTP block has an indexer of its own).
+// The MTP layer (layer id num_hidden_layers, when loaded: transformers 5.17 ignores it) is
+// V3's with the same sparse attention: its block has an indexer of its own (tensors
+// model.layers.{L}.self_attn.indexer.*, as vLLM's deepseek_mtp runs V3.2's decoder layer),
+// so it has a cache in both groups (num_mtp_kv_groups() = 2).
 // Every op runs on the device with shapes from the step (the indexer's scores are [T,
 // max_seq_len], top-k is index_topk wide), so decode steps replay as CUDA graphs.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "model/deepseek_v3/model.h"
@@ -26,14 +30,15 @@ std::vector<KvGroupSpec> deepseek_v32_kv_groups(const ModelConfig& config);
 
 class DeepseekV32Model final : public DeepseekV3Model {
  public:
-  // indexer[l]: layer l's indexer weights, on `backend` like `weights`.
+  // indexer[l]: layer l's indexer weights, then the MTP block's when `weights` hold it; on
+  // `backend` like `weights`.
   DeepseekV32Model(ModelConfig config, ModelWeights weights,
                    std::vector<MlaAbsorbedWeights> absorbed, std::vector<IndexerWeights> indexer,
                    Backend& backend);
 
   std::vector<KvGroupSpec> kv_groups() const override;
-  int num_mtp_layers() const override { return 0; }
-  uint64_t workspace_epoch() const override;  // V3's and the indexer's
+  int num_mtp_kv_groups() const override { return 2; }  // latent and indexer keys
+  uint64_t workspace_epoch() const override;             // V3's and the indexers'
 
  protected:
   void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv, const Tensor& xn,
@@ -41,8 +46,16 @@ class DeepseekV32Model final : public DeepseekV3Model {
   void check_kv_caches(const KvCaches& kv) const override;
 
  private:
+  // out = o_proj(MLA over the indexer's positions) for one block: latent rows to `latent`,
+  // indexer keys to `keys` (KV group 1, addressed by batch.kv_groups[1]).
+  void sparse_attention(const AttentionWeights& w, const MlaAbsorbedWeights& absorbed, const IndexerWeights& iw,
+                        const StepBatch& batch, MlaStep& step, const Tensor& latent, const Tensor& keys,
+                        const Tensor& xn, MlaWorkspace& mla_ws, IndexerWorkspace& ws, Tensor& out);
+
+  const IndexerDims dims_;
   std::vector<IndexerWeights> indexer_;
-  IndexerWorkspace indexer_ws_;
+  IndexerWorkspace indexer_ws_;      // the main layers'
+  IndexerWorkspace mtp_indexer_ws_;  // the MTP layer's (sized by its MLA workspace)
 };
 
 }  // namespace deepinfer

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/deepseek_v32/config.h"
 
 namespace deepinfer {
 
@@ -39,11 +40,10 @@ Weight linear(const TensorSource& src, const ModelConfig& c, const std::string& 
 
 }  // namespace
 
-std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& c, const TensorSource& src) {
-  DI_CHECK(c.indexer.present(), c.source, ": model_type '", c.model_type, "' has no indexer");
-  const IndexerDims& d = c.indexer;
-  std::vector<IndexerWeights> out(static_cast<size_t>(c.num_hidden_layers));
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& c, const TensorSource& src, int num_mtp) {
+  const IndexerDims& d = deepseek_v32_indexer(c);
+  std::vector<IndexerWeights> out(static_cast<size_t>(c.num_hidden_layers + num_mtp));
+  for (int l = 0; l < c.num_hidden_layers + num_mtp; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
     IndexerWeights& w = out[static_cast<size_t>(l)];
     w.wq_b = linear(src, c, p + "wq_b", d.n_heads * d.head_dim, c.q_lora_rank,
@@ -60,7 +60,7 @@ std::vector<IndexerWeights> assemble_indexer_weights(const ModelConfig& c, const
 }
 
 std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
-                                                 const CheckpointReader& reader) {
+                                                 const CheckpointReader& reader, int num_mtp) {
   const CheckpointReader* r = &reader;
   TensorSource source;
   source.find = [r](const std::string& name) -> std::optional<Tensor> {
@@ -70,7 +70,7 @@ std::vector<IndexerWeights> load_indexer_weights(const ModelConfig& config,
   source.describe = [r](const std::string& name) {
     return r->has(name) ? r->info(name).file : r->path();
   };
-  return assemble_indexer_weights(config, source);
+  return assemble_indexer_weights(config, source, num_mtp);
 }
 
 std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeights>& host,
@@ -99,11 +99,11 @@ std::vector<IndexerWeights> upload_indexer_weights(const std::vector<IndexerWeig
 
 std::vector<IndexerWeights> make_random_indexer_weights(const ModelConfig& c, uint64_t seed,
                                                         DType weight_dtype, Backend* backend,
-                                                        std::vector<std::shared_ptr<const void>>& owners) {
-  DI_CHECK(c.indexer.present(), c.source, ": model_type '", c.model_type, "' has no indexer");
-  const IndexerDims& d = c.indexer;
+                                                        std::vector<std::shared_ptr<const void>>& owners,
+                                                        int num_mtp) {
+  const IndexerDims& d = deepseek_v32_indexer(c);
   RandomLayout layout(c, weight_dtype);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  for (int l = 0; l < c.num_hidden_layers + num_mtp; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
     layout.linear(p + "wq_b", d.n_heads * d.head_dim, c.q_lora_rank);
     layout.linear(p + "wk", d.head_dim, c.hidden_size);
@@ -111,9 +111,11 @@ std::vector<IndexerWeights> make_random_indexer_weights(const ModelConfig& c, ui
     layout.norm(p + "k_norm.bias", d.head_dim, {0.1f, 0.0f});
     layout.linear(p + "weights_proj", d.n_heads, c.hidden_size, /*quantizable=*/false);
   }
-  const uint64_t first = checkpoint_layout(c, weight_dtype, false).size();
+  // After every tensor of the checkpoint with its MTP layers, whether those are made or not: a
+  // layer's indexer weights do not depend on num_mtp.
+  const uint64_t first = checkpoint_layout(c, weight_dtype, true).size();
   RandomTensors t = make_random_tensors(layout.take(), seed, first, backend);
-  std::vector<IndexerWeights> out = assemble_indexer_weights(c, t.source);
+  std::vector<IndexerWeights> out = assemble_indexer_weights(c, t.source, num_mtp);
   for (auto& o : t.owners) owners.push_back(std::move(o));
   return out;
 }

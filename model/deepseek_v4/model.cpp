@@ -551,9 +551,11 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   head_logits(batch, streams.tensor(), w_.hc_head, w_.norm, logits);
 }
 
-void DeepseekV4Model::mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in,
+void DeepseekV4Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                                   Tensor& hidden_out, Tensor& logits) {
   const DeepseekV4Config& c = config_;
+  DI_CHECK(kv.size() == 1, "mtp_forward: deepseek_v4's MTP layer has one cache (its window group), got ", kv.size());
+  Tensor& kv_cache = kv[0];
   DI_CHECK(!w_.mtp.empty(), c.base.source, ": deepseek_v4 mtp_forward without an MTP block loaded");
   const V4MtpBlock& B = w_.mtp.front();
   const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult, V = c.base.vocab_size;

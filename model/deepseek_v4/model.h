@@ -43,7 +43,7 @@ class DeepseekV4Model : public Model {
   // Row i: token t_{i+1} (batch.token_ids) at position i with hidden_in [T, hc * hidden] =
   // the target's streams h_i (or a chained draft's output streams); hidden_out [T, hc *
   // hidden] its output streams; logits from its own hc_head and norm and the shared head.
-  void mtp_forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& hidden_in, Tensor& hidden_out,
+  void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in, Tensor& hidden_out,
                    Tensor& logits) override;
 
  private:

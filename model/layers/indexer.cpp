@@ -22,14 +22,23 @@ IndexerWorkspace make_indexer_workspace(const IndexerDims& d, Backend& backend, 
   return ws;
 }
 
+int64_t indexer_scores_capacity(int64_t rows, int64_t max_ctx, int64_t old_capacity, int64_t max_bytes) {
+  const int64_t row_bytes = std::max<int64_t>(rows, 1) * static_cast<int64_t>(sizeof(float));
+  DI_CHECK(max_ctx <= max_bytes / row_bytes, "indexer: a step of up to ", rows, " tokens over contexts of up to ",
+           max_ctx, " positions needs a scores workspace of ", max_ctx * row_bytes, " bytes (F32 [", rows, ", ",
+           max_ctx, "]), over the limit of ", max_bytes, " bytes (kIndexerScoresMaxBytes): lower "
+           "max_num_batched_tokens or max_model_len");
+  return std::min(std::max(max_ctx, 2 * old_capacity), max_bytes / row_bytes);
+}
+
 Tensor indexer_forward(Backend& backend, const IndexerDims& d, const IndexerWeights& w,
                        const Tensor& positions, const Tensor& cos_sin, const Tensor& x,
                        const Tensor& q_lora, PagedKV& keys, int64_t max_ctx, IndexerWorkspace& ws) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "indexer_forward: ", T, " tokens exceed the workspace (", ws.capacity,
            ")");
-  if (max_ctx > ws.ctx_capacity) {  // grow geometrically (long prompts, growing decode contexts)
-    ws.ctx_capacity = std::max<int64_t>(max_ctx, 2 * ws.ctx_capacity);
+  if (max_ctx > ws.ctx_capacity) {
+    ws.ctx_capacity = indexer_scores_capacity(ws.capacity, max_ctx, ws.ctx_capacity);
     ws.scores_buffer = backend.alloc(DType::F32, {ws.capacity, ws.ctx_capacity});
     ws.scores = ws.scores_buffer.tensor();
     ++ws.epoch;

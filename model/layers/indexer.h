@@ -41,8 +41,20 @@ struct IndexerWeights {
 // transformers (nn.LayerNorm(index_head_dim, eps=1e-6)) and DeepSeek's reference LayerNorm.
 inline constexpr float kIndexerKeyNormEps = 1e-6f;
 
+// The most bytes the scores workspace (F32 [token capacity, context capacity]) may take: 8 GiB,
+// e.g. 16,384 tokens of a step over 128k-token contexts. A step past it is refused
+// (indexer_scores_capacity) rather than allocated.
+inline constexpr int64_t kIndexerScoresMaxBytes = int64_t{8} << 30;
+
+// The context capacity of a scores workspace of `rows` token rows that must hold `max_ctx`
+// columns and held `old_capacity`: geometric growth (2x, long prompts and growing decode
+// contexts reallocate rarely) within max_bytes. Throws Error naming the step's tokens, its
+// context, the bytes needed and the limit when even max_ctx columns do not fit.
+int64_t indexer_scores_capacity(int64_t rows, int64_t max_ctx, int64_t old_capacity,
+                                int64_t max_bytes = kIndexerScoresMaxBytes);
+
 // Scratch sized for `capacity` tokens (reused by every layer); `scores` grows with the
-// longest context of a step.
+// longest context of a step (indexer_scores_capacity).
 struct IndexerWorkspace {
   std::vector<DeviceBuffer> buffers;
   Tensor q;        // [cap, n_heads * head_dim]

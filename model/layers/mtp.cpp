@@ -35,7 +35,7 @@ void MtpLayer::ensure_workspace(int64_t num_tokens) {
   ++workspace_epoch_;
 }
 
-void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,
+void MtpLayer::forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& cos_sin,
                        const Tensor& hidden_in, Tensor& hidden_out, Tensor& logits) {
   const int64_t T = batch.num_tokens, H = dims_.hidden;
   const float eps = dims_.rms_norm_eps;
@@ -43,15 +43,15 @@ void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& c
                hidden_out.ndim == 2 && hidden_out.size(0) == T && hidden_out.size(1) == H,
            "mtp forward: hidden_in ", hidden_in.describe(), " and hidden_out ", hidden_out.describe(),
            " must be [", T, ", ", H, "]");
-  DI_CHECK(kv_cache.ndim == 3 && kv_cache.size(2) == dims_.mla.kv_row_dim(), "mtp forward: KV cache ",
-           kv_cache.describe(), " must be [blocks, block_size, ", dims_.mla.kv_row_dim(), "]");
+  DI_CHECK(!kv.empty() && kv[0].ndim == 3 && kv[0].size(2) == dims_.mla.kv_row_dim(), "mtp forward: KV cache ",
+           kv.empty() ? std::string("(none)") : kv[0].describe(), " must be [blocks, block_size, ",
+           dims_.mla.kv_row_dim(), "]");
   const int64_t R = batch.logits_indices.numel();
   DI_CHECK(logits.ndim == 2 && logits.size(0) == R && logits.size(1) == dims_.vocab,
            "mtp forward: logits ", logits.describe(), " must be [", R, ", ", dims_.vocab, "]");
   ensure_workspace(T);
 
   MlaStep step = make_mla_step(batch, cos_sin, backend_.batch_invariant());
-  step.kv.cache = kv_cache;
 
   Tensor emb = emb_.slice_rows(0, T);                 // [T, H] embed(t_{i+1})
   Tensor cat_e = cols_view(cat_, T, H, 0);            // [T, H] enorm(emb): first half
@@ -64,7 +64,12 @@ void MtpLayer::forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& c
   backend_.gemm(cat, w_.eh_proj, x);  // [T, H]
   const LayerWeights& b = w_.block;
   backend_.rms_norm(x, b.input_layernorm, eps, xn);
-  mla_forward(backend_, dims_.mla, b.attn, absorbed_, step, xn, mla_ws_, delta);
+  if (attention_) {
+    attention_(batch, step, kv, b.attn, absorbed_, xn, mla_ws_, delta);
+  } else {
+    step.kv.cache = kv[0];
+    mla_forward(backend_, dims_.mla, b.attn, absorbed_, step, xn, mla_ws_, delta);
+  }
   backend_.add_rms_norm(x, delta, b.post_attention_layernorm, eps, xn);  // x += attn
   if (b.is_moe) {
     moe_forward(backend_, dims_.routing, b.moe, xn, ffn_ws_, delta);

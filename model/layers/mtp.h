@@ -14,7 +14,9 @@
 // gives such a row RoPE position i + 1; attention scores depend on position differences
 // only, so the two agree up to rounding.)
 #pragma once
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -35,16 +37,27 @@ struct MtpDims {
   MoeRouting routing;  // read when the block is MoE
 };
 
+// The block's attention: out [T, H] = o_proj(attention(xn)) with the block's weights `w`,
+// `absorbed`, its caches `kv` (kv[i]: its cache in KV group Model::mtp_kv_group() + i,
+// addressed by batch.kv_groups[i]), the step's MLA addressing `step` (its .kv.cache is the
+// callee's to set) and the layer's MLA workspace. Default: V3's MLA over the latent kv[0].
+using MtpAttention =
+    std::function<void(const StepBatch& batch, MlaStep& step, std::span<Tensor> kv, const AttentionWeights& w,
+                       const MlaAbsorbedWeights& absorbed, const Tensor& xn, MlaWorkspace& ws, Tensor& out)>;
+
 class MtpLayer {
  public:
   // `embed` [V, H] and `head` [V, H] are the main model's unless `w` has its own copies.
   MtpLayer(const MtpDims& dims, const MtpWeights& w, MlaAbsorbedWeights absorbed,
            const Tensor& embed, const Weight& head, Backend& backend);
 
+  // An architecture whose blocks attend otherwise (V3.2: the indexer's positions only).
+  void set_attention(MtpAttention attention) { attention_ = std::move(attention); }
+
   // hidden_in [T, H]: h_i per row (batch.token_ids hold t_{i+1}); writes the rows' latent
-  // KV into kv_cache (batch.slot_mapping); hidden_out [T, H]; logits F32 [R, V] at
-  // batch.logits_indices. cos_sin: the model's RoPE table.
-  void forward(const StepBatch& batch, Tensor& kv_cache, const Tensor& cos_sin,
+  // KV into kv[0] (batch.slot_mapping; more caches: MtpAttention); hidden_out [T, H];
+  // logits F32 [R, V] at batch.logits_indices. cos_sin: the model's RoPE table.
+  void forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& cos_sin,
                const Tensor& hidden_in, Tensor& hidden_out, Tensor& logits);
   // Bumped by each workspace reallocation (CUDA graphs over forward hold its pointers).
   uint64_t workspace_epoch() const { return workspace_epoch_; }
@@ -59,6 +72,7 @@ class MtpLayer {
   Tensor embed_;
   Weight head_;
   Backend& backend_;
+  MtpAttention attention_;  // empty: mla_forward over kv[0]
   int64_t capacity_ = 0;
   MlaWorkspace mla_ws_;
   FfnWorkspace ffn_ws_;

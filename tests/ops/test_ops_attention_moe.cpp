@@ -98,7 +98,7 @@ class AttentionMoe : public Parity {
     }
     return d;
   }
-  // DEEPINFER_CUDA_MOE_GEMM=mode against the CPU (CutlassExpertsMatchCpu).
+  // mode "cutlass:64" | "cutlass:256" | "own" against the CPU (CutlassExpertsMatchCpu).
   void cutlass_experts_match_cpu(const char* mode);
   // limit: moe_experts_clamped's SwiGLU limit (+inf: moe_experts).
   std::vector<float> run_moe_gpu(Backend& g, const std::vector<ExpertWeights>& experts, const MoeData& d,
@@ -341,29 +341,27 @@ TEST_F(AttentionMoe, MlaPagedVerifyRunsMatchCpuAndDecodeBits) {
 }
 
 // The shared-memory-staged expert GEMM (gemm_pipe.cu, for steps of <= 16 tokens) gives the
-// stream kernel's bits: DEEPINFER_CUDA_PIPE=2, 3, and 8 at one block per SM
-// (many items per block: the pipeline crosses item boundaries) against DEEPINFER_CUDA_PIPE=0,
-// with the SwiGLU-fused down GEMM too (DEEPINFER_CUDA_FUSE=5). Shapes: bench-like K 1024 / 704
+// stream kernel's bits: 2, 3 and 8 stages (CudaOptions::pipe_stages; 8: one block per SM,
+// many items per block: the pipeline crosses item boundaries) against 0 (the stream kernel),
+// with the SwiGLU-fused down GEMM too (CudaOptions::fuse_mask 5). Shapes: bench-like K 1024 / 704
 // (down: 2 warps of unequal K), K 2112 (8 warps, the last with no chunk), 16 tokens, FP8.
 TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
-  // The switches as the engine passes them: settings -> cuda_options -> BackendOptions.
-  auto backend_with = [](const std::vector<std::pair<const char*, const char*>>& env) {
-    const Settings s = Settings::from([&](const char* name) -> const char* {
-      for (const auto& [k, v] : env)
-        if (std::string_view(k) == name) return v;
-      return nullptr;
-    });
+  // FP8 experts take the pipe too (pipe_fp8), the variants only code selects (bench/NOTES.md,
+  // "Kernel switches against their A/Bs").
+  auto backend_with = [](int pipe_stages, int fuse_mask = 1) {
     BackendOptions options;
-    options.cuda = cuda_options(s);
+    options.cuda.pipe_stages = pipe_stages;
+    options.cuda.pipe_fp8 = true;
+    options.cuda.fuse_mask = fuse_mask;
     return make_cuda_backend(options);
   };
-  const auto stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}});
-  const auto pipe = backend_with({{"DEEPINFER_CUDA_PIPE", "2"}});
-  const auto deep = backend_with({{"DEEPINFER_CUDA_PIPE", "8"}});
-  const auto shallow = backend_with({{"DEEPINFER_CUDA_PIPE", "3"}});
-  const auto fused_stream = backend_with({{"DEEPINFER_CUDA_PIPE", "0"}, {"DEEPINFER_CUDA_FUSE", "5"}});
-  const auto fused = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "2"}});
-  const auto fused_deep = backend_with({{"DEEPINFER_CUDA_FUSE", "5"}, {"DEEPINFER_CUDA_PIPE", "4"}});
+  const auto stream = backend_with(0);
+  const auto pipe = backend_with(2);
+  const auto deep = backend_with(8);
+  const auto shallow = backend_with(3);
+  const auto fused_stream = backend_with(0, 5);
+  const auto fused = backend_with(2, 5);
+  const auto fused_deep = backend_with(4, 5);
   for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
                     MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
                     MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true}}) {
@@ -388,9 +386,9 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   }
 }
 
-// Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (DEEPINFER_CUDA_MOE_GEMM=cutlass:64
-// and cutlass:256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
-// (DEEPINFER_CUDA_MOE_GEMM=own) against the CPU reference, for prefill-sized steps (more than
+// Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (CudaOptions::moe_cutlass_tile 64 and
+// 256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
+// (moe_cutlass false) against the CPU reference, for prefill-sized steps (more than
 // 16 rows per expert on average): uneven loads with an expert of no rows, one of a single row
 // and one of more than a 128-row tile, a bench-like shape (H 2048, I 1408), output rows inside
 // a wider buffer whose guard rows and columns must keep their sentinel bits, NaN-poisoned
@@ -401,11 +399,10 @@ TEST_F(AttentionMoe, CutlassExpertsMatchCpu) {
 }
 
 void AttentionMoe::cutlass_experts_match_cpu(const char* mode) {
-  const Settings s = Settings::from([&](const char* name) -> const char* {
-    return std::string_view(name) == "DEEPINFER_CUDA_MOE_GEMM" ? mode : nullptr;
-  });
+  const std::string m = mode;
   BackendOptions options;
-  options.cuda = cuda_options(s);
+  options.cuda.moe_cutlass = m != "own";
+  options.cuda.moe_cutlass_tile = m == "own" ? 0 : std::stoi(m.substr(8));
   const auto cut = make_cuda_backend(options);
   // K distinct experts per token, skewed: expert 0 gets none, expert E - 1 only token 0's
   // first slot, expert 1 about half the tokens.

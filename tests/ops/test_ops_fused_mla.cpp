@@ -151,7 +151,7 @@ TEST_F(FusedMla, RopeStore) {
   }
 }
 
-// Paged attention at every chunk size (DEEPINFER_CUDA_ATTN_CHUNK, read per call) against
+// Paged attention at every chunk size (CudaOptions::attn_chunk, read per call) against
 // the CPU reference, and each chunk size batch-invariant: a token alone == in a batch; then
 // the default mode's per-launch chunk against the CPU reference.
 TEST_F(FusedMla, PagedAttentionChunkSizes) {
@@ -191,7 +191,7 @@ TEST_F(FusedMla, PagedAttentionChunkSizes) {
   gpu_->synchronize();  // the inputs are read by backends with their own streams below
   for (int chunk_size : {16, 32, 64}) {
     const std::string chunk = std::to_string(chunk_size);
-    // The chunk is a backend option (DEEPINFER_CUDA_ATTN_CHUNK fills it in the engine).
+    // The chunk is a backend option (only tests set it: the engine keeps the per-launch choice).
     BackendOptions forced = env_backend_options();
     forced.cuda.attn_chunk = chunk_size;
     const std::unique_ptr<Backend> gpu = make_cuda_backend(forced);

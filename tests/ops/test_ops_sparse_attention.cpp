@@ -140,6 +140,13 @@ TEST_F(SparseAttention, IndexerTopk) {
       {{{3, 1, 5}, {700, 2049, 3000}, 64}, 2048, 1},  // V3.2's k: ties at the cut
       {{{1, 2}, {5000, 4100}, 64}, 2048, 0},
       {{{2, 1}, {1500, 2100}, 5}, 1024, 2},
+      // Few long rows: the top-k spreads each row over slices (backend/cuda/indexer.cu
+      // topk_split), slices shorter than k and past the context included.
+      {{{1}, {40000}, 64}, 256, 2},
+      {{{2, 1}, {9000, 12000}, 16}, 300, 1},
+      {{{1}, {131072}, 64}, 2048, 0},            // V3.2 decode at batch 1, 128k context
+      {{{1}, {131072}, 64}, 2048, 1},
+      {{{1, 1, 1}, {3000, 100, 2600}, 16}, 512, 2},
   };
   for (const Case& c : cases) {
     const StepData d = make_step(c.step);

@@ -31,7 +31,7 @@ py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidi
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
 
 # STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_inv
-# bench_cublas deepinfer_bench throughput" (default: all but bench_cublas and throughput);
+# deepinfer_bench throughput" (default: all but throughput);
 # BENCH_ARGS: extra flags for the op bench (e.g. --decode-only).
 STAGES="${STAGES:-parity golden bench_bf16 bench_fp8 bench_inv deepinfer_bench}"
 want() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -114,7 +114,6 @@ if [[ -x "$bin/deepinfer_cuda_bench" ]]; then
   want bench_fp8 && stage bench_fp8 100 "$bin/deepinfer_cuda_bench" --fp8 --graphs $BENCH_ARGS --out "$OUT/bench.jsonl"
   want bench_inv && DEEPINFER_BATCH_INVARIANT=1 stage bench_bf16_invariant 80 "$bin/deepinfer_cuda_bench" --graphs $BENCH_ARGS --out "$OUT/bench_invariant.jsonl"
   # dense few-row BF16 GEMMs on cuBLASLt instead of the stream kernel (A/B)
-  want bench_cublas && DEEPINFER_CUDA_STREAM_MAX_ROWS=0 stage bench_bf16_cublas 80 "$bin/deepinfer_cuda_bench" --graphs --decode-only --out "$OUT/bench_cublas.jsonl"
 else
   rows+=("bench|no binary|0")
 fi

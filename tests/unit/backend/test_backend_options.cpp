@@ -1,6 +1,7 @@
 // cuda_options (backend/backend_options.cpp): the DEEPINFER_CUDA_* settings table's
-// defaults give exactly CudaOptions{} (the measured defaults), set values arrive in the
-// fields, and bad values are refused naming the variable.
+// defaults give exactly CudaOptions{} (the measured defaults), DEEPINFER_CUDA_SYNC arrives in
+// its field, a bad value is refused naming the variable, and the switches whose variants lost
+// their A/Bs (bench/NOTES.md, "Kernel switches against their A/Bs") are no longer read.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -20,10 +21,8 @@ Settings from_map(const std::map<std::string, std::string>& env) {
   });
 }
 
-TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
+void expect_defaults(const CudaOptions& o) {
   const CudaOptions d;
-  const CudaOptions o = cuda_options(from_map({}));
-  EXPECT_EQ(o.sync_each_op, d.sync_each_op);
   EXPECT_EQ(o.stream_gemm, d.stream_gemm);
   EXPECT_EQ(o.stream_max_rows, d.stream_max_rows);
   EXPECT_EQ(o.fuse_mask, d.fuse_mask);
@@ -38,36 +37,38 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   EXPECT_EQ(o.moe_cutlass_tile, d.moe_cutlass_tile);
 }
 
-TEST(BackendOptions, SettingsArriveInTheFields) {
-  const CudaOptions o = cuda_options(from_map({{"DEEPINFER_CUDA_SYNC", "1"},
-                                               {"DEEPINFER_CUDA_PIPE", "0"},
-                                               {"DEEPINFER_CUDA_ATTN_CHUNK", "32"},
-                                               {"DEEPINFER_CUDA_FP8_MOE_ACT", "0"},
-                                               {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32"},
-                                               {"DEEPINFER_CUDA_MOE_GEMM", "cutlass:64"},
-                                               {"DEEPINFER_CUDA_STREAM", "0"}}));
-  EXPECT_TRUE(o.sync_each_op);
-  EXPECT_EQ(o.pipe_stages, 0);
-  EXPECT_TRUE(o.pipe_fp8);  // set at all: FP8 experts take the pipe switch too
-  EXPECT_EQ(o.attn_chunk, 32);
-  EXPECT_FALSE(o.fp8_moe_act);
-  EXPECT_EQ(o.fp8_moe_min_rows, 32);
-  EXPECT_TRUE(o.moe_cutlass);
-  EXPECT_EQ(o.moe_cutlass_tile, 64);
-  EXPECT_FALSE(o.stream_gemm);
-  EXPECT_EQ(o.stream_max_rows, 0);  // no stream kernel: no rows for it
+TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
+  const CudaOptions o = cuda_options(from_map({}));
+  EXPECT_EQ(o.sync_each_op, CudaOptions{}.sync_each_op);
+  expect_defaults(o);
+  // The winners of the A/Bs of 2026-12-03: dense few-row BF16 on cuBLASLt, FP8 experts on the
+  // pipeline kernel.
+  EXPECT_EQ(CudaOptions{}.stream_max_rows, 0);
+  EXPECT_TRUE(CudaOptions{}.pipe_fp8);
+}
+
+TEST(BackendOptions, SyncArrivesInItsField) {
+  EXPECT_TRUE(cuda_options(from_map({{"DEEPINFER_CUDA_SYNC", "1"}})).sync_each_op);
+}
+
+// Setting a retired switch changes nothing, and none is left in the table.
+TEST(BackendOptions, RetiredSwitchesAreNotRead) {
+  const std::map<std::string, std::string> retired = {
+      {"DEEPINFER_CUDA_STREAM", "0"},         {"DEEPINFER_CUDA_STREAM_MAX_ROWS", "16"},
+      {"DEEPINFER_CUDA_FUSE", "0"},           {"DEEPINFER_CUDA_PIPE", "4"},
+      {"DEEPINFER_CUDA_PIPE_TOKENS", "64"},   {"DEEPINFER_CUDA_ATTN_CHUNK", "16"},
+      {"DEEPINFER_CUDA_FP8_ACT_MIN_ROWS", "1"}, {"DEEPINFER_CUDA_FP8_MOE_ACT", "0"},
+      {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "32"}, {"DEEPINFER_CUDA_MOE_GEMM", "own"}};
+  expect_defaults(cuda_options(from_map(retired)));
+  for (const SettingInfo& s : setting_table()) EXPECT_EQ(retired.count(s.name), 0u) << s.name;
 }
 
 TEST(BackendOptions, BadCudaValuesNameTheVariable) {
-  for (const auto& [name, value] : std::map<std::string, std::string>{
-           {"DEEPINFER_CUDA_ATTN_CHUNK", "48"}, {"DEEPINFER_CUDA_MOE_GEMM", "cublas"},
-           {"DEEPINFER_CUDA_PIPE", "-1"}}) {
-    try {
-      cuda_options(from_map({{name, value}}));
-      ADD_FAILURE() << name << "=" << value << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-    }
+  try {
+    cuda_options(from_map({{"DEEPINFER_CUDA_SYNC", "maybe"}}));
+    ADD_FAILURE() << "DEEPINFER_CUDA_SYNC=maybe accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DEEPINFER_CUDA_SYNC"), std::string::npos) << e.what();
   }
 }
 

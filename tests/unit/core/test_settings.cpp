@@ -36,8 +36,8 @@ TEST(Settings, TableNamesAreUniqueAndPrefixed) {
     EXPECT_TRUE(seen.insert(name).second) << name << " twice";
     EXPECT_NE(std::string(s.help), "") << name;
   }
-  for (const char* required : {"DEEPINFER_BATCH_INVARIANT", "DEEPINFER_CUDA_FP8_MOE_ACT",
-                               "DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "DEEPINFER_LOG"})
+  for (const char* required : {"DEEPINFER_BATCH_INVARIANT", "DEEPINFER_CUDA_SYNC",
+                               "DEEPINFER_NUM_THREADS", "DEEPINFER_LOG"})
     EXPECT_TRUE(seen.count(required)) << required;
 }
 
@@ -45,22 +45,22 @@ TEST(Settings, DefaultsWhenUnsetAndTypedValuesWhenSet) {
   const Settings none = from_map({});
   EXPECT_FALSE(none.get_bool("DEEPINFER_BATCH_INVARIANT"));
   EXPECT_FALSE(none.is_set("DEEPINFER_BATCH_INVARIANT"));
-  EXPECT_TRUE(none.get_bool("DEEPINFER_CUDA_FP8_MOE_ACT"));
-  EXPECT_EQ(none.get_int("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS"), 128);
+  EXPECT_FALSE(none.get_bool("DEEPINFER_CUDA_SYNC"));
+  EXPECT_EQ(none.get_int("DEEPINFER_NUM_THREADS"), 0);
   EXPECT_EQ(none.get_string("DEEPINFER_LOG"), "warn");
   EXPECT_EQ(none.get_string("DEEPINFER_HF_MODEL_DIR"), "");
 
   const Settings set = from_map({{"DEEPINFER_BATCH_INVARIANT", "TRUE"},
-                                 {"DEEPINFER_CUDA_FP8_MOE_ACT", "off"},
-                                 {"DEEPINFER_CUDA_FP8_MOE_MIN_ROWS", "-3"},
+                                 {"DEEPINFER_CUDA_SYNC", "on"},
+                                 {"DEEPINFER_NUM_THREADS", "-3"},
                                  {"DEEPINFER_HF_MODEL_DIR", "/m"},
-                                 {"DEEPINFER_CUDA_PIPE", ""}});  // empty = unset
+                                 {"DEEPINFER_USE_NEXTN_DECODE", ""}});  // empty = unset
   EXPECT_TRUE(set.get_bool("DEEPINFER_BATCH_INVARIANT"));
   EXPECT_TRUE(set.is_set("DEEPINFER_BATCH_INVARIANT"));
-  EXPECT_FALSE(set.get_bool("DEEPINFER_CUDA_FP8_MOE_ACT"));
-  EXPECT_EQ(set.get_int("DEEPINFER_CUDA_FP8_MOE_MIN_ROWS"), -3);
+  EXPECT_TRUE(set.get_bool("DEEPINFER_CUDA_SYNC"));
+  EXPECT_EQ(set.get_int("DEEPINFER_NUM_THREADS"), -3);
   EXPECT_EQ(set.get_string("DEEPINFER_HF_MODEL_DIR"), "/m");
-  EXPECT_FALSE(set.is_set("DEEPINFER_CUDA_PIPE"));
+  EXPECT_FALSE(set.is_set("DEEPINFER_USE_NEXTN_DECODE"));
 }
 
 TEST(Settings, BadValuesNameTheVariable) {

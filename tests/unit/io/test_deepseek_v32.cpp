@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "model/config.h"
+#include "model/deepseek_v32/config.h"
 #include "model/deepseek_v32/weights.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -47,10 +48,15 @@ using testing::expect_contains;
 TEST(DeepseekV32Config, ReadsV3FieldsAndTheIndexer) {
   const ModelConfig c = parse(tiny_v32());
   EXPECT_EQ(c.model_type, "deepseek_v32");
-  EXPECT_EQ(c.indexer.n_heads, 16);
-  EXPECT_EQ(c.indexer.head_dim, 8);
-  EXPECT_EQ(c.indexer.topk, 32);
-  EXPECT_EQ(c.indexer.rope_dim, 4);
+  const IndexerDims& ix = deepseek_v32_indexer(c);
+  EXPECT_EQ(ix.n_heads, 16);
+  EXPECT_EQ(ix.head_dim, 8);
+  EXPECT_EQ(ix.topk, 32);
+  EXPECT_EQ(ix.rope_dim, 4);
+  ASSERT_TRUE(c.sparse_attention().has_value());  // what bench counts by
+  EXPECT_EQ(c.sparse_attention()->topk, 32);
+  EXPECT_EQ(c.sparse_attention()->score_heads, 16);
+  EXPECT_EQ(c.sparse_attention()->key_dim, 8);
   // V3's defaults and routing rules apply.
   EXPECT_EQ(c.scoring_func, "sigmoid");
   EXPECT_EQ(c.topk_method, "noaux_tc");
@@ -60,7 +66,8 @@ TEST(DeepseekV32Config, ReadsV3FieldsAndTheIndexer) {
   // V3 has no indexer.
   nlohmann::json v3 = tiny_v32();
   v3["model_type"] = "deepseek_v3";
-  EXPECT_FALSE(parse(v3).indexer.present());
+  EXPECT_FALSE(parse(v3).sparse_attention().has_value());
+  expect_contains(error_of([&] { deepseek_v32_indexer(parse(v3)); }), {"v32/config.json", "deepseek_v3", "indexer"});
   EXPECT_EQ(parse(v3).summary().find("indexer"), std::string::npos);
 }
 
@@ -110,10 +117,11 @@ struct Tensors {
 
 // tiny_v32's checkpoint: V3's tensors in `linear` (BF16, or F8_E4M3 with [1, 1] block scales,
 // as wq_b/wk get too), k_norm in `norm`, weights_proj BF16 (as DeepSeek ships it).
-Tensors v32_tensors(const ModelConfig& c, DType linear = DType::BF16, DType norm = DType::BF16) {
+// With mtp: the MTP block's tensors too (layer 2), its indexer included.
+Tensors v32_tensors(const ModelConfig& c, DType linear = DType::BF16, DType norm = DType::BF16, bool mtp = false) {
   Tensors t;
-  for (const TensorSpec& s : checkpoint_layout(c, linear, false)) t.add(s.name, s.dtype, s.shape);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
+  for (const TensorSpec& s : checkpoint_layout(c, linear, mtp)) t.add(s.name, s.dtype, s.shape);
+  for (int l = 0; l < c.num_hidden_layers + (mtp ? c.num_nextn_predict_layers : 0); ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
     t.add(p + "wq_b.weight", linear, {16 * 8, 24});
     t.add(p + "wk.weight", linear, {8, 32});
@@ -197,6 +205,57 @@ TEST(DeepseekV32Weights, LoadChecksTheIndexerAndBuildsTheSparseForward) {
   }
 }
 
+// V3.2's MTP block (layer id num_hidden_layers) is V3's with an indexer of its own: it loads
+// (so the engine drafts with it by default), takes a cache in both KV groups, and a missing or
+// misshapen MTP indexer tensor is an error naming it; without load_mtp it is not read.
+TEST(DeepseekV32Weights, TheMtpBlockLoadsWithItsIndexer) {
+  nlohmann::json j = tiny_v32();
+  j["num_nextn_predict_layers"] = 1;
+  const ModelConfig c = parse(j);
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  {
+    testing::TempDir dir;
+    write_checkpoint(v32_tensors(c, DType::BF16, DType::BF16, true), j, dir);
+    std::unique_ptr<Model> model = load_model(dir.path(), *cpu);
+    EXPECT_EQ(model->num_mtp_layers(), 1);
+    EXPECT_EQ(model->mtp_kv_group(), 0);
+    EXPECT_EQ(model->num_mtp_kv_groups(), 2);  // latent and indexer keys
+    const CheckpointReader reader = CheckpointReader::open(dir.path());
+    find_architecture("deepseek_v32", "x").check_extra_weights(c, reader);
+  }
+  for (const bool misshapen : {false, true}) {
+    testing::TempDir dir;
+    Tensors bad = v32_tensors(c, DType::BF16, DType::BF16, true);
+    const std::string name = "model.layers.2.self_attn.indexer.wk.weight";
+    if (misshapen) {
+      bad.add(name, DType::BF16, {8, 30});
+    } else {
+      bad.buffers.erase(name);
+    }
+    write_checkpoint(bad, j, dir);
+    expect_contains(error_of([&] { load_model(dir.path(), *cpu); }), {"'" + name + "'", misshapen ? "[8, 30]" : "missing"});
+    const CheckpointReader reader = CheckpointReader::open(dir.path());
+    expect_contains(error_of([&] { find_architecture("deepseek_v32", "x").check_extra_weights(c, reader); }),
+                    {"'" + name + "'"});
+    LoadOptions no_mtp;
+    no_mtp.load_mtp = false;
+    EXPECT_EQ(load_model(dir.path(), *cpu, no_mtp)->num_mtp_layers(), 0);
+  }
+}
+
+// The indexer's scores workspace (F32 [token rows, context]) grows 2x within its byte limit and
+// refuses a step past it, naming the tokens, the context, the bytes and the limit.
+TEST(IndexerWorkspace, ScoresCapacityGrowsWithinTheLimitAndRefusesPastIt) {
+  EXPECT_EQ(indexer_scores_capacity(4, 100, 0, 1 << 20), 100);
+  EXPECT_EQ(indexer_scores_capacity(4, 101, 100, 1 << 20), 200);           // 2x
+  EXPECT_EQ(indexer_scores_capacity(4, 40000, 32768, 1 << 20), 65536);     // 2x capped: 4 x 65536 x 4 B = 1 MiB
+  EXPECT_EQ(indexer_scores_capacity(4, 65536, 0, 1 << 20), 65536);        // exactly the limit
+  expect_contains(error_of([] { indexer_scores_capacity(4, 65537, 0, 1 << 20); }),
+                  {"4 tokens", "65537 positions", "1048592 bytes", "limit of 1048576 bytes", "max_num_batched_tokens"});
+  EXPECT_EQ(kIndexerScoresMaxBytes, int64_t{8} << 30);
+  EXPECT_EQ(indexer_scores_capacity(16384, 131072, 0), 131072);  // 8 GiB: a full-size step fits
+}
+
 // Random indexer weights continue checkpoint_layout's numbering (model/weights.h: tensor k
 // from random_hash(seed, k)), in the checkpoint's dtypes: wq_b and wk block-scaled FP8 in an FP8
 // layout, weights_proj and the LayerNorm dense. Values recomputed from random_weight_value.
@@ -219,7 +278,7 @@ TEST(DeepseekV32Weights, RandomIndexerWeightsFollowTheLayout) {
     EXPECT_EQ(w[0].weights_proj.w.dtype, DType::BF16);
     EXPECT_FALSE(w[0].weights_proj.scale_inv.defined());
     // Layer 0's wq_b is the first tensor after V3's layout; element 5 of it:
-    const uint64_t first = checkpoint_layout(c, dt, false).size();
+    const uint64_t first = checkpoint_layout(c, dt, true).size();
     const float bound = std::sqrt(3.0f / 24.0f);
     if (fp8) {
       const float v = random_weight_value(seed, first, 5, {448.0f, 0.0f});

@@ -43,7 +43,7 @@ class MtpRecordingModel final : public Model {
     for (int t = 0; t < b.num_tokens; ++t)
       for (int h = 0; h < kHidden; ++h) hidden_out->ptr<float>()[t * kHidden + h] = 10.0f * t + 1.0f;
   }
-  void mtp_forward(const StepBatch& b, Tensor&, const Tensor& hidden_in, Tensor& hidden_out,
+  void mtp_forward(const StepBatch& b, std::span<Tensor>, const Tensor& hidden_in, Tensor& hidden_out,
                    Tensor& logits) override {
     seen.clear();
     seen_tokens.assign(b.token_ids.ptr<int32_t>(), b.token_ids.ptr<int32_t>() + b.num_tokens);
