@@ -14,7 +14,7 @@
 set -uo pipefail
 bin="${BIN:-build-gpu/bin}"
 out="${OUT:-.}"
-cfg=bench/cuda/bench-v4-flash-4l.config.json
+cfg="${CFG:-bench/cuda/bench-v4-flash-4l.config.json}"
 stage() {
   local name="$1" limit="$2"; shift 2
   local t0; t0=$(date +%s)
@@ -30,7 +30,7 @@ TAIL=20 stage v4_bench_fp4 90 "$bin/deepinfer_v4_model_bench" --config "$cfg" --
   --contexts 4096,32768 --prefill "" --reps 5 --out "$out/v4_model_bench.jsonl"
 TAIL=20 stage v4_bench_fp8 90 "$bin/deepinfer_v4_model_bench" --config "$cfg" --experts fp8 --batches 1,64 \
   --contexts 4096 --prefill 4096,32768 --reps 5 --out "$out/v4_model_bench.jsonl"
-DEEPINFER_CUDA_SYNC=1 stage parity_v4 30 "$bin/test_ops" --gtest_filter='V4Ops.*'
+[[ -x "$bin/test_ops" ]] && DEEPINFER_CUDA_SYNC=1 stage parity_v4 30 "$bin/test_ops" --gtest_filter='V4Ops.*'
 DEEPINFER_ACCELERATOR=cuda DEEPINFER_BACKEND=cuda TAIL=30 stage golden_v4 100 "$bin/test_golden_v4"
 
 # Requests by token ids (the random-weight config has no tokenizer).

@@ -85,6 +85,7 @@ class DeepseekV4Model : public Model {
   RopeTables rope_;
   DeviceBuffer ones_;  // F32 [head_dim]: the unweighted per-head norm
   StepArena arena_;    // every temporary of a forward / mtp_forward (step_arena.h)
+  UploadStage stage_;  // their host-built I32 lists, uploaded without a wait each
 };
 
 }  // namespace deepinfer

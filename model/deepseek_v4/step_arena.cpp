@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/step_arena.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace deepinfer {
 
@@ -48,6 +49,32 @@ DeviceBuffer StepArena::alloc(DType dtype, const std::vector<int64_t>& dims) {
   for (size_t c = 0; c < current_; ++c) live += sizes_[c];  // chunks before are counted whole
   peak_ = std::max(peak_, live);
   return DeviceBuffer(t, nullptr);
+}
+
+void UploadStage::reset() {
+  be_.synchronize();
+  offset_ = 0;
+}
+
+DeviceBuffer UploadStage::upload(const std::vector<int32_t>& v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  DeviceBuffer dst = device_.alloc(DType::I32, {n});
+  if (n == 0) return dst;
+  const size_t take = (static_cast<size_t>(n) + 63) / 64 * 64;
+  if (offset_ + take > capacity_) {
+    be_.synchronize();  // every copy from the chunk is done
+    offset_ = 0;
+    if (take > capacity_) {
+      capacity_ = std::max<size_t>({take, size_t{1} << 20, 2 * capacity_});
+      host_ = be_.alloc_host(DType::I32, {static_cast<int64_t>(capacity_)});
+    }
+  }
+  int32_t* h = host_.tensor().ptr<int32_t>() + offset_;
+  std::memcpy(h, v.data(), sizeof(int32_t) * static_cast<size_t>(n));
+  offset_ += take;
+  Tensor src(h, DType::I32, {n}, Device::CPU);
+  be_.copy_async(src, dst.tensor());
+  return dst;
 }
 
 }  // namespace deepinfer

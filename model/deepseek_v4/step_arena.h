@@ -40,6 +40,24 @@ class StepArena {
   uint64_t epoch_ = 0;
 };
 
+// Host-built I32 lists (V4's row lists, slots, positions) sent to the device without a wait
+// each: copied into a page-locked chunk (Backend::alloc_host) and issued with copy_async, into
+// memory of a StepArena. Page-locked bytes of a copy that may still be in flight are never
+// written: the offset only grows within a step; a full chunk waits for the stream once and
+// starts over (or grows), and reset() waits once at the start of a step.
+class UploadStage {
+ public:
+  UploadStage(Backend& backend, StepArena& device) : be_(backend), device_(device) {}
+  void reset();
+  DeviceBuffer upload(const std::vector<int32_t>& v);
+
+ private:
+  Backend& be_;
+  StepArena& device_;
+  DeviceBuffer host_;
+  size_t capacity_ = 0, offset_ = 0;  // in int32 values
+};
+
 // Releases to the mark taken at construction when it goes out of scope.
 class ArenaScope {
  public:
