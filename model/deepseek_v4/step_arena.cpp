@@ -18,7 +18,7 @@ size_t StepArena::capacity_bytes() const {
 
 void StepArena::reset() {
   if (chunks_.size() > 1) {  // last step outgrew the first chunk: one chunk of its peak
-    const size_t bytes = std::max(peak_, capacity_bytes());
+    const size_t bytes = peak_;  // chunks before the last counted whole: enough for its pattern
     chunks_.clear();
     sizes_.clear();
     chunks_.push_back(be_.alloc(DType::U8, {static_cast<int64_t>(bytes)}));
