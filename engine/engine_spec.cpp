@@ -228,7 +228,7 @@ bool Engine::Impl::measure_step_batch(int b, int ctx) {
   };
   if (!blocks_->can_allocate_slots(kv[0], 0, len)) return false;
   blocks_->allocate_slots(kv[0], 0, len, copies);
-  const bool graphs = backend->supports_graphs() && !config.enforce_eager;
+  const bool graphs = runner_->graphs_enabled();
   const bool one_group = runner_->kv_groups().size() == 1;
   const int mtp_group = mtp_exec_ ? model->mtp_kv_group() : 0;
   const std::vector<int32_t> ids(static_cast<size_t>(len), 0);

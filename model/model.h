@@ -31,6 +31,9 @@ struct LoadOptions {
   bool random_weights = false;   // ignore files; make weights from `seed` (bench)
   uint64_t seed = 0;
   DType random_weight_dtype = DType::BF16;  // BF16 or F8_E4M3 (block-scaled)
+  // deepseek_v4 with F8_E4M3: routed experts FP4 e2m1 packed with E8M0 scales (V4-Flash's
+  // format); false: F8_E4M3 like the dense linears (the tensor-core expert path for prefill).
+  bool random_fp4_experts = true;
   // Scan every checkpoint tensor the model uses for NaN/Inf (model/weight_check.h) and fail
   // naming the first; false skips it (trusted checkpoints). Random weights are never scanned.
   bool check_finite = true;
@@ -61,12 +64,20 @@ class Model {
   // Columns of a hidden row forward's hidden_out gives and mtp_forward takes and returns
   // (V3: hidden_size; V4: its hc_mult hyper-connection streams, hc_mult * hidden_size).
   virtual int64_t mtp_hidden_size() const;
+  // Their dtype on a backend computing in `activation` (V3: the activation dtype; V4: F32,
+  // its hyper-connection streams stay F32 on every backend).
+  virtual DType mtp_hidden_dtype(DType activation) const { return activation; }
   // MTP layer 0 over one step (model/layers/mtp.h): row i holds the next token t_{i+1}
   // (batch.token_ids) at position i with hidden_in [T, hidden] = h_i; its rows go to kv
   // (the MTP layer's own caches: kv[i] = its layer of group mtp_kv_group() + i, addressed by
   // batch.kv_groups[i]); hidden_out [T, hidden]; logits F32 [batch.logits_indices.numel(), vocab].
   virtual void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                            Tensor& hidden_out, Tensor& logits);
+  // Whether forward and mtp_forward can be captured into a CUDA graph and replayed for new
+  // steps of the same shape: no host reads of step inputs and no host-built inputs during a
+  // step. V4 (model/deepseek_v4/model.h) builds its KV addressing on the host: the runner
+  // runs its steps eagerly, unpadded.
+  virtual bool graph_capturable() const { return true; }
   // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
   // captured over them before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }

@@ -84,7 +84,7 @@ Runner::Runner(Model& model, Backend& backend, const RunnerConfig& config)
   for (DeviceBuffer& h : host_sample_params_) h = backend.alloc_host(DType::I32, {max_rows, kSampleRowWords});
   host_logits_ = backend.alloc_host(DType::F32, {max_rows, vocab});
   if (config.num_mtp_kv_layers > 0) {
-    const DType dt = backend.activation_dtype();
+    const DType dt = model.mtp_hidden_dtype(backend.activation_dtype());
     const int64_t H = model.mtp_hidden_size();
     hidden_ = backend.alloc(dt, {max_tokens, H});
     mtp_in_ = backend.alloc(dt, {max_tokens, H});
@@ -257,7 +257,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
            " sequences, with ", ahead_drafts_, " + 1 tokens each (got ", num_seqs, " sequences of ", q, ")");
 
   DecodePadding pad;
-  if (uniform && config_.use_graphs && backend_.supports_graphs())
+  if (uniform && graphs_enabled())
     pad = graphs_.shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
 
@@ -393,7 +393,7 @@ int64_t Runner::mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> 
     max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
   }
   DecodePadding pad;
-  if (uniform && config_.use_graphs && backend_.supports_graphs())
+  if (uniform && graphs_enabled())
     pad = mtp_graphs_[variant].shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
   StepHostInfo info;

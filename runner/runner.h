@@ -139,6 +139,11 @@ class Runner {
   // gives the block manager the pools the runner allocates).
   static KvPoolLimits pool_limits(const RunnerConfig& config);
   const std::vector<KvGroupSpec>& kv_groups() const { return groups_; }
+  // Uniform steps replay CUDA graphs: asked for (RunnerConfig::use_graphs), a backend that
+  // has them and a model whose steps can be captured (Model::graph_capturable).
+  bool graphs_enabled() const {
+    return config_.use_graphs && backend_.supports_graphs() && model_.graph_capturable();
+  }
   int group_num_blocks(int g) const { return group_blocks_[static_cast<size_t>(g)]; }
 
   // Speculative decoding (no step in flight): runs the model's MTP layer over `seqs`

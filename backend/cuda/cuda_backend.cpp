@@ -11,6 +11,10 @@ namespace deepinfer {
 namespace cuda {
 
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const std::string& where) {
+  // Consume the error this call left as the runtime's last error: once reported here, a
+  // non-sticky one (e.g. a host copy during a stream capture, which the runner catches and
+  // then runs the step eagerly) must not fail the next kernel launch's check (check_launch).
+  cudaGetLastError();
   fail("CUDA error in ", where, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
        ") from ", call);
 }

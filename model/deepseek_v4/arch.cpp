@@ -13,8 +13,16 @@ namespace deepinfer {
 namespace {
 
 std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend, const LoadOptions& options) {
-  DI_CHECK(!options.random_weights, config.source, ": deepseek_v4 has no random-weight builder yet");
   DeepseekV4Config v4 = load_deepseek_v4_config(config.source);
+  if (options.random_weights) {
+    // V4-Flash's formats with F8_E4M3: FP8 dense, FP4 routed experts (random_fp4_experts).
+    const bool fp4 = options.random_weight_dtype == DType::F8_E4M3 && options.random_fp4_experts;
+    const DType dense = backend.device() == Device::CPU && options.random_weight_dtype == DType::BF16
+                            ? DType::F32  // the CPU reference computes in F32
+                            : options.random_weight_dtype;
+    V4Weights w = make_random_v4_weights(v4, options.seed, dense, fp4, backend);
+    return std::make_unique<DeepseekV4Model>(std::move(v4), std::move(w), backend);
+  }
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
   // Packed FP4 experts only where a backend reads them (CUDA) and only when asked
   // (DEEPINFER_V4_FP4_PACKED): their golden test passes on the H200 (2026-12-02), but the kernel

@@ -141,18 +141,11 @@ Tensor columns(const Tensor& rows, int64_t c0, int64_t n) {
 
 }  // namespace
 
-DeviceBuffer DeepseekV4Model::upload(const std::vector<int32_t>& v) {
-  DeviceBuffer b = be_.alloc(DType::I32, {static_cast<int64_t>(v.size())});
-  if (!v.empty()) {
-    Tensor h(const_cast<int32_t*>(v.data()), DType::I32, {static_cast<int64_t>(v.size())});
-    be_.copy(h, b.tensor());
-  }
-  return b;
-}
+DeviceBuffer DeepseekV4Model::upload(const std::vector<int32_t>& v) { return stage_.upload(v); }
 
 DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Backend& backend)
     : config_(std::move(config)), w_(std::move(weights)), be_(backend), act_(backend.activation_dtype()),
-      layout_(v4_kv_layout(config_)) {
+      layout_(v4_kv_layout(config_)), arena_(backend), stage_(backend, arena_) {
   DI_CHECK(be_.device() != Device::CPU || act_ == DType::F32, config_.base.source,
            ": deepseek_v4 on the CPU backend computes in F32");
   HostBuffer ones(DType::F32, {config_.head_dim});
@@ -255,8 +248,8 @@ struct CompressJob {
 };
 
 template <typename RowsT>
-void compress_groups(Backend& be, DType act, const CompressJob& j, const RowsT& pend, const RowsT& ent, int64_t p0,
-                     int64_t end) {
+void compress_groups(Backend& be, StepArena& arena, UploadStage& stage, DType act, const CompressJob& j,
+                     const RowsT& pend, const RowsT& ent, int64_t p0, int64_t end) {
   const int64_t r = j.ratio, k0 = p0 / r, k1 = end / r, n = k1 - k0, width = j.overlap ? 2 * j.d : j.d;
   if (n <= 0) return;
   const int64_t extra = j.overlap && k0 > 0 ? 1 : 0, first = (k0 - extra) * r, used = (n + extra) * r;
@@ -266,15 +259,10 @@ void compress_groups(Backend& be, DType act, const CompressJob& j, const RowsT& 
     pos[w] = static_cast<int32_t>((k0 + w) * r);
     slots[w] = ent.slot(k0 + w);
   }
-  auto up = [&](const std::vector<int32_t>& v) {
-    DeviceBuffer b = be.alloc(DType::I32, {static_cast<int64_t>(v.size())});
-    be.copy(Tensor(const_cast<int32_t*>(v.data()), DType::I32, {static_cast<int64_t>(v.size())}), b.tensor());
-    return b;
-  };
-  DeviceBuffer idb = up(ids), posb = up(pos), slotb = up(slots);
-  DeviceBuffer rows = be.alloc(act, {used, j.pending->size(2)});
+  DeviceBuffer idb = stage.upload(ids), posb = stage.upload(pos), slotb = stage.upload(slots);
+  DeviceBuffer rows = arena.alloc(act, {used, j.pending->size(2)});
   be.embedding(idb.tensor(), cache_rows(*j.pending), rows.tensor());
-  DeviceBuffer pooled = be.alloc(act, {n + extra, j.d}), normed = be.alloc(act, {n, j.d});
+  DeviceBuffer pooled = arena.alloc(act, {n + extra, j.d}), normed = arena.alloc(act, {n, j.d});
   be.compressor_pool(columns(rows.tensor(), j.kv_col, width), columns(rows.tensor(), j.gate_col, width), j.cp->ape,
                      j.ratio, j.overlap, Tensor(), Tensor(), pooled.tensor());
   be.rms_norm(pooled.tensor().slice_rows(extra, n + extra), j.cp->norm, j.eps, normed.tensor());
@@ -335,6 +323,7 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
   for (int64_t s = 0; s < batch.num_seqs; ++s) {
     const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], nq = t1 - t0;
     if (nq == 0) continue;
+    ArenaScope scope(arena_);  // this sequence's row lists and gathered rows
     const int64_t end = batch.host_seq_lens[s], p0 = end - nq;
     const StepHost::Rows window = sh.rows(window_group, s, window_cache, groups[lay.window].name);
     // The groups this step completes, pooled into the entry caches.
@@ -344,14 +333,14 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       const Tensor& ent_cache = kv[entries][gl];
       const StepHost::Rows pend = sh.rows(pending, s, pend_cache, groups[pending].name);
       const StepHost::Rows ent = sh.rows(entries, s, ent_cache, groups[entries].name);
-      compress_groups(be_, act_,
+      compress_groups(be_, arena_, stage_, act_,
                       CompressJob{&L.compressor, ratio, csa, D, rd, &table, eps, &pend_cache,
                                   csa ? lay.csa_kv : lay.hca_kv, csa ? lay.csa_gate : lay.hca_gate, &ent_cache},
                       pend, ent, p0, end);
       if (csa) {
         const Tensor& key_cache = kv[lay.indexer_keys][gl];
         const StepHost::Rows keys = sh.rows(lay.indexer_keys, s, key_cache, groups[lay.indexer_keys].name);
-        compress_groups(be_, act_,
+        compress_groups(be_, arena_, stage_, act_,
                         CompressJob{&L.index_compressor, ratio, true, di, rd, &table, eps, &pend_cache,
                                     lay.csa_index_kv, lay.csa_index_gate, &key_cache},
                         pend, keys, p0, end);
@@ -428,6 +417,7 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
   const int64_t E = c.base.n_routed_experts, K = c.base.num_experts_per_tok;
   const float eps = static_cast<float>(c.base.rms_norm_eps);
   Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
+  ArenaScope scope(arena_);  // the block's temporaries (streams and next are the caller's)
   DeviceBuffer collapsed = alloc(DType::F32, {T, H}), post = alloc(DType::F32, {T, hc});
   DeviceBuffer comb = alloc(DType::F32, {T, hc, hc}), x = alloc(act_, {T, H});
   const bool compressed = L.kind != V4AttentionKind::Window;
@@ -529,6 +519,8 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
              "deepseek_v4: hidden_out must be F32 [", T, ", ", hc * H,
              "] on the backend's device (the hyper-connection streams after the last layer), got ",
              hidden_out->describe());
+  arena_.reset();
+  stage_.reset();
   StepHost sh;
   sh.token_ids = host_i32(be_, batch.token_ids);
   for (int64_t t = 0; t < T; ++t)
@@ -572,6 +564,8 @@ void DeepseekV4Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, 
              "mtp_forward: deepseek_v4 hidden rows must be F32 [", T, ", ", hc * H,
              "] on the backend's device (hyper-connection streams), got ", t->describe());
   check_positions(batch);
+  arena_.reset();
+  stage_.reset();
   StepHost sh;
   sh.token_ids = host_i32(be_, batch.token_ids);
   for (int64_t t = 0; t < T; ++t)

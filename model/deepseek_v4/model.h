@@ -19,6 +19,7 @@
 
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/kv_layout.h"
+#include "model/deepseek_v4/step_arena.h"
 #include "model/deepseek_v4/weights.h"
 #include "model/model.h"
 
@@ -40,11 +41,16 @@ class DeepseekV4Model : public Model {
   int num_mtp_layers() const override { return static_cast<int>(w_.mtp.size()); }
   int mtp_kv_group() const override { return layout_.window; }
   int64_t mtp_hidden_size() const override { return config_.hc_mult * config_.base.hidden_size; }
+  DType mtp_hidden_dtype(DType) const override { return DType::F32; }
   // Row i: token t_{i+1} (batch.token_ids) at position i with hidden_in [T, hc * hidden] =
   // the target's streams h_i (or a chained draft's output streams); hidden_out [T, hc *
   // hidden] its output streams; logits from its own hc_head and norm and the shared head.
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in, Tensor& hidden_out,
                    Tensor& logits) override;
+  uint64_t workspace_epoch() const override { return arena_.epoch(); }
+  // Each step reads its token ids and block tables back and uploads row lists built from them
+  // (StepHost): not capturable until that addressing is computed on the device.
+  bool graph_capturable() const override { return false; }
 
  private:
   struct RopeTables {
@@ -55,7 +61,7 @@ class DeepseekV4Model : public Model {
   void check_step(const StepBatch& batch, const KvCaches& kv) const;
   void check_positions(const StepBatch& batch) const;
   void grow_rope_tables(int64_t num_positions);
-  DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return be_.alloc(dtype, dims); }
+  DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
   DeviceBuffer upload(const std::vector<int32_t>& v);
   // Layer l's attention over the step: x [T, H] its normed input, qr [T, q_lora] the q_norm
   // output, q [T, heads, D] the rotated queries; out [T, heads, D] before the inverse RoPE.
@@ -78,6 +84,8 @@ class DeepseekV4Model : public Model {
   V4KvLayout layout_;
   RopeTables rope_;
   DeviceBuffer ones_;  // F32 [head_dim]: the unweighted per-head norm
+  StepArena arena_;    // every temporary of a forward / mtp_forward (step_arena.h)
+  UploadStage stage_;  // their host-built I32 lists, uploaded without a wait each
 };
 
 }  // namespace deepinfer

@@ -83,4 +83,13 @@ struct V4Weights {
 V4Weights load_v4_weights(const DeepseekV4Config& config, std::shared_ptr<const CheckpointReader> reader,
                           bool load_mtp = true, bool packed_fp4 = false, bool mtp_optional = false);
 
+// Random weights (bench, --random-weights; weights_random.cpp) from `seed`, made on `backend`:
+// dense linears in dense_dtype (F8_E4M3: 128 x 128 blocks with power-of-two F32 scales; BF16;
+// F32), the grouped wo_a, router, compressor and indexer projections BF16 (F32 when dense_dtype
+// is), F32 small tensors; routed experts FP4 e2m1 packed with E8M0 scales per 32 (fp4_experts:
+// V4-Flash's format; CUDA reads them packed, the CPU reference dequantizes them per step) or
+// like the dense linears. No MTP block.
+V4Weights make_random_v4_weights(const DeepseekV4Config& config, uint64_t seed, DType dense_dtype, bool fp4_experts,
+                                 Backend& backend);
+
 }  // namespace deepinfer

@@ -11,7 +11,9 @@
 //    (verify steps, rejected drafts) keep each output's bits;
 //  - MTP speculative decoding (fixtures/v4_mtp: the V4 MTP block drafting k = 1..3 tokens
 //    from the target's hyper-connection streams, its K=V rows one more layer of the window
-//    group) keeps each output's bits too.
+//    group) keeps each output's bits too;
+//  - random weights (--random-weights: FP8 dense, FP4 experts) run through the engine;
+//  - on CUDA (DEEPINFER_ACCELERATOR=cuda) the same engine path with batch-invariant kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <random>
 #include <string>
 
+#include "core/settings.h"
 #include "deepinfer/engine.h"
 
 namespace deepinfer {
@@ -279,6 +282,115 @@ TEST(EngineV4Spec, MtpDraftsKeepTheTokens) {
   }
   std::printf("[golden v4] mtp drafts over k = 1..3: %lld verified, %lld accepted\n", static_cast<long long>(drafted),
               static_cast<long long>(accepted));
+}
+
+// Random V4 weights (model/deepseek_v4/weights_random.cpp) through the engine, on `backend`:
+// v4_fp8_fp4's config with FP8 dense linears and FP4 routed experts (the CPU reference
+// dequantizes them per step). Every output has its tokens and finite logprobs; the same seed
+// gives the same bits batched (chunked prefill beside decodes) and alone.
+void random_weights_run(const std::string& backend) {
+  EngineConfig c;
+  c.random_weights_config = fixture("v4_fp8_fp4") + "/config.json";
+  c.random_weights_dtype = "fp8";
+  c.random_weights_seed = 7;
+  c.backend = backend;
+  c.batch_invariant = backend == "cuda";
+  c.num_threads = 2;
+  c.kv_block_size = 4;
+  c.max_model_len = 256;
+  c.num_kv_blocks = 256;
+  c.enable_prefix_caching = false;
+  std::mt19937 rng(23);
+  std::vector<Prompt> prompts;
+  for (int len : {9, 40, 150}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(24));
+  EngineConfig batched = c;
+  batched.max_num_seqs = 3;
+  batched.max_num_batched_tokens = 17;
+  Engine engine(batched);
+  const auto out = engine.generate(prompts, params);
+  EngineConfig alone_cfg = c;
+  alone_cfg.max_num_seqs = 1;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(out[i].error.empty()) << out[i].error;
+    const CompletionOutput& o = out[i].outputs[0];
+    ASSERT_EQ(o.token_ids.size(), 24u) << backend << " request " << i;
+    for (const auto& lp : o.logprobs) EXPECT_TRUE(std::isfinite(lp.logprob)) << backend << " request " << i;
+    Engine alone(alone_cfg);
+    const auto want = alone.generate({prompts[i]}, {params[i]});
+    expect_same(want[0].outputs[0], o, backend + " random weights: request " + std::to_string(i));
+  }
+}
+
+TEST(EngineV4Random, FpEightFpFourWeightsRunBatchedAsAlone) { random_weights_run("cpu"); }
+
+// --- The engine on CUDA (DEEPINFER_ACCELERATOR=cuda, skipped otherwise). Batch-invariant
+// kernels make bits comparable: continuous batching with chunked prefill beside decodes,
+// decode steps the runner pads to its graph buckets (V4's forward reads its addressing on the
+// host, so their capture fails and they run eagerly; the step's result stands), and MTP
+// drafts made from the hyper-connection streams, F32 on CUDA too (Model::mtp_hidden_dtype;
+// the runner's hidden rows were BF16 there before, which V4's forward refuses).
+bool engine_on_cuda() { return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda"; }
+
+EngineConfig v4_cuda_config(const std::string& name) {
+  EngineConfig c = v4_config(name);
+  c.backend = "cuda";
+  c.batch_invariant = true;
+  c.num_kv_blocks = 256;
+  return c;
+}
+
+TEST(EngineV4Cuda, BatchedChunkedPrefillEqualsEachAlone) {
+  if (!engine_on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+  for (const std::string name : {"v4_tiny", "v4_fp8_fp4"}) {
+    std::mt19937 rng(24);
+    std::vector<Prompt> prompts;
+    for (int len : {3, 11, 29, 47, 70, 140}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+    const std::vector<SamplingParams> params(prompts.size(), greedy(20));
+    EngineConfig batched = v4_cuda_config(name);
+    batched.max_num_seqs = 4;
+    batched.max_num_batched_tokens = 13;
+    batched.enable_prefix_caching = false;
+    Engine engine(batched);
+    const auto out = engine.generate(prompts, params);
+    EngineConfig alone_cfg = v4_cuda_config(name);
+    alone_cfg.max_num_seqs = 1;
+    alone_cfg.max_num_batched_tokens = 512;
+    alone_cfg.enable_prefix_caching = false;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Engine alone(alone_cfg);
+      const auto one = alone.generate({prompts[i]}, {params[i]});
+      ASSERT_TRUE(one[0].error.empty() && out[i].error.empty()) << one[0].error << out[i].error;
+      expect_same(one[0].outputs[0], out[i].outputs[0], name + " on cuda: request " + std::to_string(i));
+    }
+  }
+}
+
+TEST(EngineV4Cuda, MtpDraftsKeepTheTokens) {
+  if (!engine_on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+  std::mt19937 rng(25);
+  std::vector<Prompt> prompts;
+  for (int len : {5, 19, 33}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(20));
+  EngineConfig plain_cfg = v4_cuda_config("v4_mtp");
+  plain_cfg.num_speculative_tokens = 0;
+  Engine plain(plain_cfg);
+  const auto want = plain.generate(prompts, params);
+  EngineConfig spec_cfg = v4_cuda_config("v4_mtp");
+  spec_cfg.num_speculative_tokens = 2;
+  spec_cfg.speculator = "mtp";
+  Engine spec(spec_cfg);
+  const auto got = spec.generate(prompts, params);
+  EXPECT_GT(spec.stats().spec.num_draft_tokens, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(got[i].error.empty()) << got[i].error;
+    expect_same(want[i].outputs[0], got[i].outputs[0], "mtp k = 2 on cuda: request " + std::to_string(i));
+  }
+}
+
+TEST(EngineV4Cuda, RandomWeightsRunBatchedAsAlone) {
+  if (!engine_on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+  random_weights_run("cuda");
 }
 
 }  // namespace

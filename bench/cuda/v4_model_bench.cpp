@@ -1,0 +1,329 @@
+// DeepSeek-V4 whole-model step times on CUDA (issue 16 item 6): a truncated V4-Flash config at
+// full width with random weights (model/deepseek_v4/weights_random.cpp: FP8 dense, routed
+// experts FP4 packed or FP8), through DeepseekV4Model::forward directly (eager: V4's forward
+// computes its KV addressing on the host, so it is not graph-captured yet).
+//  decode: B sequences at context C each run one step (one new token at position C). Every KV
+//          group is laid out as the block manager would hold it (window and pending groups
+//          only their last window's blocks, table entries before them -1) and filled with
+//          random values instead of a prefill (step time does not depend on them, but for the
+//          indexer's choice, which random keys scatter);
+//  prefill: one sequence of T tokens from position 0 in one forward.
+// Bytes counted for the decode floor (bytes / --gbps), the minimum a step must read: every
+// dense weight (FP8 1 B, BF16 2 B, F32 4 B per value; block scales included), the routed
+// experts a step touches (E (1 - (1 - k/E)^B) distinct experts expected under uniform routing,
+// FP4 0.5 B + one scale byte per 32 values, or FP8), the head (BF16), and per sequence and
+// layer the KV rows attention reads: the window's min(W, C+1) rows, on CSA layers the indexer
+// keys of all C/4 entries and the top-k entries chosen, on HCA layers all C/128 entries (BF16,
+// the KV dtype on CUDA). Prefill: FLOPs (2 per multiply-add of every GEMM a token runs, its
+// attention over window + chosen entries, the indexer's scores) against --peak-tflops.
+//
+// Usage: deepinfer_v4_model_bench --config CFG.json [--experts fp4|fp8] [--batches 1,8,32,64]
+//        [--contexts 4096,32768] [--prefill 4096,32768] [--reps 5] [--gbps 4800]
+//        [--peak-tflops 790] [--out results.jsonl]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "bench/cuda/bench_util.h"
+#include "core/error.h"
+#include "model/deepseek_v4/model.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+using bench::parse_list;
+using bench::upload_i32;
+
+constexpr int kBlock = 64;
+
+struct Counts {
+  double dense_bytes = 0;       // per step: every non-expert weight of the main layers
+  double expert_bytes = 0;      // one routed expert (gate, up, down)
+  double head_bytes = 0;
+  double kv_read_bytes = 0;     // per step, all sequences
+  double flops = 0;             // prefill: whole forward
+};
+
+// Weight bytes of the layers (dense part) and of one expert, as weights_random.cpp makes them.
+Counts weight_counts(const DeepseekV4Config& c, bool fp4) {
+  const double H = c.base.hidden_size, heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
+  const double G = c.o_groups, ol = c.o_lora_rank, E = c.base.n_routed_experts, I = c.base.moe_intermediate_size;
+  const double nh = c.index_n_heads, di = c.index_head_dim, hc = c.hc_mult, V = c.base.vocab_size;
+  const double fp8 = 1.0 + 4.0 / (128 * 128);  // value + F32 scale per 128 x 128 block
+  Counts k;
+  for (int l = 0; l < c.num_layers(); ++l) {
+    double b = fp8 * (ql * H + heads * D * ql + D * H + H * G * ol + 3 * I * H);  // wq_a, wq_b, wkv, wo_b, shared
+    b += 2 * (G * ol * heads * D / G + E * H);                                     // wo_a, router (BF16)
+    b += 4 * 2 * ((2 + hc) * hc * hc * H);                                        // hc_attn, hc_ffn fn (F32)
+    const V4AttentionKind kind = c.attention[static_cast<size_t>(l)];
+    if (kind == V4AttentionKind::Csa)
+      b += 2 * (2 * 2 * D * H + 2 * 2 * di * H + nh * di * ql + nh * H);  // compressors, indexer (BF16)
+    else if (kind == V4AttentionKind::Hca)
+      b += 2 * (2 * D * H);
+    k.dense_bytes += b;
+  }
+  k.expert_bytes = 3 * I * H * (fp4 ? 0.5 + 1.0 / 32 : fp8);
+  k.head_bytes = 2 * V * H;
+  return k;
+}
+
+double kv_read_bytes(const DeepseekV4Config& c, int64_t ctx) {
+  const double D = c.head_dim, di = c.index_head_dim;
+  double b = 0;
+  for (int l = 0; l < c.num_layers(); ++l) {
+    b += 2 * D * static_cast<double>(std::min<int64_t>(c.sliding_window, ctx + 1));
+    const int r = c.ratio(l);
+    if (r == 0) continue;
+    const double nc = static_cast<double>((ctx + 1) / r);
+    if (c.attention[static_cast<size_t>(l)] == V4AttentionKind::Csa)
+      b += 2 * di * nc + 2 * D * std::min<double>(static_cast<double>(c.index_topk), nc);
+    else
+      b += 2 * D * nc;
+  }
+  return b;
+}
+
+// FLOPs of one sequence's prefill of T tokens.
+double prefill_flops(const DeepseekV4Config& c, int64_t T) {
+  const double H = c.base.hidden_size, heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
+  const double G = c.o_groups, ol = c.o_lora_rank, E = c.base.n_routed_experts, I = c.base.moe_intermediate_size;
+  const double K = c.base.num_experts_per_tok, nh = c.index_n_heads, di = c.index_head_dim;
+  double per_token = 0, attn = 0;
+  for (int l = 0; l < c.num_layers(); ++l) {
+    double m = ql * H + heads * D * ql + D * H + G * ol * heads * D / G + H * G * ol + E * H + (K + 1) * 3 * I * H;
+    const int r = c.ratio(l);
+    const bool csa = c.attention[static_cast<size_t>(l)] == V4AttentionKind::Csa;
+    if (csa) m += 2 * D * H * 2 + 2 * di * H * 2 + nh * di * ql + nh * H;
+    else if (r > 0) m += D * H * 2;
+    per_token += 2 * m;
+    for (int64_t p = 0; p < T; ++p) {
+      const double nc = r > 0 ? static_cast<double>((p + 1) / r) : 0;
+      const double rows = static_cast<double>(std::min<int64_t>(c.sliding_window, p + 1)) +
+                          (csa ? std::min<double>(static_cast<double>(c.index_topk), nc) : nc);
+      attn += 4 * heads * D * rows + (csa ? 2 * nh * di * nc : 0);
+    }
+  }
+  return per_token * static_cast<double>(T) + attn;
+}
+
+struct Step {
+  StepBatch batch;
+  KvCaches kv;
+  std::vector<DeviceBuffer> keep;
+  Tensor logits;
+};
+
+// B sequences, each computing tokens [C - q + 1 .. C] (q = 1: decode at context C; B = 1 and
+// q = C + 1: a prefill), every KV group laid out with the blocks it needs.
+void make_step(Backend& b, const DeepseekV4Model& m, int B, int64_t C, int64_t q, Step& st) {
+  const std::vector<KvGroupSpec> groups = m.kv_groups();
+  const int64_t end = C + 1, p0 = end - q;
+  st.kv.assign(groups.size(), {});
+  std::vector<std::vector<int32_t>> tables(groups.size()), slots(groups.size());
+  std::vector<int64_t> widths(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const KvGroupSpec& s = groups[g];
+    const int64_t rows = std::max<int64_t>(1, end / s.tokens_per_row);
+    const int64_t width = (rows + kBlock - 1) / kBlock;
+    // Held blocks: a windowed group only those of rows [p0 - W - 1, end) (prefill: all).
+    const int64_t first = s.window > 0 ? std::max<int64_t>(0, p0 - s.window - 1) / kBlock : 0;
+    const int64_t held = width - first;
+    widths[g] = width;
+    tables[g].assign(static_cast<size_t>(B * width), -1);
+    for (int i = 0; i < B; ++i)
+      for (int64_t j = first; j < width; ++j)
+        tables[g][static_cast<size_t>(i * width + j)] = static_cast<int32_t>(i * held + (j - first));
+    for (int l = 0; l < s.num_layers; ++l) {
+      st.keep.push_back(b.alloc(s.row_dtype(b.activation_dtype()), {B * held, kBlock, s.row_dim}));
+      b.fill_random(st.keep.back().tensor(), 1000 + 37 * g + l, 1.0f);
+      st.kv[g].push_back(st.keep.back().tensor());
+    }
+    for (int i = 0; i < B; ++i)
+      for (int64_t p = p0; p < end; ++p) {
+        const int64_t n = s.tokens_per_row;
+        int32_t slot = -1;
+        if ((p + 1) % n == 0) {
+          const int64_t row = (p + 1) / n - 1;
+          slot = static_cast<int32_t>(tables[g][static_cast<size_t>(i * width + row / kBlock)] * kBlock + row % kBlock);
+        }
+        slots[g].push_back(slot);
+      }
+  }
+  const ModelConfig& mc = m.config();
+  const int64_t T = B * q;
+  std::vector<int32_t> ids, pos, lens(B, static_cast<int32_t>(end)), qs(B + 1), rows(B);
+  for (int i = 0; i < B; ++i) {
+    for (int64_t p = p0; p < end; ++p) {
+      ids.push_back(static_cast<int32_t>(2 + (i * 7919 + p * 104729) % (mc.vocab_size - 2)));
+      pos.push_back(static_cast<int32_t>(p));
+    }
+    qs[i + 1] = static_cast<int32_t>((i + 1) * q);
+    rows[i] = static_cast<int32_t>((i + 1) * q - 1);
+  }
+  StepBatch& batch = st.batch;
+  batch.num_tokens = static_cast<int>(T);
+  batch.num_seqs = B;
+  batch.max_query_len = static_cast<int>(q);
+  batch.max_seq_len = static_cast<int>(end);
+  batch.token_ids = upload_i32(b, st.keep, ids, {T});
+  batch.positions = upload_i32(b, st.keep, pos, {T});
+  batch.query_start = upload_i32(b, st.keep, qs, {B + 1});
+  batch.seq_lens = upload_i32(b, st.keep, lens, {B});
+  batch.logits_indices = upload_i32(b, st.keep, rows, {B});
+  batch.host_query_start = qs;
+  batch.host_seq_lens = lens;
+  for (size_t g = 0; g < groups.size(); ++g)
+    batch.kv_groups.push_back({upload_i32(b, st.keep, tables[g], {B, widths[g]}), upload_i32(b, st.keep, slots[g], {T})});
+  batch.block_tables = batch.kv_groups[0].block_tables;
+  batch.slot_mapping = batch.kv_groups[0].slot_mapping;
+  st.keep.push_back(b.alloc(DType::F32, {B, mc.vocab_size}));
+  st.logits = st.keep.back().tensor();
+}
+
+// Mean ms of `reps` forwards after one warm-up; whether the last logits are all finite.
+double time_forward(Backend& b, Model& m, Step& st, int reps, bool* finite) {
+  m.forward(st.batch, st.kv, st.logits);
+  b.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) m.forward(st.batch, st.kv, st.logits);
+  b.synchronize();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  HostBuffer h(DType::F32, st.logits.dims());
+  b.copy(st.logits, h.tensor());
+  *finite = true;
+  for (int64_t i = 0; i < h.tensor().numel(); ++i) *finite = *finite && std::isfinite(h.ptr<float>()[i]);
+  return ms;
+}
+
+int run(int argc, char** argv) {
+  std::vector<int> batches = {1, 8, 32, 64}, contexts = {4096, 32768}, prefills = {4096, 32768};
+  int reps = 5;
+  double gbps = 4800, peak_tflops = 790;
+  const char* out_path = nullptr;
+  std::string config_path, experts = "fp4";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--config")) config_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--experts")) experts = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batches")) batches = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--contexts")) contexts = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prefill")) prefills = parse_list(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gbps")) gbps = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--peak-tflops")) peak_tflops = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--out")) out_path = argv[i + 1];
+    else fail("v4_model_bench: unknown flag ", argv[i]);
+  }
+  DI_CHECK(!config_path.empty(), "v4_model_bench: --config CFG.json is required");
+  DI_CHECK(experts == "fp4" || experts == "fp8", "v4_model_bench: --experts must be fp4 or fp8, got ", experts);
+  if (argc % 2 == 0) fail("v4_model_bench: flag ", argv[argc - 1], " has no value");
+  std::unique_ptr<Backend> b = make_cuda_backend(BackendOptions{});
+  DI_CHECK(b != nullptr, "v4_model_bench: built without CUDA");
+  LoadOptions options;
+  options.seed = 1;
+  options.load_mtp = false;
+  options.random_weight_dtype = DType::F8_E4M3;
+  options.random_fp4_experts = experts == "fp4";
+  const Backend::MemoryInfo before = b->memory_info();
+  const auto t_load = std::chrono::steady_clock::now();
+  std::unique_ptr<Model> model = random_model(config_path, *b, options);
+  b->synchronize();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  const Backend::MemoryInfo after = b->memory_info();
+  auto* v4 = dynamic_cast<DeepseekV4Model*>(model.get());
+  DI_CHECK(v4 != nullptr, "v4_model_bench: ", config_path, " is not a deepseek_v4 config");
+  const DeepseekV4Config& c = v4->v4_config();
+  const int L = c.num_layers();
+  const Counts w = weight_counts(c, experts == "fp4");
+  const double E = static_cast<double>(c.base.n_routed_experts), K = static_cast<double>(c.base.num_experts_per_tok);
+  const double model_bytes = static_cast<double>(before.free_bytes - after.free_bytes);
+  // KV bytes per token of context (groups that keep every row) and per sequence (window rings).
+  double kv_per_token = 0, kv_per_seq = 0;
+  for (const KvGroupSpec& g : v4->kv_groups()) {
+    const double row = static_cast<double>(g.num_layers * g.row_bytes(b->activation_dtype()));
+    if (g.window == 0) kv_per_token += row / g.tokens_per_row;
+    else kv_per_seq += row * g.window;
+  }
+  const double v3_per_token_layer = 576.0 * 2;  // V3's latent + rope row, BF16, per layer
+  std::printf("%s (deepseek_v4, FP8 dense, %s experts): %d layers, hidden %lld, %lld heads x %lld, %lld experts top-%lld,"
+              " loaded in %.1f s, %.2f GB on the device (%.2f GB per layer incl. embed/head)\n",
+              config_path.c_str(), experts.c_str(), L, static_cast<long long>(c.base.hidden_size),
+              static_cast<long long>(c.base.num_attention_heads), static_cast<long long>(c.head_dim),
+              static_cast<long long>(c.base.n_routed_experts), static_cast<long long>(c.base.num_experts_per_tok), load_s,
+              model_bytes / 1e9, model_bytes / 1e9 / L);
+  std::printf("KV (BF16 rows): %.1f B per token of context (%.1f per layer; V3: %.0f per layer), %.0f B per sequence"
+              " in window rings; 64 x 32k tokens: %.2f GB per layer\n",
+              kv_per_token, kv_per_token / L, v3_per_token_layer, kv_per_seq,
+              (kv_per_token * 64 * 32768 + kv_per_seq * 64) / 1e9 / L);
+  FILE* out = out_path ? std::fopen(out_path, "a") : nullptr;
+  if (out) {
+    std::fprintf(out,
+                 "{\"bench\":\"v4_model\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"load_s\":%.2f,"
+                 "\"device_bytes\":%.0f,\"kv_bytes_per_token\":%.1f,\"kv_bytes_per_seq_window\":%.0f,"
+                 "\"v3_kv_bytes_per_token_layer\":%.0f}\n",
+                 config_path.c_str(), experts.c_str(), L, load_s, model_bytes, kv_per_token, kv_per_seq,
+                 v3_per_token_layer);
+    std::fflush(out);
+  }
+
+  std::printf("%5s %7s | %9s %8s | %9s %9s %9s | %7s %s\n", "batch", "context", "step ms", "ms/layer", "weight MB",
+              "KV MB", "floor ms", "%roofl", "logits");
+  for (int ctx : contexts) {
+    for (int B : batches) {
+      Step st;
+      make_step(*b, *v4, B, ctx, 1, st);
+      bool finite = false;
+      const double ms = time_forward(*b, *model, st, reps, &finite);
+      const double distinct = E * (1.0 - std::pow(1.0 - K / E, B));
+      const double weights = w.dense_bytes + L * distinct * w.expert_bytes + w.head_bytes;
+      const double kv = B * kv_read_bytes(c, ctx);
+      const double floor_ms = (weights + kv) / (gbps * 1e6);
+      std::printf("%5d %7d | %9.3f %8.3f | %9.1f %9.1f %9.3f | %6.1f%% %s\n", B, ctx, ms, ms / L, weights / 1e6,
+                  kv / 1e6, floor_ms, 100 * floor_ms / ms, finite ? "finite" : "NOT FINITE");
+      if (out) {
+        std::fprintf(out,
+                     "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"batch\":%d,"
+                     "\"context\":%d,\"step_ms\":%.4f,\"ms_per_layer\":%.4f,\"weight_bytes\":%.0f,"
+                     "\"expected_distinct_experts\":%.2f,\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,"
+                     "\"reps\":%d,\"graphs\":false,\"logits_finite\":%s}\n",
+                     config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, distinct, kv, gbps,
+                     floor_ms, reps, finite ? "true" : "false");
+        std::fflush(out);
+      }
+    }
+  }
+  for (int T : prefills) {
+    Step st;
+    make_step(*b, *v4, 1, T - 1, T, st);
+    bool finite = false;
+    const double ms = time_forward(*b, *model, st, T > 8192 ? 1 : 2, &finite);
+    const double flops = prefill_flops(c, T);
+    const double bytes = w.dense_bytes + L * E * w.expert_bytes + w.head_bytes;
+    const double floor_ms = std::max(flops / (peak_tflops * 1e9), bytes / (gbps * 1e6));
+    std::printf("prefill %6d tokens: %9.1f ms (%8.3f ms/layer), %9.0f tok/s, %6.1f TFLOP/s, floor %.1f ms "
+                "(%.1f%% of roofline), logits %s\n",
+                T, ms, ms / L, T / (ms / 1e3), flops / (ms * 1e9), floor_ms, 100 * floor_ms / ms,
+                finite ? "finite" : "NOT FINITE");
+    if (out) {
+      std::fprintf(out,
+                   "{\"bench\":\"v4_prefill\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"tokens\":%d,"
+                   "\"ms\":%.3f,\"ms_per_layer\":%.4f,\"tok_s\":%.1f,\"flops\":%.0f,\"weight_bytes\":%.0f,"
+                   "\"peak_tflops\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,\"logits_finite\":%s}\n",
+                   config_path.c_str(), experts.c_str(), L, T, ms, ms / L, T / (ms / 1e3), flops, bytes, peak_tflops,
+                   gbps, floor_ms, finite ? "true" : "false");
+      std::fflush(out);
+    }
+  }
+  if (out) std::fclose(out);
+  return 0;
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+int main(int argc, char** argv) { return deepinfer::bench::main_guarded("v4_model_bench", deepinfer::run, argc, argv); }
