@@ -80,7 +80,12 @@ std::string v41_summary(const DeepseekV41Config& c) {
      << "rms_norm_eps           " << b.rms_norm_eps << "\n"
      << "rope                   window layers theta " << c.rope_theta << "; compressed layers theta "
      << c.compress_rope_theta << ", " << c.compress_rope.type << "\n"
-     << "max positions          " << b.max_position_embeddings << "\n";
+     << "max positions          " << b.max_position_embeddings << "\n"
+     << "weights                "
+     << (b.quantization.is_fp8() ? "fp8 e4m3, block " + std::to_string(b.quantization.block_n) + "x" +
+                                       std::to_string(b.quantization.block_k) + " (routed experts as stored: FP4 or not)"
+                                 : std::string("unquantized"))
+     << "\n";
   os << v4_family_kv_lines(v41_kv_layout(c).groups, "KV groups (formats)", v41_format_row_bytes);
   return os.str();
 }

@@ -35,6 +35,14 @@ TEST(DeepseekV41Info, ParameterCountIsTheCheckpointsTensors) {
   for (const auto& g : out["kv_groups"]) names.push_back(g["name"].get<std::string>());
   EXPECT_EQ(names, (std::vector<std::string>{"window", "compressed_r2", "indexer_keys_r2", "pending_r2",
                                               "compressed_r1", "indexer_keys_r1"}));
+  // A window ring per layer; compressed rows only at the KV sources (2 of ratio 2, 1 of ratio 1).
+  std::vector<int> layers;
+  for (const auto& g : out["kv_groups"]) layers.push_back(g["num_layers"].get<int>());
+  EXPECT_EQ(layers, (std::vector<int>{7, 2, 2, 2, 1, 1}));
+  // Layers 2 and 3 read slot 0 and 1 of the ratio-2 groups (sources 1 and 3); 5 and 6 source 4's.
+  const V41KvLayout lay = v41_kv_layout(load_deepseek_v41_config(kDir));
+  EXPECT_EQ(lay.source_slot, (std::vector<int>{-1, 0, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(lay.ratio_of_layer, (std::vector<int>{-1, 0, 0, 0, 1, 1, 1}));
 }
 
 TEST(DeepseekV41Info, ReleasedScheduleHolds890BytesOfGlobalKvPerToken) {
