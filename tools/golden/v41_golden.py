@@ -28,7 +28,8 @@ tested) + torch, on the CPU, fp32, eager.
 
 reference.json: prompt_ids, logits (every prompt position, one-shot prefill through the PR's cache),
 greedy_ids, checks (chunked prefill vs one-shot, cached decode vs re-prefill, feature sensitivities, the
-smallest top-1/top-2 logit gap along the greedy path). The oracle needs its cache (use_cache): its no-cache
+smallest top-1/top-2 logit gap along the greedy path, the smallest relative gap at any top-k cut of the
+prompt's prefill: indexer entries, candidate blocks, experts; the script refuses one under 1e-5). The oracle needs its cache (use_cache): its no-cache
 path concatenates every source's compressed entries into one list.
 """
 from __future__ import annotations
@@ -120,6 +121,37 @@ def quantize_released(disk, back):
     return out
 
 
+class TopkMargins:
+    """Records, for every torch.topk the oracle runs (indexer entries, candidate blocks, experts), the smallest
+    gap between the k-th and the (k+1)-th finite value of a row relative to the row's max |value|: a near-tie
+    there would make the kept set depend on the top-k implementation."""
+
+    def __init__(self):
+        self.smallest, self._orig = float("inf"), torch.Tensor.topk
+
+    def __enter__(self):
+        orig, me = self._orig, self
+
+        def topk(t, k, *args, **kwargs):
+            out = orig(t, k, *args, **kwargs)
+            n = t.shape[-1] if t.dim() else 1
+            if 0 < k < n and t.is_floating_point():
+                rows = orig(t.detach().float(), k + 1, dim=-1).values.reshape(-1, k + 1)
+                scale = t.detach().float().abs().masked_fill(~torch.isfinite(t.detach().float()), 0).reshape(
+                    -1, n).amax(-1).clamp_min(1e-30)
+                finite = torch.isfinite(rows[:, k]) & torch.isfinite(rows[:, k - 1])
+                if finite.any():
+                    gap = ((rows[:, k - 1] - rows[:, k]) / scale)[finite]
+                    me.smallest = min(me.smallest, float(gap.min()))
+            return out
+
+        torch.Tensor.topk = topk
+        return self
+
+    def __exit__(self, *exc):
+        torch.Tensor.topk = self._orig
+
+
 def r8(rows):
     return [[float(f"{x:.8g}") for x in row] for row in rows]
 
@@ -184,6 +216,9 @@ def build_v41_fixture(name, fx, out_root):
     pgen = torch.Generator().manual_seed(fx["seed"] + 7)
     prompt = torch.randint(3, cfg.vocab_size, (fx["prompt_len"],), generator=pgen).tolist()
     checks = {}
+    with torch.no_grad(), TopkMargins() as margins:
+        prefill(ref, cfg, prompt + [0])  # the margins of the prompt's rows (and one decode-like row)
+    checks["min_topk_cut_gap_relative"] = margins.smallest
     with torch.no_grad():
         logits, _ = prefill(ref, cfg, prompt)
         chunked, _ = prefill(ref, cfg, prompt, [7, 1, 9, fx["prompt_len"] - 17])
@@ -223,6 +258,7 @@ def build_v41_fixture(name, fx, out_root):
         checks["sinks_off_max_abs_logit_change"] = change(sinks_off)
         checks["gate_temp_one_max_abs_logit_change"] = change(gate_temp_one)
     assert checks["chunked_prefill_max_abs_diff"] < 1e-4 and checks["greedy_matches_reprefill"], checks
+    assert checks["min_topk_cut_gap_relative"] > 1e-5, f"a near-tie at a top-k cut: {checks}"
     refj = {"prompt_ids": prompt, "logits": r8(logits.tolist()), "greedy_ids": greedy_ids, "checks": checks,
             "oracle": "UNMERGED transformers PR 'Add DeepSeek-V4.1 (deepseek_v41) text model' "
                       "(src/transformers/models/deepseek_v41/, modeling at huggingface/transformers "
