@@ -26,7 +26,8 @@ float e2m1_round(float q) {
   const float m = std::fabs(q);
   int code = 0;
   for (int i = 0; i < 7; ++i)
-    code += (i % 2 == 1 ? m >= kBoundary[i] : m > kBoundary[i]) ? 1 : 0;  // a tie goes to the even code
+    code +=
+        (i % 2 == 1 ? m >= kBoundary[i] : m > kBoundary[i]) ? 1 : 0;  // a tie goes to the even code
   return std::signbit(q) ? -kValue[code] : kValue[code];
 }
 
@@ -34,7 +35,8 @@ float e2m1_round(float q) {
 
 void Backend::fake_quant(Tensor& x, FakeQuant kind) {
   const int64_t block = kind == FakeQuant::Fp4E4m3x16 ? 16 : 32;
-  DI_CHECK(x.defined() && x.device == Device::CPU && x.dtype == DType::F32 && x.ndim == 2 && x.stride[1] == 1,
+  DI_CHECK(x.defined() && x.device == Device::CPU && x.dtype == DType::F32 && x.ndim == 2 &&
+               x.stride[1] == 1,
            "fake_quant: x must be host F32 rows [R, C] (the CPU reference), got ", x.describe());
   const int64_t R = x.size(0), C = x.size(1), ld = R > 1 ? x.stride[0] : C;
   DI_CHECK(C % block == 0, "fake_quant: ", C, " channels are not whole blocks of ", block);
@@ -60,7 +62,9 @@ void Backend::fake_quant(Tensor& x, FakeQuant kind) {
       }
       for (int64_t i = 0; i < block; ++i) {
         const float q = std::fmin(std::fmax(v[i] / scale, -qmax), qmax);
-        v[i] = (kind == FakeQuant::Fp8Ue8m0x32 ? fp8_e4m3_to_float(float_to_fp8_e4m3(q)) : e2m1_round(q)) * scale;
+        v[i] = (kind == FakeQuant::Fp8Ue8m0x32 ? fp8_e4m3_to_float(float_to_fp8_e4m3(q))
+                                               : e2m1_round(q)) *
+               scale;
       }
     }
   }

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/deepseek_v4/config.h"
 #include "core/kv_group_spec.h"
+#include "model/deepseek_v4/config.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 
@@ -27,8 +27,9 @@ Tensor columns(const Tensor& rows, int64_t c0, int64_t n);
 
 // The step's KV caches: one per group's layer, act dtype [blocks, block_size, row_dim] on the
 // backend's device; then check_positions.
-void check_step(const Backend& be, const std::vector<KvGroupSpec>& groups, DType act, const StepBatch& batch,
-                const KvCaches& kv, int64_t max_positions, const char* model);
+void check_step(const Backend& be, const std::vector<KvGroupSpec>& groups, DType act,
+                const StepBatch& batch, const KvCaches& kv, int64_t max_positions,
+                const char* model);
 // Query starts and sequence lengths consistent, positions (read where free: host memory) the
 // sequences' last tokens, no sequence past max_positions.
 void check_positions(const StepBatch& batch, int64_t max_positions, const char* model);
@@ -59,7 +60,8 @@ struct StepHost {
   const char* model = "";  // model_type, for messages
   Rows rows(int g, int64_t seq, const Tensor& cache, const std::string& name) const {
     const Table& t = tables[static_cast<size_t>(g)];
-    return Rows{t.entries.data() + seq * t.width, t.width, cache.size(0), cache.size(1), &name, model};
+    return Rows{
+        t.entries.data() + seq * t.width, t.width, cache.size(0), cache.size(1), &name, model};
   }
   // Token ids (each in [0, vocab)) and the block tables of `batch`'s groups.
   static StepHost read(Backend& be, const StepBatch& batch, int64_t vocab, const char* model);
@@ -78,11 +80,11 @@ struct RopeTables {
 // may be undefined; hash_rows: tid2eid rows I32 [T, k] instead, may be undefined), routed experts
 // with the SwiGLU clamp, plus the shared expert (clamped when c.clamp_shared_expert). y [T, H].
 void moe_site(Backend& be, DType act, const V4FamilyConfig& c, const Tensor& x, const Weight& gate,
-              const Tensor& bias, const Tensor& hash_rows, const std::vector<ExpertWeights>& experts,
-              const ExpertWeights& shared, Tensor& y);
-// Grouped output projection: attn [T, heads * D] -> group g's heads through rows [g ol, (g+1) ol) of
-// wo_a -> [T, G * ol] -> wo_b -> out [T, H].
-void grouped_output(Backend& be, DType act, const V4FamilyConfig& c, const Tensor& attn, const Weight& wo_a,
-                    const Weight& wo_b, Tensor& out);
+              const Tensor& bias, const Tensor& hash_rows,
+              const std::vector<ExpertWeights>& experts, const ExpertWeights& shared, Tensor& y);
+// Grouped output projection: attn [T, heads * D] -> group g's heads through rows [g ol, (g+1) ol)
+// of wo_a -> [T, G * ol] -> wo_b -> out [T, H].
+void grouped_output(Backend& be, DType act, const V4FamilyConfig& c, const Tensor& attn,
+                    const Weight& wo_a, const Weight& wo_b, Tensor& out);
 
 }  // namespace deepinfer::v4_family

@@ -30,7 +30,11 @@ V4TensorLoader::V4TensorLoader(const V4FamilyConfig& c, std::shared_ptr<const Ch
 V4TensorLoader::V4TensorLoader(const V4FamilyConfig& c, TensorSource source, std::string origin,
                                std::vector<std::shared_ptr<void>>& owners,
                                std::string (*alternate)(const std::string&))
-    : c_(c), source_(std::move(source)), origin_(std::move(origin)), owners_(owners), alternate_(alternate) {}
+    : c_(c),
+      source_(std::move(source)),
+      origin_(std::move(origin)),
+      owners_(owners),
+      alternate_(alternate) {}
 
 std::string V4TensorLoader::resolve(const std::string& official) const {
   if (has(official)) return official;
@@ -40,47 +44,53 @@ std::string V4TensorLoader::resolve(const std::string& official) const {
 
 Tensor V4TensorLoader::raw(const std::string& official, const char* what) const {
   const std::string name = resolve(official);
-  DI_CHECK(!name.empty(), "tensor '", official, "' (or '", alternate_(official), "'; ", what, ") is missing from ",
-           origin_);
+  DI_CHECK(!name.empty(), "tensor '", official, "' (or '", alternate_(official), "'; ", what,
+           ") is missing from ", origin_);
   return *source_.find(name);
 }
 
-void V4TensorLoader::check_dims(const Tensor& t, const std::string& name, const std::vector<int64_t>& dims,
-                                const char* what) const {
-  DI_CHECK(t.dims() == dims, "tensor '", name, "' in ", origin_, " has shape ", shape_string(t.dims()),
-           " but config ", c_.base.source, " expects ", shape_string(dims), " (", what, ")");
+void V4TensorLoader::check_dims(const Tensor& t, const std::string& name,
+                                const std::vector<int64_t>& dims, const char* what) const {
+  DI_CHECK(t.dims() == dims, "tensor '", name, "' in ", origin_, " has shape ",
+           shape_string(t.dims()), " but config ", c_.base.source, " expects ", shape_string(dims),
+           " (", what, ")");
 }
 
-Tensor V4TensorLoader::f32(const std::string& official, const std::vector<int64_t>& dims, const char* what) {
+Tensor V4TensorLoader::f32(const std::string& official, const std::vector<int64_t>& dims,
+                           const char* what) {
   Tensor t = raw(official, what);
   check_dims(t, official, dims, what);
-  DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", official, "' in ", origin_, " has dtype ",
-           dtype_name(t.dtype), " but ", what, " must be F32 or BF16");
+  DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", official, "' in ", origin_,
+           " has dtype ", dtype_name(t.dtype), " but ", what, " must be F32 or BF16");
   auto b = std::make_shared<HostBuffer>(DType::F32, dims);
   for (int64_t i = 0; i < t.numel(); ++i)
-    b->ptr<float>()[i] = t.dtype == DType::F32 ? t.ptr<const float>()[i] : bf16_to_float(t.ptr<const uint16_t>()[i]);
+    b->ptr<float>()[i] =
+        t.dtype == DType::F32 ? t.ptr<const float>()[i] : bf16_to_float(t.ptr<const uint16_t>()[i]);
   owners_.push_back(b);
   return b->tensor();
 }
 
-Tensor V4TensorLoader::scale_of(const std::string& prefix, const std::vector<int64_t>& dims, const char* what) const {
+Tensor V4TensorLoader::scale_of(const std::string& prefix, const std::vector<int64_t>& dims,
+                                const char* what) const {
   for (const char* suffix : {".scale", ".weight_scale_inv"}) {
     const std::string name = resolve(prefix + suffix);
     if (name.empty()) continue;
     Tensor s = *source_.find(name);
-    DI_CHECK(s.dims() == dims, "tensor '", name, "' in ", origin_, " has shape ", shape_string(s.dims()), " but ",
-             what, " needs scales of shape ", shape_string(dims));
+    DI_CHECK(s.dims() == dims, "tensor '", name, "' in ", origin_, " has shape ",
+             shape_string(s.dims()), " but ", what, " needs scales of shape ", shape_string(dims));
     return s;
   }
-  fail("tensor '", prefix, ".scale' (or '.weight_scale_inv'; scales of ", what, ") is missing from ", origin_);
+  fail("tensor '", prefix, ".scale' (or '.weight_scale_inv'; scales of ", what,
+       ") is missing from ", origin_);
 }
 
-Weight V4TensorLoader::linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k, const char* what,
-                                   bool dequantize, bool packed) {
+Weight V4TensorLoader::linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k,
+                                   const char* what, bool dequantize, bool packed) {
   Weight w;
   if (t.dtype == DType::I8 || t.dtype == DType::U8) {
     check_dims(t, prefix + ".weight", {n, k / 2}, what);
-    DI_CHECK(k % 32 == 0, "tensor '", prefix, ".weight' (", what, "): FP4 needs K % 32 == 0, K = ", k);
+    DI_CHECK(k % 32 == 0, "tensor '", prefix, ".weight' (", what,
+             "): FP4 needs K % 32 == 0, K = ", k);
     Tensor s = scale_of(prefix, {n, k / 32}, what);
     if (packed && (s.dtype == DType::F8_E8M0 || s.dtype == DType::U8)) {
       w.w = t;
@@ -98,12 +108,13 @@ Weight V4TensorLoader::linear_from(const Tensor& t, const std::string& prefix, i
   check_dims(t, prefix + ".weight", {n, k}, what);
   if (t.dtype == DType::F8_E4M3) {
     const int64_t bn = c_.base.quantization.block_n, bk = c_.base.quantization.block_k;
-    DI_CHECK(bn == bk, c_.base.source, ": quantization_config.weight_block_size must be square for ",
-             c_.base.model_type);
+    DI_CHECK(bn == bk, c_.base.source,
+             ": quantization_config.weight_block_size must be square for ", c_.base.model_type);
     Tensor s = scale_of(prefix, {(n + bn - 1) / bn, (k + bk - 1) / bk}, what);
     if (dequantize) {
       auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{n, k});
-      dequantize_fp8_blocks(t, s, static_cast<int>(bn), b->ptr<float>(), (prefix + ".weight").c_str());
+      dequantize_fp8_blocks(t, s, static_cast<int>(bn), b->ptr<float>(),
+                            (prefix + ".weight").c_str());
       owners_.push_back(b);
       w.w = b->tensor();
       return w;
@@ -117,19 +128,21 @@ Weight V4TensorLoader::linear_from(const Tensor& t, const std::string& prefix, i
     w.block_k = static_cast<int>(bk);
     return w;
   }
-  DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", prefix, ".weight' in ", origin_,
-           " has dtype ", dtype_name(t.dtype), " which ", what, " cannot be (F32, BF16, F8_E4M3 or FP4 I8)");
+  DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", prefix, ".weight' in ",
+           origin_, " has dtype ", dtype_name(t.dtype), " which ", what,
+           " cannot be (F32, BF16, F8_E4M3 or FP4 I8)");
   w.w = t;
   return w;
 }
 
-Weight V4TensorLoader::linear(const std::string& prefix, int64_t n, int64_t k, const char* what, bool dequantize,
-                              bool packed) {
+Weight V4TensorLoader::linear(const std::string& prefix, int64_t n, int64_t k, const char* what,
+                              bool dequantize, bool packed) {
   return linear_from(raw(prefix + ".weight", what), prefix, n, k, what, dequantize, packed);
 }
 
 std::vector<ExpertWeights> V4TensorLoader::expert_list(const std::string& ffn, bool packed) {
-  const int64_t E = c_.base.n_routed_experts, I = c_.base.moe_intermediate_size, H = c_.base.hidden_size;
+  const int64_t E = c_.base.n_routed_experts, I = c_.base.moe_intermediate_size,
+                H = c_.base.hidden_size;
   std::vector<ExpertWeights> out(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
     const std::string p = ffn + "experts." + std::to_string(e) + ".";
@@ -142,8 +155,10 @@ std::vector<ExpertWeights> V4TensorLoader::expert_list(const std::string& ffn, b
 
 Tensor V4TensorLoader::embedding() {
   Tensor e = raw("embed.weight", "token embedding");
-  check_dims(e, "embed.weight", {c_.base.vocab_size, c_.base.hidden_size}, "token embedding [vocab, hidden]");
-  DI_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16, "tensor 'embed.weight' must be F32 or BF16");
+  check_dims(e, "embed.weight", {c_.base.vocab_size, c_.base.hidden_size},
+             "token embedding [vocab, hidden]");
+  DI_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16,
+           "tensor 'embed.weight' must be F32 or BF16");
   return e;
 }
 
@@ -151,7 +166,8 @@ V4HyperConnection V4TensorLoader::hc_site(const std::string& block, const std::s
   const int64_t H = c_.base.hidden_size, hc = c_.hc_mult, mixes = (2 + hc) * hc;
   const std::string p = block + "hc_" + site + "_";
   return {f32(p + "fn", {mixes, hc * H}, w("hyper-connection fn [(2+hc)*hc, hc*hidden]")),
-          f32(p + "base", {mixes}, w("hyper-connection base")), f32(p + "scale", {3}, w("hyper-connection scale"))};
+          f32(p + "base", {mixes}, w("hyper-connection base")),
+          f32(p + "scale", {3}, w("hyper-connection scale"))};
 }
 
 ExpertWeights V4TensorLoader::shared_expert(const std::string& ffn) {

@@ -27,21 +27,25 @@ class V4TensorLoader {
   // converted copies alive. The tensors come from a checkpoint or any named source (random
   // weights: model/weights.h's make_random_tensors), `origin` naming it in messages.
   V4TensorLoader(const V4FamilyConfig& c, std::shared_ptr<const CheckpointReader> r,
-                 std::vector<std::shared_ptr<void>>& owners, std::string (*alternate)(const std::string&));
+                 std::vector<std::shared_ptr<void>>& owners,
+                 std::string (*alternate)(const std::string&));
   V4TensorLoader(const V4FamilyConfig& c, TensorSource source, std::string origin,
-                 std::vector<std::shared_ptr<void>>& owners, std::string (*alternate)(const std::string&));
+                 std::vector<std::shared_ptr<void>>& owners,
+                 std::string (*alternate)(const std::string&));
 
   // The checkpoint's name for `official` (it, else its alternate); "" when absent.
   std::string resolve(const std::string& official) const;
   Tensor raw(const std::string& official, const char* what) const;
-  void check_dims(const Tensor& t, const std::string& name, const std::vector<int64_t>& dims, const char* what) const;
+  void check_dims(const Tensor& t, const std::string& name, const std::vector<int64_t>& dims,
+                  const char* what) const;
   Tensor f32(const std::string& official, const std::vector<int64_t>& dims, const char* what);
-  Tensor scale_of(const std::string& prefix, const std::vector<int64_t>& dims, const char* what) const;
+  Tensor scale_of(const std::string& prefix, const std::vector<int64_t>& dims,
+                  const char* what) const;
   // dequantize: FP8 to F32 too; packed: FP4 with E8M0 scale bytes stays packed (block 1 x 32).
-  Weight linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k, const char* what,
-                     bool dequantize = false, bool packed = false);
-  Weight linear(const std::string& prefix, int64_t n, int64_t k, const char* what, bool dequantize = false,
-                bool packed = false);
+  Weight linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k,
+                     const char* what, bool dequantize = false, bool packed = false);
+  Weight linear(const std::string& prefix, int64_t n, int64_t k, const char* what,
+                bool dequantize = false, bool packed = false);
   // Routed experts `<ffn>experts.E.w{1,3,2}` (gate, up, down), E < n_routed_experts.
   std::vector<ExpertWeights> expert_list(const std::string& ffn, bool packed);
   // `embed.weight` [V, H], F32 or BF16, as it is.

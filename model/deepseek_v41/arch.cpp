@@ -12,7 +12,8 @@ namespace deepinfer {
 
 namespace {
 
-std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend, const LoadOptions& options) {
+std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
+                            const LoadOptions& options) {
   DeepseekV41Config v41 = load_deepseek_v41_config(config.source);
   if (options.random_weights) {
     V41Weights w = random_v41_weights(v41, options.seed, options.random_weight_dtype);
@@ -32,7 +33,8 @@ std::vector<KvGroupSpec> kv_groups(const ModelConfig& config) {
 Architecture deepseek_v41_architecture() {
   Architecture a;
   a.model_type = "deepseek_v41";
-  a.description = "DeepSeek-V4.1-Flash (shared compressed KV, reused indexer, single-pass hyper-connections)";
+  a.description =
+      "DeepSeek-V4.1-Flash (shared compressed KV, reused indexer, single-pass hyper-connections)";
   a.parse_config = parse_deepseek_v41_model_config;
   a.load = load;
   a.describe = describe_deepseek_v41;

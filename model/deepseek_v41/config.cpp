@@ -42,14 +42,16 @@ std::string list_string(const std::vector<int>& v) {
 }
 
 // Layer ids of `key`: each in [0, L), strictly ascending.
-std::vector<int> layer_ids(const Fields& f, const char* key, const std::vector<int>& fallback, int L) {
+std::vector<int> layer_ids(const Fields& f, const char* key, const std::vector<int>& fallback,
+                           int L) {
   if (!f.present(key)) return fallback;
   std::vector<int> out;
   for (int64_t id : int_list(f, key)) {
     require(id >= 0 && id < L, f.source(), key,
-            "layer id " + str(id) + " does not fit num_hidden_layers = " + str(L) + " (ids are 0 .. " + str(L - 1) +
-                ")");
-    require(out.empty() || id > out.back(), f.source(), key, "layer ids must be strictly ascending");
+            "layer id " + str(id) + " does not fit num_hidden_layers = " + str(L) +
+                " (ids are 0 .. " + str(L - 1) + ")");
+    require(out.empty() || id > out.back(), f.source(), key,
+            "layer ids must be strictly ascending");
     out.push_back(static_cast<int>(id));
   }
   return out;
@@ -58,11 +60,13 @@ std::vector<int> layer_ids(const Fields& f, const char* key, const std::vector<i
 }  // namespace
 
 bool DeepseekV41Config::is_kv_source(int layer) const {
-  return std::find(kv_source_layers.begin(), kv_source_layers.end(), layer) != kv_source_layers.end();
+  return std::find(kv_source_layers.begin(), kv_source_layers.end(), layer) !=
+         kv_source_layers.end();
 }
 
 bool DeepseekV41Config::is_index_source(int layer) const {
-  return std::find(index_source_layers.begin(), index_source_layers.end(), layer) != index_source_layers.end();
+  return std::find(index_source_layers.begin(), index_source_layers.end(), layer) !=
+         index_source_layers.end();
 }
 
 int DeepseekV41Config::kv_source_of(int layer) const {
@@ -85,7 +89,8 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   json text = root;
   std::string src = source;
   if (const auto it = root.find("text_config"); it != root.end() && !it->is_null()) {
-    if (!it->is_object()) fail(source, ": field 'text_config': expected an object, got ", json_snippet(*it));
+    if (!it->is_object())
+      fail(source, ": field 'text_config': expected an object, got ", json_snippet(*it));
     text = *it;
     src = source + " (text_config)";
     if (!text.contains("quantization_config") && root.contains("quantization_config"))
@@ -101,12 +106,16 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   // Per-layer compression ratios (DSpark entries after the main layers are window-only: ignored).
   if (f.present("compress_ratios")) {
     const std::vector<int64_t> r = int_list(f, "compress_ratios");
-    require(static_cast<int>(r.size()) >= L && static_cast<int>(r.size()) <= L + nextn, src, "compress_ratios",
-            "has " + str(static_cast<int64_t>(r.size())) + " entries, expected num_hidden_layers = " + str(L) +
+    require(static_cast<int>(r.size()) >= L && static_cast<int>(r.size()) <= L + nextn, src,
+            "compress_ratios",
+            "has " + str(static_cast<int64_t>(r.size())) +
+                " entries, expected num_hidden_layers = " + str(L) +
                 " (up to num_hidden_layers + num_nextn_predict_layers = " + str(L + nextn) + ")");
     for (int i = 0; i < L; ++i) {
-      require(r[static_cast<size_t>(i)] >= 0 && r[static_cast<size_t>(i)] <= 1 << 20, src, "compress_ratios",
-              "entry " + str(i) + " is " + str(r[static_cast<size_t>(i)]) + " (expected 0, 1 or a pooling ratio > 1)");
+      require(r[static_cast<size_t>(i)] >= 0 && r[static_cast<size_t>(i)] <= 1 << 20, src,
+              "compress_ratios",
+              "entry " + str(i) + " is " + str(r[static_cast<size_t>(i)]) +
+                  " (expected 0, 1 or a pooling ratio > 1)");
       v.compress_ratios.push_back(static_cast<int>(r[static_cast<size_t>(i)]));
     }
   } else if (L == static_cast<int>(kReleasedRatios.size())) {
@@ -115,70 +124,85 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
     const int slide = std::min(2, L), enc = std::max(0, (L - slide + 1) / 2);
     v.compress_ratios.assign(static_cast<size_t>(slide), 0);
     v.compress_ratios.insert(v.compress_ratios.end(), static_cast<size_t>(enc), 2);
-    v.compress_ratios.insert(v.compress_ratios.end(), static_cast<size_t>(std::max(0, L - slide - enc)), 1);
+    v.compress_ratios.insert(v.compress_ratios.end(),
+                             static_cast<size_t>(std::max(0, L - slide - enc)), 1);
   }
 
   // Sources. Defaults as the PR: the released ones for the released schedule (a prefix of it
   // included, whose ids then may not fit), else the first layer of each run of equal ratios.
   std::vector<int> kv_default;
   if (std::equal(v.compress_ratios.begin(), v.compress_ratios.end(), kReleasedRatios.begin(),
-                 kReleasedRatios.begin() + std::min<size_t>(kReleasedRatios.size(), v.compress_ratios.size())) &&
+                 kReleasedRatios.begin() +
+                     std::min<size_t>(kReleasedRatios.size(), v.compress_ratios.size())) &&
       v.compress_ratios.size() <= kReleasedRatios.size()) {
     kv_default = kReleasedKvSources;
     for (int id : kv_default)
       require(id < L, src, "kv_source_layer_ids",
-              "absent, and the released default " + list_string(kReleasedKvSources) + " does not fit num_hidden_layers = " +
-                  str(L) + ": give kv_source_layer_ids");
+              "absent, and the released default " + list_string(kReleasedKvSources) +
+                  " does not fit num_hidden_layers = " + str(L) + ": give kv_source_layer_ids");
   } else {
     for (int i = 0; i < L; ++i)
       if (v.compress_ratios[static_cast<size_t>(i)] > 0 &&
-          (i == 0 || v.compress_ratios[static_cast<size_t>(i - 1)] != v.compress_ratios[static_cast<size_t>(i)]))
+          (i == 0 || v.compress_ratios[static_cast<size_t>(i - 1)] !=
+                         v.compress_ratios[static_cast<size_t>(i)]))
         kv_default.push_back(i);
   }
   v.kv_source_layers = layer_ids(f, "kv_source_layer_ids", kv_default, L);
   v.index_source_layers = layer_ids(
-      f, "index_source_layer_ids", v.kv_source_layers == kReleasedKvSources ? kReleasedIndexSources : v.kv_source_layers,
-      L);
+      f, "index_source_layer_ids",
+      v.kv_source_layers == kReleasedKvSources ? kReleasedIndexSources : v.kv_source_layers, L);
   for (int s : v.kv_source_layers) {
-    require(v.ratio(s) > 0, src, "kv_source_layer_ids",
-            "layer " + str(s) + " has compress_ratios entry 0 (window only): a KV source needs a compressed branch");
+    require(
+        v.ratio(s) > 0, src, "kv_source_layer_ids",
+        "layer " + str(s) +
+            " has compress_ratios entry 0 (window only): a KV source needs a compressed branch");
     require(v.is_index_source(s), src, "index_source_layer_ids",
             "must hold every KV source (layer " + str(s) + " of kv_source_layer_ids " +
                 list_string(v.kv_source_layers) + " makes its group's indexer keys)");
   }
   for (int s : v.index_source_layers) {
     require(v.ratio(s) > 0, src, "index_source_layer_ids",
-            "layer " + str(s) + " has compress_ratios entry 0 (window only): an index source needs a compressed branch");
+            "layer " + str(s) +
+                " has compress_ratios entry 0 (window only): an index source needs a compressed "
+                "branch");
     require(v.kv_source_of(s) >= 0, src, "index_source_layer_ids",
-            "layer " + str(s) + " has no kv_source_layer_ids entry at or before it to publish the indexer keys");
+            "layer " + str(s) +
+                " has no kv_source_layer_ids entry at or before it to publish the indexer keys");
   }
   for (int l = 0; l < L; ++l) {
     if (v.ratio(l) == 0) continue;
     const int s = v.kv_source_of(l);
     require(s >= 0, src, "kv_source_layer_ids",
             "layer " + str(l) + " has compress_ratios entry " + str(v.ratio(l)) +
-                " but no KV source at or before it (kv_source_layer_ids " + list_string(v.kv_source_layers) + ")");
+                " but no KV source at or before it (kv_source_layer_ids " +
+                list_string(v.kv_source_layers) + ")");
     require(v.ratio(l) == v.ratio(s), src, "compress_ratios",
-            "layer " + str(l) + " has ratio " + str(v.ratio(l)) + " but reads the compressed KV of source layer " +
-                str(s) + " (ratio " + str(v.ratio(s)) + ")");
+            "layer " + str(l) + " has ratio " + str(v.ratio(l)) +
+                " but reads the compressed KV of source layer " + str(s) + " (ratio " +
+                str(v.ratio(s)) + ")");
   }
   {
-    const int64_t c = f.integer("candidate_source_layer_id",
-                                v.kv_source_layers.empty() ? -1 : static_cast<int64_t>(v.kv_source_layers.back()));
-    require(c < L, src, "candidate_source_layer_id",
-            str(c) + " does not fit num_hidden_layers = " + str(L) + " (negative: no two-level top-k)");
+    const int64_t c = f.integer(
+        "candidate_source_layer_id",
+        v.kv_source_layers.empty() ? -1 : static_cast<int64_t>(v.kv_source_layers.back()));
+    require(
+        c < L, src, "candidate_source_layer_id",
+        str(c) + " does not fit num_hidden_layers = " + str(L) + " (negative: no two-level top-k)");
     v.candidate_source_layer = c < 0 ? -1 : static_cast<int>(c);
-    require(v.candidate_source_layer < 0 || v.is_index_source(v.candidate_source_layer), src,
-            "candidate_source_layer_id",
-            str(c) + " must be one of index_source_layer_ids " + list_string(v.index_source_layers));
+    require(
+        v.candidate_source_layer < 0 || v.is_index_source(v.candidate_source_layer), src,
+        "candidate_source_layer_id",
+        str(c) + " must be one of index_source_layer_ids " + list_string(v.index_source_layers));
   }
-  for (int s : v.index_source_layers)  // the candidates are blocks of the candidate source's entries
+  for (int s :
+       v.index_source_layers)  // the candidates are blocks of the candidate source's entries
     require(v.candidate_source_layer < 0 || s <= v.candidate_source_layer ||
                 v.kv_source_of(s) == v.kv_source_of(v.candidate_source_layer),
             src, "candidate_source_layer_id",
             "index source " + str(s) + " after candidate source " + str(v.candidate_source_layer) +
-                " reads the entries of KV source " + str(v.kv_source_of(s)) + ", not those of KV source " +
-                str(v.kv_source_of(v.candidate_source_layer)) + " the candidate blocks are made of");
+                " reads the entries of KV source " + str(v.kv_source_of(s)) +
+                ", not those of KV source " + str(v.kv_source_of(v.candidate_source_layer)) +
+                " the candidate blocks are made of");
   v.candidate_topk_blocks = f.integer("candidate_topk_blocks", 2048);
   v.candidate_block_size = f.integer("candidate_block_size", 8);
   require(v.candidate_topk_blocks > 0, src, "candidate_topk_blocks", "must be > 0");
@@ -186,13 +210,16 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   // The cache formats: window KV FP8 and indexer keys FP4 with a scale per 32 channels,
   // compressed KV FP4 with a scale per 16.
   require(v.head_dim % 32 == 0, src, "head_dim",
-          str(v.head_dim) + " must be a multiple of 32 (the window KV holds one FP8 scale per 32 channels)");
+          str(v.head_dim) +
+              " must be a multiple of 32 (the window KV holds one FP8 scale per 32 channels)");
   require(v.index_head_dim % 32 == 0, src, "index_head_dim",
-          str(v.index_head_dim) + " must be a multiple of 32 (the indexer keys hold one FP4 scale per 32 channels)");
+          str(v.index_head_dim) +
+              " must be a multiple of 32 (the indexer keys hold one FP4 scale per 32 channels)");
   v.gate_temp = f.number("gate_temp", 1.0);
   require(v.gate_temp > 0, src, "gate_temp", "must be > 0");
   const std::string topk_method = f.string("topk_method", "noaux_tc");
-  require(topk_method == "noaux_tc", src, "topk_method", "'" + topk_method + "' is not supported (expected 'noaux_tc')");
+  require(topk_method == "noaux_tc", src, "topk_method",
+          "'" + topk_method + "' is not supported (expected 'noaux_tc')");
 
   // Engram.
   v.engram_layers = layer_ids(f, "engram_layer_ids", {}, L);
@@ -200,7 +227,8 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
     require(n >= 0, src, "engram_num_embeddings", "table sizes must be >= 0");
     v.engram_num_embeddings.push_back(n);
   }
-  if (!f.present("engram_num_embeddings")) v.engram_num_embeddings.assign(v.engram_layers.size(), 0);
+  if (!f.present("engram_num_embeddings"))
+    v.engram_num_embeddings.assign(v.engram_layers.size(), 0);
   require(v.engram_num_embeddings.size() == v.engram_layers.size(), src, "engram_num_embeddings",
           "has " + str(static_cast<int64_t>(v.engram_num_embeddings.size())) +
               " entries but engram_layer_ids " + list_string(v.engram_layers) + " has " +
@@ -211,7 +239,8 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   v.engram_head_dim = f.integer("engram_head_dim", 256);
   v.engram_pad_id = f.integer("engram_pad_id", 2);
   v.engram_compressed_vocab_size = f.integer("engram_compressed_vocab_size", 99092);
-  require(v.engram_max_ngram_size >= 2, src, "engram_max_ngram_size", "must be >= 2 (2-grams and up)");
+  require(v.engram_max_ngram_size >= 2, src, "engram_max_ngram_size",
+          "must be >= 2 (2-grams and up)");
   require(v.engram_n_heads > 0, src, "engram_n_heads", "must be > 0");
   require(v.engram_head_dim > 0 && v.engram_head_dim % 32 == 0, src, "engram_head_dim",
           "must be a positive multiple of 32 (one scale per 32 channels)");
@@ -234,8 +263,9 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
     v.dspark_target_layers = layer_ids(f, "dspark_target_layer_ids", fallback, L);
   }
   require(v.dspark_block_size > 0, src, "dspark_block_size", "must be > 0");
-  require(v.dspark_num_experts_per_tok > 0 && v.dspark_num_experts_per_tok <= v.dspark_n_routed_experts, src,
-          "dspark_num_experts_per_tok", "must be in [1, dspark_n_routed_experts]");
+  require(
+      v.dspark_num_experts_per_tok > 0 && v.dspark_num_experts_per_tok <= v.dspark_n_routed_experts,
+      src, "dspark_num_experts_per_tok", "must be in [1, dspark_n_routed_experts]");
   return v;
 }
 

@@ -13,7 +13,8 @@
 //    `index_source_layer_ids`: the layers that run the indexer, reused by the layers up to the
 //    next one (default [2, 8, 14, 20, 24, 28, 32, 36] with the released sources, else the sources);
 //    `candidate_source_layer_id` (default the last KV source; < 0: none): its top
-//    `candidate_topk_blocks` blocks of `candidate_block_size` entries constrain later index sources.
+//    `candidate_topk_blocks` blocks of `candidate_block_size` entries constrain later index
+//    sources.
 //  - router `gate_temp`; Engram (`engram_*`); DSpark (`dspark_*`, read, not run yet).
 // Bad schedules fail naming the field: ids outside [0, num_hidden_layers), a source on a
 // window-only layer, a compressed layer with no KV source at or before it or with a ratio other
@@ -31,10 +32,10 @@
 namespace deepinfer {
 
 struct DeepseekV41Config : V4FamilyConfig {
-  std::vector<int> compress_ratios;        // one per main layer
-  std::vector<int> kv_source_layers;       // ascending
-  std::vector<int> index_source_layers;    // ascending
-  int candidate_source_layer = -1;         // < 0: no two-level top-k
+  std::vector<int> compress_ratios;      // one per main layer
+  std::vector<int> kv_source_layers;     // ascending
+  std::vector<int> index_source_layers;  // ascending
+  int candidate_source_layer = -1;       // < 0: no two-level top-k
   int64_t candidate_topk_blocks = 2048;
   int64_t candidate_block_size = 8;
   double gate_temp = 1.0;

@@ -6,7 +6,8 @@ namespace deepinfer {
 
 V41KvLayout v41_kv_layout(const DeepseekV41Config& c) {
   V41KvLayout out;
-  auto add = [&](const std::string& name, int layers, int64_t row_dim, int tokens_per_row, int window) {
+  auto add = [&](const std::string& name, int layers, int64_t row_dim, int tokens_per_row,
+                 int window) {
     KvGroupSpec g;
     g.name = name;
     g.num_layers = layers;

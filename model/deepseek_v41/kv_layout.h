@@ -1,5 +1,5 @@
-// Where DeepSeek-V4.1's attention state lives: its KV layer groups (Model::kv_groups; kv/kv_groups.h
-// says how the block manager, runner and forward use them):
+// Where DeepSeek-V4.1's attention state lives: its KV layer groups (Model::kv_groups;
+// kv/kv_groups.h says how the block manager, runner and forward use them):
 //   "window"            every layer: each token's K=V row (head_dim), window sliding_window;
 //   "compressed_r<R>"   the KV sources of ratio R: the compressed entries (head_dim) their group of
 //                       layers shares, one row per R tokens;

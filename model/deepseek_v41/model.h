@@ -37,7 +37,8 @@ class DeepseekV41Model : public Model {
   std::vector<KvGroupSpec> kv_groups() const override { return layout_.groups; }
   int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
   // hidden_out: F32 [T, hc_mult * hidden], the hyper-connection streams after the last layer.
-  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out = nullptr) override;
+  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
+               Tensor* hidden_out = nullptr) override;
   int64_t mtp_hidden_size() const override { return config_.hc_mult * config_.base.hidden_size; }
 
  private:
@@ -50,16 +51,18 @@ class DeepseekV41Model : public Model {
     int64_t k = 0;
   };
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return be_.alloc(dtype, dims); }
-  // Layer l's attention: x [T, H] its normed input, qr [T, q_lora] the q_norm output, q [T, heads, D]
-  // the rotated queries; out [T, heads, D] before the inverse RoPE.
-  void attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x, const Tensor& qr,
-                 const Tensor& q, std::vector<SeqChoice>& choice, Tensor& out);
+  // Layer l's attention: x [T, H] its normed input, qr [T, q_lora] the q_norm output, q [T, heads,
+  // D] the rotated queries; out [T, heads, D] before the inverse RoPE.
+  void attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x,
+                 const Tensor& qr, const Tensor& q, std::vector<SeqChoice>& choice, Tensor& out);
   // A KV source's compressed rows for sequence s: the groups its tokens [p0, end) complete.
-  void compress(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x, int64_t s);
-  // One block over streams [T, hc, H] (F32) in place (next: scratch of the same shape); pre [T, hc]:
-  // the previous site's pre in, this block's last site's pre out.
-  void block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, std::vector<SeqChoice>& choice,
-             DeviceBuffer& streams, DeviceBuffer& next, DeviceBuffer& pre);
+  void compress(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x,
+                int64_t s);
+  // One block over streams [T, hc, H] (F32) in place (next: scratch of the same shape); pre [T,
+  // hc]: the previous site's pre in, this block's last site's pre out.
+  void block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+             std::vector<SeqChoice>& choice, DeviceBuffer& streams, DeviceBuffer& next,
+             DeviceBuffer& pre);
 
   DeepseekV41Config config_;
   V41Weights w_;

@@ -35,33 +35,42 @@ void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w) {
     L.wq_b = ld.linear(a + "wq_b", heads * D, ql, "query up-projection");
     L.wkv = ld.linear(a + "wkv", D, H, "K=V projection");
     L.kv_norm = ld.f32(a + "kv_norm.weight", {D}, "K=V norm");
-    L.wo_a = ld.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups, "grouped output wo_a", true);
+    L.wo_a = ld.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups,
+                       "grouped output wo_a", true);
     L.wo_b = ld.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank, "output wo_b");
     L.sinks = ld.f32(a + "attn_sink", {heads}, "attention sinks");
     if (c.is_kv_source(l)) {
-      L.comp_wkv = ld.linear(a + "compressor.wkv", D, H, "compressor kv projection (a KV source layer)", true);
+      L.comp_wkv = ld.linear(a + "compressor.wkv", D, H,
+                             "compressor kv projection (a KV source layer)", true);
       if (c.ratio(l) > 1)
-        L.comp_wgate = ld.linear(a + "compressor.wgate", D, H, "compressor gate (a KV source of ratio > 1)", true);
-      L.comp_norm = ld.f32(a + "compressor.norm.weight", {D}, "compressor norm (a KV source layer)");
+        L.comp_wgate = ld.linear(a + "compressor.wgate", D, H,
+                                 "compressor gate (a KV source of ratio > 1)", true);
+      L.comp_norm =
+          ld.f32(a + "compressor.norm.weight", {D}, "compressor norm (a KV source layer)");
       L.index_wk = ld.linear(a + "indexer.wk", di, D, "indexer key projection (a KV source layer)");
-      L.index_k_norm = ld.f32(a + "indexer.k_norm.weight", {di}, "indexer key norm (a KV source layer)");
+      L.index_k_norm =
+          ld.f32(a + "indexer.k_norm.weight", {di}, "indexer key norm (a KV source layer)");
     }
     if (c.is_index_source(l)) {
-      L.index_wq_b = ld.linear(a + "indexer.wq_b", nh * di, ql, "indexer query projection (an index source layer)");
-      L.index_weights_proj = ld.linear(a + "indexer.weights_proj", nh, H, "indexer head weights (an index source layer)");
+      L.index_wq_b = ld.linear(a + "indexer.wq_b", nh * di, ql,
+                               "indexer query projection (an index source layer)");
+      L.index_weights_proj = ld.linear(a + "indexer.weights_proj", nh, H,
+                                       "indexer head weights (an index source layer)");
     }
     {  // router: logits / gate_temp folded into an F32 copy of the weight
       Weight g = ld.linear(f + "gate", E, H, "router", true);
       auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{E, H});
       for (int64_t i = 0; i < E * H; ++i)
         b->ptr<float>()[i] = static_cast<float>(
-            (g.w.dtype == DType::F32 ? g.w.ptr<const float>()[i] : bf16_to_float(g.w.ptr<const uint16_t>()[i])) /
+            (g.w.dtype == DType::F32 ? g.w.ptr<const float>()[i]
+                                     : bf16_to_float(g.w.ptr<const uint16_t>()[i])) /
             c.gate_temp);
       w.owners.push_back(b);
       L.gate.w = b->tensor();
     }
     L.gate_bias = ld.f32(f + "gate.bias", {E}, "router selection bias");
-    L.gate_bias_vl = ld.f32(f + "gate.bias_vl", {E}, "router selection bias of image tokens (bias_vl)");
+    L.gate_bias_vl =
+        ld.f32(f + "gate.bias_vl", {E}, "router selection bias of image tokens (bias_vl)");
     L.experts = ld.expert_list(f, false);
     if (c.base.n_shared_experts > 0) L.shared = ld.shared_expert(f);
     w.layers.push_back(std::move(L));
@@ -70,7 +79,8 @@ void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w) {
 
 }  // namespace
 
-V41Weights load_v41_weights(const DeepseekV41Config& c, std::shared_ptr<const CheckpointReader> reader) {
+V41Weights load_v41_weights(const DeepseekV41Config& c,
+                            std::shared_ptr<const CheckpointReader> reader) {
   V41Weights w;
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   V4TensorLoader ld(c, reader, w.owners, pr_name);
@@ -80,7 +90,8 @@ V41Weights load_v41_weights(const DeepseekV41Config& c, std::shared_ptr<const Ch
 
 std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weight_dtype) {
   RandomLayout lay(c.base, weight_dtype);
-  const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult, mixes = (2 + hc) * hc;
+  const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult,
+                mixes = (2 + hc) * hc;
   const int64_t heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
   const int64_t E = c.base.n_routed_experts, I = c.base.moe_intermediate_size;
   const int64_t nh = c.index_n_heads, di = c.index_head_dim;
@@ -137,8 +148,10 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
 V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType weight_dtype) {
   RandomTensors t = make_random_tensors(v41_random_specs(c, weight_dtype), seed, 0, nullptr);
   V41Weights w;
-  for (const std::shared_ptr<const void>& o : t.owners) w.owners.push_back(std::const_pointer_cast<void>(o));
-  V4TensorLoader ld(c, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners, pr_name);
+  for (const std::shared_ptr<const void>& o : t.owners)
+    w.owners.push_back(std::const_pointer_cast<void>(o));
+  V4TensorLoader ld(c, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners,
+                    pr_name);
   load(c, ld, w);
   return w;
 }

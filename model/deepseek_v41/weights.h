@@ -34,33 +34,36 @@ struct V41Layer {
   Weight comp_wkv, comp_wgate;  // [D, H]
   Tensor comp_norm;             // F32 [D]
   // Index source: the indexer's query and head weights; a KV source's also its key projection.
-  Weight index_wq_b;          // [index_heads * index_dim, q_lora]
-  Weight index_weights_proj;  // [index_heads, H]
-  Weight index_wk;            // [index_dim, D]
-  Tensor index_k_norm;        // F32 [index_dim]
-  Weight gate;                // router [E, H], divided by gate_temp (F32)
+  Weight index_wq_b;               // [index_heads * index_dim, q_lora]
+  Weight index_weights_proj;       // [index_heads, H]
+  Weight index_wk;                 // [index_dim, D]
+  Tensor index_k_norm;             // F32 [index_dim]
+  Weight gate;                     // router [E, H], divided by gate_temp (F32)
   Tensor gate_bias, gate_bias_vl;  // F32 [E]
   std::vector<ExpertWeights> experts;
-  ExpertWeights shared;       // undefined when n_shared_experts == 0
+  ExpertWeights shared;  // undefined when n_shared_experts == 0
 };
 
 struct V41Weights {
   Tensor embed;  // [V, H]
   std::vector<V41Layer> layers;
-  Tensor norm;   // F32 [H]
-  Weight head;   // [V, H]
+  Tensor norm;                                // F32 [H]
+  Weight head;                                // [V, H]
   std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
 };
 
 // Reads every main-layer tensor (the DSpark blocks mtp.* and Engram tables are not read yet).
 // Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the wrong shape.
-V41Weights load_v41_weights(const DeepseekV41Config& config, std::shared_ptr<const CheckpointReader> reader);
+V41Weights load_v41_weights(const DeepseekV41Config& config,
+                            std::shared_ptr<const CheckpointReader> reader);
 
 // Random weights (bench, tests): every tensor load_v41_weights reads, under the released names, in
 // weight_dtype (BF16, F32, or F8_E4M3: block-scaled linears as model/weights.h's RandomLayout makes
-// them; routers, compressors, indexers and the head stay in the dense dtype), F32 hc / sinks / biases.
+// them; routers, compressors, indexers and the head stay in the dense dtype), F32 hc / sinks /
+// biases.
 std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& config, DType weight_dtype);
-// Those tensors filled from `seed` (model/weights.h's make_random_tensors) and read as a checkpoint.
+// Those tensors filled from `seed` (model/weights.h's make_random_tensors) and read as a
+// checkpoint.
 V41Weights random_v41_weights(const DeepseekV41Config& config, uint64_t seed, DType weight_dtype);
 
 }  // namespace deepinfer

@@ -23,13 +23,15 @@ inline void expect_same_bits(const Rows& a, const Rows& b, const std::string& wh
   for (size_t r = 0; r < a.size(); ++r) {
     ASSERT_EQ(a[r].size(), b[r].size()) << what;
     for (size_t v = 0; v < a[r].size(); ++v)
-      ASSERT_TRUE(a[r][v] == b[r][v]) << what << ": row " << r << " col " << v << ": " << a[r][v] << " vs " << b[r][v];
+      ASSERT_TRUE(a[r][v] == b[r][v])
+          << what << ": row " << r << " col " << v << ": " << a[r][v] << " vs " << b[r][v];
   }
 }
 
 // Prompt-logit rows of `seqs` computed together on `driver`, in chunks that differ per
 // sequence and step (1 to 11 tokens, decode included).
-inline std::vector<Rows> batched_steps(PagedDriver& driver, const std::vector<std::vector<int32_t>>& seqs) {
+inline std::vector<Rows> batched_steps(PagedDriver& driver,
+                                       const std::vector<std::vector<int32_t>>& seqs) {
   std::vector<int> ids;
   std::vector<size_t> done(seqs.size(), 0);
   std::vector<Rows> got(seqs.size());
@@ -38,9 +40,11 @@ inline std::vector<Rows> batched_steps(PagedDriver& driver, const std::vector<st
     std::vector<PagedDriver::Chunk> chunks;
     std::vector<size_t> which;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      const size_t len = std::min(seqs[i].size() - done[i], static_cast<size_t>(1 + (step * 5 + i * 3) % 11));
+      const size_t len =
+          std::min(seqs[i].size() - done[i], static_cast<size_t>(1 + (step * 5 + i * 3) % 11));
       if (len == 0) continue;
-      chunks.push_back({ids[i], {seqs[i].begin() + done[i], seqs[i].begin() + done[i] + len}, true});
+      chunks.push_back(
+          {ids[i], {seqs[i].begin() + done[i], seqs[i].begin() + done[i] + len}, true});
       which.push_back(i);
       done[i] += len;
     }

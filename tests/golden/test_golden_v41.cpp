@@ -1,13 +1,13 @@
 // DeepSeek-V4.1 golden tests: the CPU forward (model/deepseek_v41) over its paged KV layer groups
-// (test::PagedDriver: scattered blocks, window blocks freed and filled with NaN as the window moves)
-// against THE UNMERGED TRANSFORMERS PR "Add DeepSeek-V4.1 (deepseek_v41) text model"
+// (test::PagedDriver: scattered blocks, window blocks freed and filled with NaN as the window
+// moves) against THE UNMERGED TRANSFORMERS PR "Add DeepSeek-V4.1 (deepseek_v41) text model"
 // (src/transformers/models/deepseek_v41/, in no transformers release; fp32, eager, through its
-// cache) on tiny random checkpoints made by tools/golden/v41_golden.py: fixtures/v41_tiny/ (BF16, the
-// PR's names) and fixtures/v41_fp8_fp4/ (the released names and formats: FP8 32x32 dense linears, FP4
-// experts; the oracle ran on the dequantized values). Every
-// V4.1 layer kind is in it (window only; ratio-2 KV + index sources and a layer reading them; a second
-// ratio-2 group; the ratio-1 KV source that is the candidate source; a layer reading it; an index
-// source reusing its keys inside its candidate blocks); prompt 40 tokens, window 8.
+// cache) on tiny random checkpoints made by tools/golden/v41_golden.py: fixtures/v41_tiny/ (BF16,
+// the PR's names) and fixtures/v41_fp8_fp4/ (the released names and formats: FP8 32x32 dense
+// linears, FP4 experts; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
+// (window only; ratio-2 KV + index sources and a layer reading them; a second ratio-2 group; the
+// ratio-1 KV source that is the candidate source; a layer reading it; an index source reusing its
+// keys inside its candidate blocks); prompt 40 tokens, window 8.
 //  1. whole-prompt prefill: every position's logits within 1e-4 * max(1, max |oracle|);
 //  2. greedy tokens decoded one at a time through the paged cache identical to the oracle's, each
 //     8th step's logits bit-equal to a whole re-prefill's last row, window groups holding a bounded
@@ -24,9 +24,9 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "golden_rows.h"
 #include "model/deepseek_v41/model.h"
 #include "model/model.h"
-#include "golden_rows.h"
 #include "paged_driver.h"
 
 namespace deepinfer {
@@ -49,7 +49,8 @@ Reference read(const std::string& dir) {
   std::ifstream in(dir + "/reference.json");
   DI_CHECK(in.good(), dir, "/reference.json cannot be opened");
   const nlohmann::json j = nlohmann::json::parse(in);
-  return {j.at("prompt_ids").get<std::vector<int32_t>>(), j.at("greedy_ids").get<std::vector<int32_t>>(),
+  return {j.at("prompt_ids").get<std::vector<int32_t>>(),
+          j.at("greedy_ids").get<std::vector<int32_t>>(),
           j.at("logits").get<std::vector<std::vector<double>>>()};
 }
 
@@ -87,8 +88,9 @@ class GoldenV41 : public ::testing::TestWithParam<std::string> {
 TEST_P(GoldenV41, PrefillLogitsMatchThePrOracle) {
   const Rows logits = prefill(ref_.prompt);
   const double worst = worst_diff(logits);
-  std::printf("[golden v41] %s: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
-              GetParam().c_str(), ref_.prompt.size(), worst, max_ref());
+  std::printf(
+      "[golden v41] %s: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+      GetParam().c_str(), ref_.prompt.size(), worst, max_ref());
   EXPECT_LE(worst, 1e-4 * max_ref());
 }
 
@@ -109,7 +111,8 @@ TEST_P(GoldenV41, GreedyDecodeThroughThePagedCacheMatchesThePrOracle) {
     }
     for (size_t g = 0; g < groups.size(); ++g) {
       if (groups[g].window == 0) continue;
-      EXPECT_LE(driver.held_blocks(seq, static_cast<int>(g)), (groups[g].window - 1 + kBlockSize - 1) / kBlockSize + 2)
+      EXPECT_LE(driver.held_blocks(seq, static_cast<int>(g)),
+                (groups[g].window - 1 + kBlockSize - 1) / kBlockSize + 2)
           << "group " << groups[g].name << " at step " << step;
     }
   }
@@ -134,10 +137,13 @@ TEST_P(GoldenV41, ChunkedPrefillEqualsOneShot) {
 TEST_P(GoldenV41, BatchedSequencesEqualEachAlone) {
   const std::vector<int32_t>& p = ref_.prompt;
   const std::vector<std::vector<int32_t>> seqs = {
-      p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
+      p,
+      std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)),
+      {p.rbegin(), p.rend()}};
   test::PagedDriver driver(*model_, *backend_, kBlockSize, /*num_blocks=*/96);
   const std::vector<Rows> got = test::batched_steps(driver, seqs);
-  for (size_t i = 0; i < seqs.size(); ++i) expect_same_bits(prefill(seqs[i]), got[i], "sequence " + std::to_string(i));
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(seqs[i]), got[i], "sequence " + std::to_string(i));
 }
 
 // Random weights from the fixture's config (BF16 and FP8 block-scaled linears): every tensor the
@@ -152,7 +158,8 @@ TEST_P(GoldenV41, RandomWeightsLoadAndRun) {
     const Rows a = whole.step({{whole.add_sequence(), ref_.prompt, true}});
     const int seq = parts.add_sequence();
     Rows b = parts.step({{seq, {ref_.prompt.begin(), ref_.prompt.begin() + 13}, true}});
-    for (auto& row : parts.step({{seq, {ref_.prompt.begin() + 13, ref_.prompt.end()}, true}})) b.push_back(row);
+    for (auto& row : parts.step({{seq, {ref_.prompt.begin() + 13, ref_.prompt.end()}, true}}))
+      b.push_back(row);
     for (const auto& row : a)
       for (float v : row) ASSERT_TRUE(std::isfinite(v)) << dtype_name(dt);
     expect_same_bits(a, b, std::string("random ") + std::string(dtype_name(dt)));

@@ -21,22 +21,42 @@ using json = nlohmann::json;
 // schedule field absent (the PR's defaults).
 json flash() {
   return json{{"model_type", "deepseek_v41"},
-              {"text_config", {{"model_type", "deepseek_v41_text"}, {"num_nextn_predict_layers", 3},
-                               {"rope_scaling", {{"type", "yarn"}, {"factor", 16},
-                                                 {"original_max_position_embeddings", 65536},
-                                                 {"beta_fast", 32}, {"beta_slow", 1}}}}},
-              {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"},
-                                       {"weight_block_size", {32, 32}}}}};
+              {"text_config",
+               {{"model_type", "deepseek_v41_text"},
+                {"num_nextn_predict_layers", 3},
+                {"rope_scaling",
+                 {{"type", "yarn"},
+                  {"factor", 16},
+                  {"original_max_position_embeddings", 65536},
+                  {"beta_fast", 32},
+                  {"beta_slow", 1}}}}},
+              {"quantization_config",
+               {{"quant_method", "fp8"},
+                {"fmt", "e4m3"},
+                {"scale_fmt", "ue8m0"},
+                {"weight_block_size", {32, 32}}}}};
 }
 
 // A 7-layer flat config (the golden fixture's schedule).
 json tiny() {
-  return json{{"model_type", "deepseek_v41_text"}, {"num_hidden_layers", 7}, {"hidden_size", 64},
-              {"num_attention_heads", 4}, {"head_dim", 64}, {"qk_rope_head_dim", 16}, {"q_lora_rank", 32},
-              {"o_groups", 2}, {"o_lora_rank", 16}, {"n_routed_experts", 8}, {"num_experts_per_tok", 2},
-              {"moe_intermediate_size", 32}, {"index_n_heads", 16}, {"index_head_dim", 32},
-              {"num_nextn_predict_layers", 0}, {"vocab_size", 256},
-              {"compress_ratios", {0, 2, 2, 2, 1, 1, 1}}, {"kv_source_layer_ids", {1, 3, 4}},
+  return json{{"model_type", "deepseek_v41_text"},
+              {"num_hidden_layers", 7},
+              {"hidden_size", 64},
+              {"num_attention_heads", 4},
+              {"head_dim", 64},
+              {"qk_rope_head_dim", 16},
+              {"q_lora_rank", 32},
+              {"o_groups", 2},
+              {"o_lora_rank", 16},
+              {"n_routed_experts", 8},
+              {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", 32},
+              {"index_n_heads", 16},
+              {"index_head_dim", 32},
+              {"num_nextn_predict_layers", 0},
+              {"vocab_size", 256},
+              {"compress_ratios", {0, 2, 2, 2, 1, 1, 1}},
+              {"kv_source_layer_ids", {1, 3, 4}},
               {"index_source_layer_ids", {1, 3, 4, 6}}};
 }
 
@@ -51,7 +71,8 @@ std::string error_of(const json& j) {
 
 void expect_error(const json& j, const std::string& field, const std::string& words) {
   const std::string e = error_of(j);
-  EXPECT_NE(e.find("'" + field + "'"), std::string::npos) << "field " << field << " not named in: " << e;
+  EXPECT_NE(e.find("'" + field + "'"), std::string::npos)
+      << "field " << field << " not named in: " << e;
   EXPECT_NE(e.find(words), std::string::npos) << "'" << words << "' not in: " << e;
 }
 
@@ -81,8 +102,8 @@ TEST(DeepseekV41Config, ReadsTheReleasedCompositeConfigWithThePrDefaults) {
 
 TEST(DeepseekV41Config, FlatAndCompositeSpellingsReadAlike) {
   const DeepseekV41Config flat = parse_deepseek_v41_config(tiny(), "cfg.json");
-  const DeepseekV41Config comp =
-      parse_deepseek_v41_config(json{{"model_type", "deepseek_v41"}, {"text_config", tiny()}}, "cfg.json");
+  const DeepseekV41Config comp = parse_deepseek_v41_config(
+      json{{"model_type", "deepseek_v41"}, {"text_config", tiny()}}, "cfg.json");
   EXPECT_EQ(flat.compress_ratios, comp.compress_ratios);
   EXPECT_EQ(flat.kv_source_layers, (std::vector<int>{1, 3, 4}));
   EXPECT_EQ(flat.candidate_source_layer, 4);  // the last KV source
@@ -118,27 +139,34 @@ TEST(DeepseekV41Config, BadSchedulesNameTheField) {
   expect_error(j, "candidate_source_layer_id", "does not fit num_hidden_layers = 40");
   j = tiny();
   j["candidate_source_layer_id"] = 1;  // layers 3, 4, 6 read other KV sources' entries
-  expect_error(j, "candidate_source_layer_id", "index source 3 after candidate source 1 reads the entries of KV "
-                                               "source 3, not those of KV source 1");
+  expect_error(j, "candidate_source_layer_id",
+               "index source 3 after candidate source 1 reads the entries of KV "
+               "source 3, not those of KV source 1");
   j = tiny();
   j["index_source_layer_ids"] = {0, 1, 3, 4};
   j["compress_ratios"] = {2, 2, 2, 2, 1, 1, 1};
-  expect_error(j, "index_source_layer_ids", "layer 0 has no kv_source_layer_ids entry at or before it");
+  expect_error(j, "index_source_layer_ids",
+               "layer 0 has no kv_source_layer_ids entry at or before it");
   j = tiny();
-  j["compress_ratios"] = {0, 2, 1, 2, 1, 1, 1};  // layer 2 (ratio 1) would read layer 1's ratio-2 entries
-  expect_error(j, "compress_ratios", "layer 2 has ratio 1 but reads the compressed KV of source layer 1 (ratio 2)");
+  j["compress_ratios"] = {0, 2, 1, 2,
+                          1, 1, 1};  // layer 2 (ratio 1) would read layer 1's ratio-2 entries
+  expect_error(j, "compress_ratios",
+               "layer 2 has ratio 1 but reads the compressed KV of source layer 1 (ratio 2)");
   j = tiny();
   j["compress_ratios"] = {0, 2, 2};
   expect_error(j, "compress_ratios", "has 3 entries, expected num_hidden_layers = 7");
   j = tiny();
   j["kv_source_layer_ids"] = {3, 4};
   j["index_source_layer_ids"] = {3, 4, 6};
-  expect_error(j, "kv_source_layer_ids", "layer 1 has compress_ratios entry 2 but no KV source at or before it");
+  expect_error(j, "kv_source_layer_ids",
+               "layer 1 has compress_ratios entry 2 but no KV source at or before it");
   j = tiny();
   j.erase("kv_source_layer_ids");
   j.erase("index_source_layer_ids");
-  j["compress_ratios"] = {0, 0, 2, 2, 2, 2, 2};  // a prefix of the released schedule: its default sources
-  expect_error(j, "kv_source_layer_ids", "does not fit num_hidden_layers = 7: give kv_source_layer_ids");
+  j["compress_ratios"] = {0, 0, 2, 2,
+                          2, 2, 2};  // a prefix of the released schedule: its default sources
+  expect_error(j, "kv_source_layer_ids",
+               "does not fit num_hidden_layers = 7: give kv_source_layer_ids");
   j = tiny();
   j["engram_layer_ids"] = {1, 5};
   j["engram_num_embeddings"] = {1000};
@@ -183,7 +211,8 @@ TEST(DeepseekV41Weights, AMissingSourceTensorIsNamed) {
     (void)load_v41_weights(c, reader);
     FAIL() << "loaded a compressor that is not in the checkpoint";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.2.attn.compressor.wkv.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers.2.attn.compressor.wkv.weight"), std::string::npos)
+        << e.what();
   }
 }
 

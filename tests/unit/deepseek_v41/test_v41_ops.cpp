@@ -25,13 +25,16 @@ std::vector<float> quantized(std::vector<float> v, Backend::FakeQuant kind) {
 
 TEST(V41FakeQuant, Fp4WithPowerOfTwoScalesRoundsToNearestEven) {
   // amax 6 -> scale 2^ceil(log2(6 / 6)) = 1: the e2m1 grid itself.
-  const std::vector<float> in = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.75f, 0.26f, 5.1f, -2.9f};
-  const std::vector<float> want = {6.0f, 0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f, -1.0f, 0.5f, 6.0f, -3.0f};
+  const std::vector<float> in = {6.0f, 0.25f, 0.75f,  1.25f, 1.75f, 2.5f,
+                                 3.5f, 5.0f,  -0.75f, 0.26f, 5.1f,  -2.9f};
+  const std::vector<float> want = {6.0f, 0.0f, 1.0f,  1.0f, 2.0f, 2.0f,
+                                   4.0f, 4.0f, -1.0f, 0.5f, 6.0f, -3.0f};
   std::vector<float> v(32, 0.0f);
   std::copy(in.begin(), in.end(), v.begin());
   const std::vector<float> q = quantized(v, Backend::FakeQuant::Fp4Ue8m0x32);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(q[i], want[i]) << "input " << in[i];
-  // amax 7 -> scale 2^ceil(log2(7 / 6)) = 2: 7 / 2 = 3.5 ties up to 4 -> 8; 1.1 / 2 = 0.55 -> 0.5 -> 1.
+  // amax 7 -> scale 2^ceil(log2(7 / 6)) = 2: 7 / 2 = 3.5 ties up to 4 -> 8; 1.1 / 2 = 0.55 -> 0.5
+  // -> 1.
   std::vector<float> w(32, 0.0f);
   w[0] = 7.0f;
   w[1] = 1.1f;
@@ -45,8 +48,8 @@ TEST(V41FakeQuant, Fp4WithE4m3ScalesPer16) {
   std::vector<float> v(16, 0.0f);
   v[0] = 3.0f;
   v[1] = 0.4f;
-  // second block: amax 2.7 -> 2.7 / 6 = 0.45 -> e4m3 0.4375 (spacing 2^-5 in [0.25, 0.5)); 2.7 / 0.4375
-  // = 6.17 clamps to 6 -> 2.625; 1.0 / 0.4375 = 2.29 -> 2 -> 0.875.
+  // second block: amax 2.7 -> 2.7 / 6 = 0.45 -> e4m3 0.4375 (spacing 2^-5 in [0.25, 0.5)); 2.7 /
+  // 0.4375 = 6.17 clamps to 6 -> 2.625; 1.0 / 0.4375 = 2.29 -> 2 -> 0.875.
   std::vector<float> b(16, 0.0f);
   b[0] = 2.7f;
   b[1] = 1.0f;
@@ -73,25 +76,28 @@ TEST(V41FakeQuant, Fp8WithPowerOfTwoScalesRoundsToNearestEven) {
   EXPECT_EQ(q[3], 1.25f);
   EXPECT_EQ(q[4], -1.25f);
   // An all-zero block stays zero (the amax floor keeps the scale finite).
-  for (float x : quantized(std::vector<float>(32, 0.0f), Backend::FakeQuant::Fp8Ue8m0x32)) EXPECT_EQ(x, 0.0f);
+  for (float x : quantized(std::vector<float>(32, 0.0f), Backend::FakeQuant::Fp8Ue8m0x32))
+    EXPECT_EQ(x, 0.0f);
 }
 
 TEST(V41Indexer, CandidateBlocksKeepTheNewestBlockAndTheBestOthers) {
   auto be = make_cpu_backend();
   // Row 0: position 9, ratio 1 -> 10 visible entries in blocks {0-3, 4-7, 8-9}; block 2 holds the
   // newest entry and is kept whatever its score; of blocks 0 (max 5) and 1 (max 7), top 2 keeps 1.
-  // Row 1: position 5 -> 6 visible: block 1 (entries 4, 5) is the newest; block 0 (max 5) is the other.
-  // Row 2: position 0, ratio 2 -> nothing visible: every entry dropped.
-  std::vector<float> s = {5, 1, 1, 1, 0, 7, 0, 0, -3, -4,  //
-                          5, 1, 1, 1, 0, 7, -kInf, -kInf, -kInf, -kInf,  //
+  // Row 1: position 5 -> 6 visible: block 1 (entries 4, 5) is the newest; block 0 (max 5) is the
+  // other. Row 2: position 0, ratio 2 -> nothing visible: every entry dropped.
+  std::vector<float> s = {5,     1,     1,     1,     0,     7,     0,     0,     -3,    -4,     //
+                          5,     1,     1,     1,     0,     7,     -kInf, -kInf, -kInf, -kInf,  //
                           -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf, -kInf};
   std::vector<int32_t> pos = {9, 5, 0};
   std::vector<float> bias(30, 1.0f);
-  Tensor st(s.data(), DType::F32, {3, 10}), pt(pos.data(), DType::I32, {3}), bt(bias.data(), DType::F32, {3, 10});
+  Tensor st(s.data(), DType::F32, {3, 10}), pt(pos.data(), DType::I32, {3}),
+      bt(bias.data(), DType::F32, {3, 10});
   be->candidate_blocks(st, pt, 1, 2, 4, bt);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(bias[i], i >= 4 ? 0.0f : -kInf) << "row 0 entry " << i;
   for (int i = 0; i < 10; ++i) EXPECT_EQ(bias[10 + i], i < 8 ? 0.0f : -kInf) << "row 1 entry " << i;
-  Tensor pt2(pos.data() + 2, DType::I32, {1}), st2(s.data() + 20, DType::F32, {1, 10}), bt2(bias.data() + 20, DType::F32, {1, 10});
+  Tensor pt2(pos.data() + 2, DType::I32, {1}), st2(s.data() + 20, DType::F32, {1, 10}),
+      bt2(bias.data() + 20, DType::F32, {1, 10});
   be->candidate_blocks(st2, pt2, 2, 2, 4, bt2);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(bias[20 + i], -kInf) << "row 2 entry " << i;
 }
@@ -116,7 +122,8 @@ TEST(V41Indexer, VisibleScoresGiveV4sIndexerChoice) {
   for (float& x : keys) x = n(rng);
   for (float& x : w) x = n(rng);
   std::vector<int32_t> pos = {3, 5, 8, 10, 12, 13}, a(T * k), b(T * k);
-  Tensor qt(q.data(), DType::F32, {T, H, d}), kt(keys.data(), DType::F32, {S, d}), wt(w.data(), DType::F32, {T, H});
+  Tensor qt(q.data(), DType::F32, {T, H, d}), kt(keys.data(), DType::F32, {S, d}),
+      wt(w.data(), DType::F32, {T, H});
   Tensor pt(pos.data(), DType::I32, {T}), st(scores.data(), DType::F32, {T, S});
   Tensor at(a.data(), DType::I32, {T, k}), bt(b.data(), DType::I32, {T, k});
   be->indexer_topk(qt, kt, wt, pt, 2, 0.5f, 0.25f, at);
@@ -124,7 +131,8 @@ TEST(V41Indexer, VisibleScoresGiveV4sIndexerChoice) {
   be->topk_finite(st, bt);
   EXPECT_EQ(a, b);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t s = 0; s < S; ++s) EXPECT_EQ(std::isinf(scores[t * S + s]), s >= (pos[t] + 1) / 2) << t << " " << s;
+    for (int64_t s = 0; s < S; ++s)
+      EXPECT_EQ(std::isinf(scores[t * S + s]), s >= (pos[t] + 1) / 2) << t << " " << s;
 }
 
 TEST(V41HyperConnections, MixAndCollapseSplitHcPre) {
@@ -137,13 +145,16 @@ TEST(V41HyperConnections, MixAndCollapseSplitHcPre) {
   for (float& x : fn) x = 0.2f * n(rng);
   for (float& x : base) x = 0.5f * n(rng);
   std::vector<float> collapsed(T * H), post(T * hc), comb(T * hc * hc);
-  std::vector<float> pre2(T * hc), post2(T * hc), comb2(T * hc * hc), collapsed2(T * H), first(T * H);
+  std::vector<float> pre2(T * hc), post2(T * hc), comb2(T * hc * hc), collapsed2(T * H),
+      first(T * H);
   Tensor s(st.data(), DType::F32, {T, hc, H}), f(fn.data(), DType::F32, {mixes, hc * H});
   Tensor b(base.data(), DType::F32, {mixes}), sc(scale.data(), DType::F32, {3});
   Backend::HyperConnectionParams p{4, 20, 1e-6f, 1e-20f};
-  Tensor c1(collapsed.data(), DType::F32, {T, H}), p1(post.data(), DType::F32, {T, hc}), m1(comb.data(), DType::F32, {T, hc, hc});
+  Tensor c1(collapsed.data(), DType::F32, {T, H}), p1(post.data(), DType::F32, {T, hc}),
+      m1(comb.data(), DType::F32, {T, hc, hc});
   be->hc_pre(s, f, b, sc, p, c1, p1, m1);
-  Tensor r2(pre2.data(), DType::F32, {T, hc}), p2(post2.data(), DType::F32, {T, hc}), m2(comb2.data(), DType::F32, {T, hc, hc});
+  Tensor r2(pre2.data(), DType::F32, {T, hc}), p2(post2.data(), DType::F32, {T, hc}),
+      m2(comb2.data(), DType::F32, {T, hc, hc});
   be->hc_mix(s, f, b, sc, p, r2, p2, m2);
   Tensor c2(collapsed2.data(), DType::F32, {T, H});
   be->hc_collapse(s, r2, c2);
