@@ -359,6 +359,13 @@ class Backend {
   // e4m3 and e2m1 round to nearest even.
   enum class FakeQuant { Fp8Ue8m0x32, Fp4Ue8m0x32, Fp4E4m3x16 };
   virtual void fake_quant(Tensor& x, FakeQuant kind);
+  // The same formats packed into byte rows of a paged cache (packed_row_bytes(kind, C) bytes: the C
+  // values, FP8 one byte each or FP4 two per byte low nibble first, then one scale byte per block,
+  // E8M0 (2^(b - 127)) or e4m3): rows x F32 [R, C] -> their slots of kv.cache U8 [blocks,
+  // block_size, bytes] (kv.slot_mapping I32 [R], -1: none); and back: out F32 [N, C] = rows ids
+  // (I32 [N]) of cache U8 [rows, bytes], equal to fake_quant of what was stored.
+  virtual void store_packed_rows(const Tensor& x, FakeQuant kind, const PagedKV& kv);
+  virtual void gather_packed_rows(const Tensor& ids, const Tensor& cache, FakeQuant kind, Tensor& out);
   // hc_pre's pre [T, hc], post and comb without the collapse (V4.1's single-pass hyper-connections
   // collapse a site's streams with the previous site's pre).
   virtual void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
@@ -422,6 +429,9 @@ class Backend {
   virtual int64_t record_fence() { return 0; }
   virtual void wait_fence(int64_t fence) { (void)fence; }
 };
+
+// Bytes of one row of `channels` values packed in `kind`'s cache format (Backend::store_packed_rows).
+int64_t packed_row_bytes(Backend::FakeQuant kind, int64_t channels);
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
 // Returns nullptr when deepinfer was built without CUDA; throws when no device is usable.

@@ -57,10 +57,11 @@ void check_step(const Backend& be, const std::vector<KvGroupSpec>& groups, DType
              kv[g].size());
     for (int l = 0; l < groups[g].num_layers; ++l) {
       const Tensor& c = kv[g][static_cast<size_t>(l)];
-      DI_CHECK(c.device == be.device() && c.dtype == act && c.ndim == 3 && c.is_contiguous() &&
+      const DType dt = groups[g].row_dtype(act);
+      DI_CHECK(c.device == be.device() && c.dtype == dt && c.ndim == 3 && c.is_contiguous() &&
                    c.size(2) == groups[g].row_dim,
                "forward: ", model, " KV group '", groups[g].name, "' layer ", l, ": ", c.describe(),
-               " must be ", dtype_name(act), " [blocks, block_size, ", groups[g].row_dim,
+               " must be ", dtype_name(dt), " [blocks, block_size, ", groups[g].row_dim,
                "] on the ", be.name(), " backend");
     }
   }

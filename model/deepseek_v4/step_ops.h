@@ -25,8 +25,8 @@ void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const Tens
 // Columns [c0, c0 + n) of rows [R, C] (a row-strided view).
 Tensor columns(const Tensor& rows, int64_t c0, int64_t n);
 
-// The step's KV caches: one per group's layer, act dtype [blocks, block_size, row_dim] on the
-// backend's device; then check_positions.
+// The step's KV caches: one per group's layer, the group's row dtype (act for activation rows)
+// [blocks, block_size, row_dim] on the backend's device; then check_positions.
 void check_step(const Backend& be, const std::vector<KvGroupSpec>& groups, DType act,
                 const StepBatch& batch, const KvCaches& kv, int64_t max_positions,
                 const char* model);

@@ -44,10 +44,7 @@ ParameterCount v41_parameter_count(const DeepseekV41Config& c) {
 }
 
 int64_t v41_format_row_bytes(const KvGroupSpec& g) {
-  if (g.name == "window") return g.row_dim + g.row_dim / 32;
-  if (g.name.rfind("compressed", 0) == 0) return g.row_dim / 2 + g.row_dim / 16;
-  if (g.name.rfind("indexer_keys", 0) == 0) return g.row_dim / 2 + g.row_dim / 32;
-  return 2 * g.row_dim;
+  return g.activation_dtype ? g.row_bytes(DType::BF16) : g.row_dim;  // packed rows: bytes already
 }
 
 std::string v41_summary(const DeepseekV41Config& c) {

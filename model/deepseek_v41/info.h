@@ -17,9 +17,9 @@ class CheckpointReader;
 // Parameters of the main layers as the checkpoint holds them (every tensor but FP8/FP4 scales and
 // the routers' selection biases); Engram tables and the DSpark blocks are not counted yet.
 ParameterCount v41_parameter_count(const DeepseekV41Config& config);
-// Bytes one row of a KV group takes in the cache formats: window FP8 with an E8M0 scale per 32,
-// compressed entries FP4 with an e4m3 scale per 16, indexer keys FP4 with an E8M0 scale per 32;
-// pending rows BF16.
+// Bytes one row of a KV group takes: the packed rows of kv_layout.h as they are (window FP8 with an
+// E8M0 scale per 32, compressed entries FP4 with an e4m3 scale per 16, indexer keys FP4 with an
+// E8M0 scale per 32); pending rows as BF16.
 int64_t v41_format_row_bytes(const KvGroupSpec& group);
 std::string v41_summary(const DeepseekV41Config& config);
 // Architecture::describe: reads `dir`'s config, loads every weight against it (throws naming the

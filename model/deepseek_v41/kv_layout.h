@@ -7,12 +7,14 @@
 //   "pending_r<R>"      (R > 1) the same sources: each token's compressor inputs [kv D | gate D],
 //                       window R: the tokens of the group not yet complete.
 // Only source layers hold compressed rows: the layers up to the next source read their source's.
-// Rows hold F32 on the CPU backend: the window and compressed rows and the indexer keys carry the
-// values the FP8 / FP4 cache formats round them to (Backend::fake_quant), not yet those formats'
-// bytes.
+// The window, compressed and indexer-key rows are U8 rows in their cache formats
+// (Backend::store_packed_rows): window FP8 e4m3 with an E8M0 scale per 32 (head_dim 512: 528 B),
+// entries FP4 e2m1 with an e4m3 scale per 16 (288 B), keys FP4 with an E8M0 scale per 32 (68 B);
+// the pending compressor inputs are activation-dtype rows.
 #pragma once
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/kv_group_spec.h"
 #include "model/deepseek_v41/config.h"
 
@@ -20,6 +22,9 @@ namespace deepinfer {
 
 struct V41KvLayout {
   static constexpr int kNone = -1;
+  static constexpr Backend::FakeQuant kWindowFormat = Backend::FakeQuant::Fp8Ue8m0x32;
+  static constexpr Backend::FakeQuant kEntryFormat = Backend::FakeQuant::Fp4E4m3x16;
+  static constexpr Backend::FakeQuant kKeyFormat = Backend::FakeQuant::Fp4Ue8m0x32;
   struct Ratio {  // the groups of one compression ratio
     int ratio = 0;
     int compressed = kNone, indexer_keys = kNone, pending = kNone;  // group indices

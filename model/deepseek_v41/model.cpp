@@ -17,6 +17,14 @@ constexpr const char* kModel = "deepseek_v41";
 
 }  // namespace
 
+void DeepseekV41Model::store_packed(const Tensor& rows, Backend::FakeQuant format,
+                                    const Tensor& cache, const Tensor& slot_mapping) {
+  PagedKV kv;
+  kv.cache = cache;
+  kv.slot_mapping = slot_mapping;
+  be_.store_packed_rows(rows, format, kv);
+}
+
 DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend)
     : config_(std::move(config)),
       w_(std::move(weights)),
@@ -94,15 +102,11 @@ void DeepseekV41Model::compress(int l, const StepBatch& batch, const StepHost& s
   be_.rms_norm(kr.tensor(), L.index_k_norm, eps, kn.tensor());
   be_.rope(kn.tensor(), posb.tensor(), table, static_cast<int>(di - rd), static_cast<int>(rd),
            true);
-  Tensor kq = kn.tensor();
-  be_.fake_quant(kq, Backend::FakeQuant::Fp4Ue8m0x32);
-  store_rows(be_, kn.tensor(), key_cache, kslot.tensor());
+  store_packed(kn.tensor(), V41KvLayout::kKeyFormat, key_cache, kslot.tensor());
   // Entries: FP4(RoPE(latent)) with e4m3 scales per 16.
   be_.rope(latent.tensor(), posb.tensor(), table, static_cast<int>(D - rd), static_cast<int>(rd),
            true);
-  Tensor lq = latent.tensor();
-  be_.fake_quant(lq, Backend::FakeQuant::Fp4E4m3x16);
-  store_rows(be_, latent.tensor(), ent_cache, eslot.tensor());
+  store_packed(latent.tensor(), V41KvLayout::kEntryFormat, ent_cache, eslot.tensor());
 }
 
 void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
@@ -124,12 +128,8 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
   be_.gemm(x, L.wkv, kv_raw.tensor());
   be_.rms_norm(kv_raw.tensor(), L.kv_norm, eps, kvn.tensor());
   be_.rope(kvn.tensor(), positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
-  {
-    Tensor k8 = kvn.tensor();
-    be_.fake_quant(k8, Backend::FakeQuant::Fp8Ue8m0x32);
-  }
-  store_rows(be_, kvn.tensor(), window_cache,
-             batch.kv_groups[static_cast<size_t>(layout_.window)].slot_mapping);
+  store_packed(kvn.tensor(), V41KvLayout::kWindowFormat, window_cache,
+               batch.kv_groups[static_cast<size_t>(layout_.window)].slot_mapping);
 
   const bool source = ratio > 0 && c.is_kv_source(l), index = ratio > 0 && c.is_index_source(l);
   const V41KvLayout::Ratio* G =
@@ -180,7 +180,8 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
         for (int64_t i = 0; i < nc; ++i) ids[static_cast<size_t>(i)] = keys.slot(i);
         DeviceBuffer idb = v4_family::upload_i32(be_, ids), key_rows = alloc(act_, {nc, di});
         DeviceBuffer scores = alloc(DType::F32, {nq, nc});
-        be_.embedding(idb.tensor(), cache_rows(key_cache), key_rows.tensor());
+        be_.gather_packed_rows(idb.tensor(), cache_rows(key_cache), V41KvLayout::kKeyFormat,
+                               key_rows.tensor());
         be_.indexer_scores_visible(iq.tensor().slice_rows(t0, t1), key_rows.tensor(),
                                    iw.tensor().slice_rows(t0, t1), positions.slice_rows(t0, t1),
                                    ratio, 1.0f / std::sqrt(static_cast<float>(di)),
@@ -212,14 +213,15 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
       for (int64_t i = 0; i < ne; ++i) row_ids.push_back(ent.slot(i));
       DeviceBuffer ids = v4_family::upload_i32(be_, row_ids);
       Tensor dst = rows.tensor().slice_rows(0, ne);
-      be_.embedding(ids.tensor(), cache_rows(*ent_cache), dst);
+      be_.gather_packed_rows(ids.tensor(), cache_rows(*ent_cache), V41KvLayout::kEntryFormat, dst);
     }
     {
       row_ids.clear();
       for (int64_t r = 0; r < nw; ++r) row_ids.push_back(window.slot(w0 + r));
       DeviceBuffer ids = v4_family::upload_i32(be_, row_ids);
       Tensor dst = rows.tensor().slice_rows(ne, ne + nw);
-      be_.embedding(ids.tensor(), cache_rows(window_cache), dst);
+      be_.gather_packed_rows(ids.tensor(), cache_rows(window_cache), V41KvLayout::kWindowFormat,
+                             dst);
     }
     // Each query's rows: its window, then the chosen entries (entry e is row e; -1: empty).
     const int64_t nwin = std::min(W, nw), slots = nwin + k;

@@ -6,7 +6,7 @@
 //  per step:   single-pass hyper-connections: each site mixes its streams (pre, post, comb) but
 //              collapses them with the previous site's pre (the first site: stream 0); the last
 //              site's pre collapses the streams for the final norm and head (no hc_head);
-//  per layer:  this step's window rows (FP8-rounded) go to the window cache; a KV source pools the
+//  per layer:  this step's window rows go to the window cache (FP8 rows); a KV source pools the
 //              groups the step completes (ratio 1: every token) into its shared compressed rows
 //              (FP4-rounded, after RoPE at the group's first position) and makes their indexer keys
 //              (FP4-rounded RoPE(k_norm(wk(entry))) before the entry's RoPE); an index source
@@ -51,6 +51,9 @@ class DeepseekV41Model : public Model {
     int64_t k = 0;
   };
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return be_.alloc(dtype, dims); }
+  // rows F32 [R, C] -> their slots of a cache in `format` (kv_layout.h).
+  void store_packed(const Tensor& rows, Backend::FakeQuant format, const Tensor& cache,
+                    const Tensor& slot_mapping);
   // Layer l's attention: x [T, H] its normed input, qr [T, q_lora] the q_norm output, q [T, heads,
   // D] the rotated queries; out [T, heads, D] before the inverse RoPE.
   void attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x,

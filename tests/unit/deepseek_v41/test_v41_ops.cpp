@@ -80,6 +80,65 @@ TEST(V41FakeQuant, Fp8WithPowerOfTwoScalesRoundsToNearestEven) {
     EXPECT_EQ(x, 0.0f);
 }
 
+TEST(V41FakeQuant, PackedRowsHoldTheFormatsBytesAndReadBackAsFakeQuant) {
+  auto be = make_cpu_backend();
+  // FP8 x32: amax 896 -> E8M0 scale byte 128 (2^1); 3.0 / 2 = 1.5 = e4m3 0x3c.
+  {
+    std::vector<float> v(32, 0.0f);
+    v[0] = 896.0f;
+    v[1] = 3.0f;
+    std::vector<uint8_t> cache(2 * 33, 0xaa);
+    std::vector<int32_t> slot = {1};
+    PagedKV kv;
+    kv.cache = Tensor(cache.data(), DType::U8, {1, 2, 33});
+    kv.slot_mapping = Tensor(slot.data(), DType::I32, {1});
+    be->store_packed_rows(Tensor(v.data(), DType::F32, {1, 32}), Backend::FakeQuant::Fp8Ue8m0x32,
+                          kv);
+    EXPECT_EQ(cache[0], 0xaa);  // slot 0 untouched
+    EXPECT_EQ(cache[33 + 1], 0x3c);
+    EXPECT_EQ(cache[33 + 32], 128);
+  }
+  // FP4 x32: amax 6 -> scale byte 127 (2^0); 1.0 = code 2 (low nibble), -0.5 = code 9 (high).
+  {
+    std::vector<float> v(32, 0.0f);
+    v[0] = 1.0f;
+    v[1] = -0.5f;
+    v[2] = 6.0f;
+    std::vector<uint8_t> cache(17, 0);
+    std::vector<int32_t> slot = {0};
+    PagedKV kv;
+    kv.cache = Tensor(cache.data(), DType::U8, {1, 1, 17});
+    kv.slot_mapping = Tensor(slot.data(), DType::I32, {1});
+    be->store_packed_rows(Tensor(v.data(), DType::F32, {1, 32}), Backend::FakeQuant::Fp4Ue8m0x32,
+                          kv);
+    EXPECT_EQ(cache[0], 0x92);
+    EXPECT_EQ(cache[1], 0x07);
+    EXPECT_EQ(cache[16], 127);
+  }
+  // Every format: random rows stored then gathered equal fake_quant's values.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n;
+  for (auto kind : {Backend::FakeQuant::Fp8Ue8m0x32, Backend::FakeQuant::Fp4Ue8m0x32,
+                    Backend::FakeQuant::Fp4E4m3x16}) {
+    const int64_t R = 3, C = 64, bytes = packed_row_bytes(kind, C);
+    std::vector<float> v(R * C), want, got(R * C);
+    for (float& x : v) x = 3.0f * n(rng);
+    want = v;
+    Tensor wt(want.data(), DType::F32, {R, C});
+    be->fake_quant(wt, kind);
+    std::vector<uint8_t> cache(4 * bytes);
+    std::vector<int32_t> slots = {2, 0, 3}, ids = {2, 0, 3};
+    PagedKV kv;
+    kv.cache = Tensor(cache.data(), DType::U8, {2, 2, bytes});
+    kv.slot_mapping = Tensor(slots.data(), DType::I32, {R});
+    be->store_packed_rows(Tensor(v.data(), DType::F32, {R, C}), kind, kv);
+    Tensor gt(got.data(), DType::F32, {R, C});
+    be->gather_packed_rows(Tensor(ids.data(), DType::I32, {R}),
+                           Tensor(cache.data(), DType::U8, {4, bytes}), kind, gt);
+    EXPECT_EQ(got, want) << static_cast<int>(kind);
+  }
+}
+
 TEST(V41Indexer, CandidateBlocksKeepTheNewestBlockAndTheBestOthers) {
   auto be = make_cpu_backend();
   // Row 0: position 9, ratio 1 -> 10 visible entries in blocks {0-3, 4-7, 8-9}; block 2 holds the
