@@ -371,6 +371,47 @@ class Backend {
                             const Tensor& positions, int ratio, float softmax_scale,
                             float weights_scale, Tensor& out);
 
+  // --- DeepSeek-V4.1 (model/deepseek_v41/): host references in backend/cpu/{fake_quant,
+  // hyper_connection, compressor}.cpp (F32 host tensors; fail on other devices, no CUDA yet). ---
+  // The cache formats' fake quantization, in place on rows x [R, C] (F32), per block of `block`
+  // channels (C % block == 0): amax = max |x| of the block;
+  //   Fp8Ue8m0x32: scale = 2^ceil(log2(max(amax, 1e-4) / 448)); x = e4m3(clamp(x / scale, +-448)) * scale
+  //                (the window KV);
+  //   Fp4Ue8m0x32: scale = 2^ceil(log2(max(amax, 6 * 2^-126) / 6)); x = e2m1(clamp(x / scale, +-6)) * scale
+  //                (indexer queries and keys);
+  //   Fp4E4m3x16:  scale = e4m3(max(amax, 6 * 2^-9) / 6); x = e2m1(clamp(x / scale, +-6)) * scale
+  //                (the compressed KV);
+  // e4m3 and e2m1 round to nearest even.
+  enum class FakeQuant { Fp8Ue8m0x32, Fp4Ue8m0x32, Fp4E4m3x16 };
+  virtual void fake_quant(Tensor& x, FakeQuant kind);
+  // The same formats packed into byte rows of a paged cache (packed_row_bytes(kind, C) bytes: the C
+  // values, FP8 one byte each or FP4 two per byte low nibble first, then one scale byte per block,
+  // E8M0 (2^(b - 127)) or e4m3): rows x F32 [R, C] -> their slots of kv.cache U8 [blocks,
+  // block_size, bytes] (kv.slot_mapping I32 [R], -1: none); and back: out F32 [N, C] = rows ids
+  // (I32 [N]) of cache U8 [rows, bytes], equal to fake_quant of what was stored.
+  virtual void store_packed_rows(const Tensor& x, FakeQuant kind, const PagedKV& kv);
+  virtual void gather_packed_rows(const Tensor& ids, const Tensor& cache, FakeQuant kind, Tensor& out);
+  // hc_pre's pre [T, hc], post and comb without the collapse (V4.1's single-pass hyper-connections
+  // collapse a site's streams with the previous site's pre).
+  virtual void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                      const HyperConnectionParams& params, Tensor& pre, Tensor& post, Tensor& comb);
+  // out [T, H] = sum_k pre[t, k] streams[t, k, :]; streams [T, hc, H], pre [T, hc] (F32).
+  virtual void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out);
+  // The lightning indexer's scores as indexer_topk computes them, all kept: scores F32 [T, S],
+  // -inf for the keys s >= (positions[t] + 1) / ratio a query does not see.
+  virtual void indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                                      const Tensor& positions, int ratio, float softmax_scale,
+                                      float weights_scale, Tensor& scores);
+  // Two-level top-k, level one (V4.1's candidate source): per query, the entries in blocks of
+  // `block_size` are scored by their block's max score; the block holding the query's newest
+  // visible entry ((positions[t] + 1) / ratio - 1) is always kept; the top `topk_blocks` blocks
+  // with a finite score are kept (ties: lowest block). bias F32 [T, S]: 0 kept, -inf dropped.
+  virtual void candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
+                                int64_t block_size, Tensor& bias);
+  // out I32 [T, k] = the k entries of highest finite score per row of scores F32 [T, S] (ties:
+  // lowest index), -1 where fewer are finite.
+  virtual void topk_finite(const Tensor& scores, Tensor& out);
+
   // --- sampling -------------------------------------------------------------
   // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).
   virtual void argmax(const Tensor& logits, Tensor& ids) = 0;
@@ -429,6 +470,9 @@ class Backend {
   virtual int64_t record_fence() { return 0; }
   virtual void wait_fence(int64_t fence) { (void)fence; }
 };
+
+// Bytes of one row of `channels` values packed in `kind`'s cache format (Backend::store_packed_rows).
+int64_t packed_row_bytes(Backend::FakeQuant kind, int64_t channels);
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
 // Returns nullptr when deepinfer was built without CUDA; throws when no device is usable.

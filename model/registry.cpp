@@ -4,6 +4,7 @@
 #include "model/deepseek_v3/arch.h"
 #include "model/deepseek_v32/arch.h"
 #include "model/deepseek_v4/arch.h"
+#include "model/deepseek_v41/arch.h"
 
 namespace deepinfer {
 
@@ -14,6 +15,8 @@ const std::vector<Architecture>& architectures() {
       deepseek_v2_architecture(),
       deepseek_v32_architecture(),
       deepseek_v4_architecture(),
+      deepseek_v41_architecture(),
+      deepseek_v41_text_architecture(),
   };
   return list;
 }

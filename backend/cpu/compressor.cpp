@@ -67,44 +67,119 @@ void Backend::compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor
   }
 }
 
+namespace {
+
+// Row t of the lightning indexer's scores: score[s] for the keys s < visible (returned).
+int64_t indexer_score_row(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                          int64_t t, int ratio, float softmax_scale, float weights_scale, float* score) {
+  const int64_t heads = q.size(1), d = q.size(2), S = keys.size(0);
+  const int64_t visible = std::max<int64_t>(0, std::min<int64_t>(S, (positions.ptr<const int32_t>()[t] + 1) / ratio));
+  for (int64_t s = 0; s < visible; ++s) {
+    double total = 0.0;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* qv = q.ptr<const float>() + (t * heads + h) * d;
+      const float* kv = keys.ptr<const float>() + s * d;
+      double dot = 0.0;
+      for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qv[i]) * kv[i];
+      const float relu = std::fmax(static_cast<float>(dot), 0.0f) * softmax_scale;
+      total += static_cast<double>(relu) * (weights.ptr<const float>()[t * heads + h] * weights_scale);
+    }
+    score[s] = static_cast<float>(total);
+  }
+  return visible;
+}
+
+void check_indexer_args(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                        int ratio, const char* op) {
+  using v4_ops::check_host;
+  DI_CHECK(q.ndim == 3 && keys.ndim == 2, op, ": q [T, heads, d], keys [S, d] expected, got ", q.describe(), ", ",
+           keys.describe());
+  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(0);
+  DI_CHECK(ratio > 0, op, ": ratio must be > 0, got ", ratio);
+  check_host(q, DType::F32, {T, heads, d}, op, "q");
+  check_host(keys, DType::F32, {S, d}, op, "keys");
+  check_host(weights, DType::F32, {T, heads}, op, "weights");
+  check_host(positions, DType::I32, {T}, op, "positions");
+}
+
+// The (up to) k entries of highest score among score[0, n) into out[0, k) (ties: lowest index;
+// -1 past the last), skipping -inf.
+void top_of_row(const float* score, int64_t n, int64_t k, std::vector<int32_t>& order, int32_t* out) {
+  order.clear();
+  for (int64_t s = 0; s < n; ++s)
+    if (score[s] > -INFINITY) order.push_back(static_cast<int32_t>(s));
+  const int64_t keep = std::min<int64_t>(k, static_cast<int64_t>(order.size()));
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
+    return score[a] != score[b] ? score[a] > score[b] : a < b;
+  });
+  for (int64_t j = 0; j < k; ++j) out[j] = j < keep ? order[static_cast<size_t>(j)] : -1;
+}
+
+}  // namespace
+
 void Backend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
                            int ratio, float softmax_scale, float weights_scale, Tensor& out) {
-  using v4_ops::check_host;
-  DI_CHECK(q.ndim == 3 && keys.ndim == 2 && out.ndim == 2,
-           "indexer_topk: q [T, heads, d], keys [S, d], out [T, top_k] expected, got ", q.describe(), ", ",
-           keys.describe(), ", ", out.describe());
-  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(0), k = out.size(1);
-  DI_CHECK(ratio > 0, "indexer_topk: ratio must be > 0, got ", ratio);
-  check_host(q, DType::F32, {T, heads, d}, "indexer_topk", "q");
-  check_host(keys, DType::F32, {S, d}, "indexer_topk", "keys");
-  check_host(weights, DType::F32, {T, heads}, "indexer_topk", "weights");
-  check_host(positions, DType::I32, {T}, "indexer_topk", "positions");
-  check_host(out, DType::I32, {T, k}, "indexer_topk", "out");
+  check_indexer_args(q, keys, weights, positions, ratio, "indexer_topk");
+  DI_CHECK(out.ndim == 2, "indexer_topk: out must be [T, top_k], got ", out.describe());
+  const int64_t T = q.size(0), S = keys.size(0), k = out.size(1);
+  v4_ops::check_host(out, DType::I32, {T, k}, "indexer_topk", "out");
   std::vector<float> score(static_cast<size_t>(S));
   std::vector<int32_t> order;
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t visible = std::min<int64_t>(S, (positions.ptr<const int32_t>()[t] + 1) / ratio);
-    for (int64_t s = 0; s < visible; ++s) {
-      double total = 0.0;
-      for (int64_t h = 0; h < heads; ++h) {
-        const float* qv = q.ptr<const float>() + (t * heads + h) * d;
-        const float* kv = keys.ptr<const float>() + s * d;
-        double dot = 0.0;
-        for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qv[i]) * kv[i];
-        const float relu = std::fmax(static_cast<float>(dot), 0.0f) * softmax_scale;
-        total += static_cast<double>(relu) * (weights.ptr<const float>()[t * heads + h] * weights_scale);
-      }
-      score[s] = static_cast<float>(total);
-    }
-    order.resize(static_cast<size_t>(visible));
-    std::iota(order.begin(), order.end(), 0);
-    const int64_t keep = std::min(k, visible);
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
-      return score[a] != score[b] ? score[a] > score[b] : a < b;
-    });
-    int32_t* o = out.ptr<int32_t>() + t * k;
-    for (int64_t j = 0; j < k; ++j) o[j] = j < keep ? order[j] : -1;
+    const int64_t visible =
+        indexer_score_row(q, keys, weights, positions, t, ratio, softmax_scale, weights_scale, score.data());
+    top_of_row(score.data(), visible, k, order, out.ptr<int32_t>() + t * k);
   }
+}
+
+void Backend::indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                                     const Tensor& positions, int ratio, float softmax_scale, float weights_scale,
+                                     Tensor& scores) {
+  check_indexer_args(q, keys, weights, positions, ratio, "indexer_scores_visible");
+  const int64_t T = q.size(0), S = keys.size(0);
+  v4_ops::check_host(scores, DType::F32, {T, S}, "indexer_scores_visible", "scores");
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = scores.ptr<float>() + t * S;
+    const int64_t visible = indexer_score_row(q, keys, weights, positions, t, ratio, softmax_scale, weights_scale, row);
+    std::fill(row + visible, row + S, -INFINITY);
+  }
+}
+
+void Backend::candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
+                               int64_t block_size, Tensor& bias) {
+  using v4_ops::check_host;
+  DI_CHECK(scores.ndim == 2 && ratio > 0 && topk_blocks > 0 && block_size > 0,
+           "candidate_blocks: scores [T, S], ratio, topk_blocks and block_size > 0 expected, got ", scores.describe(),
+           ", ", ratio, ", ", topk_blocks, ", ", block_size);
+  const int64_t T = scores.size(0), S = scores.size(1), nb = (S + block_size - 1) / block_size;
+  check_host(scores, DType::F32, {T, S}, "candidate_blocks", "scores");
+  check_host(positions, DType::I32, {T}, "candidate_blocks", "positions");
+  check_host(bias, DType::F32, {T, S}, "candidate_blocks", "bias");
+  std::vector<float> block(static_cast<size_t>(nb));
+  std::vector<int32_t> order, top(static_cast<size_t>(std::min(topk_blocks, nb)));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = scores.ptr<const float>() + t * S;
+    std::fill(block.begin(), block.end(), -INFINITY);
+    for (int64_t s = 0; s < S; ++s) block[s / block_size] = std::fmax(block[s / block_size], row[s]);
+    const int64_t visible = (positions.ptr<const int32_t>()[t] + 1) / ratio;
+    if (visible > 0 && (visible - 1) / block_size < nb) block[(visible - 1) / block_size] = INFINITY;
+    top_of_row(block.data(), nb, static_cast<int64_t>(top.size()), order, top.data());
+    float* out = bias.ptr<float>() + t * S;
+    std::fill(out, out + S, -INFINITY);
+    for (int32_t b : top)
+      if (b >= 0)
+        for (int64_t s = b * block_size; s < std::min(S, (b + 1) * block_size); ++s) out[s] = 0.0f;
+  }
+}
+
+void Backend::topk_finite(const Tensor& scores, Tensor& out) {
+  DI_CHECK(scores.ndim == 2 && out.ndim == 2, "topk_finite: scores [T, S], out [T, k] expected, got ",
+           scores.describe(), ", ", out.describe());
+  const int64_t T = scores.size(0), S = scores.size(1), k = out.size(1);
+  v4_ops::check_host(scores, DType::F32, {T, S}, "topk_finite", "scores");
+  v4_ops::check_host(out, DType::I32, {T, k}, "topk_finite", "out");
+  std::vector<int32_t> order;
+  for (int64_t t = 0; t < T; ++t) top_of_row(scores.ptr<const float>() + t * S, S, k, order, out.ptr<int32_t>() + t * k);
 }
 
 }  // namespace deepinfer

@@ -1,11 +1,10 @@
 #include "model/deepseek_v4/config.h"
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "core/json.h"
+#include "core/mapped_file.h"
 #include "model/config_fields.h"
 
 namespace deepinfer {
@@ -60,34 +59,34 @@ int DeepseekV4Config::ratio(int layer) const {
   }
 }
 
-RopeDims DeepseekV4Config::main_rope_dims() const { return {rope_dim, rope_theta, RopeScaling{}}; }
+RopeDims V4FamilyConfig::main_rope_dims() const { return {rope_dim, rope_theta, RopeScaling{}}; }
 
-RopeDims DeepseekV4Config::compress_rope_dims() const {
+RopeDims V4FamilyConfig::compress_rope_dims() const {
   return {rope_dim, compress_rope_theta, compress_rope};  // no scaling: factor 1 (not YaRN)
 }
 
-DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& source) {
+void parse_v4_family_config(const json& root, const std::string& source, const V4FamilyDefaults& d,
+                            V4FamilyConfig& v) {
   if (!root.is_object()) fail(source, ": config.json must be a JSON object");
   Fields f(root, source);
-  DeepseekV4Config v;
   ModelConfig& c = v.base;
   c.source = source;
-  c.model_type = f.string("model_type", "deepseek_v4");
+  c.model_type = f.string("model_type", d.model_type);
   c.vocab_size = f.integer("vocab_size", 129280);
-  c.hidden_size = f.integer("hidden_size", 4096);
-  c.moe_intermediate_size = f.integer("moe_intermediate_size", 2048);
+  c.hidden_size = f.integer("hidden_size", d.hidden_size);
+  c.moe_intermediate_size = f.integer("moe_intermediate_size", d.moe_intermediate_size);
   c.intermediate_size = c.moe_intermediate_size;
-  c.num_hidden_layers = f.small_int("num_hidden_layers", 43);
+  c.num_hidden_layers = f.small_int("num_hidden_layers", d.num_hidden_layers);
   c.num_attention_heads = f.small_int("num_attention_heads", 64);
-  c.q_lora_rank = f.integer("q_lora_rank", 1024);
-  c.n_routed_experts = f.small_int("n_routed_experts", 256);
+  c.q_lora_rank = f.integer("q_lora_rank", d.q_lora_rank);
+  c.n_routed_experts = f.small_int("n_routed_experts", d.n_routed_experts);
   c.n_shared_experts = f.small_int("n_shared_experts", 1);
   c.num_experts_per_tok = f.small_int("num_experts_per_tok", 6);
   c.norm_topk_prob = f.boolean("norm_topk_prob", true);
   c.routed_scaling_factor = f.number("routed_scaling_factor", 1.5);
-  c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = f.number("rms_norm_eps", d.rms_norm_eps);
   c.max_position_embeddings = f.integer("max_position_embeddings", 1048576);
-  c.num_nextn_predict_layers = f.small_int("num_nextn_predict_layers", 1);
+  c.num_nextn_predict_layers = f.small_int("num_nextn_predict_layers", d.num_nextn_predict_layers);
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
   c.hidden_act = f.string("hidden_act", "silu");
   c.bos_token_id = f.integer("bos_token_id", 0);
@@ -111,7 +110,7 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
   require(L > 0, source, "num_hidden_layers", "must be > 0, got " + str(L));
   require(c.num_attention_heads > 0, source, "num_attention_heads", "must be > 0");
   require(c.q_lora_rank > 0, source, "q_lora_rank", "must be > 0, got " + str(c.q_lora_rank));
-  require(c.n_routed_experts > 0, source, "n_routed_experts", "must be > 0 (every V4 layer is MoE)");
+  require(c.n_routed_experts > 0, source, "n_routed_experts", "must be > 0 (every layer is MoE)");
   require(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.n_routed_experts, source,
           "num_experts_per_tok",
           str(c.num_experts_per_tok) + " must be in [1, n_routed_experts = " + str(c.n_routed_experts) + "]");
@@ -122,8 +121,8 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
   require(c.hidden_act == "silu", source, "hidden_act", "'" + c.hidden_act + "' is not supported (expected 'silu')");
   const std::string scoring = f.string("scoring_func", "sqrtsoftplus");
   require(scoring == "sqrtsoftplus", source, "scoring_func",
-          "'" + scoring + "' is not supported for deepseek_v4 (expected 'sqrtsoftplus')");
-  require(c.norm_topk_prob, source, "norm_topk_prob", "must be true for deepseek_v4 (weights are renormalised)");
+          "'" + scoring + "' is not supported for " + c.model_type + " (expected 'sqrtsoftplus')");
+  require(c.norm_topk_prob, source, "norm_topk_prob", "must be true for " + c.model_type + " (weights are renormalised)");
   const int64_t kv_heads = f.integer("num_key_value_heads", 1);
   require(kv_heads == 1, source, "num_key_value_heads", "must be 1 (one K=V latent), got " + str(kv_heads));
 
@@ -144,7 +143,7 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
   require(v.o_lora_rank > 0, source, "o_lora_rank", "must be > 0");
   v.sliding_window = f.integer("sliding_window", 128);
   require(v.sliding_window > 0, source, "sliding_window", "must be > 0, got " + str(v.sliding_window));
-  v.index_n_heads = f.integer("index_n_heads", 64);
+  v.index_n_heads = f.integer("index_n_heads", d.index_n_heads);
   v.index_head_dim = f.integer("index_head_dim", 128);
   v.index_topk = f.integer("index_topk", 512);
   require(v.index_n_heads > 0, source, "index_n_heads", "must be > 0");
@@ -159,6 +158,67 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
   v.swiglu_limit = f.number("swiglu_limit", 10.0);
   require(v.swiglu_limit > 0, source, "swiglu_limit", "must be > 0");
 
+  // RoPE.
+  v.rope_theta = f.number("rope_theta", 10000.0);
+  v.compress_rope_theta = f.number("compress_rope_theta", 160000.0);
+  if (const json* rp = f.find("rope_parameters")) {
+    if (!rp->is_object()) f.bad("rope_parameters", "an object");
+    if (rp->contains("main") && rp->contains("compress")) {
+      Fields m((*rp)["main"], source, "rope_parameters.main.");
+      Fields cp((*rp)["compress"], source, "rope_parameters.compress.");
+      v.rope_theta = m.number("rope_theta", v.rope_theta);
+      v.compress_rope_theta = cp.number("rope_theta", v.compress_rope_theta);
+      RopeScaling main_scaling;
+      parse_yarn((*rp)["main"], source, "rope_parameters.main", main_scaling);
+      require(!main_scaling.is_yarn(), source, "rope_parameters.main",
+              "YaRN on the window-only layers is not supported (DeepSeek-V4 scales the compressed layers only)");
+      parse_yarn((*rp)["compress"], source, "rope_parameters.compress", v.compress_rope);
+    } else {
+      Fields flat(*rp, source, "rope_parameters.");
+      v.rope_theta = flat.number("rope_theta", v.rope_theta);
+      parse_yarn(*rp, source, "rope_parameters", v.compress_rope);
+    }
+  } else if (const json* rs = f.find("rope_scaling")) {
+    parse_yarn(*rs, source, "rope_scaling", v.compress_rope);
+  }
+  require(v.rope_theta > 0 && v.compress_rope_theta > 0, source, "rope_theta", "RoPE bases must be positive");
+
+  // Quantization (DeepSeek ships FP8 e4m3 128x128 with ue8m0 scales; experts FP4).
+  if (const json* q = f.find("quantization_config")) {
+    if (!q->is_object()) f.bad("quantization_config", "an object");
+    Fields qf(*q, source, "quantization_config.");
+    c.quantization.quant_method = qf.string("quant_method", "");
+    require(c.quantization.quant_method == "fp8", source, "quantization_config.quant_method",
+            "'" + c.quantization.quant_method + "' is not supported (expected 'fp8')");
+    c.quantization.fmt = qf.string("fmt", "e4m3");
+    require(c.quantization.fmt == "e4m3", source, "quantization_config.fmt", "expected 'e4m3'");
+    if (const json* b = qf.find("weight_block_size")) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
+          (*b)[0].get<int64_t>() <= 0 || (*b)[1].get<int64_t>() <= 0 || (*b)[0].get<int64_t>() > 65536 ||
+          (*b)[1].get<int64_t>() > 65536)
+        qf.bad("weight_block_size", "[block_n, block_k] positive integers");
+      c.quantization.block_n = (*b)[0].get<int>();
+      c.quantization.block_k = (*b)[1].get<int>();
+    }
+  }
+
+  // Shared-shape view.
+  c.kv_lora_rank = v.head_dim;
+  c.v_head_dim = v.head_dim;
+  c.qk_rope_head_dim = v.rope_dim;
+  c.qk_nope_head_dim = v.head_dim - v.rope_dim;
+  c.first_k_dense_replace = 0;
+  c.rope_theta = v.rope_theta;
+  c.rope_interleave = true;
+  c.scoring_func = scoring;
+}
+
+DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& source) {
+  DeepseekV4Config v;
+  parse_v4_family_config(root, source, {"deepseek_v4", 4096, 2048, 1024, 64, 43, 256, 1, 1e-6}, v);
+  Fields f(root, source);
+  const ModelConfig& c = v.base;
+  const int L = c.num_hidden_layers;
   // Compression rates.
   if (const json* rates = f.find("compress_rates")) {
     if (!rates->is_object()) f.bad("compress_rates", "an object");
@@ -227,59 +287,6 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
     for (int i = 0; i < L; ++i) v.hash_moe.push_back(i < n_hash);
   }
 
-  // RoPE.
-  v.rope_theta = f.number("rope_theta", 10000.0);
-  v.compress_rope_theta = f.number("compress_rope_theta", 160000.0);
-  if (const json* rp = f.find("rope_parameters")) {
-    if (!rp->is_object()) f.bad("rope_parameters", "an object");
-    if (rp->contains("main") && rp->contains("compress")) {
-      Fields m((*rp)["main"], source, "rope_parameters.main.");
-      Fields cp((*rp)["compress"], source, "rope_parameters.compress.");
-      v.rope_theta = m.number("rope_theta", v.rope_theta);
-      v.compress_rope_theta = cp.number("rope_theta", v.compress_rope_theta);
-      RopeScaling main_scaling;
-      parse_yarn((*rp)["main"], source, "rope_parameters.main", main_scaling);
-      require(!main_scaling.is_yarn(), source, "rope_parameters.main",
-              "YaRN on the window-only layers is not supported (DeepSeek-V4 scales the compressed layers only)");
-      parse_yarn((*rp)["compress"], source, "rope_parameters.compress", v.compress_rope);
-    } else {
-      Fields flat(*rp, source, "rope_parameters.");
-      v.rope_theta = flat.number("rope_theta", v.rope_theta);
-      parse_yarn(*rp, source, "rope_parameters", v.compress_rope);
-    }
-  } else if (const json* rs = f.find("rope_scaling")) {
-    parse_yarn(*rs, source, "rope_scaling", v.compress_rope);
-  }
-  require(v.rope_theta > 0 && v.compress_rope_theta > 0, source, "rope_theta", "RoPE bases must be positive");
-
-  // Quantization (DeepSeek ships FP8 e4m3 128x128 with ue8m0 scales; experts FP4).
-  if (const json* q = f.find("quantization_config")) {
-    if (!q->is_object()) f.bad("quantization_config", "an object");
-    Fields qf(*q, source, "quantization_config.");
-    c.quantization.quant_method = qf.string("quant_method", "");
-    require(c.quantization.quant_method == "fp8", source, "quantization_config.quant_method",
-            "'" + c.quantization.quant_method + "' is not supported (expected 'fp8')");
-    c.quantization.fmt = qf.string("fmt", "e4m3");
-    require(c.quantization.fmt == "e4m3", source, "quantization_config.fmt", "expected 'e4m3'");
-    if (const json* b = qf.find("weight_block_size")) {
-      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
-          (*b)[0].get<int64_t>() <= 0 || (*b)[1].get<int64_t>() <= 0 || (*b)[0].get<int64_t>() > 65536 ||
-          (*b)[1].get<int64_t>() > 65536)
-        qf.bad("weight_block_size", "[block_n, block_k] positive integers");
-      c.quantization.block_n = (*b)[0].get<int>();
-      c.quantization.block_k = (*b)[1].get<int>();
-    }
-  }
-
-  // Shared-shape view.
-  c.kv_lora_rank = v.head_dim;
-  c.v_head_dim = v.head_dim;
-  c.qk_rope_head_dim = v.rope_dim;
-  c.qk_nope_head_dim = v.head_dim - v.rope_dim;
-  c.first_k_dense_replace = 0;
-  c.rope_theta = v.rope_theta;
-  c.rope_interleave = true;
-  c.scoring_func = scoring;
   return v;
 }
 
@@ -287,14 +294,16 @@ ModelConfig parse_deepseek_v4_model_config(const json& root, const std::string& 
   return parse_deepseek_v4_config(root, source).base;
 }
 
-DeepseekV4Config load_deepseek_v4_config(const std::string& path) {
-  std::string file = path;
+json read_config_json(const std::string& path, std::string& file) {
+  file = path;
   if (std::filesystem::is_directory(path)) file = (std::filesystem::path(path) / "config.json").string();
-  std::ifstream in(file);
-  DI_CHECK(in.good(), "cannot read ", file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_deepseek_v4_config(parse_json(ss.str(), file), file);
+  return parse_json(read_text_file(file), file);
+}
+
+DeepseekV4Config load_deepseek_v4_config(const std::string& path) {
+  std::string file;
+  const json root = read_config_json(path, file);
+  return parse_deepseek_v4_config(root, file);
 }
 
 }  // namespace deepinfer

@@ -18,7 +18,7 @@
 //    reference does not scale cos/sin).
 #pragma once
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,7 +28,10 @@ namespace deepinfer {
 
 enum class V4AttentionKind { Window, Csa, Hca };
 
-struct DeepseekV4Config {
+// What V4 and V4.1 (model/deepseek_v41/) share: one K=V latent with window attention, grouped
+// output, sinks, the indexer's dimensions, hyper-connections, sqrt-softplus MoE with SwiGLU clamp
+// and the two RoPE settings. Each model's reader adds its per-layer schedule.
+struct V4FamilyConfig {
   // Common facts in the shared shape (vocab, hidden, layers, heads, q_lora_rank, experts,
   // eps, ids, quantization); kv_lora_rank = v_head_dim = head_dim, qk_rope_head_dim = rope dim.
   ModelConfig base;
@@ -44,21 +47,41 @@ struct DeepseekV4Config {
   int hc_sinkhorn_iters = 20;
   double hc_eps = 1e-6;
   double swiglu_limit = 10.0;
-  int csa_rate = 4;
-  int hca_rate = 128;
-  std::vector<V4AttentionKind> attention;  // one per main layer
-  std::vector<bool> hash_moe;              // one per main layer
   double rope_theta = 10000.0;             // window-only layers
-  double compress_rope_theta = 160000.0;   // CSA / HCA layers
+  double compress_rope_theta = 160000.0;   // layers with compressed attention
   RopeScaling compress_rope;               // YaRN (or default) of the compressed layers
   // transformers clamps the shared expert's SwiGLU too; DeepSeek's reference does not.
   bool clamp_shared_expert = true;
 
   int num_layers() const { return base.num_hidden_layers; }
-  int ratio(int layer) const;  // 0, csa_rate or hca_rate
   // What rope_cos_sin_table (model/layers/rope_table.h) builds the two tables from.
   RopeDims main_rope_dims() const;
   RopeDims compress_rope_dims() const;
+};
+
+// The defaults (transformers' config class) of the fields V4FamilyConfig reads.
+struct V4FamilyDefaults {
+  const char* model_type;
+  int64_t hidden_size, moe_intermediate_size, q_lora_rank, index_n_heads;
+  int num_hidden_layers, n_routed_experts, num_nextn_predict_layers;
+  double rms_norm_eps;
+};
+
+// Reads and validates the shared fields of config object `root` into `out` (throws Error naming
+// `source` and the field). The per-layer schedule is the caller's.
+void parse_v4_family_config(const nlohmann::json& root, const std::string& source, const V4FamilyDefaults& defaults,
+                            V4FamilyConfig& out);
+
+// The JSON of `path` (config.json, or a directory holding one); `file` gets the file's path.
+nlohmann::json read_config_json(const std::string& path, std::string& file);
+
+struct DeepseekV4Config : V4FamilyConfig {
+  int csa_rate = 4;
+  int hca_rate = 128;
+  std::vector<V4AttentionKind> attention;  // one per main layer
+  std::vector<bool> hash_moe;              // one per main layer
+
+  int ratio(int layer) const;  // 0, csa_rate or hca_rate
 };
 
 // Reads and validates config.json `root`. Throws Error naming `source` and the field:

@@ -43,6 +43,47 @@ ParameterCount v4_parameter_count(const DeepseekV4Config& c) {
   return p;
 }
 
+std::string v4_family_kv_lines(const std::vector<KvGroupSpec>& groups, const std::string& label,
+                               int64_t (*row_bytes)(const KvGroupSpec&)) {
+  std::ostringstream os;
+  double per_token = 0.0;
+  int64_t per_seq = 0;
+  os << label << std::string(label.size() < 23 ? 23 - label.size() : 1, ' ');
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const KvGroupSpec& s = groups[g];
+    const int64_t bytes = s.num_layers * row_bytes(s);
+    os << (g == 0 ? "" : "                       ") << s.name << ": " << s.num_layers
+       << (s.num_layers == 1 ? " layer x " : " layers x ") << s.row_dim;
+    if (s.window > 0) {
+      os << ", the last " << s.window << " tokens (" << bytes * s.window << " B per sequence)\n";
+      per_seq += bytes * s.window;
+    } else {
+      os << " per " << s.tokens_per_row << " tokens (" << static_cast<double>(bytes) / s.tokens_per_row
+         << " B per token)\n";
+      per_token += static_cast<double>(bytes) / s.tokens_per_row;
+    }
+  }
+  os << "KV per token           " << per_token << " B of context + " << per_seq << " B per sequence (windows)\n";
+  return os.str();
+}
+
+void v4_family_info_json(const std::vector<KvGroupSpec>& groups, const ParameterCount& p,
+                         int64_t (*row_bytes)(const KvGroupSpec&), nlohmann::json& out) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const KvGroupSpec& g : groups) {
+    nlohmann::json j = {{"name", g.name}, {"num_layers", g.num_layers}, {"row_dim", g.row_dim},
+                        {"tokens_per_row", g.tokens_per_row}, {"window", g.window}};
+    if (row_bytes != nullptr) j["format_row_bytes"] = row_bytes(g);
+    list.push_back(j);
+  }
+  out["kv_groups"] = list;
+  out["parameters"] = {{"total", p.total},
+                       {"active_per_token", p.active_per_token},
+                       {"embedding", p.embedding},
+                       {"mtp_total", p.mtp_total},
+                       {"mtp_active_per_token", p.mtp_active_per_token}};
+}
+
 std::string v4_summary(const DeepseekV4Config& c) {
   int window = 0, csa = 0, hca = 0, hash = 0;
   for (int l = 0; l < c.num_layers(); ++l) {
@@ -84,25 +125,8 @@ std::string v4_summary(const DeepseekV4Config& c) {
      << "\n";
   // KV state (bf16 rows): compressed groups grow with the context, window groups are
   // bounded per sequence.
-  const V4KvLayout lay = v4_kv_layout(c);
-  double per_token = 0.0;
-  int64_t per_seq = 0;
-  os << "KV groups (bf16)       ";
-  for (size_t g = 0; g < lay.groups.size(); ++g) {
-    const KvGroupSpec& s = lay.groups[g];
-    const int64_t row_bytes = s.num_layers * s.row_bytes(DType::BF16);
-    os << (g == 0 ? "" : "                       ") << s.name << ": " << s.num_layers
-       << (s.num_layers == 1 ? " layer x " : " layers x ") << s.row_dim;
-    if (s.window > 0) {
-      os << ", the last " << s.window << " tokens (" << row_bytes * s.window << " B per sequence)\n";
-      per_seq += row_bytes * s.window;
-    } else {
-      os << " per " << s.tokens_per_row << " tokens (" << static_cast<double>(row_bytes) / s.tokens_per_row
-         << " B per token)\n";
-      per_token += static_cast<double>(row_bytes) / s.tokens_per_row;
-    }
-  }
-  os << "KV per token           " << per_token << " B of context + " << per_seq << " B per sequence (windows)\n";
+  os << v4_family_kv_lines(v4_kv_layout(c).groups, "KV groups (bf16)",
+                           [](const KvGroupSpec& g) { return g.row_bytes(DType::BF16); });
   return os.str();
 }
 
@@ -135,16 +159,7 @@ void describe_deepseek_v4(const std::string& dir, std::shared_ptr<const Checkpoi
   out["n_shared_experts"] = c.base.n_shared_experts;
   out["num_experts_per_tok"] = c.base.num_experts_per_tok;
   out["quantization"] = c.base.quantization.is_fp8() ? "fp8" : "none";
-  nlohmann::json groups = nlohmann::json::array();
-  for (const KvGroupSpec& g : v4_kv_layout(c).groups)
-    groups.push_back({{"name", g.name}, {"num_layers", g.num_layers}, {"row_dim", g.row_dim},
-                      {"tokens_per_row", g.tokens_per_row}, {"window", g.window}});
-  out["kv_groups"] = groups;
-  out["parameters"] = {{"total", p.total},
-                       {"active_per_token", p.active_per_token},
-                       {"embedding", p.embedding},
-                       {"mtp_total", p.mtp_total},
-                       {"mtp_active_per_token", p.mtp_active_per_token}};
+  v4_family_info_json(v4_kv_layout(c).groups, p, nullptr, out);
 }
 
 }  // namespace deepinfer

@@ -8,22 +8,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model/layers/rope_table.h"
 
 namespace deepinfer {
 
 namespace {
-
-// The same angles with sin negated: rotation by -position (V4's inverse RoPE on the output).
-HostBuffer inverse_table(const HostBuffer& table) {
-  const Tensor& t = table.tensor();
-  HostBuffer inv(DType::F32, t.dims());
-  const int64_t rows = t.size(0), dim = t.size(1), half = dim / 2;
-  for (int64_t p = 0; p < rows; ++p)
-    for (int64_t i = 0; i < dim; ++i)
-      inv.ptr<float>()[p * dim + i] = (i < half ? 1.0f : -1.0f) * t.ptr<const float>()[p * dim + i];
-  return inv;
-}
 
 // Every weight tensor of the model on a device backend: linears (F32 become BF16; BF16 and
 // FP8 with their F32 scales as they are) and the F32 small tensors (norms, hc, ape, sinks,
@@ -75,71 +63,11 @@ class Uploader {
 
 }  // namespace
 
-// Host copies of the step's addressing: token ids and every group's block tables (device
-// tensors are read back once per step).
-struct DeepseekV4Model::StepHost {
-  std::vector<int32_t> token_ids;
-  struct Table {
-    std::vector<int32_t> entries;
-    int64_t width = 0;
-  };
-  std::vector<Table> tables;  // per KV group
-  // One sequence's rows in group g, whose layers' caches are [num_blocks, block_size, dim]: row r
-  // sits at slot table[seq][r / block_size] * block_size + r % block_size (kv/kv_groups.h).
-  struct Rows {
-    const int32_t* table;
-    int64_t width, num_blocks, block_size;
-    const std::string* group;
-    // Whether row r's block is still held (a window group frees blocks as the window moves).
-    bool held(int64_t r) const {
-      const int64_t i = r / block_size;
-      return i < width && table[i] >= 0 && table[i] < num_blocks;
-    }
-    int32_t slot(int64_t r) const {
-      const int64_t i = r / block_size;
-      const int32_t b = i < width ? table[i] : -2;
-      DI_CHECK(b >= 0 && b < num_blocks, "deepseek_v4: row ", r, " of KV group '", *group, "' has no block (table ",
-               "entry ", i, " is ", b, ": freed, or a table too short)");
-      return static_cast<int32_t>(b * block_size + r % block_size);
-    }
-  };
-  Rows rows(int g, int64_t seq, const Tensor& cache, const std::string& name) const {
-    const Table& t = tables[static_cast<size_t>(g)];
-    return Rows{t.entries.data() + seq * t.width, t.width, cache.size(0), cache.size(1), &name};
-  }
-};
-
-namespace {
-
-std::vector<int32_t> host_i32(Backend& be, const Tensor& t) {
-  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  if (v.empty()) return v;
-  DI_CHECK(t.dtype == DType::I32 && t.is_contiguous(), "deepseek_v4: expected contiguous I32, got ", t.describe());
-  Tensor h(v.data(), DType::I32, t.dims());
-  be.copy(t, h);
-  return v;
-}
-
-// A cache [blocks, block_size, dim] as the rows of one table [blocks * block_size, dim].
-Tensor cache_rows(const Tensor& cache) { return cache.view({cache.size(0) * cache.size(1), cache.size(2)}); }
-
-// rows [T, row_dim] -> their slots of `cache` (slot -1: none).
-void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const Tensor& slot_mapping) {
-  PagedKV kv;
-  kv.cache = cache;
-  kv.slot_mapping = slot_mapping;
-  be.kv_store(rows, kv);
-}
-
-// Columns [c0, c0 + n) of rows [R, C] (a row-strided view).
-Tensor columns(const Tensor& rows, int64_t c0, int64_t n) {
-  Tensor v = rows;
-  v.data = static_cast<char*>(rows.data) + c0 * static_cast<int64_t>(dtype_size(rows.dtype));
-  v.shape[1] = n;
-  return v;
-}
-
-}  // namespace
+using v4_family::cache_rows;
+using v4_family::columns;
+using v4_family::host_i32;
+using v4_family::store_rows;
+using StepHost = v4_family::StepHost;
 
 DeviceBuffer DeepseekV4Model::upload(const std::vector<int32_t>& v) { return stage_.upload(v); }
 
@@ -171,60 +99,11 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Bac
 }
 
 void DeepseekV4Model::check_step(const StepBatch& batch, const KvCaches& kv) const {
-  const std::vector<KvGroupSpec>& groups = layout_.groups;
-  DI_CHECK(kv.size() == groups.size() && batch.kv_groups.size() == groups.size(), "forward: deepseek_v4 needs its ",
-           groups.size(), " KV groups (", config_.base.source, "), got ", kv.size(), " caches and ",
-           batch.kv_groups.size(), " block tables");
-  for (size_t g = 0; g < groups.size(); ++g) {
-    DI_CHECK(static_cast<int>(kv[g].size()) >= groups[g].num_layers, "forward: deepseek_v4 KV group '",
-             groups[g].name, "' needs ", groups[g].num_layers, " layers, got ", kv[g].size());
-    for (int l = 0; l < groups[g].num_layers; ++l) {
-      const Tensor& c = kv[g][static_cast<size_t>(l)];
-      DI_CHECK(c.device == be_.device() && c.dtype == act_ && c.ndim == 3 && c.is_contiguous() &&
-                   c.size(2) == groups[g].row_dim,
-               "forward: deepseek_v4 KV group '", groups[g].name, "' layer ", l, ": ", c.describe(), " must be ",
-               dtype_name(act_), " [blocks, block_size, ", groups[g].row_dim, "] on the ", be_.name(), " backend");
-    }
-  }
-  check_positions(batch);
+  v4_family::check_step(be_, layout_.groups, act_, batch, kv, config_.base.max_position_embeddings, "deepseek_v4");
 }
 
 void DeepseekV4Model::check_positions(const StepBatch& batch) const {
-  const int64_t S = batch.num_seqs;
-  DI_CHECK(batch.num_tokens > 0 && static_cast<int64_t>(batch.host_query_start.size()) == S + 1 &&
-               static_cast<int64_t>(batch.host_seq_lens.size()) == S && batch.host_query_start[0] == 0 &&
-               batch.host_query_start[S] == batch.num_tokens,
-           "forward: deepseek_v4 step of ", batch.num_tokens, " tokens with inconsistent query starts / seq_lens for ",
-           S, " sequences");
-  // The device positions are the host mirrors' (read back only where that is free: the CPU).
-  const int32_t* pos = batch.positions.device == Device::CPU ? batch.positions.ptr<const int32_t>() : nullptr;
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], end = batch.host_seq_lens[s];
-    DI_CHECK(t0 <= t1 && end >= t1 - t0 && end <= config_.base.max_position_embeddings,
-             "forward: deepseek_v4 sequence ", s, ": ", t1 - t0, " new tokens ending at ", end, " (max_position_embeddings ",
-             config_.base.max_position_embeddings, ")");
-    for (int64_t t = t0; pos != nullptr && t < t1; ++t)
-      DI_CHECK(pos[t] == end - (t1 - t), "forward: deepseek_v4 sequence ", s, ": token ", t, " at position ", pos[t],
-               ", expected ", end - (t1 - t));
-  }
-}
-
-void DeepseekV4Model::grow_rope_tables(int64_t num_positions) {
-  if (rope_.rows >= num_positions) return;
-  const int64_t rows = std::min<int64_t>(std::max<int64_t>({num_positions, 2 * rope_.rows, 256}),
-                                         std::max<int64_t>(config_.base.max_position_embeddings, num_positions));
-  auto put = [&](const HostBuffer& h) {
-    DeviceBuffer d = be_.alloc(DType::F32, h.tensor().dims());
-    be_.copy(h.tensor(), d.tensor());
-    return d;
-  };
-  const HostBuffer main = rope_cos_sin_table(config_.main_rope_dims(), rows);
-  const HostBuffer compress = rope_cos_sin_table(config_.compress_rope_dims(), rows);
-  rope_.main = put(main);
-  rope_.compress = put(compress);
-  rope_.main_inv = put(inverse_table(main));
-  rope_.compress_inv = put(inverse_table(compress));
-  rope_.rows = rows;
+  v4_family::check_positions(batch, config_.base.max_position_embeddings, "deepseek_v4");
 }
 
 namespace {
@@ -413,8 +292,7 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
   const DeepseekV4Config& c = config_;
   const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
   const int64_t heads = c.base.num_attention_heads, D = c.head_dim, rd = c.rope_dim;
-  const int64_t ql = c.base.q_lora_rank, G = c.o_groups, gin = heads * D / G, ol = c.o_lora_rank;
-  const int64_t E = c.base.n_routed_experts, K = c.base.num_experts_per_tok;
+  const int64_t ql = c.base.q_lora_rank, K = c.base.num_experts_per_tok;
   const float eps = static_cast<float>(c.base.rms_norm_eps);
   Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
   ArenaScope scope(arena_);  // the block's temporaries (streams and next are the caller's)
@@ -440,50 +318,23 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
   DeviceBuffer attn = alloc(act_, {T, heads, D});
   attention(L, l, batch, sh, kv, window_cache, window_group, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
   be_.rope(attn.tensor(), batch.positions, inv, static_cast<int>(D - rd), static_cast<int>(rd), true);
-  // Grouped output projection: group g's heads (columns [g gin, (g+1) gin) of attn) through wo_a
-  // rows [g ol, (g+1) ol) into columns [g ol, (g+1) ol) of grouped.
-  DeviceBuffer grouped = alloc(act_, {T, G * ol}), o = alloc(act_, {T, H});
-  const Tensor attn2 = attn.tensor().view({T, heads * D});
-  for (int64_t g = 0; g < G; ++g) {
-    Weight wg;
-    wg.w = L.wo_a.w.slice_rows(g * ol, (g + 1) * ol);
-    Tensor og = columns(grouped.tensor(), g * ol, ol);
-    be_.gemm(columns(attn2, g * gin, gin), wg, og);
-  }
-  be_.gemm(grouped.tensor(), L.wo_b, o.tensor());
+  DeviceBuffer o = alloc(act_, {T, H});
+  v4_family::grouped_output(be_, arena_, act_, c, attn.tensor().view({T, heads * D}), L.wo_a, L.wo_b, o.tensor());
   be_.hc_post(streams.tensor(), o.tensor(), post.tensor(), comb.tensor(), next.tensor());
   std::swap(streams, next);
   // --- MoE site
   be_.hc_pre(streams.tensor(), L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, hp, collapsed.tensor(), post.tensor(),
              comb.tensor());
   be_.rms_norm(collapsed.tensor(), L.ffn_norm, eps, x.tensor());
-  DeviceBuffer rl = alloc(DType::F32, {T, E}), tw = alloc(DType::F32, {T, K}), y = alloc(act_, {T, H});
-  DeviceBuffer tid = alloc(DType::I32, {T, K}), hash;
-  be_.gemm(x.tensor(), L.gate, rl.tensor());
+  DeviceBuffer y = alloc(act_, {T, H}), hash;
   if (L.hash) {  // the tid2eid rows of the step's tokens
     std::vector<int32_t> rows(static_cast<size_t>(T * K));
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(L.tid2eid.data() + static_cast<size_t>(sh.token_ids[t]) * K, K, rows.data() + t * K);
     hash = upload(rows);
   }
-  be_.moe_routing_sqrt_softplus(rl.tensor(), L.hash ? Tensor() : L.gate_bias,
-                                L.hash ? hash.tensor().view({T, K}) : Tensor(), static_cast<int>(K),
-                                static_cast<float>(c.base.routed_scaling_factor), tid.tensor(), tw.tensor());
-  be_.moe_experts_clamped(x.tensor(), tid.tensor(), tw.tensor(), L.experts, static_cast<float>(c.swiglu_limit),
-                          y.tensor());
-  if (L.shared.gate.w.defined()) {
-    const int64_t I = L.shared.gate.out_features();
-    DeviceBuffer gu = alloc(act_, {T, 2 * I}), h = alloc(act_, {T, I}), sx = alloc(act_, {T, H});
-    Tensor g = columns(gu.tensor(), 0, I), u = columns(gu.tensor(), I, I);
-    be_.gemm(x.tensor(), L.shared.gate, g);
-    be_.gemm(x.tensor(), L.shared.up, u);
-    be_.silu_mul_clamped(gu.tensor(),
-                         c.clamp_shared_expert ? static_cast<float>(c.swiglu_limit)
-                                               : std::numeric_limits<float>::infinity(),
-                         h.tensor());
-    be_.gemm(h.tensor(), L.shared.down, sx.tensor());
-    be_.add(y.tensor(), sx.tensor());
-  }
+  v4_family::moe_site(be_, arena_, act_, c, x.tensor(), L.gate, L.gate_bias, L.hash ? hash.tensor().view({T, K}) : Tensor(),
+                      L.experts, L.shared, y.tensor());
   be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
   std::swap(streams, next);
 }
@@ -521,14 +372,8 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
              hidden_out->describe());
   arena_.reset();
   stage_.reset();
-  StepHost sh;
-  sh.token_ids = host_i32(be_, batch.token_ids);
-  for (int64_t t = 0; t < T; ++t)
-    DI_CHECK(sh.token_ids[t] >= 0 && sh.token_ids[t] < V, "deepseek_v4: token id ", sh.token_ids[t],
-             " outside the vocabulary of ", V);
-  for (const KvGroupTables& g : batch.kv_groups)
-    sh.tables.push_back({host_i32(be_, g.block_tables), g.block_tables.ndim == 2 ? g.block_tables.size(1) : 0});
-  grow_rope_tables(batch.max_seq_len);
+  StepHost sh = StepHost::read(be_, batch, V, "deepseek_v4");
+  rope_.grow(be_, config_, batch.max_seq_len);
   // Embedding, copied into every stream: row t * hc + k of the streams is token t's.
   std::vector<int32_t> rep(static_cast<size_t>(T * hc));
   for (int64_t i = 0; i < T * hc; ++i) rep[i] = sh.token_ids[i / hc];
@@ -567,13 +412,14 @@ void DeepseekV4Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, 
   arena_.reset();
   stage_.reset();
   StepHost sh;
+  sh.model = "deepseek_v4";
   sh.token_ids = host_i32(be_, batch.token_ids);
   for (int64_t t = 0; t < T; ++t)
     DI_CHECK(sh.token_ids[t] >= 0 && sh.token_ids[t] < V, "deepseek_v4: token id ", sh.token_ids[t],
              " outside the vocabulary of ", V);
   sh.tables.push_back({host_i32(be_, batch.kv_groups.front().block_tables),
                        batch.kv_groups.front().block_tables.ndim == 2 ? batch.kv_groups.front().block_tables.size(1) : 0});
-  grow_rope_tables(batch.max_seq_len);
+  rope_.grow(be_, config_, batch.max_seq_len);
   const float eps = static_cast<float>(c.base.rms_norm_eps);
   // Block input: stream k of row t = e_proj(enorm(embed(t_{i+1}))) + h_proj(hnorm(h_i stream k)).
   DeviceBuffer emb = alloc(act_, {T, H}), en = alloc(act_, {T, H}), ep = alloc(DType::F32, {T, H});

@@ -20,6 +20,7 @@
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/kv_layout.h"
 #include "model/deepseek_v4/step_arena.h"
+#include "model/deepseek_v4/step_ops.h"
 #include "model/deepseek_v4/weights.h"
 #include "model/model.h"
 
@@ -53,14 +54,9 @@ class DeepseekV4Model : public Model {
   bool graph_capturable() const override { return false; }
 
  private:
-  struct RopeTables {
-    DeviceBuffer main, compress, main_inv, compress_inv;  // F32 [rows, rope_dim]; inv: rotation by -position
-    int64_t rows = 0;
-  };
-  struct StepHost;  // model.cpp: host copies of the step's token ids and block tables
+  using StepHost = v4_family::StepHost;
   void check_step(const StepBatch& batch, const KvCaches& kv) const;
   void check_positions(const StepBatch& batch) const;
-  void grow_rope_tables(int64_t num_positions);
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
   DeviceBuffer upload(const std::vector<int32_t>& v);
   // Layer l's attention over the step: x [T, H] its normed input, qr [T, q_lora] the q_norm
@@ -82,7 +78,7 @@ class DeepseekV4Model : public Model {
   Backend& be_;
   DType act_;  // the backend's activation dtype
   V4KvLayout layout_;
-  RopeTables rope_;
+  v4_family::RopeTables rope_;
   DeviceBuffer ones_;  // F32 [head_dim]: the unweighted per-head norm
   StepArena arena_;    // every temporary of a forward / mtp_forward (step_arena.h)
   UploadStage stage_;  // their host-built I32 lists, uploaded without a wait each

@@ -1,11 +1,10 @@
 #include "model/deepseek_v4/weights.h"
 
-#include <deque>
 #include <utility>
 
 #include "core/error.h"
-#include "core/quant.h"
 #include "io/safetensors.h"
+#include "model/deepseek_v4/tensor_loader.h"
 
 namespace deepinfer {
 
@@ -50,101 +49,11 @@ std::string hf_name(const std::string& official) {
   return s;
 }
 
-class Loader {
+class Loader : public V4TensorLoader {
  public:
   Loader(const DeepseekV4Config& c, std::shared_ptr<const CheckpointReader> r, V4Weights& w, bool packed_fp4)
-      : c_(c), r_(std::move(r)), w_(w), packed_fp4_(packed_fp4) {}
+      : V4TensorLoader(c, r, w.owners, hf_name), c_(c), r_(std::move(r)), packed_fp4_(packed_fp4) {}
 
-  // The checkpoint's name for `official` (DeepSeek's, else transformers'); "" when absent.
-  std::string resolve(const std::string& official) const {
-    if (r_->has(official)) return official;
-    const std::string hf = hf_name(official);
-    return r_->has(hf) ? hf : std::string();
-  }
-  Tensor raw(const std::string& official, const char* what) const {
-    const std::string name = resolve(official);
-    DI_CHECK(!name.empty(), "tensor '", official, "' (or '", hf_name(official), "'; ", what,
-             ") is missing from ", r_->path());
-    return r_->tensor(name);
-  }
-  void check_dims(const Tensor& t, const std::string& name, const std::vector<int64_t>& dims, const char* what) const {
-    DI_CHECK(t.dims() == dims, "tensor '", name, "' in ", r_->path(), " has shape ", shape_string(t.dims()),
-             " but config ", c_.base.source, " expects ", shape_string(dims), " (", what, ")");
-  }
-  Tensor f32(const std::string& official, const std::vector<int64_t>& dims, const char* what) {
-    Tensor t = raw(official, what);
-    check_dims(t, official, dims, what);
-    DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", official, "' in ", r_->path(),
-             " has dtype ", dtype_name(t.dtype), " but ", what, " must be F32 or BF16");
-    auto b = std::make_shared<HostBuffer>(DType::F32, dims);
-    for (int64_t i = 0; i < t.numel(); ++i)
-      b->ptr<float>()[i] = t.dtype == DType::F32 ? t.ptr<const float>()[i] : bf16_to_float(t.ptr<const uint16_t>()[i]);
-    w_.owners.push_back(b);
-    return b->tensor();
-  }
-  Tensor scale_of(const std::string& prefix, const std::vector<int64_t>& dims, const char* what) const {
-    for (const char* suffix : {".scale", ".weight_scale_inv"}) {
-      const std::string name = resolve(prefix + suffix);
-      if (name.empty()) continue;
-      Tensor s = r_->tensor(name);
-      DI_CHECK(s.dims() == dims, "tensor '", name, "' in ", r_->path(), " has shape ", shape_string(s.dims()),
-               " but ", what, " needs scales of shape ", shape_string(dims));
-      return s;
-    }
-    fail("tensor '", prefix, ".scale' (or '.weight_scale_inv'; scales of ", what, ") is missing from ", r_->path());
-  }
-  // A linear weight [n, k]: F32/BF16 as is; FP8 e4m3 with F32 block scales (E8M0 converted);
-  // FP4 e2m1 (I8/U8 [n, k/2]) dequantized to F32. dequantize: FP8 to F32 too.
-  Weight linear_from(const Tensor& t, const std::string& prefix, int64_t n, int64_t k, const char* what,
-                     bool dequantize = false, bool packed = false) {
-    Weight w;
-    if (t.dtype == DType::I8 || t.dtype == DType::U8) {
-      check_dims(t, prefix + ".weight", {n, k / 2}, what);
-      DI_CHECK(k % 32 == 0, "tensor '", prefix, ".weight' (", what, "): FP4 needs K % 32 == 0, K = ", k);
-      Tensor s = scale_of(prefix, {n, k / 32}, what);
-      if (packed && (s.dtype == DType::F8_E8M0 || s.dtype == DType::U8)) {
-        w.w = t;
-        w.scale_inv = s;
-        w.block_n = 1;
-        w.block_k = 32;
-        return w;
-      }
-      auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{n, k});
-      dequantize_fp4_e2m1(t, s, b->ptr<float>(), (prefix + ".weight").c_str());
-      w_.owners.push_back(b);
-      w.w = b->tensor();
-      return w;
-    }
-    check_dims(t, prefix + ".weight", {n, k}, what);
-    if (t.dtype == DType::F8_E4M3) {
-      const int64_t bn = c_.base.quantization.block_n, bk = c_.base.quantization.block_k;
-      DI_CHECK(bn == bk, c_.base.source, ": quantization_config.weight_block_size must be square for V4");
-      Tensor s = scale_of(prefix, {(n + bn - 1) / bn, (k + bk - 1) / bk}, what);
-      if (dequantize) {
-        auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{n, k});
-        dequantize_fp8_blocks(t, s, static_cast<int>(bn), b->ptr<float>(), (prefix + ".weight").c_str());
-        w_.owners.push_back(b);
-        w.w = b->tensor();
-        return w;
-      }
-      auto sb = std::make_shared<HostBuffer>(DType::F32, s.dims());
-      for (int64_t i = 0; i < s.numel(); ++i) sb->ptr<float>()[i] = scale_value(s, i);
-      w_.owners.push_back(sb);
-      w.w = t;
-      w.scale_inv = sb->tensor();
-      w.block_n = static_cast<int>(bn);
-      w.block_k = static_cast<int>(bk);
-      return w;
-    }
-    DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", prefix, ".weight' in ", r_->path(),
-             " has dtype ", dtype_name(t.dtype), " which ", what, " cannot be (F32, BF16, F8_E4M3 or FP4 I8)");
-    w.w = t;
-    return w;
-  }
-  Weight linear(const std::string& prefix, int64_t n, int64_t k, const char* what, bool dequantize = false,
-                bool packed = false) {
-    return linear_from(raw(prefix + ".weight", what), prefix, n, k, what, dequantize, packed);
-  }
   V4Compressor compressor(const std::string& p, int64_t width, int64_t d, int ratio) {
     V4Compressor out;
     out.wkv = linear(p + "wkv", width, c_.base.hidden_size, "compressor kv projection");
@@ -169,13 +78,7 @@ class Loader {
       }
       return out;
     }
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string p = block + "ffn.experts." + std::to_string(e) + ".";
-      out[e].gate = linear(p + "w1", I, H, w("routed expert w1 (gate)"), false, packed_fp4_);
-      out[e].up = linear(p + "w3", I, H, w("routed expert w3 (up)"), false, packed_fp4_);
-      out[e].down = linear(p + "w2", H, I, w("routed expert w2 (down)"), false, packed_fp4_);
-    }
-    return out;
+    return expert_list(block + "ffn.", packed_fp4_);
   }
   std::vector<int32_t> tid2eid(const std::string& official) {
     const std::string name = resolve(official);
@@ -198,19 +101,14 @@ class Loader {
   // One V4 block under prefix p ("layers.N." or "mtp.N."); why: appended to every
   // tensor's description (which MTP block), "" for main layers.
   V4Layer layer(const std::string& p, V4AttentionKind kind, bool hash, const std::string& why) {
-    why_ = why;
+    set_note(why);
     const int64_t H = c_.base.hidden_size, heads = c_.base.num_attention_heads, D = c_.head_dim;
-    const int64_t hc = c_.hc_mult, mixes = (2 + hc) * hc;
     V4Layer L;
     L.kind = kind;
     L.attn_norm = f32(p + "attn_norm.weight", {H}, w("attention norm"));
     L.ffn_norm = f32(p + "ffn_norm.weight", {H}, w("ffn norm"));
-    L.hc_attn = {f32(p + "hc_attn_fn", {mixes, hc * H}, w("hyper-connection fn [(2+hc)*hc, hc*hidden]")),
-                 f32(p + "hc_attn_base", {mixes}, w("hyper-connection base")),
-                 f32(p + "hc_attn_scale", {3}, w("hyper-connection scale"))};
-    L.hc_ffn = {f32(p + "hc_ffn_fn", {mixes, hc * H}, w("hyper-connection fn [(2+hc)*hc, hc*hidden]")),
-                f32(p + "hc_ffn_base", {mixes}, w("hyper-connection base")),
-                f32(p + "hc_ffn_scale", {3}, w("hyper-connection scale"))};
+    L.hc_attn = hc_site(p, "attn");
+    L.hc_ffn = hc_site(p, "ffn");
     const std::string a = p + "attn.";
     L.wq_a = linear(a + "wq_a", c_.base.q_lora_rank, H, w("query down-projection"));
     L.q_norm = f32(a + "q_norm.weight", {c_.base.q_lora_rank}, w("query norm"));
@@ -235,29 +133,14 @@ class Loader {
     if (L.hash) L.tid2eid = tid2eid(f + "gate.tid2eid");
     else L.gate_bias = f32(f + "gate.bias", {c_.base.n_routed_experts}, w("router selection bias"));
     L.experts = experts(p);
-    if (c_.base.n_shared_experts > 0) {
-      const int64_t I = c_.base.moe_intermediate_size;
-      L.shared.gate = linear(f + "shared_experts.w1", I, H, w("shared expert w1 (gate)"));
-      L.shared.up = linear(f + "shared_experts.w3", I, H, w("shared expert w3 (up)"));
-      L.shared.down = linear(f + "shared_experts.w2", H, I, w("shared expert w2 (down)"));
-    }
-    why_.clear();
+    if (c_.base.n_shared_experts > 0) L.shared = shared_expert(f);
+    set_note("");
     return L;
   }
 
  private:
-  // `base` + the current block's why_, kept alive for the Error messages built from it.
-  const char* w(const char* base) {
-    if (why_.empty()) return base;
-    notes_.push_back(std::string(base) + why_);
-    return notes_.back().c_str();
-  }
-
-  std::string why_;
-  std::deque<std::string> notes_;
   const DeepseekV4Config& c_;
   std::shared_ptr<const CheckpointReader> r_;
-  V4Weights& w_;
   bool packed_fp4_;  // routed experts: keep FP4 packed (load_v4_weights)
 };
 
@@ -269,12 +152,7 @@ V4Weights load_v4_weights(const DeepseekV4Config& c, std::shared_ptr<const Check
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   Loader ld(c, reader, w, packed_fp4);
   const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult;
-  {
-    Tensor e = ld.raw("embed.weight", "token embedding");
-    ld.check_dims(e, "embed.weight", {V, H}, "token embedding [vocab, hidden]");
-    DI_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16, "tensor 'embed.weight' must be F32 or BF16");
-    w.embed = e;
-  }
+  w.embed = ld.embedding();
   w.norm = ld.f32("norm.weight", {H}, "final norm");
   w.head = ld.linear("head", V, H, "output head");
   w.hc_head = {ld.f32("hc_head_fn", {hc, hc * H}, "hc_head fn"), ld.f32("hc_head_base", {hc}, "hc_head base"),

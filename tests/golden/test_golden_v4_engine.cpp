@@ -1,5 +1,6 @@
 // DeepSeek-V4 through the engine (scheduler, block manager, runner) like V3: its attention
-// state in KV layer groups (model/deepseek_v4/kv_layout.h), on the tiny fixtures.
+// state in KV layer groups (model/deepseek_v4/kv_layout.h), on the tiny fixtures (the first two
+// tests also on V4.1's, V41Fixtures).
 //  - several sequences of different lengths batched in one step with chunked prefill give
 //    the tokens and logprob bits of each run alone in one shot, and the fixture prompt gives
 //    the oracle's 32 greedy tokens;
@@ -124,6 +125,10 @@ TEST_P(EngineV4, PromptLogprobsMatchTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineV4, ::testing::Values("v4_tiny", "v4_fp8_fp4"));
+// DeepSeek-V4.1 (model/deepseek_v41: per-layer window rings, compressed rows only at KV sources,
+// packed U8 groups) through the same engine; its oracle is the unmerged transformers PR
+// (tools/golden/v41_golden.py).
+INSTANTIATE_TEST_SUITE_P(V41Fixtures, EngineV4, ::testing::Values("v41_tiny", "v41_fp8_fp4"));
 
 // v4_tiny (CSA ratio 4, HCA ratio 8, window 6), blocks of 4 tokens: a hit is a multiple of
 // 8 x 4 = 32 tokens; for a 75-token prompt 64, the window groups' blocks of tokens 56..63

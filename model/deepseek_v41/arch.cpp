@@ -1,0 +1,52 @@
+#include "model/deepseek_v41/arch.h"
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/deepseek_v41/config.h"
+#include "model/deepseek_v41/info.h"
+#include "model/deepseek_v41/kv_layout.h"
+#include "model/deepseek_v41/model.h"
+#include "model/deepseek_v41/weights.h"
+
+namespace deepinfer {
+
+namespace {
+
+std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
+                            const LoadOptions& options) {
+  DeepseekV41Config v41 = load_deepseek_v41_config(config.source);
+  if (options.random_weights) {
+    V41Weights w = random_v41_weights(v41, options.seed, options.random_weight_dtype);
+    return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend);
+  }
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
+  V41Weights w = load_v41_weights(v41, reader);
+  return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend);
+}
+
+std::vector<KvGroupSpec> kv_groups(const ModelConfig& config) {
+  return v41_kv_layout(load_deepseek_v41_config(config.source)).groups;
+}
+
+}  // namespace
+
+Architecture deepseek_v41_architecture() {
+  Architecture a;
+  a.model_type = "deepseek_v41";
+  a.description =
+      "DeepSeek-V4.1-Flash (shared compressed KV, reused indexer, single-pass hyper-connections)";
+  a.parse_config = parse_deepseek_v41_model_config;
+  a.load = load;
+  a.describe = describe_deepseek_v41;
+  a.kv_groups = kv_groups;
+  return a;
+}
+
+Architecture deepseek_v41_text_architecture() {
+  Architecture a = deepseek_v41_architecture();
+  a.model_type = "deepseek_v41_text";
+  a.description = "DeepSeek-V4.1 text model as the transformers PR saves it (flat config)";
+  return a;
+}
+
+}  // namespace deepinfer

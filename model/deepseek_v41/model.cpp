@@ -1,0 +1,353 @@
+#include "model/deepseek_v41/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+using v4_family::cache_rows;
+using v4_family::columns;
+using v4_family::store_rows;
+
+namespace {
+
+constexpr const char* kModel = "deepseek_v41";
+
+}  // namespace
+
+void DeepseekV41Model::store_packed(const Tensor& rows, Backend::FakeQuant format,
+                                    const Tensor& cache, const Tensor& slot_mapping) {
+  PagedKV kv;
+  kv.cache = cache;
+  kv.slot_mapping = slot_mapping;
+  be_.store_packed_rows(rows, format, kv);
+}
+
+DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend)
+    : config_(std::move(config)),
+      w_(std::move(weights)),
+      be_(backend),
+      act_(backend.activation_dtype()),
+      layout_(v41_kv_layout(config_)), arena_(backend) {
+  DI_CHECK(be_.device() == Device::CPU && act_ == DType::F32, config_.base.source,
+           ": deepseek_v41 runs on the CPU backend only so far (F32; its CUDA kernels are still to "
+           "come), not on ",
+           be_.name());
+  DI_CHECK(config_.engram_layers.empty(), config_.base.source,
+           ": field 'engram_layer_ids': Engram layers are not supported yet (set it to [] for a "
+           "model without them)");
+  int max_ratio = 1;
+  for (const V41KvLayout::Ratio& r : layout_.ratios) max_ratio = std::max(max_ratio, r.ratio);
+  HostBuffer zeros(DType::F32, {max_ratio, config_.head_dim});
+  std::fill(zeros.ptr<float>(), zeros.ptr<float>() + zeros.tensor().numel(), 0.0f);
+  zero_ape_ = be_.alloc(DType::F32, {max_ratio, config_.head_dim});
+  be_.copy(zeros.tensor(), zero_ape_.tensor());
+}
+
+void DeepseekV41Model::compress(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                                const Tensor& x, int64_t s) {
+  const DeepseekV41Config& c = config_;
+  const V41Layer& L = w_.layers[static_cast<size_t>(l)];
+  const V41KvLayout::Ratio& G =
+      layout_.ratios[static_cast<size_t>(layout_.ratio_of_layer[static_cast<size_t>(l)])];
+  const int slot = layout_.source_slot[static_cast<size_t>(l)];
+  const int64_t D = c.head_dim, rd = c.rope_dim, di = c.index_head_dim, r = G.ratio;
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1];
+  const int64_t end = batch.host_seq_lens[s], p0 = end - (t1 - t0), k0 = p0 / r, n = end / r - k0;
+  if (n <= 0) return;
+  const Tensor& table = rope_.compress.tensor();
+  // The entries' latents (normed, before RoPE).
+  DeviceBuffer latent = alloc(act_, {n, D});
+  if (r > 1) {
+    const Tensor& pend_cache = kv[static_cast<size_t>(G.pending)][static_cast<size_t>(slot)];
+    const StepHost::Rows pend =
+        sh.rows(G.pending, s, pend_cache, layout_.groups[static_cast<size_t>(G.pending)].name);
+    std::vector<int32_t> ids(static_cast<size_t>(n * r));
+    for (int64_t i = 0; i < n * r; ++i) ids[static_cast<size_t>(i)] = pend.slot(k0 * r + i);
+    DeviceBuffer idb = v4_family::upload_i32(be_, ids), rows = alloc(act_, {n * r, 2 * D}),
+                 pooled = alloc(act_, {n, D});
+    be_.embedding(idb.tensor(), cache_rows(pend_cache), rows.tensor());
+    be_.compressor_pool(columns(rows.tensor(), 0, D), columns(rows.tensor(), D, D),
+                        zero_ape_.tensor().slice_rows(0, r), static_cast<int>(r), false, Tensor(),
+                        Tensor(), pooled.tensor());
+    be_.rms_norm(pooled.tensor(), L.comp_norm, eps, latent.tensor());
+  } else {  // ratio 1: every token is an entry, norm(wkv(x))
+    DeviceBuffer raw = alloc(act_, {n, D});
+    be_.gemm(x.slice_rows(t0, t1), L.comp_wkv, raw.tensor());
+    be_.rms_norm(raw.tensor(), L.comp_norm, eps, latent.tensor());
+  }
+  // Entry k sits at its group's first position k * ratio, in row k of the source's groups.
+  std::vector<int32_t> pos(static_cast<size_t>(n)), key_slots(static_cast<size_t>(n)),
+      ent_slots(static_cast<size_t>(n));
+  const Tensor& key_cache = kv[static_cast<size_t>(G.indexer_keys)][static_cast<size_t>(slot)];
+  const Tensor& ent_cache = kv[static_cast<size_t>(G.compressed)][static_cast<size_t>(slot)];
+  const StepHost::Rows keys = sh.rows(G.indexer_keys, s, key_cache,
+                                      layout_.groups[static_cast<size_t>(G.indexer_keys)].name);
+  const StepHost::Rows ents =
+      sh.rows(G.compressed, s, ent_cache, layout_.groups[static_cast<size_t>(G.compressed)].name);
+  for (int64_t i = 0; i < n; ++i) {
+    pos[static_cast<size_t>(i)] = static_cast<int32_t>((k0 + i) * r);
+    key_slots[static_cast<size_t>(i)] = keys.slot(k0 + i);
+    ent_slots[static_cast<size_t>(i)] = ents.slot(k0 + i);
+  }
+  DeviceBuffer posb = v4_family::upload_i32(be_, pos),
+               kslot = v4_family::upload_i32(be_, key_slots);
+  DeviceBuffer eslot = v4_family::upload_i32(be_, ent_slots);
+  // Indexer keys from the unrotated latent: FP4(RoPE(k_norm(wk(latent)))).
+  DeviceBuffer kr = alloc(act_, {n, di}), kn = alloc(act_, {n, di});
+  be_.gemm(latent.tensor(), L.index_wk, kr.tensor());
+  be_.rms_norm(kr.tensor(), L.index_k_norm, eps, kn.tensor());
+  be_.rope(kn.tensor(), posb.tensor(), table, static_cast<int>(di - rd), static_cast<int>(rd),
+           true);
+  store_packed(kn.tensor(), V41KvLayout::kKeyFormat, key_cache, kslot.tensor());
+  // Entries: FP4(RoPE(latent)) with e4m3 scales per 16.
+  be_.rope(latent.tensor(), posb.tensor(), table, static_cast<int>(D - rd), static_cast<int>(rd),
+           true);
+  store_packed(latent.tensor(), V41KvLayout::kEntryFormat, ent_cache, eslot.tensor());
+}
+
+void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                                 const Tensor& x, const Tensor& qr, const Tensor& q,
+                                 std::vector<SeqChoice>& choice, Tensor& out) {
+  const DeepseekV41Config& c = config_;
+  const V41Layer& L = w_.layers[static_cast<size_t>(l)];
+  const int64_t T = x.size(0), D = c.head_dim, rd = c.rope_dim, W = c.sliding_window;
+  const int64_t nh = c.index_n_heads, di = c.index_head_dim;
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  const int ratio = c.ratio(l);
+  const Tensor& table = ratio > 0 ? rope_.compress.tensor() : rope_.main.tensor();
+  const Tensor& positions = batch.positions;
+  const std::vector<KvGroupSpec>& groups = layout_.groups;
+  const Tensor& window_cache = kv[static_cast<size_t>(layout_.window)][static_cast<size_t>(l)];
+
+  // This step's K=V rows (FP8-rounded) -> the window cache.
+  DeviceBuffer kv_raw = alloc(act_, {T, D}), kvn = alloc(act_, {T, D});
+  be_.gemm(x, L.wkv, kv_raw.tensor());
+  be_.rms_norm(kv_raw.tensor(), L.kv_norm, eps, kvn.tensor());
+  be_.rope(kvn.tensor(), positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
+  store_packed(kvn.tensor(), V41KvLayout::kWindowFormat, window_cache,
+               batch.kv_groups[static_cast<size_t>(layout_.window)].slot_mapping);
+
+  const bool source = ratio > 0 && c.is_kv_source(l), index = ratio > 0 && c.is_index_source(l);
+  const V41KvLayout::Ratio* G =
+      ratio > 0
+          ? &layout_.ratios[static_cast<size_t>(layout_.ratio_of_layer[static_cast<size_t>(l)])]
+          : nullptr;
+  const int slot = ratio > 0 ? layout_.source_slot[static_cast<size_t>(l)] : -1;
+  if (source && ratio > 1) {  // compressor inputs [kv | gate] -> the pending cache
+    DeviceBuffer rows = alloc(act_, {T, 2 * D});
+    Tensor kvc = columns(rows.tensor(), 0, D), gc = columns(rows.tensor(), D, D);
+    be_.gemm(x, L.comp_wkv, kvc);
+    be_.gemm(x, L.comp_wgate, gc);
+    store_rows(be_, rows.tensor(), kv[static_cast<size_t>(G->pending)][static_cast<size_t>(slot)],
+               batch.kv_groups[static_cast<size_t>(G->pending)].slot_mapping);
+  }
+  DeviceBuffer iq, iw;
+  if (index) {  // the indexer's FP4-rounded rotated queries and its head weights
+    iq = alloc(act_, {T, nh, di});
+    iw = alloc(DType::F32, {T, nh});
+    Tensor iq2 = iq.tensor().view({T, nh * di});
+    be_.gemm(qr, L.index_wq_b, iq2);
+    be_.rope(iq.tensor(), positions, table, static_cast<int>(di - rd), static_cast<int>(rd), true);
+    Tensor iqr = iq.tensor().view({T * nh, di});
+    be_.fake_quant(iqr, Backend::FakeQuant::Fp4Ue8m0x32);
+    be_.gemm(x, L.index_weights_proj, iw.tensor());
+  }
+
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1], nq = t1 - t0;
+    if (nq == 0) continue;
+    const int64_t end = batch.host_seq_lens[s], p0 = end - nq;
+    SeqChoice& ch = choice[static_cast<size_t>(s)];
+    int64_t nc = 0;  // entries visible to the sequence's last token
+    if (ratio > 0) {
+      if (source) compress(l, batch, sh, kv, x, s);
+      nc = end / ratio;
+    }
+    const Tensor* ent_cache =
+        ratio > 0 ? &kv[static_cast<size_t>(G->compressed)][static_cast<size_t>(slot)] : nullptr;
+    if (index) {
+      ch.k = 0;
+      if (nc > 0) {
+        const Tensor& key_cache =
+            kv[static_cast<size_t>(G->indexer_keys)][static_cast<size_t>(slot)];
+        const StepHost::Rows keys = sh.rows(G->indexer_keys, s, key_cache,
+                                            groups[static_cast<size_t>(G->indexer_keys)].name);
+        std::vector<int32_t> ids(static_cast<size_t>(nc));
+        for (int64_t i = 0; i < nc; ++i) ids[static_cast<size_t>(i)] = keys.slot(i);
+        DeviceBuffer idb = v4_family::upload_i32(be_, ids), key_rows = alloc(act_, {nc, di});
+        DeviceBuffer scores = alloc(DType::F32, {nq, nc});
+        be_.gather_packed_rows(idb.tensor(), cache_rows(key_cache), V41KvLayout::kKeyFormat,
+                               key_rows.tensor());
+        be_.indexer_scores_visible(iq.tensor().slice_rows(t0, t1), key_rows.tensor(),
+                                   iw.tensor().slice_rows(t0, t1), positions.slice_rows(t0, t1),
+                                   ratio, 1.0f / std::sqrt(static_cast<float>(di)),
+                                   1.0f / std::sqrt(static_cast<float>(nh)), scores.tensor());
+        if (l == c.candidate_source_layer) {
+          ch.candidates = alloc(DType::F32, {nq, nc});
+          be_.candidate_blocks(scores.tensor(), positions.slice_rows(t0, t1), ratio,
+                               c.candidate_topk_blocks, c.candidate_block_size,
+                               ch.candidates.tensor());
+        } else if (c.candidate_source_layer >= 0 && c.candidate_source_layer < l &&
+                   ch.candidates.tensor().defined()) {
+          be_.add(scores.tensor(), ch.candidates.tensor());
+        }
+        ch.k = std::min<int64_t>(c.index_topk, nc);
+        ch.chosen = alloc(DType::I32, {nq, ch.k});
+        be_.topk_finite(scores.tensor(), ch.chosen.tensor());
+      }
+    }
+    const int64_t k = ratio > 0 && nc > 0 ? ch.k : 0;
+    // Rows read: entries [0, nc) when any is chosen, then the window rows of tokens [w0, end).
+    const int64_t ne = k > 0 ? nc : 0, w0 = std::max<int64_t>(0, p0 - W + 1), nw = end - w0;
+    const StepHost::Rows window =
+        sh.rows(layout_.window, s, window_cache, groups[static_cast<size_t>(layout_.window)].name);
+    std::vector<int32_t> row_ids;
+    DeviceBuffer rows = alloc(act_, {ne + nw, D});
+    if (ne > 0) {
+      const StepHost::Rows ent =
+          sh.rows(G->compressed, s, *ent_cache, groups[static_cast<size_t>(G->compressed)].name);
+      for (int64_t i = 0; i < ne; ++i) row_ids.push_back(ent.slot(i));
+      DeviceBuffer ids = v4_family::upload_i32(be_, row_ids);
+      Tensor dst = rows.tensor().slice_rows(0, ne);
+      be_.gather_packed_rows(ids.tensor(), cache_rows(*ent_cache), V41KvLayout::kEntryFormat, dst);
+    }
+    {
+      row_ids.clear();
+      for (int64_t r = 0; r < nw; ++r) row_ids.push_back(window.slot(w0 + r));
+      DeviceBuffer ids = v4_family::upload_i32(be_, row_ids);
+      Tensor dst = rows.tensor().slice_rows(ne, ne + nw);
+      be_.gather_packed_rows(ids.tensor(), cache_rows(window_cache), V41KvLayout::kWindowFormat,
+                             dst);
+    }
+    // Each query's rows: its window, then the chosen entries (entry e is row e; -1: empty).
+    const int64_t nwin = std::min(W, nw), slots = nwin + k;
+    std::vector<int32_t> idx(static_cast<size_t>(nq * slots), -1);
+    for (int64_t t = 0; t < nq; ++t) {
+      const int64_t p = p0 + t;
+      int32_t* r = idx.data() + t * slots;
+      int64_t n = 0;
+      for (int64_t a = std::max<int64_t>(w0, p - W + 1); a <= p; ++a)
+        r[n++] = static_cast<int32_t>(ne + a - w0);
+    }
+    DeviceBuffer idxb = v4_family::upload_i32(be_, idx);
+    Tensor idx2 = idxb.tensor().view({nq, slots});
+    if (k > 0) {
+      Tensor chosen = columns(idx2, nwin, k);
+      be_.copy(ch.chosen.tensor(), chosen);
+    }
+    Tensor out_s = out.slice_rows(t0, t1);
+    be_.sink_attention(q.slice_rows(t0, t1), rows.tensor(), idx2, L.sinks,
+                       1.0f / std::sqrt(static_cast<float>(D)), out_s);
+  }
+}
+
+void DeepseekV41Model::block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                             std::vector<SeqChoice>& choice, DeviceBuffer& streams,
+                             DeviceBuffer& next, DeviceBuffer& pre) {
+  const DeepseekV41Config& c = config_;
+  const V41Layer& L = w_.layers[static_cast<size_t>(l)];
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult;
+  const int64_t heads = c.base.num_attention_heads, D = c.head_dim, rd = c.rope_dim,
+                ql = c.base.q_lora_rank;
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps),
+                                    eps};
+  DeviceBuffer collapsed = alloc(DType::F32, {T, H}), post = alloc(DType::F32, {T, hc});
+  DeviceBuffer comb = alloc(DType::F32, {T, hc, hc}), x = alloc(act_, {T, H});
+  DeviceBuffer attn_pre = alloc(DType::F32, {T, hc}), ffn_pre = alloc(DType::F32, {T, hc});
+  const bool compressed = c.ratio(l) > 0;
+  const Tensor& table = compressed ? rope_.compress.tensor() : rope_.main.tensor();
+  const Tensor& inv = compressed ? rope_.compress_inv.tensor() : rope_.main_inv.tensor();
+  // --- attention site: this site's mixes; the streams collapse with the previous site's pre.
+  be_.hc_mix(streams.tensor(), L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, hp, attn_pre.tensor(),
+             post.tensor(), comb.tensor());
+  be_.hc_collapse(streams.tensor(), pre.tensor(), collapsed.tensor());
+  be_.rms_norm(collapsed.tensor(), L.attn_norm, eps, x.tensor());
+  DeviceBuffer qa = alloc(act_, {T, ql}), qr = alloc(act_, {T, ql}), q = alloc(act_, {T, heads, D});
+  be_.gemm(x.tensor(), L.wq_a, qa.tensor());
+  be_.rms_norm(qa.tensor(), L.q_norm, eps, qr.tensor());
+  {
+    Tensor q2 = q.tensor().view({T, heads * D});
+    be_.gemm(qr.tensor(), L.wq_b, q2);
+  }
+  be_.rope(q.tensor(), batch.positions, table, static_cast<int>(D - rd), static_cast<int>(rd),
+           true);
+  DeviceBuffer attn = alloc(act_, {T, heads, D});
+  attention(l, batch, sh, kv, x.tensor(), qr.tensor(), q.tensor(), choice, attn.tensor());
+  be_.rope(attn.tensor(), batch.positions, inv, static_cast<int>(D - rd), static_cast<int>(rd),
+           true);
+  DeviceBuffer o = alloc(act_, {T, H});
+  v4_family::grouped_output(be_, arena_, act_, c, attn.tensor().view({T, heads * D}), L.wo_a, L.wo_b,
+                            o.tensor());
+  be_.hc_post(streams.tensor(), o.tensor(), post.tensor(), comb.tensor(), next.tensor());
+  std::swap(streams, next);
+  // --- MoE site: collapses with the attention site's pre.
+  be_.hc_mix(streams.tensor(), L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, hp, ffn_pre.tensor(),
+             post.tensor(), comb.tensor());
+  be_.hc_collapse(streams.tensor(), attn_pre.tensor(), collapsed.tensor());
+  be_.rms_norm(collapsed.tensor(), L.ffn_norm, eps, x.tensor());
+  DeviceBuffer y = alloc(act_, {T, H});
+  v4_family::moe_site(be_, arena_, act_, c, x.tensor(), L.gate, L.gate_bias, Tensor(), L.experts, L.shared,
+                      y.tensor());
+  be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
+  std::swap(streams, next);
+  std::swap(pre, ffn_pre);
+}
+
+void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
+                               Tensor* hidden_out) {
+  const DeepseekV41Config& c = config_;
+  v4_family::check_step(be_, layout_.groups, act_, batch, kv, c.base.max_position_embeddings,
+                        kModel);
+  const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult, V = c.base.vocab_size;
+  const int64_t R = batch.logits_indices.numel();
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v41: logits must be [", R, ", ",
+           V, "], got ", logits.describe());
+  if (hidden_out != nullptr)
+    DI_CHECK(hidden_out->device == be_.device() && hidden_out->dtype == DType::F32 &&
+                 hidden_out->is_contiguous() &&
+                 hidden_out->dims() == std::vector<int64_t>({T, hc * H}),
+             "deepseek_v41: hidden_out must be F32 [", T, ", ", hc * H,
+             "] on the backend's device (the hyper-connection streams after the last layer), got ",
+             hidden_out->describe());
+  arena_.reset();
+  const StepHost sh = StepHost::read(be_, batch, V, kModel);
+  rope_.grow(be_, c, batch.max_seq_len);
+  // Embedding, copied into every stream; the first site collapses stream 0.
+  std::vector<int32_t> rep(static_cast<size_t>(T * hc));
+  for (int64_t i = 0; i < T * hc; ++i)
+    rep[static_cast<size_t>(i)] = sh.token_ids[static_cast<size_t>(i / hc)];
+  DeviceBuffer rep_ids = v4_family::upload_i32(be_, rep);
+  DeviceBuffer streams = alloc(DType::F32, {T, hc, H}), next = alloc(DType::F32, {T, hc, H});
+  Tensor s2 = streams.tensor().view({T * hc, H});
+  be_.embedding(rep_ids.tensor(), w_.embed, s2);
+  DeviceBuffer pre = alloc(DType::F32, {T, hc});
+  {
+    HostBuffer one_hot(DType::F32, {T, hc});
+    for (int64_t i = 0; i < T * hc; ++i) one_hot.ptr<float>()[i] = i % hc == 0 ? 1.0f : 0.0f;
+    be_.copy(one_hot.tensor(), pre.tensor());
+  }
+  std::vector<SeqChoice> choice(static_cast<size_t>(batch.num_seqs));
+  for (int l = 0; l < c.num_layers(); ++l) block(l, batch, sh, kv, choice, streams, next, pre);
+  if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
+  if (R == 0) return;
+  for (int32_t r : v4_family::host_i32(be_, batch.logits_indices))
+    DI_CHECK(r >= 0 && r < T, "deepseek_v41: logits index ", r, " outside the step's ", T,
+             " tokens");
+  // Logits rows: the last site's pre collapses the streams, then the norm and the head.
+  DeviceBuffer picked = alloc(DType::F32, {R, hc, H}), picked_pre = alloc(DType::F32, {R, hc});
+  DeviceBuffer h = alloc(act_, {R, H}), hn = alloc(act_, {R, H});
+  Tensor picked2 = picked.tensor().view({R, hc * H});
+  be_.embedding(batch.logits_indices, streams.tensor().view({T, hc * H}), picked2);
+  be_.embedding(batch.logits_indices, pre.tensor(), picked_pre.tensor());
+  be_.hc_collapse(picked.tensor(), picked_pre.tensor(), h.tensor());
+  be_.rms_norm(h.tensor(), w_.norm, eps, hn.tensor());
+  be_.gemm(hn.tensor(), w_.head, logits);
+}
+
+}  // namespace deepinfer

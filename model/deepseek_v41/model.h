@@ -1,0 +1,84 @@
+// DeepSeek-V4.1 forward over the paged KV layer groups of kv_layout.h, on the CPU backend (the
+// reference; its ops are backend ops, CUDA kernels for the V4.1-only ones are still to come): any
+// number of sequences per step, each appending any number of tokens after its cached context
+// (prefill, chunked prefill and decode are one code path).
+//
+//  per step:   single-pass hyper-connections: each site mixes its streams (pre, post, comb) but
+//              collapses them with the previous site's pre (the first site: stream 0); the last
+//              site's pre collapses the streams for the final norm and head (no hc_head);
+//  per layer:  this step's window rows go to the window cache (FP8 rows); a KV source pools the
+//              groups the step completes (ratio 1: every token) into its shared compressed rows
+//              (FP4-rounded, after RoPE at the group's first position) and makes their indexer keys
+//              (FP4-rounded RoPE(k_norm(wk(entry))) before the entry's RoPE); an index source
+//              scores its (FP4-rounded) queries against its group's keys and keeps the top
+//              index_topk visible entries per query (the candidate source also its top
+//              candidate_topk_blocks blocks, which constrain the later index sources); the layers
+//              in between reuse the last source's choice; each query attends its window rows plus
+//              the chosen entries, with its head's sink;
+//  logits:     only at batch.logits_indices.
+// Engram layers and the DSpark drafter are not run yet (loading a config with Engram layers fails).
+#pragma once
+#include <vector>
+
+#include "model/deepseek_v4/step_ops.h"
+#include "model/deepseek_v41/config.h"
+#include "model/deepseek_v41/kv_layout.h"
+#include "model/deepseek_v41/weights.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+class DeepseekV41Model : public Model {
+ public:
+  DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend);
+  const ModelConfig& config() const override { return config_.base; }
+  const DeepseekV41Config& v41_config() const { return config_; }
+  const V41KvLayout& kv_layout() const { return layout_; }
+  std::vector<KvGroupSpec> kv_groups() const override { return layout_.groups; }
+  int vocab_size() const override { return static_cast<int>(config_.base.vocab_size); }
+  // hidden_out: F32 [T, hc_mult * hidden], the hyper-connection streams after the last layer.
+  void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
+               Tensor* hidden_out = nullptr) override;
+  int64_t mtp_hidden_size() const override { return config_.hc_mult * config_.base.hidden_size; }
+  uint64_t workspace_epoch() const override { return arena_.epoch(); }
+  // Each step reads its token ids and block tables back (StepHost): not capturable.
+  bool graph_capturable() const override { return false; }
+
+ private:
+  using StepHost = v4_family::StepHost;
+  // What an index source chose for one sequence of the step, reused up to the next index source:
+  // chosen I32 [nq, k] (entry ids, -1 empty); candidates F32 [nq, entries] (0 / -inf) from the
+  // candidate source.
+  struct SeqChoice {
+    DeviceBuffer chosen, candidates;
+    int64_t k = 0;
+  };
+  // A forward's temporaries (step_arena.h; given back together when the next step starts).
+  DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
+  // rows F32 [R, C] -> their slots of a cache in `format` (kv_layout.h).
+  void store_packed(const Tensor& rows, Backend::FakeQuant format, const Tensor& cache,
+                    const Tensor& slot_mapping);
+  // Layer l's attention: x [T, H] its normed input, qr [T, q_lora] the q_norm output, q [T, heads,
+  // D] the rotated queries; out [T, heads, D] before the inverse RoPE.
+  void attention(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x,
+                 const Tensor& qr, const Tensor& q, std::vector<SeqChoice>& choice, Tensor& out);
+  // A KV source's compressed rows for sequence s: the groups its tokens [p0, end) complete.
+  void compress(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv, const Tensor& x,
+                int64_t s);
+  // One block over streams [T, hc, H] (F32) in place (next: scratch of the same shape); pre [T,
+  // hc]: the previous site's pre in, this block's last site's pre out.
+  void block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+             std::vector<SeqChoice>& choice, DeviceBuffer& streams, DeviceBuffer& next,
+             DeviceBuffer& pre);
+
+  DeepseekV41Config config_;
+  V41Weights w_;
+  Backend& be_;
+  DType act_;
+  V41KvLayout layout_;
+  v4_family::RopeTables rope_;
+  StepArena arena_;
+  DeviceBuffer zero_ape_;  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
+};
+
+}  // namespace deepinfer

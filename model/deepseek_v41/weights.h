@@ -1,0 +1,69 @@
+// DeepSeek-V4.1 weights, read under the released checkpoint's names (`layers.N.attn.wq_a.weight`,
+// `embed.weight`, `head.weight`, ...) or the PR's transformers names (the same under `model.`,
+// `lm_head.weight`), each checked against the config (model/deepseek_v4/tensor_loader.h says how
+// each dtype is read). Per layer as V4 (window attention, grouped output, sinks, hyper-connections,
+// MoE) without V4's per-head query norm, compressor position bias, hash routing and hc_head; only a
+// KV source has a compressor (`attn.compressor.{wkv, wgate (ratio > 1), norm}`), only an index
+// source an indexer (`attn.indexer.{wq_b, weights_proj}`, a KV source's also `wk`, `k_norm`); the
+// router has `bias` and `bias_vl` (image tokens).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/deepseek_v4/weights.h"
+#include "model/deepseek_v41/config.h"
+#include "model/weights.h"
+
+namespace deepinfer {
+
+class CheckpointReader;
+
+struct V41Layer {
+  Tensor attn_norm, ffn_norm;  // F32 [H]
+  V4HyperConnection hc_attn, hc_ffn;
+  Weight wq_a;     // [q_lora, H]
+  Tensor q_norm;   // F32 [q_lora]
+  Weight wq_b;     // [heads * D, q_lora]
+  Weight wkv;      // [D, H]
+  Tensor kv_norm;  // F32 [D]
+  Weight wo_a;     // [o_groups * o_lora, heads * D / o_groups] (F32/BF16)
+  Weight wo_b;     // [H, o_groups * o_lora]
+  Tensor sinks;    // F32 [heads]
+  // KV source: the compressor (wgate only at ratio > 1).
+  Weight comp_wkv, comp_wgate;  // [D, H]
+  Tensor comp_norm;             // F32 [D]
+  // Index source: the indexer's query and head weights; a KV source's also its key projection.
+  Weight index_wq_b;               // [index_heads * index_dim, q_lora]
+  Weight index_weights_proj;       // [index_heads, H]
+  Weight index_wk;                 // [index_dim, D]
+  Tensor index_k_norm;             // F32 [index_dim]
+  Weight gate;                     // router [E, H], divided by gate_temp (F32)
+  Tensor gate_bias, gate_bias_vl;  // F32 [E]
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;  // undefined when n_shared_experts == 0
+};
+
+struct V41Weights {
+  Tensor embed;  // [V, H]
+  std::vector<V41Layer> layers;
+  Tensor norm;                                // F32 [H]
+  Weight head;                                // [V, H]
+  std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
+};
+
+// Reads every main-layer tensor (the DSpark blocks mtp.* and Engram tables are not read yet).
+// Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the wrong shape.
+V41Weights load_v41_weights(const DeepseekV41Config& config,
+                            std::shared_ptr<const CheckpointReader> reader);
+
+// Random weights (bench, tests): every tensor load_v41_weights reads, under the released names, in
+// weight_dtype (BF16, F32, or F8_E4M3: block-scaled linears as model/weights.h's RandomLayout makes
+// them; routers, compressors, indexers and the head stay in the dense dtype), F32 hc / sinks /
+// biases.
+std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& config, DType weight_dtype);
+// Those tensors filled from `seed` (model/weights.h's make_random_tensors) and read as a
+// checkpoint.
+V41Weights random_v41_weights(const DeepseekV41Config& config, uint64_t seed, DType weight_dtype);
+
+}  // namespace deepinfer

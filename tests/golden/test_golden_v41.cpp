@@ -1,0 +1,172 @@
+// DeepSeek-V4.1 golden tests: the CPU forward (model/deepseek_v41) over its paged KV layer groups
+// (test::PagedDriver: scattered blocks, window blocks freed and filled with NaN as the window
+// moves) against THE UNMERGED TRANSFORMERS PR "Add DeepSeek-V4.1 (deepseek_v41) text model"
+// (src/transformers/models/deepseek_v41/, in no transformers release; fp32, eager, through its
+// cache) on tiny random checkpoints made by tools/golden/v41_golden.py: fixtures/v41_tiny/ (BF16,
+// the PR's names) and fixtures/v41_fp8_fp4/ (the released names and formats: FP8 32x32 dense
+// linears, FP4 experts; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
+// (window only; ratio-2 KV + index sources and a layer reading them; a second ratio-2 group; the
+// ratio-1 KV source that is the candidate source; a layer reading it; an index source reusing its
+// keys inside its candidate blocks); prompt 40 tokens, window 8.
+//  1. whole-prompt prefill: every position's logits within 1e-4 * max(1, max |oracle|);
+//  2. greedy tokens decoded one at a time through the paged cache identical to the oracle's, each
+//     8th step's logits bit-equal to a whole re-prefill's last row, window groups holding a bounded
+//     number of blocks;
+//  3. the prompt in chunks (7, 1, 9, the rest): logits bit-equal to the one-shot prefill's;
+//  4. sequences of different lengths and chunkings in one step: bit-equal to each alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "backend/backend.h"
+#include "golden_rows.h"
+#include "model/deepseek_v41/model.h"
+#include "model/model.h"
+#include "paged_driver.h"
+
+namespace deepinfer {
+namespace {
+
+using test::argmax;
+using test::expect_same_bits;
+using test::Rows;
+
+struct Reference {
+  std::vector<int32_t> prompt, greedy;
+  std::vector<std::vector<double>> logits;
+};
+
+std::string fixture(const std::string& name) {
+  return std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/" + name;
+}
+
+Reference read(const std::string& dir) {
+  std::ifstream in(dir + "/reference.json");
+  DI_CHECK(in.good(), dir, "/reference.json cannot be opened");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  return {j.at("prompt_ids").get<std::vector<int32_t>>(),
+          j.at("greedy_ids").get<std::vector<int32_t>>(),
+          j.at("logits").get<std::vector<std::vector<double>>>()};
+}
+
+class GoldenV41 : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ref_ = read(fixture(GetParam()));
+    backend_ = make_cpu_backend();
+    model_ = load_model(fixture(GetParam()), *backend_);
+    ASSERT_NE(dynamic_cast<DeepseekV41Model*>(model_.get()), nullptr);
+  }
+  Rows prefill(const std::vector<int32_t>& ids) {
+    test::PagedDriver driver(*model_, *backend_, kBlockSize);
+    return driver.step({{driver.add_sequence(), ids, true}});
+  }
+  double max_ref() const {
+    double m = 1.0;
+    for (const auto& row : ref_.logits)
+      for (double v : row) m = std::max(m, std::fabs(v));
+    return m;
+  }
+  double worst_diff(const Rows& rows) const {
+    double worst = 0.0;
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (size_t v = 0; v < rows[r].size(); ++v)
+        worst = std::max(worst, std::fabs(rows[r][v] - ref_.logits[r][v]));
+    return worst;
+  }
+  static constexpr int kBlockSize = 4;  // several blocks per window and compressed group
+  Reference ref_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(GoldenV41, PrefillLogitsMatchThePrOracle) {
+  const Rows logits = prefill(ref_.prompt);
+  const double worst = worst_diff(logits);
+  std::printf(
+      "[golden v41] %s: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+      GetParam().c_str(), ref_.prompt.size(), worst, max_ref());
+  EXPECT_LE(worst, 1e-4 * max_ref());
+}
+
+TEST_P(GoldenV41, GreedyDecodeThroughThePagedCacheMatchesThePrOracle) {
+  test::PagedDriver driver(*model_, *backend_, kBlockSize);
+  const int seq = driver.add_sequence();
+  std::vector<int32_t> ids = ref_.prompt;
+  int32_t next = argmax(driver.step({{seq, ref_.prompt, false}})[0]);
+  const std::vector<KvGroupSpec> groups = model_->kv_groups();
+  for (size_t step = 0; step < ref_.greedy.size(); ++step) {
+    ASSERT_EQ(next, ref_.greedy[step]) << "greedy step " << step;
+    ids.push_back(next);
+    const Rows one = driver.step({{seq, {next}, false}});
+    next = argmax(one[0]);
+    if (step % 8 == 7) {
+      const Rows all = prefill(ids);
+      expect_same_bits({all.back()}, one, "decode vs re-prefill at step " + std::to_string(step));
+    }
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].window == 0) continue;
+      EXPECT_LE(driver.held_blocks(seq, static_cast<int>(g)),
+                (groups[g].window - 1 + kBlockSize - 1) / kBlockSize + 2)
+          << "group " << groups[g].name << " at step " << step;
+    }
+  }
+}
+
+TEST_P(GoldenV41, ChunkedPrefillEqualsOneShot) {
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size());
+  const Rows whole = prefill(ref_.prompt);
+  test::PagedDriver driver(*model_, *backend_, kBlockSize);
+  const int seq = driver.add_sequence();
+  Rows chunked;
+  int64_t first = 0;
+  for (int64_t len : {int64_t{7}, int64_t{1}, int64_t{9}, T - 17}) {
+    std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
+    for (auto& row : driver.step({{seq, chunk, true}})) chunked.push_back(std::move(row));
+    first += len;
+  }
+  expect_same_bits(whole, chunked, "chunks 7 + 1 + 9 + rest");
+  EXPECT_LE(worst_diff(chunked), 1e-4 * max_ref());
+}
+
+TEST_P(GoldenV41, BatchedSequencesEqualEachAlone) {
+  const std::vector<int32_t>& p = ref_.prompt;
+  const std::vector<std::vector<int32_t>> seqs = {
+      p,
+      std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)),
+      {p.rbegin(), p.rend()}};
+  test::PagedDriver driver(*model_, *backend_, kBlockSize, /*num_blocks=*/96);
+  const std::vector<Rows> got = test::batched_steps(driver, seqs);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(seqs[i]), got[i], "sequence " + std::to_string(i));
+}
+
+// Random weights from the fixture's config (BF16 and FP8 block-scaled linears): every tensor the
+// loader reads is in v41_random_specs, the logits are finite, chunked prefill equals one-shot.
+TEST_P(GoldenV41, RandomWeightsLoadAndRun) {
+  for (DType dt : {DType::BF16, DType::F8_E4M3}) {
+    LoadOptions o;
+    o.seed = 11;
+    o.random_weight_dtype = dt;
+    std::unique_ptr<Model> m = random_model(fixture(GetParam()) + "/config.json", *backend_, o);
+    test::PagedDriver whole(*m, *backend_, kBlockSize), parts(*m, *backend_, kBlockSize);
+    const Rows a = whole.step({{whole.add_sequence(), ref_.prompt, true}});
+    const int seq = parts.add_sequence();
+    Rows b = parts.step({{seq, {ref_.prompt.begin(), ref_.prompt.begin() + 13}, true}});
+    for (auto& row : parts.step({{seq, {ref_.prompt.begin() + 13, ref_.prompt.end()}, true}}))
+      b.push_back(row);
+    for (const auto& row : a)
+      for (float v : row) ASSERT_TRUE(std::isfinite(v)) << dtype_name(dt);
+    expect_same_bits(a, b, std::string("random ") + std::string(dtype_name(dt)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41_fp8_fp4"));
+
+}  // namespace
+}  // namespace deepinfer
