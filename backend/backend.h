@@ -125,11 +125,10 @@ struct CudaOptions {
   bool sync_each_op = false;      // DEEPINFER_CUDA_SYNC
   bool stream_gemm = true;        // false: no weight-streaming kernel anywhere (lost 38-43%)
   int64_t stream_max_rows = 0;    // dense BF16 GEMMs of at most this many rows on the stream kernel (0: cuBLASLt)
-  int fuse_mask = 1;              // fused stream-kernel forms: 1 gemm_pair, 2 / 4 SwiGLU loads (lost)
   int pipe_stages = 2;            // MoE expert pipeline stages (0: the stream kernel)
   bool pipe_fp8 = true;           // FP8 experts on the pipeline too
   int64_t pipe_max_tokens = 16;   // most tokens of a step for the pipeline
-  int attn_chunk = 0;             // paged attention chunk: 16, 32, 64 or 0 (by shape)
+  int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps
   int64_t fp8_moe_min_rows = 128; // fewest average rows per expert for them

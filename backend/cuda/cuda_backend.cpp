@@ -92,7 +92,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   sync_each_op_ = o.sync_each_op;
   stream_gemm_ = o.stream_gemm;
   stream_max_rows_ = stream_gemm_ ? o.stream_max_rows : 0;
-  fuse_mask_ = o.fuse_mask;
+  DI_CHECK(o.attn_chunk == 0 || o.attn_chunk == 32 || o.attn_chunk == 64,
+           "cuda backend: CudaOptions::attn_chunk must be 0 (by shape), 32 or 64, got ", o.attn_chunk);
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;

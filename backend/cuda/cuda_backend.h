@@ -214,12 +214,6 @@ class CudaBackend final : public Backend {
   // instead of cuBLASLt (default 0: cuBLASLt won 1.8-2.2% at bs1 / bs8, bench/NOTES.md v32c).
   bool stream_gemm_ = true;
   int64_t stream_max_rows_ = 16;
-  // CudaOptions::fuse_mask: bit mask of the fused stream-kernel forms in use (A/B timing):
-  // 1 = gemm_pair in one launch, 2 = gemm_swiglu's SwiGLU load, 4 = moe_experts' SwiGLU
-  // load. A cleared bit runs the unfused ops (same results). Default 1: on the H200
-  // (2026-11-30, bench/NOTES.md v3) the pair gained 2-4%; the SwiGLU loads lost (MoE's -12%
-  // at bs64: every column block recomputes silu for its rows).
-  int fuse_mask_ = 1;
   // CudaOptions::pipe_stages: chunk copies in flight per warp in the shared-memory-staged MoE
   // expert GEMM (gemm_pipe.cu: 2, 3, 4 or 8; 0 = the register-staged stream kernel). Default
   // 2 (H200, bench/NOTES session 3: bs1 +4.4%, bs8 +20.7% over the stream kernel; 4 and 8

@@ -347,8 +347,8 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
     check_launch(op, "stream " + shapes());
     return;
   }
-  DI_CHECK(p.heads == 0 && p.w2_ptrs == nullptr && p.w2 == nullptr && !p.a_swiglu && !p.c_accumulate, op, ": batched/paired GEMM needs the stream kernel, ",
-           shapes());
+  DI_CHECK(p.heads == 0 && p.w2_ptrs == nullptr && p.w2 == nullptr, op,
+           ": batched/paired GEMM needs the stream kernel, ", shapes());
   if (prefer_gemv && !options_.batch_invariant) {
     dim3 grid(ceil_div(p.N, 8), p.group_offsets ? p.num_groups : 1);
     if (p.w_kind == kWeightFP8)
@@ -551,7 +551,7 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
   const bool fused = weights_ok && x.dtype == DType::BF16 && x.device == Device::CUDA &&
                      out1.dtype == out2.dtype && (out1.dtype == DType::BF16 || out1.dtype == DType::F32) &&
                      o1.rows == M && o2.rows == M && o1.cols == w1.w.shape[0] && o2.cols == w2.w.shape[0] &&
-                     M > 0 && dense_rows_on_stream(M, w1) && (fuse_mask_ & 1);
+                     M > 0 && dense_rows_on_stream(M, w1);
   if (!fused) {
     Backend::gemm_pair(x, w1, w2, out1, out2);
     return;
@@ -584,8 +584,9 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
   check_launch("gemm_pair", x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe());
 }
 
-// SwiGLU in the stream kernel's activation load (and the add in its store) when the dense
-// GEMM would run there; else silu_mul + gemm (+ add) through scratch buffers.
+// Backend::gemm_swiglu's composition (silu_mul, gemm, add) on scratch buffers instead of
+// per-call allocations. (SwiGLU applied in the stream kernel's activation load lost its A/B,
+// bench/NOTES.md v3.)
 void CudaBackend::gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) {
   const RowView gv = rows_of(gate_up, "gemm_swiglu gate_up");
   const RowView ov = rows_of(out, "gemm_swiglu out");
@@ -597,33 +598,6 @@ void CudaBackend::gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& ou
            " [T, N] for weight ", w.w.describe(), " [N, I]");
   const int64_t M = gv.rows, I = gv.cols / 2, N = ov.cols;
   if (M == 0 || N == 0) return;
-  const bool weight_ok = w.w.device == Device::CUDA && w.w.is_contiguous() &&
-                         (w.w.dtype == DType::BF16 || (w.w.dtype == DType::F8_E4M3 && fp8_scales_fit(w)));
-  if (weight_ok && gate_up.dtype == DType::BF16 && dense_rows_on_stream(M, w) && (fuse_mask_ & 2)) {
-    const bool fp8 = w.w.dtype == DType::F8_E4M3;
-    GemmProblem p;
-    p.a = gv.data;
-    p.lda = gv.row_stride;
-    p.a_swiglu = 1;
-    p.a_up_offset = I;
-    p.M = static_cast<int>(M);
-    p.max_rows = p.M;
-    p.w = w.w.data;
-    p.s = fp8 ? w.scale_inv.ptr<float>() : nullptr;
-    p.w_kind = fp8 ? kWeightFP8 : kWeightBF16;
-    p.N = static_cast<int>(N);
-    p.K = static_cast<int>(I);
-    p.scale_cols = static_cast<int>((I + 127) / 128);
-    p.c = ov.data;
-    p.ldc = ov.row_stride;
-    p.c_bf16 = ov.dtype == DType::BF16;
-    p.c_accumulate = accumulate ? 1 : 0;
-    if (stream_gemm_supported(p)) {
-      launch_stream_gemm(p, stream_);
-      check_launch("gemm_swiglu", gate_up.describe() + " · " + w.w.describe());
-      return;
-    }
-  }
   const DType adt = gate_up.dtype;
   Tensor act(scratch(kSlotSwigluAct, static_cast<size_t>(M * I) * dtype_size(adt), "gemm_swiglu"), adt,
              {M, I}, Device::CUDA);

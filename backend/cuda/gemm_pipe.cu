@@ -62,7 +62,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
 // block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
-template <int WK, int D, bool SW>
+template <int WK, int D>
 __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK>();
   extern __shared__ uint4 smem[];
@@ -166,10 +166,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (av[h]) {
-          if constexpr (SW)
-            a16[h] = load16_swiglu(ar[h] + k + 16 * q, p.a_up_offset);
-          else
-            a16[h] = load16_bf16(ar[h] + k + 16 * q);
+          a16[h] = load16_bf16(ar[h] + k + 16 * q);
         } else {
 #pragma unroll
           for (int v = 0; v < 8; ++v) a16[h].w[v] = 0u;
@@ -229,24 +226,18 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   }
 }
 
-template <int WK, int D>
-const void* kernel_of(bool swiglu) {
-  return swiglu ? reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, true>)
-                : reinterpret_cast<const void*>(pipe_gemm_kernel<WK, D, false>);
-}
-
 template <int WK>
-const void* pick_stages(int stages, bool swiglu) {
+const void* pick_stages(int stages) {
   switch (stages) {
-    case 2: return kernel_of<WK, 2>(swiglu);
-    case 3: return kernel_of<WK, 3>(swiglu);
-    case 8: return kernel_of<WK, 8>(swiglu);
-    default: return kernel_of<WK, 4>(swiglu);
+    case 2: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 2>);
+    case 3: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 3>);
+    case 8: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 8>);
+    default: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 4>);
   }
 }
 
-const void* pick_kernel(int w_kind, int stages, bool swiglu) {
-  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(stages, swiglu) : pick_stages<kWeightBF16>(stages, swiglu);
+const void* pick_kernel(int w_kind, int stages) {
+  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(stages) : pick_stages<kWeightBF16>(stages);
 }
 
 }  // namespace
@@ -260,7 +251,7 @@ bool pipe_gemm_supported(const GemmProblem& p) {
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.kernel = pick_kernel(p.w_kind, plan.stages, p.a_swiglu != 0);
+  plan.kernel = pick_kernel(p.w_kind, plan.stages);
   const int ks = k_split(p.K);
   const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
   plan.threads = ks * 32;

@@ -56,12 +56,6 @@ struct GemmProblem {
   const float* s2 = nullptr;
   void* c2 = nullptr;
   int64_t ldc2 = 0;
-  // SwiGLU activation load (gemm_swiglu; stream kernel only): A[r, k] = bf16(silu(g) * u)
-  // with g = a[r, k] and u = a[r, a_up_offset + k], as silu_mul computes it.
-  int a_swiglu = 0;
-  int64_t a_up_offset = 0;
-  // Accumulate (stream kernel only): c = c + round(result) instead of c = result.
-  int c_accumulate = 0;
   // Optional (grouped, stream kernel): the groups that have rows, in order, and their count
   // (device); the grid then spans min(num_groups, max_rows) groups instead of all.
   const int* active_groups = nullptr;

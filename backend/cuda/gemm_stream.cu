@@ -30,9 +30,7 @@ namespace {
 using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
-// SW: SwiGLU activation load (a compile-time choice: a run-time flag in the inner loop cost
-// 7-12% on every launch, H200 2026-11-30).
-template <int WK, int MT, int NT, bool SW>
+template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
   extern __shared__ float red[];  // [KS][MT * NT * 4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
@@ -114,10 +112,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (av[i][h]) {
-            if constexpr (SW)
-              av16[i][h] = load16_swiglu(ar[i][h] + k + 16 * q, p.a_up_offset);
-            else
-              av16[i][h] = load16_bf16(ar[i][h] + k + 16 * q);
+            av16[i][h] = load16_bf16(ar[i][h] + k + 16 * q);
           } else {
 #pragma unroll
             for (int e = 0; e < 8; ++e) av16[i][h].w[e] = 0u;
@@ -200,10 +195,7 @@ void launch(const GemmProblem& p, cudaStream_t stream) {
   const int max_group_rows = p.group_offsets ? p.max_rows : p.M;
   dim3 grid(ceil_div(p.N, 8 * kNT), groups, std::max(1u, ceil_div(max_group_rows, rows_per_z)));
   const size_t smem = size_t{4} * ks * MT * kNT * 4 * 32;
-  if (p.a_swiglu)
-    stream_gemm_kernel<WK, MT, kNT, true><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
-  else
-    stream_gemm_kernel<WK, MT, kNT, false><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
+  stream_gemm_kernel<WK, MT, kNT><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -216,7 +208,6 @@ bool stream_gemm_supported(const GemmProblem& p) {
   if (p.w_ptrs == nullptr && !aligned16(p.w)) return false;
   if ((p.w2_ptrs || p.w2) && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
   if (p.w2 && (p.heads > 0 || p.w_ptrs || !aligned16(p.w2))) return false;
-  if (p.a_swiglu && (p.a_up_offset % 8 != 0 || p.heads > 0)) return false;
   // The smem split-K buffer stays under the 48 KB default: ks * MT * 2 * 4 * 32 * 4 <= 32 KB.
   return true;
 }

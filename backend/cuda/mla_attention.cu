@@ -3,14 +3,14 @@
 //
 // Paged (absorbed): all heads share one cached row per token (K = the row, V = its first
 // v_dim values), so a block takes one query token, 16 heads and one fixed chunk of its
-// context (16, 32 or 64 positions; see paged_chunk below): the chunk's rows are read once
+// context (32 or 64 positions; see paged_chunk below): the chunk's rows are read once
 // into shared memory, S = Q·K^T, P = exp(S - max) and O = P·V are written as a partial with
 // (max, sum); a combine kernel merges the chunks of each (token, head) in chunk order. In
 // batch-invariant mode the chunk size is fixed for the process (it never depends on the
 // batch or on the split count); the default mode picks it per launch. Smaller chunks give
-// more blocks at batch 1 (ctx 576: 9 of 64, 36 of 16) but re-read the query and write more
-// partials: H200 2026-11-30, graphs: chunk 16 = 64 at bs1 (438 tok/s both), -1.5% bs8,
-// -3.5% bs32/64; chunk 32 for launches of <= 4 items: bs1 +1.6% (bench/NOTES.md).
+// more blocks at batch 1 (ctx 576: 9 of 64, 18 of 32) but re-read the query and write more
+// partials: H200 2026-11-30, graphs: chunk 32 for launches of <= 4 items: bs1 +1.6% over 64
+// (bench/NOTES.md; a chunk of 16 lost 1.5-3.5% at bs8-64 and was removed).
 //
 // Prefill (direct, per head): a block takes 64 queries of one sequence and one head and
 // walks the causal key tiles of 64 with an online softmax (flash-attention style).
@@ -91,10 +91,11 @@ __device__ __forceinline__ int attended(const PagedArgs& a, int t, int pos, int 
   return p >= 0 && p <= pos ? p : -1;
 }
 
-// grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads; kChunk in {16, 32, 64}.
+// grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads; kChunk 32 or 64.
 // The 8 warps split S = Q·K^T into kChunk / 16 column tiles x kSplitK parts of K's dims.
 template <int kChunk>
 __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
+  static_assert(kChunk == 32 || kChunk == 64, "a lane takes kChunk / 32 positions of the softmax");
   constexpr int kColTiles = kChunk / 16, kSplitK = 8 / kColTiles;
   extern __shared__ __align__(128) unsigned char smem[];
   const int Dk = round16(a.D), Dp = Dk + 8;  // padded row (elements)
@@ -161,20 +162,17 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   __syncthreads();
 
   // Softmax over the chunk: warp w takes head rows 2w and 2w + 1.
-  constexpr int kPerLane = (kChunk + 31) / 32;
+  constexpr int kPerLane = kChunk / 32;
   for (int r = warp * 2; r < warp * 2 + 2; ++r) {
     float s[kPerLane];
     float mx = kNegInf;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + 32 * i;
-      s[i] = kNegInf;
-      if (j < kChunk) {
-        float v = S[r * kChunk + j];
+      float v = S[r * kChunk + j];
 #pragma unroll
-        for (int k = 1; k < kSplitK; ++k) v += S[(k * 16 + r) * kChunk + j];
-        if (attended(a, t, pos, c0 + j) >= 0) s[i] = v * a.scale;
-      }
+      for (int k = 1; k < kSplitK; ++k) v += S[(k * 16 + r) * kChunk + j];
+      s[i] = attended(a, t, pos, c0 + j) >= 0 ? v * a.scale : kNegInf;
       mx = fmaxf(mx, s[i]);
     }
     // Finite: a dense chunk always has position c0, a sparse one some position (above); a
@@ -184,7 +182,6 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
       const int j = lane + 32 * i;
-      if (j >= kChunk) continue;
       const bf16 p = __float2bfloat16_rn(s[i] == kNegInf ? 0.0f : __expf(s[i] - m));
       P[r * LDP + j] = p;
       l += __bfloat162float(p);
@@ -469,7 +466,7 @@ size_t paged_smem_bytes(int D, int chunk) {
   return size_t{2} * (kHeadsPerBlock + chunk) * Dp + 4 * 8 * 256 + 2 * 16 * (chunk + 8);
 }
 
-// CudaOptions::attn_chunk (16, 32 or 64; tests) fixes the chunk for the process; otherwise the
+// CudaOptions::attn_chunk (32 or 64; tests) fixes the chunk for the process; otherwise the
 // batch-invariant mode keeps kDefaultChunk for every launch (one chunk size whatever the
 // batch), and the default mode takes kSmallChunk when a launch has few (token, 16-head
 // block) work items, where the grid is max_splits x items blocks on a 132-SM chip, and
@@ -479,7 +476,7 @@ constexpr int kSmallChunk = 32;
 constexpr int kSmallChunkMaxItems = 4;  // token x head-block work items (decode at batch <= 4)
 
 int paged_chunk(int num_work_items, bool batch_invariant, int forced_chunk) {
-  if (forced_chunk == 16 || forced_chunk == 32 || forced_chunk == 64) return forced_chunk;
+  if (forced_chunk != 0) return forced_chunk;  // 32 or 64 (checked by the backend's constructor)
   if (batch_invariant) return kDefaultChunk;
   return num_work_items <= kSmallChunkMaxItems ? kSmallChunk : kDefaultChunk;
 }
@@ -564,7 +561,7 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, op));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
   const size_t smem = paged_smem_bytes(D, chunk);
-  auto kernel = chunk == 16 ? mla_paged_kernel<16> : chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
+  auto kernel = chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
   set_smem_limit(reinterpret_cast<const void*>(kernel), smem, op);
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {

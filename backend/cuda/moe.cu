@@ -320,7 +320,7 @@ void CudaBackend::moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, c
 }
 
 // A finite limit (V4) clamps each expert's SwiGLU as silu_mul_clamped does: the activation then
-// always goes through silu_mul_clamped (no fused SwiGLU load, no FP8-activation prefill path).
+// always goes through silu_mul_clamped (no FP8-activation prefill path).
 void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                                  const std::vector<ExpertWeights>& experts, float limit, Tensor& out,
                                  const char* op) {
@@ -500,29 +500,15 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   p.c = y;
   p.ldc = H;
   p.c_bf16 = 0;
-  // On the stream kernel the SwiGLU gate is applied in the activation load (one launch
-  // fewer; the same bf16 activations silu_mul would store).
-  GemmProblem fused = p;
-  fused.a = hidden;
-  fused.lda = 2 * I;
-  fused.a_swiglu = 1;
-  fused.a_up_offset = I;
-  const bool fuse_swiglu = (fuse_mask_ & 4) && !clamped;
-  if (fuse_swiglu && launch_pipe(fused, "moe_experts (swiglu|down)")) {
-  } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && fuse_swiglu &&
-             stream_gemm_supported(fused)) {
-    launch_gemm(fused, "moe_experts (swiglu|down)", few_rows);
-  } else {
-    Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
-    Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
-    if (clamped)
-      silu_mul_clamped(hid, limit, actt);
-    else
-      silu_mul(hid, actt);
-    p.a = act;
-    p.lda = I;
-    if (!launch_pipe(p, "moe_experts (down)")) launch_gemm(p, "moe_experts (down)", few_rows);
-  }
+  Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);
+  Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
+  if (clamped)
+    silu_mul_clamped(hid, limit, actt);
+  else
+    silu_mul(hid, actt);
+  p.a = act;
+  p.lda = I;
+  if (!launch_pipe(p, "moe_experts (down)")) launch_gemm(p, "moe_experts (down)", few_rows);
   moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);

@@ -55,22 +55,6 @@ __device__ __forceinline__ Chunk16 load16_bf16(const bf16* p) {
   return c;
 }
 
-// 16 SwiGLU activations silu(g) * u rounded to bf16 (the formula of silu_mul_kernel, so the
-// fused load gives the bits the separate silu_mul would have stored).
-__device__ __forceinline__ Chunk16 load16_swiglu(const bf16* g, int64_t up_offset) {
-  const Chunk16 gc = load16_bf16(g), uc = load16_bf16(g + up_offset);
-  Chunk16 c;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gc.w[i]));
-    const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uc.w[i]));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(gv.x / (1.0f + __expf(-gv.x)) * uv.x,
-                                                   gv.y / (1.0f + __expf(-gv.y)) * uv.y);
-    c.w[i] = *reinterpret_cast<const uint32_t*>(&b);
-  }
-  return c;
-}
-
 // Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
 template <int WK>
 struct WRaw {
@@ -156,8 +140,7 @@ __device__ __forceinline__ WeightSource weight_source(const GemmProblem& p, int 
 }
 
 // Stores one output element: `sum` of row r, column n (of head / group slot grp for the
-// per-head form), rounded to the output dtype, into c (or c2 for gemm_pair's second half),
-// added to the stored value when c_accumulate (the product rounded first, as gemm + add).
+// per-head form), rounded to the output dtype, into c (or c2 for gemm_pair's second half).
 __device__ __forceinline__ void store_out(const GemmProblem& p, int grp, int r, int n, float sum) {
   void* c = p.c;
   int64_t off = static_cast<int64_t>(grp) * p.c_head_stride + static_cast<int64_t>(r) * p.ldc + n;
@@ -165,15 +148,10 @@ __device__ __forceinline__ void store_out(const GemmProblem& p, int grp, int r, 
     c = p.c2;
     off = static_cast<int64_t>(r) * p.ldc2 + (n - p.n_half);
   }
-  if (p.c_bf16) {
-    bf16* cp = static_cast<bf16*>(c) + off;
-    *cp = p.c_accumulate ? __float2bfloat16_rn(__bfloat162float(*cp) +
-                                               __bfloat162float(__float2bfloat16_rn(sum)))
-                         : __float2bfloat16_rn(sum);
-  } else {
-    float* cp = static_cast<float*>(c) + off;
-    *cp = p.c_accumulate ? *cp + sum : sum;
-  }
+  if (p.c_bf16)
+    static_cast<bf16*>(c)[off] = __float2bfloat16_rn(sum);
+  else
+    static_cast<float*>(c)[off] = sum;
 }
 
 }  // namespace deepinfer::cuda::smma

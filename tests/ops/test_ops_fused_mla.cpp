@@ -151,9 +151,10 @@ TEST_F(FusedMla, RopeStore) {
   }
 }
 
-// Paged attention at every chunk size (CudaOptions::attn_chunk, read per call) against
+// Paged attention at both chunk sizes (32 and 64, forced by CudaOptions::attn_chunk) against
 // the CPU reference, and each chunk size batch-invariant: a token alone == in a batch; then
-// the default mode's per-launch chunk against the CPU reference.
+// the default mode's per-launch chunk against the CPU reference. Any other forced chunk (16
+// lost its A/B and is gone) is refused when the backend is made.
 TEST_F(FusedMla, PagedAttentionChunkSizes) {
   const int64_t heads = 16, row = 576, L = 512, bs = 64;
   const std::vector<int32_t> lens = {1, 17, 64, 65, 300, 577};
@@ -189,7 +190,12 @@ TEST_F(FusedMla, PagedAttentionChunkSizes) {
   Tensor cache_g = gpu_float(*gpu_, cache, {num_blocks, bs, row}, DType::BF16);
   Tensor q_g = gpu_float(*gpu_, q, {T, heads, row}, DType::BF16);
   gpu_->synchronize();  // the inputs are read by backends with their own streams below
-  for (int chunk_size : {16, 32, 64}) {
+  for (int bad_chunk : {16, 128}) {
+    BackendOptions bad = env_backend_options();
+    bad.cuda.attn_chunk = bad_chunk;
+    EXPECT_THROW(make_cuda_backend(bad), Error) << "attn_chunk " << bad_chunk;
+  }
+  for (int chunk_size : {32, 64}) {
     const std::string chunk = std::to_string(chunk_size);
     // The chunk is a backend option (only tests set it: the engine keeps the per-launch choice).
     BackendOptions forced = env_backend_options();

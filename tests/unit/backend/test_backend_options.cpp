@@ -25,7 +25,6 @@ void expect_defaults(const CudaOptions& o) {
   const CudaOptions d;
   EXPECT_EQ(o.stream_gemm, d.stream_gemm);
   EXPECT_EQ(o.stream_max_rows, d.stream_max_rows);
-  EXPECT_EQ(o.fuse_mask, d.fuse_mask);
   EXPECT_EQ(o.pipe_stages, d.pipe_stages);
   EXPECT_EQ(o.pipe_fp8, d.pipe_fp8);
   EXPECT_EQ(o.pipe_max_tokens, d.pipe_max_tokens);
