@@ -297,6 +297,7 @@ RequestOutput Engine::Impl::make_output(RequestState& r) {
     c.delta_token_ids.assign(output_end - static_cast<std::ptrdiff_t>(num_new), output_end);
     s->num_tokens_emitted = num_output;
     // Logprobs: one entry per output token; the new tokens' entries are the last ones.
+    if (delta) c.text = c.delta_text, c.token_ids = c.delta_token_ids;  // the new part only (vLLM's DELTA)
     if (!delta)
       c.logprobs = s->logprobs;
     else

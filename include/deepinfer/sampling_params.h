@@ -48,8 +48,8 @@ struct SamplingParams {
   int prompt_logprobs = -1;
   bool skip_special_tokens = true;
   // Engine::step's updates carry only what they add (vLLM's RequestOutputKind.DELTA): each
-  // sample's text and token_ids stay empty (the new part is in delta_text / delta_token_ids, as
-  // always), logprobs holds the new tokens' entries only, prompt_token_ids stays empty and
+  // sample's text and token_ids hold the new part only (equal to delta_text / delta_token_ids,
+  // as always set), logprobs the new tokens' entries only, prompt_token_ids stays empty and
   // prompt_logprobs comes once; the final update too. Streaming callers that keep their own
   // copy (the server) then copy nothing per update that grows with the output. generate()
   // ignores it (it returns whole outputs).

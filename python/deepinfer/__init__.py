@@ -42,7 +42,15 @@ class SamplingParams:
     dict or its text), "ebnf" (grammar text) or "json_object" (True), and optionally
     "any_whitespace" (bool). Values are checked when the object is made: a bad one raises
     ValueError naming the field.
+
+    output_kind: what each update of OfflineEngine.stream() carries, as vLLM's RequestOutputKind:
+    "cumulative" (default: every update has the whole text, token_ids and logprobs so far, and
+    the new part in delta_text / delta_token_ids) or "delta" (text, token_ids and logprobs hold
+    only the new part, so a long stream copies nothing per update that grows with the output).
+    generate() always returns whole outputs.
     """
+
+    _OUTPUT_KINDS = ("cumulative", "delta")
 
     _FIELDS = {
         "n": int, "temperature": float, "top_p": float, "top_k": int, "min_p": float,
@@ -58,7 +66,8 @@ class SamplingParams:
                  min_tokens: int = 0, repetition_penalty: float = 1.0,
                  frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                  stop_token_ids: Optional[Sequence[int]] = None, ignore_eos: bool = False,
-                 include_stop_str_in_output: bool = False, skip_special_tokens: bool = True):
+                 include_stop_str_in_output: bool = False, skip_special_tokens: bool = True,
+                 output_kind: str = "cumulative"):
         values = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                       max_tokens=max_tokens, seq_seed=seq_seed, n=n, min_tokens=min_tokens,
                       repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
@@ -85,11 +94,14 @@ class SamplingParams:
         core.logprobs = -1 if logprobs is None else _typed("logprobs", logprobs, int)
         if so_args is not None:
             core.so_args = _so_args(so_args)
+        if output_kind not in self._OUTPUT_KINDS:
+            raise ValueError(f"output_kind: expected one of {', '.join(self._OUTPUT_KINDS)}, got {output_kind!r}")
+        self.output_kind = output_kind
         core.validate()  # deepinfer.Error (a ValueError) naming the field
         self._core = core
 
     def __getattr__(self, name: str) -> Any:
-        if name == "_core":
+        if name in ("_core", "output_kind"):
             raise AttributeError(name)
         return getattr(self._core, name)
 
@@ -237,7 +249,7 @@ class OfflineEngine:
     def generate(self, prompts: Any, sampling_params: Union[None, SamplingParams, Sequence[SamplingParams]] = None
                  ) -> list:
         """Runs every prompt to completion; returns one RequestOutput per prompt, in input order."""
-        ids = self._add(prompts, sampling_params)
+        ids = self._add(prompts, sampling_params, stream=False)
         final = {}
         for out in self._updates(ids):
             if out.finished:
@@ -248,7 +260,7 @@ class OfflineEngine:
                ) -> Iterator:
         """Yields RequestOutput updates (delta_text / delta_token_ids of each sample) as the engine
         makes them; closing the generator early aborts the requests still running."""
-        ids = self._add(prompts, sampling_params)
+        ids = self._add(prompts, sampling_params, stream=True)
         yield from self._updates(ids)
 
     def abort(self, request_id: str) -> bool:
@@ -278,7 +290,7 @@ class OfflineEngine:
         return self._engine.max_model_len()
 
     # --- driving the engine -------------------------------------------------------------------
-    def _add(self, prompts: Any, sampling_params: Any) -> list:
+    def _add(self, prompts: Any, sampling_params: Any, stream: bool) -> list:
         items = _prompts(prompts)
         if sampling_params is None:
             params = [SamplingParams()] * len(items)
@@ -292,10 +304,14 @@ class OfflineEngine:
         for i, p in enumerate(params):
             if not isinstance(p, SamplingParams):
                 raise ValueError(f"sampling_params[{i}]: expected SamplingParams, got {type(p).__name__}")
-        return self._add_core(items, [p._core for p in params])
+        return self._add_core(items, [p._core for p in params],
+                              [stream and p.output_kind == "delta" for p in params])
 
-    def _add_core(self, prompts: list, params: list) -> list:
-        """Adds converted requests (_core.Prompt, _core.SamplingParams); all or none."""
+    def _add_core(self, prompts: list, params: list, delta: Optional[list] = None) -> list:
+        """Adds converted requests (_core.Prompt, _core.SamplingParams); all or none. delta[i]:
+        request i's updates carry only their new part (the engine copies the parameters when a
+        request is added, so setting the flag here, under the engine lock, touches no other
+        request made from the same SamplingParams)."""
         ids = []
         with self._engine_lock:
             try:
@@ -304,6 +320,7 @@ class OfflineEngine:
                     self._next_id += 1
                     with self._cond:
                         self._queues[rid] = collections.deque()
+                    p.delta_outputs = bool(delta[i]) if delta is not None else False
                     try:
                         ids.append(self._engine.add_request(prompt, p, rid))
                     except Error as e:

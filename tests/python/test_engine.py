@@ -129,6 +129,41 @@ def test_stream_deltas_add_up_to_generate(engine):
     assert ids == full.token_ids and text == full.text
 
 
+def test_delta_output_kind_streams_only_the_new_part(engine):
+    # output_kind="delta" (vLLM's RequestOutputKind.DELTA): every update's text / token_ids /
+    # logprobs hold only what it adds; joined, they are generate()'s whole output, and generate()
+    # with the same parameters still returns whole outputs.
+    sp = SamplingParams(temperature=0.7, seed=3, max_tokens=20, logprobs=1, output_kind="delta")
+    full = engine.generate("def fibonacci(n):", sp)[0]
+    assert len(full.outputs[0].token_ids) == 20 and len(full.outputs[0].logprobs) == 20
+    text, ids, lps, updates = "", [], [], 0
+    for upd in engine.stream("def fibonacci(n):", sp):
+        o = upd.outputs[0]
+        updates += 1
+        assert o.token_ids == o.delta_token_ids and o.text == o.delta_text
+        text += o.text
+        ids += o.token_ids
+        lps += [(lp.token_id, lp.logprob) for lp in o.logprobs]
+        last = upd
+    assert last.finished and updates > 1
+    assert ids == full.outputs[0].token_ids and text == full.outputs[0].text
+    assert lps == [(lp.token_id, lp.logprob) for lp in full.outputs[0].logprobs]
+    with pytest.raises(ValueError, match="output_kind"):
+        SamplingParams(output_kind="final")
+
+
+def test_engine_stats_count_the_run():
+    eng = OfflineEngine(num_threads=2, num_speculative_tokens=0, max_num_seqs=4)
+    outs = eng.generate(["def a():", "def b():", "x = 1"], SamplingParams(temperature=0, max_tokens=8,
+                                                                          ignore_eos=True))
+    st = eng.stats
+    assert sum(len(o.outputs[0].token_ids) for o in outs) == st.num_generated_tokens == 24
+    assert 1 <= st.num_prefill_steps <= st.num_steps <= st.num_step_seqs
+    assert st.num_running_seqs == 0 and st.num_waiting_seqs == 0
+    assert st.num_free_kv_blocks == st.num_kv_blocks  # nothing held after the run (no prefix reuse held)
+    assert st.spec_varlen == 0 and st.num_speculative_tokens == 0 and st.num_kv_block_copies == 0
+
+
 def test_abort_a_stream(engine):
     sp = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
     seen = 0

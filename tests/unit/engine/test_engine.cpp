@@ -296,8 +296,8 @@ TEST(Engine, DeltaOutputsCarryOnlyTheNewPartAndAddUpToTheWhole) {
       EXPECT_EQ(o.num_prompt_tokens, 5);
       ASSERT_EQ(o.outputs.size(), 2u);
       for (const CompletionOutput& c : o.outputs) {
-        EXPECT_TRUE(c.token_ids.empty()) << "update " << num_updates;
-        EXPECT_TRUE(c.text.empty());
+        EXPECT_EQ(c.token_ids, c.delta_token_ids) << "update " << num_updates;
+        EXPECT_EQ(c.text, c.delta_text);
         EXPECT_EQ(c.logprobs.size(), c.delta_token_ids.size()) << "update " << num_updates;
         entries_copied += c.logprobs.size();
         ids[c.index].insert(ids[c.index].end(), c.delta_token_ids.begin(), c.delta_token_ids.end());
