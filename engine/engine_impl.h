@@ -177,6 +177,9 @@ struct Engine::Impl {
   StepCost step_cost_;  // spec_varlen: from the step times measured so far (or given)
   std::vector<int> step_time_batches_;  // batches still to measure, ascending (grow_step_times)
   int draft_depth_ = 0;  // drafts the next proposal may make per sequence (update_draft_depth)
+  int num_depth_drops_ = 0;  // times update_draft_depth went from drafting to depth 0
+  // The factor the run's acceptance history fades by on a step without drafts (collect).
+  double undrafted_fade() const;
   // Accepted / verified drafts by draft position, decayed per verify step: the expected
   // survival choose_draft_depth reads.
   std::vector<double> accepted_decayed_, drafted_decayed_;

@@ -47,6 +47,7 @@
 // not applied ahead; spec_varlen 2 stays synchronous).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -386,8 +387,18 @@ void Engine::Impl::update_draft_depth() {
   // steps, while a real batch's sequences accept differently and finish apart (on the H200
   // at batch 8 the table promised ~1.1x, the run of 8 x 128 tokens gave 0.75x).
   constexpr double kMinDraftGain = 1.1;
+  const int before = draft_depth_;
   draft_depth_ = choose_draft_depth(run_survival(), std::max(scheduler_->num_running(), 1), spec_k_, step_cost_,
                                     config.async_scheduling, kMinDraftGain);
+  if (before > 0 && draft_depth_ == 0) ++num_depth_drops_;
+}
+
+double Engine::Impl::undrafted_fade() const {
+  // 0.9 per step at the first stop, its square root after the second, ..: every stop at depth
+  // 0 doubles the steps until the prior comes back (~17 steps from three drafted steps'
+  // history at the first; ~1,000 after the seventh). A bad start is retried soon; a batch where
+  // drafting truly does not pay is probed ever more rarely.
+  return std::pow(0.9, 1.0 / static_cast<double>(1 << std::min(std::max(num_depth_drops_ - 1, 0), 6)));
 }
 
 bool Engine::Impl::decode_only(const InFlight& step) {
