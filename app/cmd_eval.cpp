@@ -262,7 +262,10 @@ int eval_ppl(int argc, char** argv) {
       continue;
     }
     const json& w = want[id];
-    if (w.value("ppl_hex", "") != got["ppl_hex"] || w.value("num_tokens", 0) != got["num_tokens"].get<int>()) {
+    // Both sides as C++ values: string != json is ambiguous under C++20's rewritten operators
+    // with g++ 13 (nlohmann 3.11).
+    const std::string got_hex = got["ppl_hex"].get<std::string>();
+    if (w.value("ppl_hex", "") != got_hex || w.value("num_tokens", 0) != got["num_tokens"].get<int>()) {
       std::fprintf(stderr, "ppl baseline: %s: got ppl %.17g (%s, %d tokens), baseline %.17g (%s, %d tokens)\n",
                    id.c_str(), got["ppl"].get<double>(), got["ppl_hex"].get<std::string>().c_str(),
                    got["num_tokens"].get<int>(), w.value("ppl", 0.0), w.value("ppl_hex", "").c_str(),
