@@ -188,7 +188,8 @@ class Backend {
   // Per-head GEMM (MLA's absorbed W_UK / W_UV): out[t, h, :] = x[t, h, :] · w[h]^T.
   // x [T, heads, K] and out [T, heads, N] are 3-D views (last dim contiguous, any row and
   // head strides); w [heads, N, K] contiguous, unquantized. The default (backend/cpu/
-  // gemm_heads.cpp) runs one gemm per head; CUDA does all heads in one launch.
+  // gemm_heads.cpp) runs one gemm per head; the CPU backend all heads' column tiles in one
+  // threaded loop (same bits); CUDA does all heads in one launch.
   virtual void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out);
 
   // --- fused GEMMs (defaults in backend/cpu/fused_gemm.cpp compose the ops above) -------
@@ -474,6 +475,9 @@ class Backend {
 int64_t packed_row_bytes(Backend::FakeQuant kind, int64_t channels);
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
+// Throws unless x [T, heads, K], w [heads, N, K] and out [T, heads, N] fit gemm_heads
+// (backend/cpu/gemm_heads.cpp; shared by the default and the CPU backend's own).
+void check_gemm_heads(const Tensor& x, const Tensor& w, const Tensor& out);
 // Returns nullptr when deepinfer was built without CUDA; throws when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options = {});
 

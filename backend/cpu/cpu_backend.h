@@ -34,6 +34,9 @@ class CpuBackend final : public Backend {
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                     Tensor& out) override;
   void gemm(const Tensor& x, const Weight& w, Tensor& out) override;
+  // All heads in one threaded loop (Backend's default runs one gemm, one loop, per head);
+  // the same gemm_columns calls on the same column tiles, so the same bits.
+  void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;

@@ -18,6 +18,7 @@
 // among threads, so a row's result is bit-identical whatever else shares the call.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 #if defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -455,6 +456,31 @@ void CpuBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
            " must be [", xr.rows, ", ", w.w.shape[0], "] for x ", x.describe(), " and weight ",
            w.w.describe());
   gemm_threaded(*pool_, xr, w, orows);
+}
+
+void CpuBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
+  check_gemm_heads(x, w, out);
+  check_cpu(x, DType::F32, "gemm_heads x");
+  check_cpu(out, DType::F32, "gemm_heads out");
+  const int64_t heads = w.shape[0], N = w.shape[1], K = w.shape[2], T = x.shape[0];
+  std::vector<Weight> wh(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) {
+    wh[h].w = w.row(h);  // [N, K]
+    check_weight(wh[h], K, "gemm_heads weight");
+  }
+  // Head h of a [T, heads, D] view as rows [T, D] with the view's row stride.
+  auto head_rows = [](const Tensor& t, int64_t h) {
+    return Rows{static_cast<char*>(t.data) + h * t.stride[1] * 4, DType::F32, t.shape[0],
+                t.shape[2], t.stride[0]};
+  };
+  const int64_t tiles = (N + kTileN - 1) / kTileN;  // per head, as gemm_threaded cuts them
+  if (T == 0) return;
+  pool_->parallel_for(heads * tiles, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t h = i / tiles, t0 = (i % tiles) * kTileN;
+      gemm_columns(head_rows(x, h), wh[h], head_rows(out, h), t0, std::min(N, t0 + kTileN));
+    }
+  });
 }
 
 }  // namespace deepinfer::cpu

@@ -17,13 +17,17 @@ Tensor head_rows(const Tensor& t, int64_t h) {
 
 }  // namespace
 
-void Backend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
+void check_gemm_heads(const Tensor& x, const Tensor& w, const Tensor& out) {
   DI_CHECK(x.ndim == 3 && out.ndim == 3 && w.ndim == 3 && x.stride[2] == 1 && out.stride[2] == 1 &&
                w.is_contiguous() && x.shape[1] == w.shape[0] && out.shape[1] == w.shape[0] &&
                x.shape[0] == out.shape[0] && x.shape[2] == w.shape[2] && out.shape[2] == w.shape[1],
            "gemm_heads: x ", x.describe(), " (want [T, heads, K], last dim contiguous), w ",
            w.describe(), " (want contiguous [heads, N, K]) and out ", out.describe(),
            " (want [T, heads, N]) do not fit");
+}
+
+void Backend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
+  check_gemm_heads(x, w, out);
   for (int64_t h = 0; h < w.shape[0]; ++h) {
     Weight wh;
     wh.w = w.row(h);  // [N, K]

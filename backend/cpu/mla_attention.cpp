@@ -75,7 +75,18 @@ PagedView check_paged(const PagedKV& kv, int64_t num_tokens, const char* op) {
 
 namespace {
 
+// Heads of one token that share each cached row load (one task). Fewer tokens than threads
+// (decode) split a token's heads over the threads instead, so every thread works: each
+// (token, head) is computed alone in the same order either way, so the grouping never
+// changes a result.
 constexpr int64_t kHeadsPerTask = 8;
+
+int64_t heads_per_task(int64_t tokens, int64_t heads, int threads) {
+  const int64_t per = std::max<int64_t>(1, std::min(kHeadsPerTask, heads));
+  if (tokens * ((heads + per - 1) / per) >= threads) return per;
+  const int64_t groups = std::min(heads, (threads + tokens - 1) / tokens);  // per token
+  return (heads + groups - 1) / groups;
+}
 
 // softmax over scores[0, n) in place: exp(s - max), returns the sum (ascending order).
 float softmax_unnormalized(float* scores, int64_t n) {
@@ -138,13 +149,14 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
                             ? Selection{}
                             : check_indices(*indices, qv.T, [&](int64_t t) { return pv.ctx(t); }, op);
   const bool bf16 = kv.cache.dtype == DType::BF16;
-  const int64_t head_tasks = (qv.H + kHeadsPerTask - 1) / kHeadsPerTask;
+  const int64_t per_task = heads_per_task(qv.T, qv.H, pool.num_threads());
+  const int64_t head_tasks = (qv.H + per_task - 1) / per_task;
   pool.parallel_for(qv.T * head_tasks, 1, [&](int64_t b, int64_t e) {
     std::vector<int32_t> pos;
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / head_tasks;
-      const int64_t h0 = (task % head_tasks) * kHeadsPerTask;
-      const int64_t h1 = std::min(qv.H, h0 + kHeadsPerTask);
+      const int64_t h0 = (task % head_tasks) * per_task;
+      const int64_t h1 = std::min(qv.H, h0 + per_task);
       const int64_t n = positions_of(sel, t, pv.ctx(t), pos);
       float* scores = scratch_floats(3, static_cast<size_t>((h1 - h0) * std::max<int64_t>(n, 1)));
       float* rowbuf = scratch_floats(4, static_cast<size_t>(row_dim));

@@ -187,6 +187,30 @@ TEST(CpuGemm, EveryFp8CodeIsItsValueTimesTheScale) {
   }
 }
 
+// The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
+// Backend default, one gemm per head, on strided [T, heads, D] views (T = 1, 2 and 5).
+TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
+  const int64_t H = 3, N = 70, K = 40, D_in = 48, D_out = 80;
+  HostBuffer w = test::random_f32({H, N, K}, 31);
+  BackendOptions two;
+  two.num_threads = 2;
+  auto backend = make_cpu_backend(two);
+  for (int64_t T : {1, 2, 5}) {
+    HostBuffer x = test::random_f32({T, H, D_in}, 37);
+    Tensor xv = x.tensor();  // [T, H, K] inside rows of D_in
+    xv.shape[2] = K;
+    HostBuffer fused = test::f32_buffer({T, H, D_out}, NAN), ref = test::f32_buffer({T, H, D_out}, NAN);
+    Tensor fv = fused.tensor(), rv = ref.tensor();
+    fv.shape[2] = N;
+    rv.shape[2] = N;
+    backend->gemm_heads(xv, w.tensor(), fv);
+    backend->Backend::gemm_heads(xv, w.tensor(), rv);
+    for (int64_t i = 0; i < T * H; ++i)
+      ASSERT_EQ(std::memcmp(fused.ptr<float>() + i * D_out, ref.ptr<float>() + i * D_out, N * 4), 0)
+          << "T " << T << " row " << i;
+  }
+}
+
 TEST(CpuGemm, StridedRowsAndBadShapes) {
   auto backend = make_cpu_backend();
   TestWeight tw = make_weight(DType::F32, 8, 16, 1);
