@@ -44,7 +44,7 @@ ParameterCount v41_parameter_count(const DeepseekV41Config& c) {
 }
 
 int64_t v41_format_row_bytes(const KvGroupSpec& g) {
-  return g.activation_dtype ? g.row_bytes(DType::BF16) : g.row_dim;  // packed rows: bytes already
+  return g.row_bytes(DType::BF16);  // packed rows: U8, bytes already
 }
 
 std::string v41_summary(const DeepseekV41Config& c) {
