@@ -331,7 +331,10 @@ void DeepseekV41Model::block(int l, const StepBatch& batch, const StepHost& sh, 
     const int64_t cols = hashing_.cols(), hd = c.engram_head_dim;
     Tensor ids = engram_ids_.tensor().slice_rows(e * T * cols, (e + 1) * T * cols);
     DeviceBuffer rows = alloc(act_, {T * cols, hd}), kvb = alloc(DType::F32, {T, (hc + 1) * H});
-    be_.embedding(ids, L.engram_table, rows.tensor());
+    if (L.engram_scale.defined())
+      be_.embedding_fp8_rows(ids, L.engram_table, L.engram_scale, rows.tensor());
+    else
+      be_.embedding(ids, L.engram_table, rows.tensor());
     be_.gemm(rows.tensor().view({T, cols * hd}), L.engram_wkv, kvb.tensor());
     be_.engram_gate(streams.tensor(), kvb.tensor(), L.engram_weight, eps, streams.tensor());
   }

@@ -94,10 +94,19 @@ void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w) {
     const std::string tname = g + "embed.weight";
     Tensor t = ld.raw(tname, "Engram table");
     ld.check_dims(t, tname, {rows, hd}, "Engram table [sum of the layer's bucket primes, engram_head_dim]");
-    DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, "tensor '", ld.resolve(tname),
-             "' (Engram table) is ", dtype_name(t.dtype),
-             ": only F32/BF16 tables are read so far (FP8 with E8M0 scales is still to come)");
+    DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F8_E4M3,
+             "tensor '", ld.resolve(tname), "' (Engram table) is ", dtype_name(t.dtype),
+             ", expected F32, BF16 or F8_E4M3 (with an E8M0 scale per 32 channels)");
     L.engram_table = t;
+    if (t.dtype == DType::F8_E4M3) {  // its scales, mapped as they are (E8M0 bytes or F32)
+      const std::string sname = g + "embed.scale";
+      Tensor s = ld.raw(sname, "Engram table scales");
+      ld.check_dims(s, sname, {rows, hd / 32}, "Engram table scales [rows, engram_head_dim / 32]");
+      DI_CHECK(s.dtype == DType::F8_E8M0 || s.dtype == DType::U8 || s.dtype == DType::F32,
+               "tensor '", ld.resolve(sname), "' (Engram table scales) is ", dtype_name(s.dtype),
+               ", expected F8_E8M0, U8 (E8M0 bytes) or F32");
+      L.engram_scale = s;
+    }
     L.engram_wkv = ld.linear(g + "wkv", (hc + 1) * H, hashing.cols() * hd, "Engram key/value projection",
                              true);
     Tensor q = ld.f32(g + "q_weight", {hc, H}, "Engram q_weight [hc, hidden]");

@@ -42,11 +42,12 @@ struct V41Layer {
   Tensor gate_bias, gate_bias_vl;  // F32 [E]
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;  // undefined when n_shared_experts == 0
-  // Engram layer: `engram.embed.weight` [rows, engram_head_dim] F32/BF16 as mapped from the
+  // Engram layer: `engram.embed.weight` [rows, engram_head_dim] F32/BF16/F8_E4M3 as mapped from the
   // checkpoint (rows = the layer's bucket primes summed, engram_hash.h), `engram.wkv`
   // [(hc + 1) * H, cols * engram_head_dim], q_weight * k_weight (F32 [hc, H], used only as that
   // product).
   Tensor engram_table;
+  Tensor engram_scale;  // F8_E4M3 tables: `engram.embed.scale` [rows, head_dim / 32] (E8M0/F32)
   Weight engram_wkv;
   Tensor engram_weight;
 };

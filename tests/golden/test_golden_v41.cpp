@@ -4,7 +4,8 @@
 // (src/transformers/models/deepseek_v41/, in no transformers release; fp32, eager, through its
 // cache) on tiny random checkpoints made by tools/golden/v41_golden.py: fixtures/v41_tiny/ (BF16,
 // the PR's names) and fixtures/v41_fp8_fp4/ (the released names and formats: FP8 32x32 dense
-// linears, FP4 experts; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
+// linears, FP4 experts, Engram as v41_engram below with FP8 tables and an E8M0 scale per row and 32
+// channels; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
 // (window only; ratio-2 KV + index sources and a layer reading them; a second ratio-2 group; the
 // ratio-1 KV source that is the candidate source; a layer reading it; an index source reusing its
 // keys inside its candidate blocks); prompt 40 tokens, window 8. fixtures/v41_engram/ is v41_tiny's

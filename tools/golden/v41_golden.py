@@ -24,7 +24,12 @@ tested) + torch, on the CPU, fp32, eager.
             layers.N.ffn.experts.E.w1, embed, head, norm), quantization_config fp8 ue8m0 with 32x32 blocks at the
             top of the composite config; dense attention / shared-expert / indexer-query linears F8_E4M3 with
             E8M0 `.scale` per 32x32 block, routed experts FP4 e2m1 (I8, two per byte, low nibble first) with
-            E8M0 `.scale` per 32 along K; the reference runs on the DEQUANTIZED values; 16 greedy tokens.
+            E8M0 `.scale` per 32 along K; Engram as v41_engram with FP8 tables (E8M0 `.scale` per row and 32
+            channels, as the PR's DeepseekV41EngramEmbedding reads them); the reference runs on the DEQUANTIZED
+            values; 16 greedy tokens.
+  v41_engram  v41_tiny with Engram on layers 1 and 5 (ENGRAM below; BF16 tables) and 4 routed experts; the
+            compressed token map of a word-level tokenizer whose tokens collapse under the PR's normalisation
+            goes to engram_token_map.safetensors (tensor token_map, I32 [vocab]).
 
 reference.json: prompt_ids, logits (every prompt position, one-shot prefill through the PR's cache),
 greedy_ids, checks (chunked prefill vs one-shot, cached decode vs re-prefill, feature sensitivities, the
@@ -47,7 +52,7 @@ from safetensors.torch import save_file
 
 V41_FIXTURES = {
     "v41_tiny": dict(seed=4141, prompt_len=40, gen_len=32, quant=False),
-    "v41_fp8_fp4": dict(seed=4242, prompt_len=40, gen_len=16, quant=True),
+    "v41_fp8_fp4": dict(seed=4242, prompt_len=40, gen_len=16, quant=True, engram=True),
     "v41_engram": dict(seed=4343, prompt_len=40, gen_len=24, quant=False, engram=True),
 }
 # v41_engram: the v41_tiny schedule with Engram on layers 1 and 5 (2- to 4-grams, 2 heads, 32-dim rows,
@@ -143,6 +148,16 @@ def quantize_released(disk, back):
     out = {}
     for k, v in disk.items():
         o = released_name(k)
+        if o.endswith(".engram.embed.scale"):
+            continue  # written with its table
+        if o.endswith(".engram.embed.weight"):  # FP8 rows, an E8M0 scale per 32 channels (the PR's embedding)
+            rows, cols = v.shape
+            blocks = v.float().reshape(rows, cols // 32, 32)
+            exps = v4_golden.e8m0_scale(blocks.abs().amax(-1), 448.0)
+            q = (blocks / (2.0 ** (exps.float() - 127)).unsqueeze(-1)).to(torch.float8_e4m3fn)
+            out[o], out[o[:-len(".weight")] + ".scale"] = q.reshape(rows, cols), exps.view(torch.float8_e8m0fnu)
+            back[k] = (q.float() * (2.0 ** (exps.float() - 127)).unsqueeze(-1)).reshape(rows, cols)
+            continue
         if ".ffn.experts." in o and o.endswith(".weight"):
             q, sc = v4_golden.fp4_quant(v.float())
             out[o], out[o[:-len(".weight")] + ".scale"] = q, sc

@@ -1,6 +1,7 @@
 // DeepSeek-V4.1 Engram hashing against values the PR oracle printed (numpy 2.x in the oracle's venv):
 // numpy's PCG64 raw outputs, the per-layer hash multipliers (compute_hash_multipliers), the
-// bucket primes of the released layout (EngramLayout.from_config), and the gate op's host reference.
+// bucket primes of the released layout (EngramLayout.from_config), the gate op's host reference and
+// the FP8 table row gather.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -99,6 +100,32 @@ TEST(V41Engram, GateMatchesTheOraclesMath) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-6f) << i;
   be->engram_gate(ht, kvt, wt, 1e-6f, ht);  // in place
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(h[i], want[i], 1e-6f) << i;
+}
+
+TEST(V41Engram, Fp8RowsDequantizeWithTheirBlockScale) {
+  // e4m3 0x38 = 1, 0x40 = 2, 0xB8 = -1, 0x39 = 1.125; E8M0 128 = 2, 126 = 0.5.
+  std::vector<uint8_t> table(2 * 64, 0x38), scales = {128, 126, 127, 129};
+  table[64] = 0x40;       // row 1, channel 0
+  table[64 + 33] = 0xB8;  // row 1, channel 33 (block 1)
+  table[5] = 0x39;        // row 0, channel 5
+  std::vector<int32_t> ids = {1, 0, 1};
+  std::vector<float> out(3 * 64), fscales = {2.0f, 0.5f, 1.0f, 4.0f};
+  auto be = make_cpu_backend();
+  Tensor tt(table.data(), DType::F8_E4M3, {2, 64}), st(scales.data(), DType::U8, {2, 2}),
+      it(ids.data(), DType::I32, {3}), ot(out.data(), DType::F32, {3, 64});
+  be->embedding_fp8_rows(it, tt, st, ot);
+  EXPECT_EQ(out[0], 2.0f * 1.0f);    // row 1 block 0: 2 * 2^(127 - 127)
+  EXPECT_EQ(out[1], 1.0f);
+  EXPECT_EQ(out[33], -4.0f);         // row 1 block 1: -1 * 2^(129 - 127)
+  EXPECT_EQ(out[40], 4.0f);
+  EXPECT_EQ(out[64 + 5], 2.25f);     // row 0 block 0: 1.125 * 2
+  EXPECT_EQ(out[64 + 40], 0.5f);     // row 0 block 1: 1 * 0.5
+  EXPECT_EQ(out[128], out[0]);
+  Tensor ft(fscales.data(), DType::F32, {2, 2});  // F32 scales read alike
+  std::vector<float> out2(3 * 64);
+  Tensor ot2(out2.data(), DType::F32, {3, 64});
+  be->embedding_fp8_rows(it, tt, ft, ot2);
+  EXPECT_EQ(out, out2);
 }
 
 }  // namespace
