@@ -5,6 +5,7 @@
 
 #include "io/safetensors.h"
 #include "model/deepseek_v4/info.h"
+#include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
 #include "model/deepseek_v41/weights.h"
 
@@ -39,6 +40,16 @@ ParameterCount v41_parameter_count(const DeepseekV41Config& c) {
     if (c.is_index_source(l)) layer += nh * di * ql + nh * H;
     p.total += layer + (E + S) * expert;
     p.active_per_token += layer + (K + S) * expert;
+  }
+  // Engram: the tables (rows = the layer's bucket primes summed), wkv and q/k weights; a token
+  // reads one row per hash column.
+  if (!c.engram_layers.empty()) {
+    const EngramHashing h = make_engram_hashing(c, 0);
+    const int64_t hd = c.engram_head_dim, proj = (hc + 1) * H * h.cols() * hd + 2 * hc * H;
+    for (size_t e = 0; e < c.engram_layers.size(); ++e) {
+      p.total += h.rows[e] * hd + proj;
+      p.active_per_token += h.cols() * hd + proj;
+    }
   }
   return p;
 }

@@ -269,7 +269,8 @@ DeviceBuffer DeepseekV41Model::engram_rows(const StepBatch& batch, const StepHos
   std::vector<int64_t> first(static_cast<size_t>(batch.num_seqs) + 1, 0);
   for (int64_t s = 0; s < batch.num_seqs; ++s) {
     const int64_t nq = batch.host_query_start[s + 1] - batch.host_query_start[s];
-    const int64_t p0 = batch.host_seq_lens[s] - nq, back = std::min<int64_t>(p0, n - 1);
+    const int64_t p0 = batch.host_seq_lens[s] - nq,
+                  back = nq == 0 ? 0 : std::min<int64_t>(p0, n - 1);
     const StepHost::Rows rows = sh.rows(layout_.engram, s, cache, name);
     for (int64_t p = p0 - back; p < p0; ++p) slots.push_back(rows.slot(p));
     first[static_cast<size_t>(s) + 1] = static_cast<int64_t>(slots.size());
