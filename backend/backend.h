@@ -397,6 +397,16 @@ class Backend {
                       const HyperConnectionParams& params, Tensor& pre, Tensor& post, Tensor& comb);
   // out [T, H] = sum_k pre[t, k] streams[t, k, :]; streams [T, hc, H], pre [T, hc] (F32).
   virtual void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out);
+  // V4.1 Engram's gated write into the streams: kv [T, (hc + 1) * H] (F32) holds the hc keys then the
+  // value; weight F32 [hc, H] (q_weight * k_weight). Per token t and stream k, with h = streams[t, k]:
+  //   dot  = sum(h * weight[k] * key[k]) * rsqrt(mean(h^2) + eps) * rsqrt(mean(key[k]^2) + eps) / sqrt(H)
+  //   gate = sigmoid(sign(dot) * sqrt(max(|dot|, 1e-6)))  (sign(+-0) = +)
+  //   out[t, k] = h + gate * value.   streams, out F32 [T, hc, H] (out may be streams).
+  virtual void engram_gate(const Tensor& streams, const Tensor& kv, const Tensor& weight, float eps, Tensor& out);
+  // A row gather from an FP8 table with a scale per 32 channels (V4.1's Engram tables as released):
+  // out F32 [N, C] = e4m3(table[ids[n], c]) * scale(ids[n], c / 32); table F8_E4M3 [R, C] (C % 32 == 0),
+  // scales [R, C / 32] E8M0 bytes (F8_E8M0 or U8: 2^(b - 127)) or F32; ids I32 [N] in [0, R).
+  virtual void embedding_fp8_rows(const Tensor& ids, const Tensor& table, const Tensor& scales, Tensor& out);
   // The lightning indexer's scores as indexer_topk computes them, all kept: scores F32 [T, S],
   // -inf for the keys s >= (positions[t] + 1) / ratio a query does not see.
   virtual void indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights,

@@ -248,6 +248,17 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   require(v.engram_compressed_vocab_size > 0, src, "engram_compressed_vocab_size", "must be > 0");
   require(v.engram_pad_id >= 0 && v.engram_pad_id < v.base.vocab_size, src, "engram_pad_id",
           str(v.engram_pad_id) + " is not a token id (vocab_size " + str(v.base.vocab_size) + ")");
+  // The step's compressed ids live in an F32 cache (kv_layout.h): exact below 2^24.
+  require(v.engram_compressed_vocab_size <= (int64_t{1} << 24), src, "engram_compressed_vocab_size",
+          str(v.engram_compressed_vocab_size) + " exceeds 2^24 (the ids are cached as F32)");
+  require(v.engram_layers.empty() || v.engram_compressed_vocab_size <= v.base.vocab_size, src, "engram_compressed_vocab_size",
+          str(v.engram_compressed_vocab_size) + " exceeds vocab_size " + str(v.base.vocab_size) +
+              " (the map only merges tokens)");
+  for (size_t i = 0; i < v.engram_layers.size(); ++i)
+    require(v.engram_num_embeddings[i] > 0 && v.engram_num_embeddings[i] < (int64_t{1} << 31), src,
+            "engram_num_embeddings",
+            "table of Engram layer " + str(v.engram_layers[i]) + " has " +
+                str(v.engram_num_embeddings[i]) + " rows (needs 1 .. 2^31 - 1)");
 
   // DSpark (read for `deepinfer info`; the drafter is not run yet).
   v.dspark_block_size = f.small_int("dspark_block_size", 5);

@@ -39,7 +39,7 @@ struct DeepseekV41Config : V4FamilyConfig {
   int64_t candidate_topk_blocks = 2048;
   int64_t candidate_block_size = 8;
   double gate_temp = 1.0;
-  // Engram n-gram memory (not run yet: a model with Engram layers is refused at load).
+  // Engram n-gram memory (engram_hash.h; its tables must have the rows its bucket primes give).
   std::vector<int> engram_layers;
   std::vector<int64_t> engram_num_embeddings;  // table rows, one per Engram layer
   int64_t engram_vocab_size = 16000000;

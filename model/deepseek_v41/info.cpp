@@ -5,6 +5,7 @@
 
 #include "io/safetensors.h"
 #include "model/deepseek_v4/info.h"
+#include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
 #include "model/deepseek_v41/weights.h"
 
@@ -40,11 +41,21 @@ ParameterCount v41_parameter_count(const DeepseekV41Config& c) {
     p.total += layer + (E + S) * expert;
     p.active_per_token += layer + (K + S) * expert;
   }
+  // Engram: the tables (rows = the layer's bucket primes summed), wkv and q/k weights; a token
+  // reads one row per hash column.
+  if (!c.engram_layers.empty()) {
+    const EngramHashing h = make_engram_hashing(c, 0);
+    const int64_t hd = c.engram_head_dim, proj = (hc + 1) * H * h.cols() * hd + 2 * hc * H;
+    for (size_t e = 0; e < c.engram_layers.size(); ++e) {
+      p.total += h.rows[e] * hd + proj;
+      p.active_per_token += h.cols() * hd + proj;
+    }
+  }
   return p;
 }
 
 int64_t v41_format_row_bytes(const KvGroupSpec& g) {
-  return g.activation_dtype ? g.row_bytes(DType::BF16) : g.row_dim;  // packed rows: bytes already
+  return g.row_bytes(DType::BF16);  // packed rows: U8, bytes already
 }
 
 std::string v41_summary(const DeepseekV41Config& c) {

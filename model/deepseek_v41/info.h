@@ -15,7 +15,7 @@ namespace deepinfer {
 class CheckpointReader;
 
 // Parameters of the main layers as the checkpoint holds them (every tensor but FP8/FP4 scales and
-// the routers' selection biases); Engram tables and the DSpark blocks are not counted yet.
+// the routers' selection biases, the Engram tables' scales); the DSpark blocks are not counted yet.
 ParameterCount v41_parameter_count(const DeepseekV41Config& config);
 // Bytes one row of a KV group takes: the packed rows of kv_layout.h as they are (window FP8 with an
 // E8M0 scale per 32, compressed entries FP4 with an e4m3 scale per 16, indexer keys FP4 with an

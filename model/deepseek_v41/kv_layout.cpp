@@ -44,6 +44,17 @@ V41KvLayout v41_kv_layout(const DeepseekV41Config& c) {
     if (g.ratio > 1)
       g.pending = add("pending" + tag, count[r], 2 * c.head_dim, 1, g.ratio, nullptr);
   }
+  if (!c.engram_layers.empty()) {
+    KvGroupSpec g;
+    g.name = "engram_tokens";
+    g.num_layers = 1;
+    g.row_dim = 1;
+    g.activation_dtype = false;
+    g.dtype = DType::F32;
+    g.window = c.engram_max_ngram_size;
+    out.groups.push_back(g);
+    out.engram = static_cast<int>(out.groups.size()) - 1;
+  }
   for (int l = 0; l < c.num_layers(); ++l) {
     int ratio = V41KvLayout::kNone, slot = V41KvLayout::kNone;
     if (c.ratio(l) > 0) {

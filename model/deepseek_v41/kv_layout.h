@@ -5,7 +5,10 @@
 //                       layers shares, one row per R tokens;
 //   "indexer_keys_r<R>" the same sources: the indexer keys (index_head_dim) of those entries;
 //   "pending_r<R>"      (R > 1) the same sources: each token's compressor inputs [kv D | gate D],
-//                       window R: the tokens of the group not yet complete.
+//                       window R: the tokens of the group not yet complete;
+//   "engram_tokens"     (Engram layers only) each token's compressed id (engram_hash.h), one F32
+//                       per row (exact below 2^24), window engram_max_ngram_size: the n-gram
+//                       look-back of the next step's first token.
 // Only source layers hold compressed rows: the layers up to the next source read their source's.
 // The window, compressed and indexer-key rows are U8 rows in their cache formats
 // (Backend::store_packed_rows): window FP8 e4m3 with an E8M0 scale per 32 (head_dim 512: 528 B),
@@ -30,6 +33,7 @@ struct V41KvLayout {
     int compressed = kNone, indexer_keys = kNone, pending = kNone;  // group indices
   };
   int window = kNone;
+  int engram = kNone;  // "engram_tokens"
   std::vector<Ratio> ratios;
   // Per model layer (ratio > 0): which ratios[] entry and which layer of its groups holds the
   // compressed rows it reads (its KV source's); kNone for window-only layers.

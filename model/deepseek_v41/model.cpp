@@ -35,9 +35,15 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
            ": deepseek_v41 runs on the CPU backend only so far (F32; its CUDA kernels are still to "
            "come), not on ",
            be_.name());
-  DI_CHECK(config_.engram_layers.empty(), config_.base.source,
-           ": field 'engram_layer_ids': Engram layers are not supported yet (set it to [] for a "
-           "model without them)");
+  engram_index_.assign(static_cast<size_t>(config_.num_layers()), -1);
+  if (!config_.engram_layers.empty()) {
+    DI_CHECK(static_cast<int64_t>(w_.engram_token_map.size()) == config_.base.vocab_size,
+             config_.base.source, ": Engram layers need the compressed token map (weights.h)");
+    hashing_ = make_engram_hashing(
+        config_, w_.engram_token_map[static_cast<size_t>(config_.engram_pad_id)]);
+    for (size_t e = 0; e < config_.engram_layers.size(); ++e)
+      engram_index_[static_cast<size_t>(config_.engram_layers[e])] = static_cast<int>(e);
+  }
   int max_ratio = 1;
   for (const V41KvLayout::Ratio& r : layout_.ratios) max_ratio = std::max(max_ratio, r.ratio);
   HostBuffer zeros(DType::F32, {max_ratio, config_.head_dim});
@@ -245,6 +251,65 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
   }
 }
 
+DeviceBuffer DeepseekV41Model::engram_rows(const StepBatch& batch, const StepHost& sh,
+                                          KvCaches& kv) {
+  const int64_t T = batch.num_tokens, nE = static_cast<int64_t>(config_.engram_layers.size());
+  const int n = hashing_.max_ngram, cols = hashing_.cols();
+  const Tensor& cache = kv[static_cast<size_t>(layout_.engram)][0];
+  const std::string& name = layout_.groups[static_cast<size_t>(layout_.engram)].name;
+  std::vector<int64_t> cid(static_cast<size_t>(T));
+  HostBuffer cid_f(DType::F32, {T, 1});
+  for (int64_t t = 0; t < T; ++t) {
+    cid[static_cast<size_t>(t)] =
+        w_.engram_token_map[static_cast<size_t>(sh.token_ids[static_cast<size_t>(t)])];
+    cid_f.ptr<float>()[t] = static_cast<float>(cid[static_cast<size_t>(t)]);
+  }
+  // The look-back before each sequence's first new token: up to N - 1 cached ids.
+  std::vector<int32_t> slots;
+  std::vector<int64_t> first(static_cast<size_t>(batch.num_seqs) + 1, 0);
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    const int64_t nq = batch.host_query_start[s + 1] - batch.host_query_start[s];
+    const int64_t p0 = batch.host_seq_lens[s] - nq,
+                  back = nq == 0 ? 0 : std::min<int64_t>(p0, n - 1);
+    const StepHost::Rows rows = sh.rows(layout_.engram, s, cache, name);
+    for (int64_t p = p0 - back; p < p0; ++p) slots.push_back(rows.slot(p));
+    first[static_cast<size_t>(s) + 1] = static_cast<int64_t>(slots.size());
+  }
+  std::vector<float> prior(slots.size());
+  if (!slots.empty()) {
+    DeviceBuffer ids = v4_family::upload_i32(be_, slots);
+    DeviceBuffer got = alloc(DType::F32, {static_cast<int64_t>(slots.size()), 1});
+    be_.embedding(ids.tensor(), cache_rows(cache), got.tensor());
+    Tensor host(prior.data(), DType::F32, {static_cast<int64_t>(prior.size()), 1});
+    be_.copy(got.tensor(), host);
+  }
+  DeviceBuffer step_ids = alloc(DType::F32, {T, 1});
+  be_.copy(cid_f.tensor(), step_ids.tensor());
+  v4_family::store_rows(be_, step_ids.tensor(), cache,
+                        batch.kv_groups[static_cast<size_t>(layout_.engram)].slot_mapping);
+  std::vector<int32_t> out(static_cast<size_t>(nE * T * cols));
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1];
+    const int64_t p0 = batch.host_seq_lens[s] - (t1 - t0);
+    const int64_t f0 = first[static_cast<size_t>(s)], nb = first[static_cast<size_t>(s) + 1] - f0;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p = p0 + (t - t0);
+      int have = 0;
+      for (; have < n && p - have >= 0; ++have) {
+        const int64_t q = p - have;  // the position `have` tokens back
+        ids[static_cast<size_t>(have)] =
+            q >= p0 ? cid[static_cast<size_t>(t0 + q - p0)]
+                    : static_cast<int64_t>(prior[static_cast<size_t>(f0 + nb - (p0 - q))]);
+      }
+      for (int64_t e = 0; e < nE; ++e)
+        hashing_.hash(static_cast<int>(e), ids.data(), have,
+                      out.data() + (e * T + t) * cols);
+    }
+  }
+  return v4_family::upload_i32(be_, out);
+}
+
 void DeepseekV41Model::block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
                              std::vector<SeqChoice>& choice, DeviceBuffer& streams,
                              DeviceBuffer& next, DeviceBuffer& pre) {
@@ -262,6 +327,18 @@ void DeepseekV41Model::block(int l, const StepBatch& batch, const StepHost& sh, 
   const bool compressed = c.ratio(l) > 0;
   const Tensor& table = compressed ? rope_.compress.tensor() : rope_.main.tensor();
   const Tensor& inv = compressed ? rope_.compress_inv.tensor() : rope_.main_inv.tensor();
+  if (const int e = engram_index_[static_cast<size_t>(l)]; e >= 0) {
+    // --- Engram: the n-gram rows -> hc keys + one value -> gated into every stream.
+    const int64_t cols = hashing_.cols(), hd = c.engram_head_dim;
+    Tensor ids = engram_ids_.tensor().slice_rows(e * T * cols, (e + 1) * T * cols);
+    DeviceBuffer rows = alloc(act_, {T * cols, hd}), kvb = alloc(DType::F32, {T, (hc + 1) * H});
+    if (L.engram_scale.defined())
+      be_.embedding_fp8_rows(ids, L.engram_table, L.engram_scale, rows.tensor());
+    else
+      be_.embedding(ids, L.engram_table, rows.tensor());
+    be_.gemm(rows.tensor().view({T, cols * hd}), L.engram_wkv, kvb.tensor());
+    be_.engram_gate(streams.tensor(), kvb.tensor(), L.engram_weight, eps, streams.tensor());
+  }
   // --- attention site: this site's mixes; the streams collapse with the previous site's pre.
   be_.hc_mix(streams.tensor(), L.hc_attn.fn, L.hc_attn.base, L.hc_attn.scale, hp, attn_pre.tensor(),
              post.tensor(), comb.tensor());
@@ -332,6 +409,7 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
     for (int64_t i = 0; i < T * hc; ++i) one_hot.ptr<float>()[i] = i % hc == 0 ? 1.0f : 0.0f;
     be_.copy(one_hot.tensor(), pre.tensor());
   }
+  if (!c.engram_layers.empty()) engram_ids_ = engram_rows(batch, sh, kv);
   std::vector<SeqChoice> choice(static_cast<size_t>(batch.num_seqs));
   for (int l = 0; l < c.num_layers(); ++l) block(l, batch, sh, kv, choice, streams, next, pre);
   if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);

@@ -16,12 +16,18 @@
 //              in between reuse the last source's choice; each query attends its window rows plus
 //              the chosen entries, with its head's sink;
 //  logits:     only at batch.logits_indices.
-// Engram layers and the DSpark drafter are not run yet (loading a config with Engram layers fails).
+//  Engram:     per step, each token's compressed id (the token map) goes to the "engram_tokens"
+//              cache; its 2..N-gram hash rows (engram_hash.h, the look-back read from that cache, cut at
+//              the sequence start) are gathered from each Engram layer's table, projected by wkv into
+//              hc keys and one value, and added to every stream gated by engram_gate, before the
+//              layer's first hyper-connection site.
+// The DSpark drafter is not run yet.
 #pragma once
 #include <vector>
 
 #include "model/deepseek_v4/step_ops.h"
 #include "model/deepseek_v41/config.h"
+#include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
 #include "model/deepseek_v41/weights.h"
 #include "model/model.h"
@@ -70,6 +76,9 @@ class DeepseekV41Model : public Model {
   void block(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
              std::vector<SeqChoice>& choice, DeviceBuffer& streams, DeviceBuffer& next,
              DeviceBuffer& pre);
+  // The step's Engram rows, I32 [engram layers * T * cols] (layer-major), after caching the step's
+  // compressed ids.
+  DeviceBuffer engram_rows(const StepBatch& batch, const StepHost& sh, KvCaches& kv);
 
   DeepseekV41Config config_;
   V41Weights w_;
@@ -78,7 +87,10 @@ class DeepseekV41Model : public Model {
   V41KvLayout layout_;
   v4_family::RopeTables rope_;
   StepArena arena_;
-  DeviceBuffer zero_ape_;  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
+  DeviceBuffer zero_ape_;
+  EngramHashing hashing_;
+  std::vector<int> engram_index_;  // per layer: its index in engram_layers, -1: none
+  DeviceBuffer engram_ids_;        // this step's engram_rows  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
 };
 
 }  // namespace deepinfer

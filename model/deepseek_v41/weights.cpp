@@ -2,8 +2,12 @@
 
 #include <cmath>
 
+#include <filesystem>
+#include <set>
+
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v4/tensor_loader.h"
 
 namespace deepinfer {
@@ -75,6 +79,86 @@ void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w) {
     if (c.base.n_shared_experts > 0) L.shared = ld.shared_expert(f);
     w.layers.push_back(std::move(L));
   }
+  const EngramHashing hashing = make_engram_hashing(c, 0);
+  const int64_t hc = c.hc_mult, hd = c.engram_head_dim;
+  for (size_t e = 0; e < c.engram_layers.size(); ++e) {
+    const int l = c.engram_layers[e];
+    const std::string g = "layers." + std::to_string(l) + ".engram.";
+    V41Layer& L = w.layers[static_cast<size_t>(l)];
+    const int64_t rows = hashing.rows[e];
+    DI_CHECK(c.engram_num_embeddings[e] == rows, c.base.source,
+             ": field 'engram_num_embeddings': Engram layer ", l, " has ",
+             c.engram_num_embeddings[e], " rows but its bucket primes (engram_vocab_size ",
+             c.engram_vocab_size, ", ", c.engram_max_ngram_size - 1, " n-gram sizes x ",
+             c.engram_n_heads, " heads) address ", rows);
+    const std::string tname = g + "embed.weight";
+    Tensor t = ld.raw(tname, "Engram table");
+    ld.check_dims(t, tname, {rows, hd}, "Engram table [sum of the layer's bucket primes, engram_head_dim]");
+    DI_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::F8_E4M3,
+             "tensor '", ld.resolve(tname), "' (Engram table) is ", dtype_name(t.dtype),
+             ", expected F32, BF16 or F8_E4M3 (with an E8M0 scale per 32 channels)");
+    L.engram_table = t;
+    if (t.dtype == DType::F8_E4M3) {  // its scales, mapped as they are (E8M0 bytes or F32)
+      const std::string sname = g + "embed.scale";
+      Tensor s = ld.raw(sname, "Engram table scales");
+      ld.check_dims(s, sname, {rows, hd / 32}, "Engram table scales [rows, engram_head_dim / 32]");
+      DI_CHECK(s.dtype == DType::F8_E8M0 || s.dtype == DType::U8 || s.dtype == DType::F32,
+               "tensor '", ld.resolve(sname), "' (Engram table scales) is ", dtype_name(s.dtype),
+               ", expected F8_E8M0, U8 (E8M0 bytes) or F32");
+      L.engram_scale = s;
+    }
+    L.engram_wkv = ld.linear(g + "wkv", (hc + 1) * H, hashing.cols() * hd, "Engram key/value projection",
+                             true);
+    Tensor q = ld.f32(g + "q_weight", {hc, H}, "Engram q_weight [hc, hidden]");
+    Tensor k = ld.f32(g + "k_weight", {hc, H}, "Engram k_weight [hc, hidden]");
+    auto b = std::make_shared<HostBuffer>(DType::F32, std::vector<int64_t>{hc, H});
+    for (int64_t i = 0; i < hc * H; ++i)
+      b->ptr<float>()[i] = q.ptr<const float>()[i] * k.ptr<const float>()[i];
+    w.owners.push_back(b);
+    L.engram_weight = b->tensor();
+  }
+}
+
+// Checks `map` (vocab_size ids) against the config; `what` names its source.
+void check_token_map(const DeepseekV41Config& c, const std::vector<int32_t>& map,
+                     const std::string& what) {
+  DI_CHECK(static_cast<int64_t>(map.size()) == c.base.vocab_size, what, " has ", map.size(),
+           " entries, expected vocab_size ", c.base.vocab_size);
+  std::set<int32_t> distinct;
+  for (int32_t v : map) {
+    DI_CHECK(v >= 0 && v < c.engram_compressed_vocab_size, what, ": compressed id ", v,
+             " outside [0, engram_compressed_vocab_size ", c.engram_compressed_vocab_size, ")");
+    distinct.insert(v);
+  }
+  DI_CHECK(static_cast<int64_t>(distinct.size()) == c.engram_compressed_vocab_size, what, " has ",
+           distinct.size(), " distinct compressed ids but engram_compressed_vocab_size is ",
+           c.engram_compressed_vocab_size, " (the hash multipliers derive from it)");
+}
+
+std::vector<int32_t> read_token_map(const DeepseekV41Config& c, const CheckpointReader& main) {
+  auto read = [&](const CheckpointReader& r, const std::string& name) {
+    const Tensor t = r.tensor(name);
+    const std::string what = "tensor '" + name + "' of " + r.path();
+    DI_CHECK(t.ndim == 1 && (t.dtype == DType::I32 || t.dtype == DType::I64), what,
+             " (the Engram token map) must be I32/I64 [vocab_size], got ", t.describe());
+    std::vector<int32_t> map(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      map[static_cast<size_t>(i)] = t.dtype == DType::I32
+                                        ? t.ptr<const int32_t>()[i]
+                                        : static_cast<int32_t>(t.ptr<const int64_t>()[i]);
+    check_token_map(c, map, what);
+    return map;
+  };
+  if (main.has("engram.token_map")) return read(main, "engram.token_map");
+  namespace fs = std::filesystem;
+  fs::path dir(main.path());
+  if (!fs::is_directory(dir)) dir = dir.parent_path();
+  const fs::path side = dir / "engram_token_map.safetensors";
+  DI_CHECK(fs::exists(side), main.path(),
+           ": Engram layers need the compressed token map: neither tensor 'engram.token_map' nor ",
+           side.string(), " (tensor 'token_map', I32 [vocab_size]) exists");
+  const CheckpointReader r = CheckpointReader::open(side.string());
+  return read(r, "token_map");
 }
 
 }  // namespace
@@ -85,6 +169,7 @@ V41Weights load_v41_weights(const DeepseekV41Config& c,
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   V4TensorLoader ld(c, reader, w.owners, pr_name);
   load(c, ld, w);
+  if (!c.engram_layers.empty()) w.engram_token_map = read_token_map(c, *reader);
   return w;
 }
 
@@ -142,6 +227,15 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
       lay.linear(f + "shared_experts.w2", H, I);
     }
   }
+  const EngramHashing hashing = make_engram_hashing(c, 0);
+  for (size_t e = 0; e < c.engram_layers.size(); ++e) {
+    const std::string g = "layers." + std::to_string(c.engram_layers[e]) + ".engram.";
+    lay.add(g + "embed.weight", lay.dense_dtype(), {hashing.rows[e], c.engram_head_dim},
+            {1.0f, 0.0f});
+    lay.linear(g + "wkv", (hc + 1) * H, hashing.cols() * c.engram_head_dim, false);
+    lay.add(g + "q_weight", DType::F32, {hc, H}, {0.3f, 1.0f});
+    lay.add(g + "k_weight", DType::F32, {hc, H}, {0.3f, 1.0f});
+  }
   return lay.take();
 }
 
@@ -153,6 +247,8 @@ V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType w
   V4TensorLoader ld(c, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners,
                     pr_name);
   load(c, ld, w);
+  for (int64_t i = 0; i < c.base.vocab_size && !c.engram_layers.empty(); ++i)
+    w.engram_token_map.push_back(static_cast<int32_t>(i % c.engram_compressed_vocab_size));
   return w;
 }
 

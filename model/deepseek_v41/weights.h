@@ -42,6 +42,14 @@ struct V41Layer {
   Tensor gate_bias, gate_bias_vl;  // F32 [E]
   std::vector<ExpertWeights> experts;
   ExpertWeights shared;  // undefined when n_shared_experts == 0
+  // Engram layer: `engram.embed.weight` [rows, engram_head_dim] F32/BF16/F8_E4M3 as mapped from the
+  // checkpoint (rows = the layer's bucket primes summed, engram_hash.h), `engram.wkv`
+  // [(hc + 1) * H, cols * engram_head_dim], q_weight * k_weight (F32 [hc, H], used only as that
+  // product).
+  Tensor engram_table;
+  Tensor engram_scale;  // F8_E4M3 tables: `engram.embed.scale` [rows, head_dim / 32] (E8M0/F32)
+  Weight engram_wkv;
+  Tensor engram_weight;
 };
 
 struct V41Weights {
@@ -49,11 +57,18 @@ struct V41Weights {
   std::vector<V41Layer> layers;
   Tensor norm;                                // F32 [H]
   Weight head;                                // [V, H]
+  // Engram: token id -> compressed id (vocab_size entries), from engram_token_map.safetensors
+  // (tensor `token_map`, I32/I64 [vocab_size]) beside the checkpoint or a checkpoint tensor
+  // `engram.token_map`; the PR derives it from the tokenizer (engram_hash.h). Random weights:
+  // id % engram_compressed_vocab_size.
+  std::vector<int32_t> engram_token_map;
   std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
 };
 
-// Reads every main-layer tensor (the DSpark blocks mtp.* and Engram tables are not read yet).
-// Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the wrong shape.
+// Reads every main-layer tensor and the Engram tables and token map (the DSpark blocks mtp.* are
+// not read yet). Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the
+// wrong shape, an Engram table whose rows do not match its bucket primes, a token map of the wrong
+// size or whose distinct ids are not engram_compressed_vocab_size.
 V41Weights load_v41_weights(const DeepseekV41Config& config,
                             std::shared_ptr<const CheckpointReader> reader);
 

@@ -4,10 +4,16 @@
 // (src/transformers/models/deepseek_v41/, in no transformers release; fp32, eager, through its
 // cache) on tiny random checkpoints made by tools/golden/v41_golden.py: fixtures/v41_tiny/ (BF16,
 // the PR's names) and fixtures/v41_fp8_fp4/ (the released names and formats: FP8 32x32 dense
-// linears, FP4 experts; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
+// linears, FP4 experts, Engram as v41_engram below with FP8 tables and an E8M0 scale per row and 32
+// channels; the oracle ran on the dequantized values). Every V4.1 layer kind is in it
 // (window only; ratio-2 KV + index sources and a layer reading them; a second ratio-2 group; the
 // ratio-1 KV source that is the candidate source; a layer reading it; an index source reusing its
-// keys inside its candidate blocks); prompt 40 tokens, window 8.
+// keys inside its candidate blocks); prompt 40 tokens, window 8. fixtures/v41_engram/ is v41_tiny's
+// schedule (4 experts) with Engram on layers 1 and 5 (2- to 4-grams, 2 heads, BF16 tables of 304 and
+// 462 rows, the compressed token map of a word-level tokenizer whose tokens collapse under the PR's
+// normalisation as engram_token_map.safetensors): the Engram code of the same UNMERGED PR made it
+// (its build_compressed_token_map, numpy-PCG64 multipliers, DeepseekV41NgramHashState, DeepseekV41Engram);
+// the oracle's logits move by up to 9.5 with Engram skipped (reference.json checks).
 //  1. whole-prompt prefill: every position's logits within 1e-4 * max(1, max |oracle|);
 //  2. greedy tokens decoded one at a time through the paged cache identical to the oracle's, each
 //     8th step's logits bit-equal to a whole re-prefill's last row, window groups holding a bounded
@@ -166,7 +172,7 @@ TEST_P(GoldenV41, RandomWeightsLoadAndRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41_fp8_fp4"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
 
 }  // namespace
 }  // namespace deepinfer

@@ -24,7 +24,12 @@ tested) + torch, on the CPU, fp32, eager.
             layers.N.ffn.experts.E.w1, embed, head, norm), quantization_config fp8 ue8m0 with 32x32 blocks at the
             top of the composite config; dense attention / shared-expert / indexer-query linears F8_E4M3 with
             E8M0 `.scale` per 32x32 block, routed experts FP4 e2m1 (I8, two per byte, low nibble first) with
-            E8M0 `.scale` per 32 along K; the reference runs on the DEQUANTIZED values; 16 greedy tokens.
+            E8M0 `.scale` per 32 along K; Engram as v41_engram with FP8 tables (E8M0 `.scale` per row and 32
+            channels, as the PR's DeepseekV41EngramEmbedding reads them); the reference runs on the DEQUANTIZED
+            values; 16 greedy tokens.
+  v41_engram  v41_tiny with Engram on layers 1 and 5 (ENGRAM below; BF16 tables) and 4 routed experts; the
+            compressed token map of a word-level tokenizer whose tokens collapse under the PR's normalisation
+            goes to engram_token_map.safetensors (tensor token_map, I32 [vocab]).
 
 reference.json: prompt_ids, logits (every prompt position, one-shot prefill through the PR's cache),
 greedy_ids, checks (chunked prefill vs one-shot, cached decode vs re-prefill, feature sensitivities, the
@@ -47,8 +52,39 @@ from safetensors.torch import save_file
 
 V41_FIXTURES = {
     "v41_tiny": dict(seed=4141, prompt_len=40, gen_len=32, quant=False),
-    "v41_fp8_fp4": dict(seed=4242, prompt_len=40, gen_len=16, quant=True),
+    "v41_fp8_fp4": dict(seed=4242, prompt_len=40, gen_len=16, quant=True, engram=True),
+    "v41_engram": dict(seed=4343, prompt_len=40, gen_len=24, quant=False, engram=True),
 }
+# v41_engram: the v41_tiny schedule with Engram on layers 1 and 5 (2- to 4-grams, 2 heads, 32-dim rows,
+# bucket primes above 40: tables of ~290 rows), 4 routed experts (to stay under 2 MB).
+ENGRAM = dict(engram_layer_ids=[1, 5], engram_vocab_size=40, engram_max_ngram_size=4, engram_n_heads=2,
+              engram_head_dim=32, engram_pad_id=2, n_routed_experts=4)
+
+
+def engram_tokenizer(vocab_size):
+    """A word-level tokenizer of `vocab_size` tokens whose texts collapse under the PR's normalisation (case,
+    accents, NFKC compatibility forms, whitespace runs), so the compressed map is not the identity."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<s>", "</s>", "<pad>", " ", "  ", "\t", "\n"]
+    stems = ["the", "cafe", "fin", "ab", "x", "na\u00efve", "ok", "zed", "moe", "kv"]
+    forms = [lambda w: w, lambda w: w.upper(), lambda w: " " + w, lambda w: w.capitalize(), lambda w: "  " + w.title(),
+             lambda w: w.replace("e", "\u00e9").replace("fi", "\ufb01"), lambda w: w + "\u00a0"]
+    for w in stems:
+        for f in forms:
+            t = f(w)
+            if t not in words:
+                words.append(t)
+    i = 0
+    while len(words) < vocab_size:
+        t = f"w{i}" if i % 3 else f"W{i}"
+        i += 1
+        if t not in words:
+            words.append(t)
+    tok = Tokenizer(models.WordLevel(vocab={w: k for k, w in enumerate(words)}, unk_token="<pad>"))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+
 QUANT = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic",
          "weight_block_size": [32, 32]}
 # Dense linears the released checkpoint ships FP8 (32x32 blocks, E8M0 scales); routed experts are FP4.
@@ -82,6 +118,10 @@ def init(model, gen):
             v = 0.5 * torch.randn(s, generator=gen)
         elif name.endswith(("hc_attn_scale", "hc_ffn_scale")):
             v = 1.0 + 0.1 * torch.randn(s, generator=gen)
+        elif name.endswith(("engram.q_weight", "engram.k_weight")):
+            v = 1.0 + 0.3 * torch.randn(s, generator=gen)
+        elif name.endswith("engram.embed.weight"):
+            v = torch.randn(s, generator=gen)
         elif "norm" in name:
             v = 1.0 + 0.2 * torch.randn(s, generator=gen)
         elif name == "model.embed.weight":
@@ -108,6 +148,16 @@ def quantize_released(disk, back):
     out = {}
     for k, v in disk.items():
         o = released_name(k)
+        if o.endswith(".engram.embed.scale"):
+            continue  # written with its table
+        if o.endswith(".engram.embed.weight"):  # FP8 rows, an E8M0 scale per 32 channels (the PR's embedding)
+            rows, cols = v.shape
+            blocks = v.float().reshape(rows, cols // 32, 32)
+            exps = v4_golden.e8m0_scale(blocks.abs().amax(-1), 448.0)
+            q = (blocks / (2.0 ** (exps.float() - 127)).unsqueeze(-1)).to(torch.float8_e4m3fn)
+            out[o], out[o[:-len(".weight")] + ".scale"] = q.reshape(rows, cols), exps.view(torch.float8_e8m0fnu)
+            back[k] = (q.float() * (2.0 ** (exps.float() - 127)).unsqueeze(-1)).reshape(rows, cols)
+            continue
         if ".ffn.experts." in o and o.endswith(".weight"):
             q, sc = v4_golden.fp4_quant(v.float())
             out[o], out[o[:-len(".weight")] + ".scale"] = q, sc
@@ -187,7 +237,19 @@ def build_v41_fixture(name, fx, out_root):
     t0 = time.time()
     fdir = os.path.join(out_root, name)
     os.makedirs(fdir, exist_ok=True)
-    cfg = DeepseekV41TextConfig(**TEXT)
+    text_cfg = dict(TEXT)
+    tokenizer = None
+    if fx.get("engram"):
+        from deepseek_v41_pr.modeling_deepseek_v41 import EngramLayout, build_compressed_token_map
+
+        text_cfg.update(ENGRAM)
+        tokenizer = engram_tokenizer(text_cfg["vocab_size"])
+        token_map, compressed = build_compressed_token_map(tokenizer)
+        text_cfg["engram_compressed_vocab_size"] = compressed
+        probe = DeepseekV41TextConfig(**dict(text_cfg, engram_num_embeddings=[0] * len(ENGRAM["engram_layer_ids"])))
+        layout = EngramLayout.from_config(probe)
+        text_cfg["engram_num_embeddings"] = [sum(p for per in layer for p in per) for layer in layout.primes]
+    cfg = DeepseekV41TextConfig(**text_cfg)
     cfg._attn_implementation = "eager"
     torch.manual_seed(fx["seed"])
     gen = torch.Generator().manual_seed(fx["seed"])
@@ -201,7 +263,7 @@ def build_v41_fixture(name, fx, out_root):
     if fx["quant"]:
         disk = quantize_released(disk, back)
     save_file(dict(sorted(disk.items())), os.path.join(fdir, "model.safetensors"), metadata={"format": "pt"})
-    text = dict(TEXT, model_type="deepseek_v41_text")
+    text = dict(text_cfg, model_type="deepseek_v41_text")
     top = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "text_config": text,
            "image_token_id": 129264, "tie_word_embeddings": False}
     if fx["quant"]:
@@ -210,6 +272,12 @@ def build_v41_fixture(name, fx, out_root):
         json.dump(top, f, indent=2)
     # The oracle on exactly the stored values, fp32.
     ref = DeepseekV41ForCausalLM(copy.deepcopy(cfg)).float().eval()
+    if tokenizer is not None:
+        ref.model.bind_tokenizer(tokenizer)
+        # The compressed token map, as a sidecar the engine reads (the released checkpoint has no such tensor:
+        # the PR derives it from the tokenizer).
+        save_file({"token_map": torch.tensor(token_map, dtype=torch.int32)},
+                  os.path.join(fdir, "engram_token_map.safetensors"), metadata={"format": "pt"})
     missing, unexpected = ref.load_state_dict(back, strict=False)
     missing = [m for m in missing if "rotary" not in m and "inv_freq" not in m]
     assert not missing and not unexpected, (missing, unexpected)
@@ -257,6 +325,12 @@ def build_v41_fixture(name, fx, out_root):
         checks["candidates_off_max_abs_logit_change"] = change(no_candidates)
         checks["sinks_off_max_abs_logit_change"] = change(sinks_off)
         checks["gate_temp_one_max_abs_logit_change"] = change(gate_temp_one)
+        if tokenizer is not None:
+            def engram_off(m):
+                for layer in m.model.layers:
+                    layer.engram = None
+
+            checks["engram_off_max_abs_logit_change"] = change(engram_off)
     assert checks["chunked_prefill_max_abs_diff"] < 1e-4 and checks["greedy_matches_reprefill"], checks
     assert checks["min_topk_cut_gap_relative"] > 1e-5, f"a near-tie at a top-k cut: {checks}"
     refj = {"prompt_ids": prompt, "logits": r8(logits.tolist()), "greedy_ids": greedy_ids, "checks": checks,

@@ -2,6 +2,8 @@
 // errors (issue 19 item 7): each names the field.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -185,19 +187,60 @@ TEST(DeepseekV41Config, BadSchedulesNameTheField) {
   expect_error(j, "scoring_func", "not supported");
 }
 
-TEST(DeepseekV41Config, EngramLayersAreRefusedUntilEngramRuns) {
-  const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v41_tiny";
-  DeepseekV41Config c = load_deepseek_v41_config(dir);
-  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-  V41Weights w = load_v41_weights(c, reader);
-  c.engram_layers = {1};
-  c.engram_num_embeddings = {100};
-  auto be = make_cpu_backend();
+// Runs `f`, expecting an Error whose message holds `needle`.
+template <class F>
+void expect_error(F f, const std::string& needle) {
   try {
-    DeepseekV41Model m(c, std::move(w), *be);
-    FAIL() << "a model with Engram layers was built";
+    f();
+    ADD_FAILURE() << "no error; expected one naming " << needle;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'engram_layer_ids'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeepseekV41Config, BadEngramInputNamesTheFieldOrTensor) {
+  const std::string src = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/";
+  const std::string dir = src + "v41_engram";
+  {  // a layer id outside the layer count
+    json root = json::parse(std::ifstream(dir + "/config.json"));
+    root["text_config"]["engram_layer_ids"] = {1, 7};
+    expect_error([&] { (void)parse_deepseek_v41_config(root, "cfg.json"); }, "'engram_layer_ids'");
+    root["text_config"]["engram_layer_ids"] = {1, 5};
+    root["text_config"]["engram_num_embeddings"] = {0, 290};
+    expect_error([&] { (void)parse_deepseek_v41_config(root, "cfg.json"); },
+                 "'engram_num_embeddings'");
+  }
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
+  {  // a hash config that does not match the tables: other primes, other row counts
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.engram_vocab_size = 60;
+    expect_error([&] { (void)load_v41_weights(c, reader); }, "'engram_num_embeddings'");
+  }
+  {  // a compressed vocabulary the token map does not have
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.engram_compressed_vocab_size -= 1;
+    expect_error([&] { (void)load_v41_weights(c, reader); }, "engram_compressed_vocab_size");
+  }
+  {  // Engram layers on a checkpoint without tables
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    auto tiny = std::make_shared<const CheckpointReader>(CheckpointReader::open(src + "v41_tiny"));
+    DeepseekV41Config t = load_deepseek_v41_config(src + "v41_tiny");
+    t.engram_layers = c.engram_layers;
+    t.engram_num_embeddings = c.engram_num_embeddings;
+    t.engram_vocab_size = c.engram_vocab_size;
+    t.engram_n_heads = c.engram_n_heads;
+    t.engram_head_dim = c.engram_head_dim;
+    t.engram_compressed_vocab_size = c.engram_compressed_vocab_size;
+    expect_error([&] { (void)load_v41_weights(t, tiny); }, "layers.1.engram.embed.weight");
+  }
+  {  // no token map beside the checkpoint
+    const std::string tmp = ::testing::TempDir() + "/v41_engram_no_map";
+    std::filesystem::create_directories(tmp);
+    std::filesystem::copy_file(dir + "/model.safetensors", tmp + "/model.safetensors",
+                               std::filesystem::copy_options::overwrite_existing);
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    auto r = std::make_shared<const CheckpointReader>(CheckpointReader::open(tmp));
+    expect_error([&] { (void)load_v41_weights(c, r); }, "engram_token_map.safetensors");
   }
 }
 

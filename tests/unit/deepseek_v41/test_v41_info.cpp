@@ -46,6 +46,26 @@ TEST(DeepseekV41Info, ParameterCountIsTheCheckpointsTensors) {
   EXPECT_EQ(lay.ratio_of_layer, (std::vector<int>{-1, 0, 0, 0, 1, 1, 1}));
 }
 
+// With Engram (tables, wkv, q/k weights; the tables' scales are not parameters), and its token group.
+TEST(DeepseekV41Info, ParameterCountHoldsTheEngramTables) {
+  const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v41_engram";
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
+  int64_t total = 0;
+  for (const std::string& name : reader->names()) {
+    auto ends = [&](const std::string& t) {
+      return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+    };
+    if (!ends(".gate.bias") && !ends(".gate.bias_vl") && !ends(".embed.scale"))
+      total += reader->tensor(name).numel();
+  }
+  nlohmann::json out;
+  describe_deepseek_v41(dir, reader, out);
+  EXPECT_EQ(out["parameters"]["total"].get<int64_t>(), total);
+  EXPECT_EQ(out["kv_groups"].back()["name"], "engram_tokens");
+  EXPECT_NE(out["summary"].get<std::string>().find("layers [1, 5]"), std::string::npos)
+      << out["summary"].get<std::string>();
+}
+
 TEST(DeepseekV41Info, ReleasedScheduleHolds890BytesOfGlobalKvPerToken) {
   const nlohmann::json cfg = {{"model_type", "deepseek_v41"},
                               {"text_config", nlohmann::json::object()}};
