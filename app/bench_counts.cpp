@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "model/config.h"
 
@@ -9,6 +10,18 @@ namespace deepinfer::app {
 
 StepCounts count_step(const ModelConfig& c, StepKind kind, double linear_bytes, double table_bytes, int batch,
                       int tokens_per_seq, int logits_rows, double context, double kv_bytes_per_value) {
+  return count_step(c, StepQuery{kind, linear_bytes, table_bytes, batch, tokens_per_seq, logits_rows, context,
+                                 kv_bytes_per_value});
+}
+
+StepCounts count_step(const ModelConfig& c, const StepQuery& q) {
+  if (c.extras) {
+    if (std::optional<StepCounts> own = c.extras->count_step(c, q)) return *own;
+  }
+  const StepKind kind = q.kind;
+  const double linear_bytes = q.linear_bytes, table_bytes = q.table_bytes, context = q.context;
+  const double kv_bytes_per_value = q.kv_bytes_per_value;
+  const int batch = q.batch, tokens_per_seq = q.tokens_per_seq, logits_rows = q.logits_rows;
   const ParameterCount pc = c.parameter_count();
   const double H = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const double expert = 3.0 * H * c.moe_intermediate_size;

@@ -19,7 +19,11 @@
 //  - sparse attention (V3.2's indexer, config.sparse_attention()): attention over min(context, index_topk)
 //    rows, plus the indexer's 2 x index_n_heads x index_head_dim FLOPs and one index_head_dim
 //    key read per context position (its key cache; score writes/reads not counted).
+//  - an architecture with its own count (ModelConfig::extras, ArchitectureExtras::count_step:
+//    V4) answers instead; one without a count yet (V4.1) answers StepCounts::modeled false.
 #pragma once
+
+#include "model/step_counts.h"
 
 namespace deepinfer {
 struct ModelConfig;
@@ -27,14 +31,11 @@ struct ModelConfig;
 
 namespace deepinfer::app {
 
-struct StepCounts {
-  double weight_bytes = 0;
-  double kv_bytes = 0;
-  double flops = 0;
-};
+using deepinfer::StepCounts;
+using deepinfer::StepKind;
+using deepinfer::StepQuery;
 
-enum class StepKind { Decode, Prefill };
-
+StepCounts count_step(const ModelConfig& c, const StepQuery& q);
 StepCounts count_step(const ModelConfig& c, StepKind kind, double linear_bytes, double table_bytes, int batch,
                       int tokens_per_seq, int logits_rows, double context, double kv_bytes_per_value);
 

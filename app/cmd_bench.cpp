@@ -290,6 +290,11 @@ int cmd_bench(int argc, char** argv) {
     rec["tokens"] = tokens;
     rec["elapsed_s"] = elapsed;
     rec["tokens_per_s"] = tokens / elapsed;
+    if (!per_step.modeled) {  // no count for this architecture yet: no roofline rather than a wrong one
+      rec["counts_modeled"] = false;
+      write(std::move(rec));
+      return;
+    }
     rec["weight_bytes_per_step"] = per_step.weight_bytes;
     rec["kv_bytes_per_step"] = per_step.kv_bytes;
     rec["bytes_counted"] = (per_step.weight_bytes + per_step.kv_bytes) * steps;

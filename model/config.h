@@ -44,6 +44,7 @@
 #include "backend/backend.h"
 #include "model/layers/dims.h"
 #include "model/layers/rope_table.h"
+#include "model/step_counts.h"
 
 namespace deepinfer {
 
@@ -93,6 +94,10 @@ class ArchitectureExtras {
   // Lines for ModelConfig::summary (each ending in a newline).
   virtual std::string summary() const { return {}; }
   virtual std::optional<SparseAttentionShape> sparse_attention() const { return std::nullopt; }
+  // Bytes and FLOPs of a step for an architecture whose layers the shared MLA count
+  // (app/bench_counts.cpp) does not describe (V4: windows, compressed rows, hyper-connections,
+  // FP4 experts). nullopt: the shared count.
+  virtual std::optional<StepCounts> count_step(const ModelConfig&, const StepQuery&) const { return std::nullopt; }
 };
 
 struct ModelConfig {

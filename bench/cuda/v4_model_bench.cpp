@@ -8,14 +8,11 @@
 //          random values instead of a prefill (step time does not depend on them, but for the
 //          indexer's choice, which random keys scatter);
 //  prefill: one sequence of T tokens from position 0 in one forward.
-// Bytes counted for the decode floor (bytes / --gbps), the minimum a step must read: every
-// dense weight (FP8 1 B, BF16 2 B, F32 4 B per value; block scales included), the routed
-// experts a step touches (E (1 - (1 - k/E)^B) distinct experts expected under uniform routing,
-// FP4 0.5 B + one scale byte per 32 values, or FP8), the head (BF16), and per sequence and
-// layer the KV rows attention reads: the window's min(W, C+1) rows, on CSA layers the indexer
-// keys of all C/4 entries and the top-k entries chosen, on HCA layers all C/128 entries (BF16,
-// the KV dtype on CUDA). Prefill: FLOPs (2 per multiply-add of every GEMM a token runs, its
-// attention over window + chosen entries, the indexer's scores) against --peak-tflops.
+// Counted by the project's count of V4 (model/deepseek_v4/step_counts.h, also `deepinfer
+// bench`'s): the decode floor is (weight bytes a step reads + the KV rows it attends and the
+// indexer keys it scores, BF16 on CUDA) / --gbps, with the routed experts a step touches
+// expected under uniform routing; prefill's floor is the larger of its FLOPs / --peak-tflops
+// and its weight bytes / --gbps.
 //
 // Usage: deepinfer_v4_model_bench --config CFG.json [--experts fp4|fp8] [--batches 1,8,32,64]
 //        [--contexts 4096,32768] [--prefill 4096,32768] [--reps 5] [--gbps 4800]
@@ -32,6 +29,7 @@
 #include "bench/cuda/bench_util.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/step_counts.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -41,76 +39,6 @@ using bench::parse_list;
 using bench::upload_i32;
 
 constexpr int kBlock = 64;
-
-struct Counts {
-  double dense_bytes = 0;       // per step: every non-expert weight of the main layers
-  double expert_bytes = 0;      // one routed expert (gate, up, down)
-  double head_bytes = 0;
-  double kv_read_bytes = 0;     // per step, all sequences
-  double flops = 0;             // prefill: whole forward
-};
-
-// Weight bytes of the layers (dense part) and of one expert, as weights_random.cpp makes them.
-Counts weight_counts(const DeepseekV4Config& c, bool fp4) {
-  const double H = c.base.hidden_size, heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
-  const double G = c.o_groups, ol = c.o_lora_rank, E = c.base.n_routed_experts, I = c.base.moe_intermediate_size;
-  const double nh = c.index_n_heads, di = c.index_head_dim, hc = c.hc_mult, V = c.base.vocab_size;
-  const double fp8 = 1.0 + 4.0 / (128 * 128);  // value + F32 scale per 128 x 128 block
-  Counts k;
-  for (int l = 0; l < c.num_layers(); ++l) {
-    double b = fp8 * (ql * H + heads * D * ql + D * H + H * G * ol + 3 * I * H);  // wq_a, wq_b, wkv, wo_b, shared
-    b += 2 * (G * ol * heads * D / G + E * H);                                     // wo_a, router (BF16)
-    b += 4 * 2 * ((2 + hc) * hc * hc * H);                                        // hc_attn, hc_ffn fn (F32)
-    const V4AttentionKind kind = c.attention[static_cast<size_t>(l)];
-    if (kind == V4AttentionKind::Csa)
-      b += 2 * (2 * 2 * D * H + 2 * 2 * di * H + nh * di * ql + nh * H);  // compressors, indexer (BF16)
-    else if (kind == V4AttentionKind::Hca)
-      b += 2 * (2 * D * H);
-    k.dense_bytes += b;
-  }
-  k.expert_bytes = 3 * I * H * (fp4 ? 0.5 + 1.0 / 32 : fp8);
-  k.head_bytes = 2 * V * H;
-  return k;
-}
-
-double kv_read_bytes(const DeepseekV4Config& c, int64_t ctx) {
-  const double D = c.head_dim, di = c.index_head_dim;
-  double b = 0;
-  for (int l = 0; l < c.num_layers(); ++l) {
-    b += 2 * D * static_cast<double>(std::min<int64_t>(c.sliding_window, ctx + 1));
-    const int r = c.ratio(l);
-    if (r == 0) continue;
-    const double nc = static_cast<double>((ctx + 1) / r);
-    if (c.attention[static_cast<size_t>(l)] == V4AttentionKind::Csa)
-      b += 2 * di * nc + 2 * D * std::min<double>(static_cast<double>(c.index_topk), nc);
-    else
-      b += 2 * D * nc;
-  }
-  return b;
-}
-
-// FLOPs of one sequence's prefill of T tokens.
-double prefill_flops(const DeepseekV4Config& c, int64_t T) {
-  const double H = c.base.hidden_size, heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
-  const double G = c.o_groups, ol = c.o_lora_rank, E = c.base.n_routed_experts, I = c.base.moe_intermediate_size;
-  const double K = c.base.num_experts_per_tok, nh = c.index_n_heads, di = c.index_head_dim;
-  double per_token = 0, attn = 0;
-  for (int l = 0; l < c.num_layers(); ++l) {
-    double m = ql * H + heads * D * ql + D * H + G * ol * heads * D / G + H * G * ol + E * H + (K + 1) * 3 * I * H;
-    const int r = c.ratio(l);
-    const bool csa = c.attention[static_cast<size_t>(l)] == V4AttentionKind::Csa;
-    if (csa) m += 2 * D * H * 2 + 2 * di * H * 2 + nh * di * ql + nh * H;
-    else if (r > 0) m += D * H * 2;
-    per_token += 2 * m;
-    for (int64_t p = 0; p < T; ++p) {
-      const double nc = r > 0 ? static_cast<double>((p + 1) / r) : 0;
-      const double rows = static_cast<double>(std::min<int64_t>(c.sliding_window, p + 1)) +
-                          (csa ? std::min<double>(static_cast<double>(c.index_topk), nc) : nc);
-      attn += 4 * heads * D * rows + (csa ? 2 * nh * di * nc : 0);
-    }
-  }
-  return per_token * static_cast<double>(T) + attn;
-}
 
 struct Step {
   StepBatch batch;
@@ -239,8 +167,20 @@ int run(int argc, char** argv) {
   DI_CHECK(v4 != nullptr, "v4_model_bench: ", config_path, " is not a deepseek_v4 config");
   const DeepseekV4Config& c = v4->v4_config();
   const int L = c.num_layers();
-  const Counts w = weight_counts(c, experts == "fp4");
-  const double E = static_cast<double>(c.base.n_routed_experts), K = static_cast<double>(c.base.num_experts_per_tok);
+  // The project's count of V4 (model/deepseek_v4/step_counts.h): FP8 dense, experts as loaded,
+  // BF16 KV rows (the KV dtype on CUDA).
+  auto count = [&](StepKind kind, int batch, int tokens, double context) {
+    StepQuery q;
+    q.kind = kind;
+    q.linear_bytes = 1.0;
+    q.expert_bytes = experts == "fp4" ? 0.0 : 1.0;
+    q.batch = batch;
+    q.tokens_per_seq = tokens;
+    q.logits_rows = kind == StepKind::Decode ? batch : 1;
+    q.context = context;
+    q.kv_bytes_per_value = 2.0;
+    return count_v4_step(c, q);
+  };
   const double model_bytes = static_cast<double>(before.free_bytes - after.free_bytes);
   // KV bytes per token of context (groups that keep every row) and per sequence (window rings).
   double kv_per_token = 0, kv_per_seq = 0;
@@ -279,9 +219,8 @@ int run(int argc, char** argv) {
       make_step(*b, *v4, B, ctx, 1, st);
       bool finite = false;
       const double ms = time_forward(*b, *model, st, reps, &finite);
-      const double distinct = E * (1.0 - std::pow(1.0 - K / E, B));
-      const double weights = w.dense_bytes + L * distinct * w.expert_bytes + w.head_bytes;
-      const double kv = B * kv_read_bytes(c, ctx);
+      const StepCounts n = count(StepKind::Decode, B, 1, ctx);
+      const double weights = n.weight_bytes, kv = n.kv_bytes;
       const double floor_ms = (weights + kv) / (gbps * 1e6);
       std::printf("%5d %7d | %9.3f %8.3f | %9.1f %9.1f %9.3f | %6.1f%% %s\n", B, ctx, ms, ms / L, weights / 1e6,
                   kv / 1e6, floor_ms, 100 * floor_ms / ms, finite ? "finite" : "NOT FINITE");
@@ -289,9 +228,9 @@ int run(int argc, char** argv) {
         std::fprintf(out,
                      "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"batch\":%d,"
                      "\"context\":%d,\"step_ms\":%.4f,\"ms_per_layer\":%.4f,\"weight_bytes\":%.0f,"
-                     "\"expected_distinct_experts\":%.2f,\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,"
+                     "\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,"
                      "\"reps\":%d,\"graphs\":false,\"logits_finite\":%s}\n",
-                     config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, distinct, kv, gbps,
+                     config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, kv, gbps,
                      floor_ms, reps, finite ? "true" : "false");
         std::fflush(out);
       }
@@ -302,8 +241,8 @@ int run(int argc, char** argv) {
     make_step(*b, *v4, 1, T - 1, T, st);
     bool finite = false;
     const double ms = time_forward(*b, *model, st, T > 8192 ? 1 : 2, &finite);
-    const double flops = prefill_flops(c, T);
-    const double bytes = w.dense_bytes + L * E * w.expert_bytes + w.head_bytes;
+    const StepCounts n = count(StepKind::Prefill, 1, T, (T + 1) / 2.0);
+    const double flops = n.flops, bytes = n.weight_bytes;
     const double floor_ms = std::max(flops / (peak_tflops * 1e9), bytes / (gbps * 1e6));
     std::printf("prefill %6d tokens: %9.1f ms (%8.3f ms/layer), %9.0f tok/s, %6.1f TFLOP/s, floor %.1f ms "
                 "(%.1f%% of roofline), logits %s\n",

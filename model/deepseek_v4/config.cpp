@@ -6,6 +6,7 @@
 #include "core/json.h"
 #include "core/mapped_file.h"
 #include "model/config_fields.h"
+#include "model/deepseek_v4/step_counts.h"
 
 namespace deepinfer {
 
@@ -290,8 +291,27 @@ DeepseekV4Config parse_deepseek_v4_config(const json& root, const std::string& s
   return v;
 }
 
+namespace {
+
+// What the shared ModelConfig cannot say of V4: its step counts (model/deepseek_v4/step_counts.h).
+class DeepseekV4Extras final : public ArchitectureExtras {
+ public:
+  explicit DeepseekV4Extras(DeepseekV4Config config) : config_(std::move(config)) {}
+  std::optional<StepCounts> count_step(const ModelConfig&, const StepQuery& query) const override {
+    return count_v4_step(config_, query);
+  }
+
+ private:
+  DeepseekV4Config config_;
+};
+
+}  // namespace
+
 ModelConfig parse_deepseek_v4_model_config(const json& root, const std::string& source) {
-  return parse_deepseek_v4_config(root, source).base;
+  DeepseekV4Config v4 = parse_deepseek_v4_config(root, source);
+  ModelConfig base = v4.base;
+  base.extras = std::make_shared<const DeepseekV4Extras>(std::move(v4));
+  return base;
 }
 
 json read_config_json(const std::string& path, std::string& file) {

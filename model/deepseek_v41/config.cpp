@@ -280,8 +280,25 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
   return v;
 }
 
+namespace {
+
+// V4.1's step counts are not written yet (shared compressed KV, Engram, delayed
+// hyper-connections): bench reports its times without a roofline rather than V3's count.
+class DeepseekV41Extras final : public ArchitectureExtras {
+ public:
+  std::optional<StepCounts> count_step(const ModelConfig&, const StepQuery&) const override {
+    StepCounts none;
+    none.modeled = false;
+    return none;
+  }
+};
+
+}  // namespace
+
 ModelConfig parse_deepseek_v41_model_config(const json& root, const std::string& source) {
-  return parse_deepseek_v41_config(root, source).base;
+  ModelConfig base = parse_deepseek_v41_config(root, source).base;
+  base.extras = std::make_shared<const DeepseekV41Extras>();
+  return base;
 }
 
 DeepseekV41Config load_deepseek_v41_config(const std::string& path) {

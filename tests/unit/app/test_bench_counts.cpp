@@ -73,5 +73,14 @@ TEST(BenchCounts, SparseAttentionCountsTheChosenRowsAndTheIndexerKeys) {
   EXPECT_DOUBLE_EQ(short_ctx.kv_bytes, 4 * (1000.0 * 576 + 1000.0 * 128) * 2);
 }
 
+TEST(BenchCounts, AnArchitectureWithoutItsOwnCountIsNotGivenTheMlaCount) {
+  // V4.1 (shared compressed KV, Engram) has no count yet: bench reports no roofline for it
+  // rather than the MLA count of its shared fields. V4's own count: test_v4_step_counts.cpp.
+  const ModelConfig v41 = load_model_config(DEEPINFER_SOURCE_DIR "/tests/golden/fixtures/v41_tiny");
+  const StepCounts c = count_step(v41, StepKind::Decode, 1.0, 2.0, 1, 1, 1, 100.0, 2.0);
+  EXPECT_FALSE(c.modeled);
+  EXPECT_TRUE(count_step(bench_model(), StepKind::Decode, 1.0, 2.0, 1, 1, 1, 100.0, 2.0).modeled);
+}
+
 }  // namespace
 }  // namespace deepinfer::app
