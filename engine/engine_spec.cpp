@@ -134,7 +134,10 @@ std::span<const std::vector<int32_t>> mtp_more_tables(const KVBlocks& kv, const 
 
 }  // namespace
 
-bool has_block_drafter(const Model& model) { return block_drafter(const_cast<Model&>(model)) != nullptr; }
+bool has_block_drafter(const Model& model) {
+  const auto* m = dynamic_cast<const DeepseekV41Model*>(&model);
+  return m != nullptr && m->draft_block_size() > 0;
+}
 
 void check_speculation_config(const EngineConfig& config) {
   // -1: unset (EngineConfig's default; an engine built from parts takes it as 0).

@@ -16,7 +16,9 @@
 #include "io/safetensors.h"
 #include "model/deepseek_v41/config.h"
 #include "model/deepseek_v41/dspark.h"
+#include "model/deepseek_v41/model.h"
 #include "model/deepseek_v41/weights.h"
+#include "paged_driver.h"
 
 namespace deepinfer {
 namespace {
@@ -122,6 +124,58 @@ TEST(V41Dspark, RandomWeightsCarryTheDrafter) {
   DeepseekV41Config text = c;
   text.base.num_nextn_predict_layers = 0;
   EXPECT_FALSE(random_v41_weights(text, 7, DType::F32).dspark.loaded());
+}
+
+// What the model's own steps give the drafter: with the last layer as the tap, the context rows a
+// prefill (in two chunks) writes into "dspark_context" are those of the mean over the hc streams
+// forward's hidden rows hold, so propose_blocks drafts what the reference-checked drafter drafts
+// from them.
+TEST(V41Dspark, TheForwardWritesTheContextRowsOfItsTapLayers) {
+  DeepseekV41Config c = load_deepseek_v41_config(fixture("v41_dspark"));
+  c.dspark_target_layers = {c.num_layers() - 1};
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  DeepseekV41Model model(c, random_v41_weights(c, 5, DType::F32), *be);
+  const V41Weights same = random_v41_weights(c, 5, DType::F32);
+  DsparkDrafter ref(c, same, *be);
+  ASSERT_EQ(model.draft_block_size(), 5);
+  ASSERT_GE(model.draft_kv_group(), 0);
+  test::PagedDriver driver(model, *be, 4, 64);
+  driver.capture_hidden = true;
+  const int seq = driver.add_sequence();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 21; ++i) prompt.push_back((i * 13 + 5) % 60);
+  const int64_t H = c.base.hidden_size, hc = c.hc_mult, n = 20;
+  std::vector<float> features;
+  for (int64_t part = 0; part < 2; ++part) {  // tokens 0..11, then 12..19: chunked prefill
+    const int64_t b0 = part == 0 ? 0 : 12, b1 = part == 0 ? 12 : n;
+    driver.step({{seq, std::vector<int32_t>(prompt.begin() + b0, prompt.begin() + b1), false}});
+    ASSERT_EQ(static_cast<int64_t>(driver.last_hidden.size()), (b1 - b0) * hc * H);
+    for (int64_t t = 0; t < b1 - b0; ++t)
+      for (int64_t d = 0; d < H; ++d) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < hc; ++j) acc += driver.last_hidden[static_cast<size_t>((t * hc + j) * H + d)];
+        features.push_back(acc / static_cast<float>(hc));
+      }
+  }
+  HostBuffer f(DType::F32, {n, H}), pos(DType::I32, {n});
+  std::copy(features.begin(), features.end(), f.ptr<float>());
+  for (int64_t p = 0; p < n; ++p) pos.ptr<int32_t>()[p] = static_cast<int32_t>(p);
+  std::vector<DeviceBuffer> rows;
+  ref.context_rows(f.tensor(), pos.tensor(), rows);
+  std::vector<DsparkDrafter::Block> blocks(1);
+  blocks[0].anchor = prompt[static_cast<size_t>(n)];
+  blocks[0].anchor_pos = n;
+  for (const DeviceBuffer& r : rows) blocks[0].context.push_back(r.tensor());
+  std::vector<DsparkDrafter::Output> want, got;
+  ref.propose(blocks, c.base.vocab_size, want);
+  const std::vector<int32_t>& table = driver.table(seq, model.draft_kv_group());
+  const DeepseekV41Model::BlockSeq q{prompt[static_cast<size_t>(n)], n, table};
+  model.propose_blocks(std::span(&q, 1), driver.caches(), c.base.vocab_size, got);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].drafts, want[0].drafts);
+  ASSERT_EQ(got[0].confidences.size(), want[0].confidences.size());
+  for (size_t i = 0; i < want[0].confidences.size(); ++i)
+    EXPECT_NEAR(got[0].confidences[i], want[0].confidences[i], 1e-6) << i;
 }
 
 }  // namespace
