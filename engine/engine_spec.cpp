@@ -332,6 +332,14 @@ bool Engine::Impl::measure_step_batch(int b, int ctx) {
       runner_->collect_argmax();
     }, 1) / kAheadSteps);
   }
+  if (block_exec_) {  // a block drafter: one forward per block whatever the depth (chained passes: 0)
+    const int g = block_drafter(*model)->draft_kv_group();
+    std::vector<BlockDraftSeq> blocks;
+    for (size_t s = 0; s < kv.size(); ++s) blocks.push_back({0, ctx, kv[s].group(g)});  // the context's rows
+    std::vector<Proposal> got;
+    t.mtp_first_s.push_back(median_of([&] { block_exec_->draft_blocks(blocks, got); }, 1));
+    t.mtp_chain_s.push_back(0.0);
+  }
   if (mtp_exec_) {
     shape(Q);
     run_step(seqs);  // the target hidden states the first pass reads: b x Q rows

@@ -312,6 +312,15 @@ TEST(VerifySchedule, StepCostInterpolatesTheMeasuredShapes) {
   bad = t;
   bad.decode_ahead_s[1] = 0.0;
   EXPECT_THROW(StepCost{bad}, std::exception);
+  bad = t;
+  bad.mtp_first_s[1] = 0.0;
+  EXPECT_THROW(StepCost{bad}, std::exception);
+  // A block drafter (DSpark): the block forward costs what it costs whatever the depth.
+  SpecStepTimes block = t;
+  block.mtp_chain_s = {0.0, 0.0, 0.0};
+  EXPECT_DOUBLE_EQ(StepCost(block).draft_seconds(4, 5), StepCost(block).draft_seconds(4, 1));
+  block.mtp_chain_s[0] = -0.1;
+  EXPECT_THROW(StepCost{block}, std::exception);
 }
 
 TEST(VerifySchedule, FlatStepTimeVerifiesEveryDraftSteepOneVerifiesNone) {
