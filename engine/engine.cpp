@@ -53,11 +53,11 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   DI_CHECK(bs > 0, "EngineConfig.kv_block_size: must be > 0, got ", bs);
   check_speculation_config(cfg);
   spec_k_ = std::max(cfg.num_speculative_tokens, 0);
-  DI_CHECK(spec_k_ == 0 || cfg.speculator != "mtp" || model->num_mtp_layers() > 0,
+  DI_CHECK(spec_k_ == 0 || cfg.speculator != "mtp" || model->num_mtp_layers() > 0 || has_block_drafter(*model),
            "EngineConfig.num_speculative_tokens: ", spec_k_, " MTP drafts asked, but ", mc.source,
            " has no MTP layer loaded (num_nextn_predict_layers ", mc.num_nextn_predict_layers,
            "); use speculator ngram (--speculator ngram) or 0 drafts");
-  const RunnerConfig spec_rc = runner_config(cfg, 1, max_model_len);
+  const RunnerConfig spec_rc = runner_config(cfg, *model, 1, max_model_len);
   // Every KV group's pool follows from num_blocks (kv/kv_groups.h); the runner allocates the same.
   const std::vector<KvGroupSpec> kv_groups = Runner::kv_groups(*model, spec_rc.num_mtp_kv_layers);
   const KvPoolLimits pool_limits = Runner::pool_limits(spec_rc);
@@ -74,7 +74,7 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
                                            cfg.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
-  RunnerConfig rc = runner_config(cfg, num_blocks, max_model_len);
+  RunnerConfig rc = runner_config(cfg, *model, num_blocks, max_model_len);
   rc.sample_vocab = sample_vocab;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   for (int g = 0; g < blocks_->num_groups(); ++g)

@@ -41,7 +41,7 @@ int kv_blocks_from_device_memory(const EngineConfig& config, int max_model_len, 
   const int num_seqs = std::max(1, std::min(config.max_num_seqs, (num_tokens + tokens_per_seq - 1) / tokens_per_seq));
   const int blocks_per_seq = (tokens_per_seq + bs - 1) / bs;
   const int num_blocks = num_seqs * blocks_per_seq;
-  const RunnerConfig rc = runner_config(config, num_blocks, max_model_len);
+  const RunnerConfig rc = runner_config(config, model, num_blocks, max_model_len);
   const std::vector<KvGroupSpec> groups = Runner::kv_groups(model, rc.num_mtp_kv_layers);
   KvMemoryBudget budget;
   {
@@ -137,7 +137,9 @@ Engine::Engine(const EngineConfig& config_in) {
   } else {
     model = load_model(config.model_dir, *backend, lo);
   }
-  if (k_auto) config.num_speculative_tokens = lo.load_mtp && model->num_mtp_layers() > 0 ? kDefaultSpecTokens : 0;
+  if (k_auto)
+    config.num_speculative_tokens =
+        lo.load_mtp && (model->num_mtp_layers() > 0 || has_block_drafter(*model)) ? kDefaultSpecTokens : 0;
   if (config.spec_varlen < 0) config.spec_varlen = k_auto && config.num_speculative_tokens > 0 ? 1 : 0;
 
   std::unique_ptr<Tokenizer> tokenizer;

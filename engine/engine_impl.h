@@ -26,7 +26,11 @@ namespace deepinfer {
 
 // The runner's sizes from the engine's config (the engine's runner and the KV-sizing profile
 // step use the same one).
-inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, int max_model_len) {
+// A model whose drafter proposes a block per forward from context rows the target's steps write
+// (V4.1's DSpark, engine_spec.cpp): the "mtp" speculator runs it instead of an MTP layer.
+bool has_block_drafter(const Model& model);
+
+inline RunnerConfig runner_config(const EngineConfig& cfg, const Model& model, int num_kv_blocks, int max_model_len) {
   RunnerConfig rc;
   rc.num_kv_blocks = num_kv_blocks;
   rc.kv_block_size = cfg.kv_block_size;
@@ -36,7 +40,7 @@ inline RunnerConfig runner_config(const EngineConfig& cfg, int num_kv_blocks, in
   rc.use_graphs = !cfg.enforce_eager;
   const int k = std::max(cfg.num_speculative_tokens, 0);
   rc.max_logits_per_seq = 1 + k;
-  rc.num_mtp_kv_layers = k > 0 && cfg.speculator == "mtp" ? 1 : 0;
+  rc.num_mtp_kv_layers = k > 0 && cfg.speculator == "mtp" && model.num_mtp_layers() > 0 ? 1 : 0;
   return rc;
 }
 
@@ -173,6 +177,7 @@ struct Engine::Impl {
   void count_verified(RequestState& r, int num_drafts, int num_accepted, int num_emitted);
   int spec_k_ = 0;  // resolved num_speculative_tokens
   std::unique_ptr<MtpExecutor> mtp_exec_;
+  std::unique_ptr<BlockDraftExecutor> block_exec_;  // a block drafter's (DSpark) instead
   std::unique_ptr<Proposer> proposer_;
   StepCost step_cost_;  // spec_varlen: from the step times measured so far (or given)
   std::vector<int> step_time_batches_;  // batches still to measure, ascending (grow_step_times)

@@ -55,6 +55,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine_impl.h"
+#include "model/deepseek_v41/model.h"
 
 namespace deepinfer {
 namespace {
@@ -92,6 +93,37 @@ class RunnerMtp final : public MtpExecutor {
   std::vector<int32_t> hidden_;
 };
 
+// V4.1's DSpark drafter as the DSpark proposer's executor: one block per sequence from the context
+// rows in the runner's caches (written by the target's steps). vocab: the engine's sample_vocab.
+class RunnerBlockDrafts final : public BlockDraftExecutor {
+ public:
+  RunnerBlockDrafts(Runner& runner, DeepseekV41Model& model, int vocab)
+      : runner_(runner), model_(model), vocab_(vocab) {}
+  void draft_blocks(std::span<const BlockDraftSeq> seqs, std::vector<Proposal>& out) override {
+    seqs_.clear();
+    for (const BlockDraftSeq& s : seqs) seqs_.push_back({s.anchor, s.anchor_pos, s.block_ids});
+    model_.propose_blocks(seqs_, runner_.kv_caches(), vocab_, got_);
+    out.resize(got_.size());
+    for (size_t i = 0; i < got_.size(); ++i) {
+      out[i].drafts = std::move(got_[i].drafts);
+      out[i].confidences = std::move(got_[i].confidences);
+    }
+  }
+  int block_size() const override { return model_.draft_block_size(); }
+
+ private:
+  Runner& runner_;
+  DeepseekV41Model& model_;
+  int vocab_;
+  std::vector<DeepseekV41Model::BlockSeq> seqs_;
+  std::vector<DsparkDrafter::Output> got_;
+};
+
+DeepseekV41Model* block_drafter(Model& model) {
+  auto* m = dynamic_cast<DeepseekV41Model*>(&model);
+  return m != nullptr && m->draft_block_size() > 0 ? m : nullptr;
+}
+
 // The MTP layer's block tables in `kv` beyond its first group's (kv.group(mtp_kv_group())):
 // those of the model's num_mtp_kv_groups() - 1 groups after it.
 std::span<const std::vector<int32_t>> mtp_more_tables(const KVBlocks& kv, const Model& model) {
@@ -101,6 +133,11 @@ std::span<const std::vector<int32_t>> mtp_more_tables(const KVBlocks& kv, const 
 }
 
 }  // namespace
+
+bool has_block_drafter(const Model& model) {
+  const auto* m = dynamic_cast<const DeepseekV41Model*>(&model);
+  return m != nullptr && m->draft_block_size() > 0;
+}
 
 void check_speculation_config(const EngineConfig& config) {
   // -1: unset (EngineConfig's default; an engine built from parts takes it as 0).
@@ -115,7 +152,12 @@ void check_speculation_config(const EngineConfig& config) {
 }
 
 void Engine::Impl::make_proposer() {
-  if (config.speculator == "mtp") {
+  if (DeepseekV41Model* m = config.speculator == "mtp" ? block_drafter(*model) : nullptr) {
+    // DSpark: a block of drafts per forward, its confidence head's confidences (when it has one)
+    // feeding the scheduled verify lengths.
+    block_exec_ = std::make_unique<RunnerBlockDrafts>(*runner_, *m, sample_vocab);
+    proposer_ = std::make_unique<DsparkProposer>(*block_exec_);
+  } else if (config.speculator == "mtp") {
     // The MTP layer's window: that of its KV group as the model declares it (V4: the
     // sliding window; V3: none).
     const int window = model->kv_groups()[static_cast<size_t>(model->mtp_kv_group())].window;
@@ -289,6 +331,14 @@ bool Engine::Impl::measure_step_batch(int b, int ctx) {
       }
       runner_->collect_argmax();
     }, 1) / kAheadSteps);
+  }
+  if (block_exec_) {  // a block drafter: one forward per block whatever the depth (chained passes: 0)
+    const int g = block_drafter(*model)->draft_kv_group();
+    std::vector<BlockDraftSeq> blocks;
+    for (size_t s = 0; s < kv.size(); ++s) blocks.push_back({0, ctx, kv[s].group(g)});  // the context's rows
+    std::vector<Proposal> got;
+    t.mtp_first_s.push_back(median_of([&] { block_exec_->draft_blocks(blocks, got); }, 1));
+    t.mtp_chain_s.push_back(0.0);
   }
   if (mtp_exec_) {
     shape(Q);
@@ -499,8 +549,12 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
         stats.num_kv_block_copies += static_cast<int64_t>(copies.size());
       }
     }
-    p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's groups (V3: 0)
-    p.more_block_ids = mtp_more_tables(seq.kv, *model);
+    if (block_exec_) {  // the drafter's context rows
+      p.block_ids = seq.kv.group(block_drafter(*model)->draft_kv_group());
+    } else {
+      p.block_ids = seq.kv.group(model->mtp_kv_group());  // the MTP layer's groups (V3: 0)
+      p.more_block_ids = mtp_more_tables(seq.kv, *model);
+    }
     p.max_drafts = k;
     in.push_back(p);
     seqs.push_back(&seq);
@@ -513,8 +567,10 @@ void Engine::Impl::propose_drafts(const InFlight& step) {
     const std::vector<double> run = run_survival();
     for (size_t i = 0; i < out.size(); ++i) {
       const size_t n = std::min(out[i].drafts.size(), static_cast<size_t>(in[i].max_drafts));
-      conf[i] = config.spec_varlen == 1 ? history_confidences(*seqs[i]->request, static_cast<int>(n), run)
-                                        : out[i].confidences;
+      // A drafter's confidence head (DSpark) wherever it gave confidences; else the drafts' own
+      // (spec_varlen 2) or the acceptance history (1).
+      const bool own = !out[i].confidences.empty() && (block_exec_ != nullptr || config.spec_varlen >= 2);
+      conf[i] = own ? out[i].confidences : history_confidences(*seqs[i]->request, static_cast<int>(n), run);
       conf[i].resize(n, 0.0f);
     }
     const std::vector<int> lengths = schedule_verify_lengths(conf, step_cost_);

@@ -165,6 +165,12 @@ class Runner {
                   bool logits_to_host = false, bool tokens_from_previous = false);
   const std::vector<int32_t>& collect_mtp();
   int max_overlapped_mtp_rows() const { return static_cast<int>(max_rows_ / 2); }
+  // The KV caches (kv_caches()[g][l]) for a drafter that reads them between steps (V4.1's DSpark,
+  // engine_spec.cpp): nothing may be in flight.
+  KvCaches& kv_caches() {
+    DI_CHECK(in_flight_.empty(), "runner: the KV caches are read while a step is in flight");
+    return kv_;
+  }
   // Host logits of the last run_mtp with logits_to_host (valid until the next call).
   const Tensor& mtp_logits() const { return logits_out_; }
 

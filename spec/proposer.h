@@ -136,6 +136,40 @@ class MtpProposer final : public Proposer {
   std::vector<char> alive_;
 };
 
+// What a block drafter (one forward drafts a block: DSpark) needs from the runner.
+struct BlockDraftSeq {
+  int32_t anchor = 0;      // the sequence's last token (sampled, not computed yet)
+  int64_t anchor_pos = 0;  // its position (= the tokens computed before it)
+  std::span<const int32_t> block_ids;  // the drafter's KV blocks (ProposeSeq::block_ids)
+};
+class BlockDraftExecutor {
+ public:
+  virtual ~BlockDraftExecutor() = default;
+  // out[i]: up to block_size() drafts of seqs[i] (ids < the engine's sample_vocab) and, with a
+  // confidence head, one confidence per draft.
+  virtual void draft_blocks(std::span<const BlockDraftSeq> seqs, std::vector<Proposal>& out) = 0;
+  virtual int block_size() const = 0;
+};
+
+// DeepSeek's DSpark drafter (bench/NOTES.md "V4.1 DSpark drafter"; model/deepseek_v41/dspark.h):
+// the target's own steps write the drafter's context rows (every computed position; a block reads
+// only the rows before its anchor, which are verified), so proposing is one block forward per
+// sequence whose last token is sampled and not computed: drafts 1..min(block, max_drafts) and, with
+// the drafter's confidence head, c_j = P(draft j accepted | drafts < j were), what
+// schedule_verify_lengths reads. A sequence drafting nothing is not run.
+class DsparkProposer final : public Proposer {
+ public:
+  explicit DsparkProposer(BlockDraftExecutor& executor) : exec_(executor) {}
+  std::string name() const override { return "dspark"; }
+  void propose(std::span<const ProposeSeq> seqs, std::vector<Proposal>& out) override;
+
+ private:
+  BlockDraftExecutor& exec_;
+  std::vector<BlockDraftSeq> in_;
+  std::vector<size_t> index_;
+  std::vector<Proposal> got_;
+};
+
 // Softmax probability of `token` in a logits row of `vocab` columns.
 float softmax_probability(const float* logits, int64_t vocab, int32_t token);
 

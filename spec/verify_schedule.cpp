@@ -13,17 +13,20 @@ StepCost::StepCost(SpecStepTimes table) : t_(std::move(table)) {
   for (size_t i = 0; i < nb; ++i)
     DI_CHECK(t_.batches[i] >= 1 && (i == 0 || t_.batches[i] > t_.batches[i - 1]), "spec step times: batch ", i,
              " (", t_.batches[i], ") must be >= 1 and ascending");
-  auto check = [&](const std::vector<double>& v, const char* name, size_t size, bool may_be_empty) {
+  // zero_ok: a block drafter's chained passes cost nothing (its block forward drafts them all).
+  auto check = [&](const std::vector<double>& v, const char* name, size_t size, bool may_be_empty,
+                   bool zero_ok = false) {
     DI_CHECK((may_be_empty && v.empty()) || v.size() == size, "spec step times: ", name, " has ", v.size(),
              " entries, expected ", size);
     for (double s : v)
-      DI_CHECK(std::isfinite(s) && s > 0, "spec step times: ", name, " holds ", s, " (seconds must be > 0)");
+      DI_CHECK(std::isfinite(s) && (s > 0 || (zero_ok && s == 0)), "spec step times: ", name, " holds ", s,
+               zero_ok ? " (seconds must be >= 0)" : " (seconds must be > 0)");
   };
   check(t_.verify_s, "verify_s", nb * q, false);
   check(t_.mixed_s, "mixed_s", nb, true);
   check(t_.decode_ahead_s, "decode_ahead_s", nb, true);
   check(t_.mtp_first_s, "mtp_first_s", nb, true);
-  check(t_.mtp_chain_s, "mtp_chain_s", nb, true);
+  check(t_.mtp_chain_s, "mtp_chain_s", nb, true, true);
   DI_CHECK(t_.mtp_first_s.empty() == t_.mtp_chain_s.empty(), "spec step times: mtp_first_s and mtp_chain_s ",
            "come together");
 }

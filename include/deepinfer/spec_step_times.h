@@ -24,7 +24,8 @@ struct SpecStepTimes {
   std::vector<double> decode_ahead_s;
   // [batches] or empty (model-free proposer): seconds of the MTP layer's first pass (two
   // rows per sequence: newly verified positions) and of one chained pass (one row per
-  // sequence), the host's wait for the drafts included.
+  // sequence), the host's wait for the drafts included. A block drafter (V4.1's DSpark): its
+  // block forward at b sequences in mtp_first_s, mtp_chain_s 0 (every draft of a block at once).
   std::vector<double> mtp_first_s, mtp_chain_s;
   double measure_s = 0.0;  // wall time the measurement took
   bool empty() const { return batches.empty(); }

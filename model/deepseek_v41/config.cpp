@@ -57,6 +57,79 @@ std::vector<int> layer_ids(const Fields& f, const char* key, const std::vector<i
   return out;
 }
 
+// The DSpark drafter's fields (dspark.h). DeepSeek's config.json and the PR spell them `dspark_*`
+// in the text config; DeepSpec's drafter configs spell them without the prefix (block_size,
+// mask_token_id, target_layer_ids, markov_rank, markov_head_type, enable_confidence_head,
+// confidence_head_with_markov), read here from a `dspark_config` object. A field given both ways
+// must agree. Values are checked where the config declares drafter layers (num_nextn_predict_layers).
+void parse_dspark(const Fields& f, DeepseekV41Config& v) {
+  const std::string& src = f.source();
+  const int L = v.num_layers();
+  const bool drafter = v.base.num_nextn_predict_layers > 0;
+  static const json kEmpty = json::object();
+  const json* sub = f.find("dspark_config");
+  if (sub != nullptr && !sub->is_object()) f.bad("dspark_config", "an object");
+  const Fields g(sub != nullptr ? *sub : kEmpty, src, "dspark_config.");
+  // The spelling in use: `ours` at the top, else `theirs` under dspark_config; both must agree.
+  auto pick = [&](const char* ours, const char* theirs) -> const char* {
+    const json* a = f.find(ours);
+    const json* b = g.find(theirs);
+    if (a != nullptr && b != nullptr && *a != *b)
+      fail(src, ": field '", ours, "' is ", json_snippet(*a), " but 'dspark_config.", theirs, "' is ",
+           json_snippet(*b), " (the same DSpark field spelled two ways must agree)");
+    return a != nullptr || b == nullptr ? ours : theirs;
+  };
+  auto ours = [&](const char* key, const char* picked) { return std::string(key) == picked; };
+  auto integer = [&](const char* key, const char* theirs, int64_t fallback) {
+    const char* k = pick(key, theirs);
+    return ours(key, k) ? f.integer(key, fallback) : g.integer(theirs, fallback);
+  };
+  auto boolean = [&](const char* key, const char* theirs, bool fallback) {
+    const char* k = pick(key, theirs);
+    return ours(key, k) ? f.boolean(key, fallback) : g.boolean(theirs, fallback);
+  };
+  v.dspark_block_size = static_cast<int>(integer("dspark_block_size", "block_size", 5));
+  require(v.dspark_block_size >= 1 && v.dspark_block_size <= 16, src, pick("dspark_block_size", "block_size"),
+          "block of " + str(v.dspark_block_size) +
+              " draft positions (expected 1 .. 16: the engine verifies at most 16 drafts)");
+  v.dspark_noise_token_id = integer("dspark_noise_token_id", "mask_token_id", 128799);
+  require(!drafter || (v.dspark_noise_token_id >= 0 && v.dspark_noise_token_id < v.base.vocab_size), src,
+          pick("dspark_noise_token_id", "mask_token_id"),
+          str(v.dspark_noise_token_id) + " is not a token id (vocab_size " + str(v.base.vocab_size) + ")");
+  v.dspark_markov_rank = integer("dspark_markov_rank", "markov_rank", 256);
+  require(v.dspark_markov_rank >= 0 && v.dspark_markov_rank <= (int64_t{1} << 20), src,
+          pick("dspark_markov_rank", "markov_rank"),
+          str(v.dspark_markov_rank) + " (expected 0: no Markov head, or a rank > 0)");
+  {
+    const char* k = pick("dspark_markov_head_type", "markov_head_type");
+    const std::string type = ours("dspark_markov_head_type", k) ? f.string(k, "vanilla") : g.string(k, "vanilla");
+    require(type == "vanilla", src, k,
+            "'" + type +
+                "' is not supported (DeepSeek's drafters use 'vanilla': a rank-r bias from the previous token)");
+  }
+  v.dspark_confidence_head = boolean("dspark_enable_confidence_head", "enable_confidence_head", true);
+  v.dspark_confidence_with_markov =
+      boolean("dspark_confidence_head_with_markov", "confidence_head_with_markov", v.dspark_markov_rank > 0);
+  require(!v.dspark_confidence_head || !v.dspark_confidence_with_markov || v.dspark_markov_rank > 0, src,
+          pick("dspark_confidence_head_with_markov", "confidence_head_with_markov"),
+          "true needs a Markov head (dspark_markov_rank > 0)");
+  v.dspark_n_routed_experts = f.small_int("dspark_n_routed_experts", 128);
+  v.dspark_num_experts_per_tok = f.small_int("dspark_num_experts_per_tok", 3);
+  require(v.dspark_n_routed_experts > 0, src, "dspark_n_routed_experts", "must be > 0");
+  require(v.dspark_num_experts_per_tok > 0 && v.dspark_num_experts_per_tok <= v.dspark_n_routed_experts, src,
+          "dspark_num_experts_per_tok", "must be in [1, dspark_n_routed_experts]");
+  std::vector<int> fallback;  // the PR's: the last 3 layers that are not KV sources
+  for (int i = 0; i < L; ++i)
+    if (!v.is_kv_source(i)) fallback.push_back(i);
+  if (fallback.size() > 3) fallback.erase(fallback.begin(), fallback.end() - 3);
+  const char* k = pick("dspark_target_layer_ids", "target_layer_ids");
+  v.dspark_target_layers =
+      ours("dspark_target_layer_ids", k) ? layer_ids(f, k, fallback, L) : layer_ids(g, k, fallback, L);
+  require(!v.dspark_target_layers.empty() || !drafter, src, k,
+          "the drafter (num_nextn_predict_layers " + str(v.base.num_nextn_predict_layers) +
+              ") needs at least one target layer to condition on");
+}
+
 }  // namespace
 
 bool DeepseekV41Config::is_kv_source(int layer) const {
@@ -260,23 +333,7 @@ DeepseekV41Config parse_deepseek_v41_config(const json& root, const std::string&
             "table of Engram layer " + str(v.engram_layers[i]) + " has " +
                 str(v.engram_num_embeddings[i]) + " rows (needs 1 .. 2^31 - 1)");
 
-  // DSpark (read for `deepinfer info`; the drafter is not run yet).
-  v.dspark_block_size = f.small_int("dspark_block_size", 5);
-  v.dspark_noise_token_id = f.integer("dspark_noise_token_id", 128799);
-  v.dspark_markov_rank = f.integer("dspark_markov_rank", 256);
-  v.dspark_n_routed_experts = f.small_int("dspark_n_routed_experts", 128);
-  v.dspark_num_experts_per_tok = f.small_int("dspark_num_experts_per_tok", 3);
-  {
-    std::vector<int> fallback;
-    for (int i = 0; i < L; ++i)
-      if (!v.is_kv_source(i)) fallback.push_back(i);
-    if (fallback.size() > 3) fallback.erase(fallback.begin(), fallback.end() - 3);
-    v.dspark_target_layers = layer_ids(f, "dspark_target_layer_ids", fallback, L);
-  }
-  require(v.dspark_block_size > 0, src, "dspark_block_size", "must be > 0");
-  require(
-      v.dspark_num_experts_per_tok > 0 && v.dspark_num_experts_per_tok <= v.dspark_n_routed_experts,
-      src, "dspark_num_experts_per_tok", "must be in [1, dspark_n_routed_experts]");
+  parse_dspark(f, v);
   return v;
 }
 
@@ -299,6 +356,13 @@ ModelConfig parse_deepseek_v41_model_config(const json& root, const std::string&
   ModelConfig base = parse_deepseek_v41_config(root, source).base;
   base.extras = std::make_shared<const DeepseekV41Extras>();
   return base;
+}
+
+DeepseekV41Config dspark_stage_config(const DeepseekV41Config& c) {
+  DeepseekV41Config d = c;
+  d.base.n_routed_experts = c.dspark_n_routed_experts;
+  d.base.num_experts_per_tok = c.dspark_num_experts_per_tok;
+  return d;
 }
 
 DeepseekV41Config load_deepseek_v41_config(const std::string& path) {

@@ -15,7 +15,8 @@
 //    `candidate_source_layer_id` (default the last KV source; < 0: none): its top
 //    `candidate_topk_blocks` blocks of `candidate_block_size` entries constrain later index
 //    sources.
-//  - router `gate_temp`; Engram (`engram_*`); DSpark (`dspark_*`, read, not run yet).
+//  - router `gate_temp`; Engram (`engram_*`); the DSpark drafter (`dspark_*`, also DeepSpec's
+//    unprefixed names under `dspark_config`; dspark.h).
 // Bad schedules fail naming the field: ids outside [0, num_hidden_layers), a source on a
 // window-only layer, a compressed layer with no KV source at or before it or with a ratio other
 // than its source's, an index source that is not a KV source and follows none, a KV source that
@@ -48,11 +49,13 @@ struct DeepseekV41Config : V4FamilyConfig {
   int64_t engram_head_dim = 256;
   int64_t engram_pad_id = 2;
   int64_t engram_compressed_vocab_size = 99092;
-  // DSpark drafter (mtp.0-2; read, not run yet).
-  int dspark_block_size = 5;
-  int64_t dspark_noise_token_id = 128799;
-  std::vector<int> dspark_target_layers;
-  int64_t dspark_markov_rank = 256;
+  // DSpark drafter (model/deepseek_v41/dspark.h): num_nextn_predict_layers stages `mtp.N.*`.
+  int dspark_block_size = 5;               // draft positions per block (= drafts per forward)
+  int64_t dspark_noise_token_id = 128799;  // the noise (mask) token at the block's draft positions
+  std::vector<int> dspark_target_layers;   // target layers whose outputs condition the drafter
+  int64_t dspark_markov_rank = 256;        // 0: no Markov head
+  bool dspark_confidence_head = true;      // when its weights are present
+  bool dspark_confidence_with_markov = true;
   int dspark_n_routed_experts = 128;
   int dspark_num_experts_per_tok = 3;
 
@@ -70,6 +73,8 @@ struct DeepseekV41Config : V4FamilyConfig {
 DeepseekV41Config parse_deepseek_v41_config(const nlohmann::json& root, const std::string& source);
 // The registry's reader: the shared-shape part of parse_deepseek_v41_config.
 ModelConfig parse_deepseek_v41_model_config(const nlohmann::json& root, const std::string& source);
+// The config a DSpark drafter stage is built with: `c` with the drafter's routed experts and top-k.
+DeepseekV41Config dspark_stage_config(const DeepseekV41Config& c);
 // Reads `path` (config.json, or a directory holding one).
 DeepseekV41Config load_deepseek_v41_config(const std::string& path);
 

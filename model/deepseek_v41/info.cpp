@@ -67,7 +67,9 @@ std::string v41_summary(const DeepseekV41Config& c) {
   os << "model_type             " << b.model_type << "\n"
      << "layers                 " << c.num_layers() << ": " << window << " window-only, " << rn
      << " pooled compressed (ratio > 1), " << r1 << " full-resolution compressed (ratio 1); + "
-     << b.num_nextn_predict_layers << " DSpark (not run)\n"
+     << b.num_nextn_predict_layers << " DSpark drafter stages (block of " << c.dspark_block_size
+     << ", Markov rank " << c.dspark_markov_rank << ", " << c.dspark_n_routed_experts << " experts top-"
+     << c.dspark_num_experts_per_tok << "; the mtp speculator drafts with them where the checkpoint has them)\n"
      << "KV sources             " << ids(c.kv_source_layers)
      << " (compressed KV shared up to the next source)\n"
      << "index sources          " << ids(c.index_source_layers) << ", top " << c.index_topk

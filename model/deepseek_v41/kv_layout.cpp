@@ -4,7 +4,7 @@
 
 namespace deepinfer {
 
-V41KvLayout v41_kv_layout(const DeepseekV41Config& c) {
+V41KvLayout v41_kv_layout(const DeepseekV41Config& c, bool dspark) {
   V41KvLayout out;
   // packed: rows of `channels` values in that cache format (U8 bytes); else activation rows.
   auto add = [&](const std::string& name, int layers, int64_t channels, int tokens_per_row,
@@ -55,6 +55,9 @@ V41KvLayout v41_kv_layout(const DeepseekV41Config& c) {
     out.groups.push_back(g);
     out.engram = static_cast<int>(out.groups.size()) - 1;
   }
+  if (dspark)
+    out.dspark = add("dspark_context", c.base.num_nextn_predict_layers, c.head_dim, 1,
+                     static_cast<int>(c.sliding_window), nullptr);
   for (int l = 0; l < c.num_layers(); ++l) {
     int ratio = V41KvLayout::kNone, slot = V41KvLayout::kNone;
     if (c.ratio(l) > 0) {

@@ -9,6 +9,9 @@
 //   "engram_tokens"     (Engram layers only) each token's compressed id (engram_hash.h), one F32
 //                       per row (exact below 2^24), window engram_max_ngram_size: the n-gram
 //                       look-back of the next step's first token.
+//   "dspark_context"    (a loaded DSpark drafter only) one layer per drafter stage: each verified
+//                       token's context K=V row (head_dim, activation dtype; dspark.h), window
+//                       sliding_window: what the drafter's block attends to.
 // Only source layers hold compressed rows: the layers up to the next source read their source's.
 // The window, compressed and indexer-key rows are U8 rows in their cache formats
 // (Backend::store_packed_rows): window FP8 e4m3 with an E8M0 scale per 32 (head_dim 512: 528 B),
@@ -34,6 +37,7 @@ struct V41KvLayout {
   };
   int window = kNone;
   int engram = kNone;  // "engram_tokens"
+  int dspark = kNone;  // "dspark_context"
   std::vector<Ratio> ratios;
   // Per model layer (ratio > 0): which ratios[] entry and which layer of its groups holds the
   // compressed rows it reads (its KV source's); kNone for window-only layers.
@@ -41,6 +45,7 @@ struct V41KvLayout {
   std::vector<KvGroupSpec> groups;
 };
 
-V41KvLayout v41_kv_layout(const DeepseekV41Config& config);
+// dspark: the model has its DSpark drafter loaded (num_nextn_predict_layers stages).
+V41KvLayout v41_kv_layout(const DeepseekV41Config& config, bool dspark = false);
 
 }  // namespace deepinfer

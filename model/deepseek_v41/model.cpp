@@ -30,7 +30,7 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
       w_(std::move(weights)),
       be_(backend),
       act_(backend.activation_dtype()),
-      layout_(v41_kv_layout(config_)), arena_(backend) {
+      layout_(v41_kv_layout(config_, w_.dspark.loaded())), arena_(backend) {
   DI_CHECK(be_.device() == Device::CPU && act_ == DType::F32, config_.base.source,
            ": deepseek_v41 runs on the CPU backend only so far (F32; its CUDA kernels are still to "
            "come), not on ",
@@ -43,6 +43,12 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
         config_, w_.engram_token_map[static_cast<size_t>(config_.engram_pad_id)]);
     for (size_t e = 0; e < config_.engram_layers.size(); ++e)
       engram_index_[static_cast<size_t>(config_.engram_layers[e])] = static_cast<int>(e);
+  }
+  tap_index_.assign(static_cast<size_t>(config_.num_layers()), -1);
+  if (w_.dspark.loaded()) {
+    drafter_ = std::make_unique<DsparkDrafter>(config_, w_, be_);
+    for (size_t k = 0; k < config_.dspark_target_layers.size(); ++k)
+      tap_index_[static_cast<size_t>(config_.dspark_target_layers[k])] = static_cast<int>(k);
   }
   int max_ratio = 1;
   for (const V41KvLayout::Ratio& r : layout_.ratios) max_ratio = std::max(max_ratio, r.ratio);
@@ -411,7 +417,33 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   }
   if (!c.engram_layers.empty()) engram_ids_ = engram_rows(batch, sh, kv);
   std::vector<SeqChoice> choice(static_cast<size_t>(batch.num_seqs));
-  for (int l = 0; l < c.num_layers(); ++l) block(l, batch, sh, kv, choice, streams, next, pre);
+  // The drafter's tap features: per tap layer, the mean over the hc streams of its output.
+  const int64_t taps = drafter_ ? drafter_->num_taps() : 0;
+  HostBuffer features;
+  if (taps > 0) features = HostBuffer(DType::F32, {T, taps * H});
+  for (int l = 0; l < c.num_layers(); ++l) {
+    block(l, batch, sh, kv, choice, streams, next, pre);
+    const int k = tap_index_[static_cast<size_t>(l)];
+    if (k < 0 || T == 0) continue;
+    HostBuffer s_host(DType::F32, {T, hc, H});
+    be_.copy(streams.tensor(), s_host.tensor());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < H; ++d) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < hc; ++j) acc += s_host.ptr<float>()[(t * hc + j) * H + d];
+        features.ptr<float>()[t * taps * H + k * H + d] = acc / static_cast<float>(hc);
+      }
+  }
+  if (drafter_ && T > 0) {  // every token's context rows (a verify step's drafts too: see model.h)
+    DeviceBuffer f = alloc(DType::F32, {T, taps * H});
+    be_.copy(features.tensor(), f.tensor());
+    std::vector<DeviceBuffer> rows;
+    drafter_->context_rows(f.tensor(), batch.positions, rows);
+    const KvCaches::value_type& caches = kv[static_cast<size_t>(layout_.dspark)];
+    for (size_t st = 0; st < rows.size(); ++st)
+      store_rows(be_, rows[st].tensor(), caches[st],
+                 batch.kv_groups[static_cast<size_t>(layout_.dspark)].slot_mapping);
+  }
   if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
   if (R == 0) return;
   for (int32_t r : v4_family::host_i32(be_, batch.logits_indices))
@@ -426,6 +458,44 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   be_.hc_collapse(picked.tensor(), picked_pre.tensor(), h.tensor());
   be_.rms_norm(h.tensor(), w_.norm, eps, hn.tensor());
   be_.gemm(hn.tensor(), w_.head, logits);
+}
+
+void DeepseekV41Model::propose_blocks(std::span<const BlockSeq> seqs, KvCaches& kv, int64_t vocab,
+                                      std::vector<DsparkDrafter::Output>& out) {
+  DI_CHECK(drafter_ != nullptr, config_.base.source, ": propose_blocks without a DSpark drafter loaded");
+  const int g = layout_.dspark;
+  const KvCaches::value_type& caches = kv[static_cast<size_t>(g)];
+  const int64_t D = config_.head_dim, W = config_.sliding_window;
+  std::vector<DeviceBuffer> keep;
+  std::vector<DsparkDrafter::Block> blocks(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const BlockSeq& q = seqs[i];
+    DsparkDrafter::Block& b = blocks[i];
+    b.anchor = q.anchor;
+    b.anchor_pos = q.anchor_pos;
+    // The rows the block reads: positions [anchor_pos - (W - 1), anchor_pos).
+    const int64_t first = std::max<int64_t>(0, q.anchor_pos - std::max<int64_t>(W - 1, 0));
+    std::vector<int32_t> slots;
+    for (int64_t p = first; p < q.anchor_pos; ++p) {
+      const int64_t bs = caches[0].size(1), blk = p / bs;
+      DI_CHECK(blk < static_cast<int64_t>(q.block_ids.size()) && q.block_ids[static_cast<size_t>(blk)] >= 0 &&
+                   q.block_ids[static_cast<size_t>(blk)] < caches[0].size(0),
+               "deepseek_v41 propose_blocks: position ", p, " has no block in KV group 'dspark_context'");
+      slots.push_back(static_cast<int32_t>(q.block_ids[static_cast<size_t>(blk)] * bs + p % bs));
+    }
+    for (const Tensor& cache : caches) {
+      if (slots.empty()) {
+        b.context.emplace_back();
+        continue;
+      }
+      DeviceBuffer ids = v4_family::upload_i32(be_, slots);
+      DeviceBuffer rows = be_.alloc(DType::F32, {static_cast<int64_t>(slots.size()), D});
+      be_.embedding(ids.tensor(), cache_rows(cache), rows.tensor());
+      b.context.push_back(rows.tensor());
+      keep.push_back(std::move(rows));
+    }
+  }
+  drafter_->propose(blocks, vocab, out);
 }
 
 }  // namespace deepinfer

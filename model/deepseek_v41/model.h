@@ -21,12 +21,19 @@
 //              the sequence start) are gathered from each Engram layer's table, projected by wkv into
 //              hc keys and one value, and added to every stream gated by engram_gate, before the
 //              layer's first hyper-connection site.
-// The DSpark drafter is not run yet.
+//  DSpark:     with the drafter loaded (dspark.h), each step also writes every token's drafter
+//              context rows (from the mean over the hc streams of the dspark_target_layer_ids
+//              layers' outputs) into the "dspark_context" group; propose_blocks drafts from them.
+//              A verify step writes rows of drafts that may be rejected: only rows before a
+//              block's anchor are read, and those are verified (the next step rewrites the rest).
 #pragma once
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "model/deepseek_v4/step_ops.h"
 #include "model/deepseek_v41/config.h"
+#include "model/deepseek_v41/dspark.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
 #include "model/deepseek_v41/weights.h"
@@ -49,6 +56,20 @@ class DeepseekV41Model : public Model {
   uint64_t workspace_epoch() const override { return arena_.epoch(); }
   // Each step reads its token ids and block tables back (StepHost): not capturable.
   bool graph_capturable() const override { return false; }
+
+  // The DSpark drafter: drafts per block (0: not loaded), its KV group, one block per sequence.
+  int draft_block_size() const { return drafter_ ? drafter_->block_size() : 0; }
+  int draft_kv_group() const { return layout_.dspark; }
+  bool draft_confidences() const { return drafter_ && drafter_->has_confidence(); }
+  struct BlockSeq {
+    int32_t anchor = 0;      // the sequence's last token (sampled, not computed)
+    int64_t anchor_pos = 0;  // its position: rows [0, anchor_pos) are computed
+    std::span<const int32_t> block_ids;  // its table in draft_kv_group()
+  };
+  // Drafts (and confidences) of one block per sequence from the context rows in kv; drafts are
+  // ids in [0, vocab).
+  void propose_blocks(std::span<const BlockSeq> seqs, KvCaches& kv, int64_t vocab,
+                      std::vector<DsparkDrafter::Output>& out);
 
  private:
   using StepHost = v4_family::StepHost;
@@ -91,6 +112,8 @@ class DeepseekV41Model : public Model {
   EngramHashing hashing_;
   std::vector<int> engram_index_;  // per layer: its index in engram_layers, -1: none
   DeviceBuffer engram_ids_;        // this step's engram_rows  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
+  std::unique_ptr<DsparkDrafter> drafter_;  // with w_.dspark loaded
+  std::vector<int> tap_index_;              // per layer: its index in dspark_target_layers, -1: none
 };
 
 }  // namespace deepinfer

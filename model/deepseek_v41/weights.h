@@ -52,6 +52,19 @@ struct V41Layer {
   Tensor engram_weight;
 };
 
+// The DSpark drafter (dspark.h; names as DeepSeek's V4 DSpark checkpoints ship them, `mtp.S.*`).
+struct DsparkWeights {
+  std::vector<V41Layer> stages;  // window-only blocks (no compressor, indexer or Engram)
+  Weight main_proj;              // [H, taps * H]: fuses the target layers' outputs
+  Tensor main_norm;              // F32 [H]
+  V4HyperConnection hc_head;     // [hc, hc * H], [hc], [1]
+  Tensor norm;                   // F32 [H]
+  Tensor markov_w1;              // [V, rank] F32/BF16 (undefined: no Markov head)
+  Weight markov_w2;              // [V, rank]
+  Weight confidence;             // [1, H (+ rank)] (undefined: no confidence head)
+  bool loaded() const { return !stages.empty(); }
+};
+
 struct V41Weights {
   Tensor embed;  // [V, H]
   std::vector<V41Layer> layers;
@@ -62,17 +75,25 @@ struct V41Weights {
   // `engram.token_map`; the PR derives it from the tokenizer (engram_hash.h). Random weights:
   // id % engram_compressed_vocab_size.
   std::vector<int32_t> engram_token_map;
+  DsparkWeights dspark;  // loaded when the config declares drafter layers and `mtp.0.main_proj` exists
   std::vector<std::shared_ptr<void>> owners;  // checkpoint mapping and converted copies
 };
 
-// Reads every main-layer tensor and the Engram tables and token map (the DSpark blocks mtp.* are
-// not read yet). Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the
+// Reads every main-layer tensor, the Engram tables and token map, and the DSpark drafter where the
+// config declares drafter layers (num_nextn_predict_layers) and the checkpoint has
+// `mtp.0.main_proj.weight` (a checkpoint without the drafter loads as the text model). Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the
 // wrong shape, an Engram table whose rows do not match its bucket primes, a token map of the wrong
 // size or whose distinct ids are not engram_compressed_vocab_size.
 V41Weights load_v41_weights(const DeepseekV41Config& config,
                             std::shared_ptr<const CheckpointReader> reader);
 
-// Random weights (bench, tests): every tensor load_v41_weights reads, under the released names, in
+// The drafter alone (`mtp.S.*`, as load_v41_weights reads it) from `reader` into w.dspark: a drafter
+// shipped beside its target, and the drafter's golden test.
+void load_dspark_weights(const DeepseekV41Config& config, std::shared_ptr<const CheckpointReader> reader,
+                         V41Weights& w);
+
+// Random weights (bench, tests): every tensor load_v41_weights reads (the drafter's after all others,
+// when the config declares drafter layers), under the released names, in
 // weight_dtype (BF16, F32, or F8_E4M3: block-scaled linears as model/weights.h's RandomLayout makes
 // them; routers, compressors, indexers and the head stay in the dense dtype), F32 hc / sinks /
 // biases.

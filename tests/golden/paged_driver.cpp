@@ -157,7 +157,18 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
 
   const int64_t R = static_cast<int64_t>(logits_rows.size()), V = model_.vocab_size();
   DeviceBuffer logits = backend_.alloc(DType::F32, {R, V});
-  model_.forward(b, caches_, logits.tensor());
+  if (capture_hidden) {
+    const int64_t T = static_cast<int64_t>(ids.size()), C = model_.mtp_hidden_size();
+    DeviceBuffer hidden = backend_.alloc(DType::F32, {T, C});
+    Tensor h = hidden.tensor();
+    model_.forward(b, caches_, logits.tensor(), &h);
+    HostBuffer hh(DType::F32, {T, C});
+    backend_.copy(h, hh.tensor());
+    backend_.synchronize();
+    last_hidden.assign(hh.ptr<float>(), hh.ptr<float>() + T * C);
+  } else {
+    model_.forward(b, caches_, logits.tensor());
+  }
   HostBuffer host(DType::F32, {R, V});
   backend_.copy(logits.tensor(), host.tensor());
   backend_.synchronize();

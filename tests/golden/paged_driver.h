@@ -35,6 +35,14 @@ class PagedDriver {
   // position, in chunk order ([rows][vocab]).
   std::vector<std::vector<float>> step(const std::vector<Chunk>& chunks);
 
+  // With capture_hidden, step() also asks forward for its hidden rows (Model::mtp_hidden_size()
+  // columns per new token) and keeps them in last_hidden ([tokens][columns], chunk order).
+  bool capture_hidden = false;
+  std::vector<float> last_hidden;
+  // The caches and a sequence's table in group g (-1: freed), for a drafter reading them.
+  KvCaches& caches() { return caches_; }
+  const std::vector<int32_t>& table(int seq, int g) const { return seqs_[seq].blocks[g]; }
+
  private:
   struct Seq {
     std::vector<int32_t> tokens;

@@ -244,6 +244,96 @@ TEST(DeepseekV41Config, BadEngramInputNamesTheFieldOrTensor) {
   }
 }
 
+// The DSpark drafter's fields (model/deepseek_v41/dspark.h): the PR's and DeepSeek's `dspark_*`, or
+// DeepSpec's unprefixed names under `dspark_config`; bad values name the field.
+TEST(DeepseekV41Config, DsparkFieldsReadBothSpellingsAndBadValuesNameTheField) {
+  json j = tiny();
+  j["num_nextn_predict_layers"] = 3;
+  j["dspark_noise_token_id"] = 7;  // the default 128799 is no id of a 256-token vocabulary
+  {
+    const DeepseekV41Config c = parse_deepseek_v41_config(j, "cfg.json");
+    EXPECT_EQ(c.dspark_block_size, 5);
+    EXPECT_EQ(c.dspark_markov_rank, 256);
+    EXPECT_EQ(c.dspark_target_layers, (std::vector<int>{2, 5, 6}));  // the last 3 non-KV-source layers
+    EXPECT_TRUE(c.dspark_confidence_head);
+    EXPECT_TRUE(c.dspark_confidence_with_markov);
+  }
+  {
+    json d = j;
+    d["dspark_config"] = {{"block_size", 4}, {"mask_token_id", 9}, {"target_layer_ids", {1, 2}},
+                          {"markov_rank", 16}, {"markov_head_type", "vanilla"},
+                          {"enable_confidence_head", false}};
+    d.erase("dspark_noise_token_id");
+    const DeepseekV41Config c = parse_deepseek_v41_config(d, "cfg.json");
+    EXPECT_EQ(c.dspark_block_size, 4);
+    EXPECT_EQ(c.dspark_noise_token_id, 9);
+    EXPECT_EQ(c.dspark_target_layers, (std::vector<int>{1, 2}));
+    EXPECT_EQ(c.dspark_markov_rank, 16);
+    EXPECT_FALSE(c.dspark_confidence_head);
+    d["dspark_block_size"] = 4;  // the same value spelled both ways
+    EXPECT_EQ(parse_deepseek_v41_config(d, "cfg.json").dspark_block_size, 4);
+    d["dspark_block_size"] = 5;
+    expect_error(d, "dspark_block_size", "'dspark_config.block_size' is 4");
+  }
+  auto with = [&](const char* key, const json& value) {
+    json d = j;
+    d[key] = value;
+    return d;
+  };
+  expect_error(with("dspark_block_size", 0), "dspark_block_size", "expected 1 .. 16");
+  expect_error(with("dspark_block_size", 17), "dspark_block_size", "expected 1 .. 16");
+  expect_error(with("dspark_noise_token_id", 256), "dspark_noise_token_id", "is not a token id");
+  expect_error(with("dspark_markov_rank", -1), "dspark_markov_rank", "-1");
+  expect_error(with("dspark_markov_head_type", "rnn"), "dspark_markov_head_type", "'rnn' is not supported");
+  expect_error(with("dspark_target_layer_ids", json::array({3, 9})), "dspark_target_layer_ids",
+               "does not fit num_hidden_layers");
+  expect_error(with("dspark_target_layer_ids", json::array({3, 3})), "dspark_target_layer_ids",
+               "strictly ascending");
+  expect_error(with("dspark_target_layer_ids", json::array()), "dspark_target_layer_ids",
+               "needs at least one target layer");
+  expect_error(with("dspark_num_experts_per_tok", 200), "dspark_num_experts_per_tok", "must be in");
+  expect_error(with("dspark_n_routed_experts", 0), "dspark_n_routed_experts", "must be > 0");
+  {
+    json d = with("dspark_markov_rank", 0);
+    d["dspark_confidence_head_with_markov"] = true;
+    expect_error(d, "dspark_confidence_head_with_markov", "needs a Markov head");
+  }
+  expect_error(with("dspark_config", 3), "dspark_config", "an object");
+  {  // a text-only config (no drafter layers) keeps the defaults whatever its vocabulary
+    json d = tiny();
+    EXPECT_NO_THROW(parse_deepseek_v41_config(d, "cfg.json"));
+  }
+}
+
+TEST(DeepseekV41Weights, AMissingOrMisshapenDrafterTensorIsNamed) {
+  const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v41_dspark";
+  auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir + "/model.safetensors"));
+  {
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.base.num_nextn_predict_layers = 4;  // a fourth stage the checkpoint does not have
+    V41Weights w;
+    expect_error([&] { load_dspark_weights(c, reader, w); }, "mtp.3.");
+  }
+  {
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.dspark_markov_rank = 16;
+    V41Weights w;
+    expect_error([&] { load_dspark_weights(c, reader, w); }, "mtp.2.markov_head.markov_w1.weight");
+  }
+  {
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.dspark_target_layers = {0, 1, 2};  // main_proj fuses 2 taps, not 3
+    V41Weights w;
+    expect_error([&] { load_dspark_weights(c, reader, w); }, "mtp.0.main_proj.weight");
+  }
+  {
+    DeepseekV41Config c = load_deepseek_v41_config(dir);
+    c.base.num_nextn_predict_layers = 0;
+    V41Weights w;
+    expect_error([&] { load_dspark_weights(c, reader, w); }, "'num_nextn_predict_layers'");
+  }
+}
+
 TEST(DeepseekV41Weights, AMissingSourceTensorIsNamed) {
   const std::string dir = std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v41_tiny";
   DeepseekV41Config c = load_deepseek_v41_config(dir);

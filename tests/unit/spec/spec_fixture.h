@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,28 @@ inline std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<P
   for (const auto& o : out) EXPECT_TRUE(o.error.empty()) << o.error;
   if (stats) *stats = e.stats();
   return out;
+}
+
+// Token-id prompts of the given lengths: prompt of length n holds 2 + (i * a + n * b) % m at i.
+inline std::vector<Prompt> token_prompts(std::initializer_list<int> lengths, int a, int b, int m) {
+  std::vector<Prompt> out;
+  for (int n : lengths) {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(2 + (i * a + n * b) % m);
+    out.push_back(Prompt::from_tokens(ids));
+  }
+  return out;
+}
+
+// max_tokens tokens whatever the EOS, two logprobs each.
+inline SamplingParams seeded(float temperature, uint64_t seed, int max_tokens) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  return p;
 }
 
 }  // namespace deepinfer::spec_test

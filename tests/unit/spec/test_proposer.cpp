@@ -1,4 +1,5 @@
-// NgramProposer lookup rules and MtpProposer's row plan (against a recording executor).
+// NgramProposer lookup rules, MtpProposer's row plan and DsparkProposer's blocks (against recording
+// executors).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,52 @@ TEST(NgramProposer, ProposesWhatFollowedTheLatestMatch) {
   EXPECT_TRUE(NgramProposer::lookup({{4, 5, 6}}, 3, 1, 3).empty());  // no earlier match
   EXPECT_TRUE(NgramProposer::lookup(t, 0, 1, 3).empty());
   EXPECT_THROW(NgramProposer(0, 2), std::exception);
+}
+
+// DSpark: one block per sequence whose last token is sampled and not computed; drafts and the
+// confidence head's confidences cut to max_drafts and at a draft that is no token.
+class RecordingBlocks final : public BlockDraftExecutor {
+ public:
+  std::vector<BlockDraftSeq> seen;
+  void draft_blocks(std::span<const BlockDraftSeq> seqs, std::vector<Proposal>& out) override {
+    out.assign(seqs.size(), Proposal{});
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seen.push_back(seqs[i]);
+      for (int j = 0; j < 5; ++j) {
+        out[i].drafts.push_back(seqs[i].anchor == 99 && j == 2 ? -1 : seqs[i].anchor + 1 + j);
+        out[i].confidences.push_back(0.9f - 0.1f * static_cast<float>(j));
+      }
+    }
+  }
+  int block_size() const override { return 5; }
+};
+
+TEST(DsparkProposer, OneBlockPerDraftingSequenceCutToItsBudget) {
+  RecordingBlocks exec;
+  DsparkProposer p(exec);
+  EXPECT_EQ(p.name(), "dspark");
+  const std::vector<int32_t> a = {1, 2, 3, 4}, b = {5, 6, 7}, c = {8, 9, 10, 11, 12}, d = {3, 99};
+  const std::vector<int32_t> blocks_a = {7}, blocks_d = {2, 4};
+  std::vector<ProposeSeq> seqs(4);
+  seqs[0] = {a, 1, 3, blocks_a, 0, 3};    // decoding: drafts 3 of the block after token 4 at position 3
+  seqs[1] = {b, 0, 2, {}, 0, 0};          // drafts nothing (max_drafts 0)
+  seqs[2] = {c, 0, 3, {}, 0, 5};          // a prefill chunk: its last token is not the next one
+  seqs[3] = {d, 0, 1, blocks_d, 0, 16};   // more drafts asked than the block has; draft 3 is no token
+  std::vector<Proposal> out;
+  p.propose(seqs, out);
+  ASSERT_EQ(exec.seen.size(), 2u);
+  EXPECT_EQ(exec.seen[0].anchor, 4);
+  EXPECT_EQ(exec.seen[0].anchor_pos, 3);
+  EXPECT_EQ(exec.seen[0].block_ids.data(), blocks_a.data());
+  EXPECT_EQ(exec.seen[1].anchor, 99);
+  EXPECT_EQ(exec.seen[1].anchor_pos, 1);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].drafts, (std::vector<int32_t>{5, 6, 7}));
+  ASSERT_EQ(out[0].confidences.size(), 3u);
+  EXPECT_FLOAT_EQ(out[0].confidences[2], 0.7f);
+  EXPECT_TRUE(out[1].drafts.empty() && out[2].drafts.empty());
+  EXPECT_EQ(out[3].drafts, (std::vector<int32_t>{100, 101}));
+  EXPECT_EQ(out[3].confidences.size(), 2u);
 }
 
 class RecordingExecutor final : public MtpExecutor {
@@ -265,6 +312,15 @@ TEST(VerifySchedule, StepCostInterpolatesTheMeasuredShapes) {
   bad = t;
   bad.decode_ahead_s[1] = 0.0;
   EXPECT_THROW(StepCost{bad}, std::exception);
+  bad = t;
+  bad.mtp_first_s[1] = 0.0;
+  EXPECT_THROW(StepCost{bad}, std::exception);
+  // A block drafter (DSpark): the block forward costs what it costs whatever the depth.
+  SpecStepTimes block = t;
+  block.mtp_chain_s = {0.0, 0.0, 0.0};
+  EXPECT_DOUBLE_EQ(StepCost(block).draft_seconds(4, 5), StepCost(block).draft_seconds(4, 1));
+  block.mtp_chain_s[0] = -0.1;
+  EXPECT_THROW(StepCost{block}, std::exception);
 }
 
 TEST(VerifySchedule, FlatStepTimeVerifiesEveryDraftSteepOneVerifiesNone) {

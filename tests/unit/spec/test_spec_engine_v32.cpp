@@ -29,34 +29,14 @@ EngineConfig config(int k) {
 
 // Token-id prompts longer than index_topk (8); different lengths so that sequences of a batch
 // reach their cut at different steps.
-std::vector<Prompt> prompts() {
-  std::vector<Prompt> out;
-  for (int n : {20, 37, 60, 9}) {
-    std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i) ids.push_back(2 + (i * 37 + n * 11) % 500);
-    out.push_back(Prompt::from_tokens(ids));
-  }
-  return out;
-}
+std::vector<Prompt> prompts() { return spec_test::token_prompts({20, 37, 60, 9}, 37, 11, 500); }
 
 std::vector<RequestOutput> run(const EngineConfig& c, const std::vector<SamplingParams>& sp,
                                EngineStats* stats = nullptr) {
-  Engine e(c);
-  auto out = e.generate(prompts(), sp);
-  for (const auto& o : out) EXPECT_TRUE(o.error.empty()) << o.error;
-  if (stats) *stats = e.stats();
-  return out;
+  return spec_test::run(c, prompts(), sp, stats);
 }
 
-SamplingParams params(float temperature, uint64_t seed) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.seed = seed;
-  p.max_tokens = 24;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return p;
-}
+SamplingParams params(float temperature, uint64_t seed) { return spec_test::seeded(temperature, seed, 24); }
 
 TEST(SpecEngineV32, GreedyMtpEqualsNoSpeculation) {
   const auto base = run(config(0), {params(0, 0)});
