@@ -14,13 +14,19 @@
 // no row before `floor` (the rows below were never computed).
 //
 // Exactness. The window of a truncated layer moves information W - 1 rows per layer, so layer
-// first_layer + m's output at position p equals full prefill's iff p >= floor + m (W - 1), and its
-// window row (made from layer first_layer + m - 1's output) iff p >= floor + (m - 1)(W - 1). The last
-// prompt row's logits and the window rows the first decode step reads are therefore those of full
-// prefill iff keep >= exact_keep = n (W - 1) + 1, n = L - first_layer (released: 19 x 127 + 1 = 2414);
-// with the default 140 they are not (outputs differ from full prefill's, by design of the bounded
-// replay). Chunked prefill equals one-shot prefill bit for bit in both cases (the floor depends on
-// the prompt length only), and decode never reads below the floor (keep >= W).
+// first_layer + m's output at position p equals full prefill's when p >= floor + m (W - 1) (and in
+// general only then), and its window row (made from layer first_layer + m - 1's output) when
+// p >= floor + (m - 1)(W - 1). The last prompt row's logits and the window rows later steps read
+// are therefore those of full prefill when keep >= exact_keep = n (W - 1) + 1, n = L - first_layer
+// (released: 19 x 127 + 1 = 2414; tests/golden/test_v41_truncation.cpp: bit-equal at 15 on
+// v41_tiny, different at 14); with the default 140 they are not: outputs differ from full
+// prefill's. Serving engines accept that by design: lightseekorg/tokenspeed#1594 runs the decoder
+// (layers from the candidate source on) on each prompt's last window only, and vllm-project/vllm#56227
+// says of its window replay after a prefix hit "not bit-identical to a cold run, by design".
+// Chunked prefill equals one-shot prefill bit for bit in both cases (the floor depends on the
+// prompt length only), decode never reads below the floor (keep >= W), and the prefix cache
+// serves window blocks only from floor + exact_lag on (rows equal to full prefill's; with the
+// default keep no window block of a truncated prompt, so no prefix hit on it: see NOTES).
 //
 // The floor: keep >= sliding_window + backtracking, backtracking = 2 x (dspark_block_size + 1), the
 // issue's 140 = 128 + 12 for blocks of 5 (the decode and verify steps after the prompt read its
