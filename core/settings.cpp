@@ -72,6 +72,15 @@ const std::vector<SettingInfo>& setting_table() {
        "speculative decoding: verify length per request from draft confidences (DSpark); unset: "
        "on for the default k (the checkpoint's MTP layer), off for a k that is set; "
        "EngineConfig.spec_varlen / --spec-varlen win"},
+      // DeepSeek-V4.1 (LoadOptions; model/deepseek_v41/truncation.h).
+      {"DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE", SettingType::String, "off",
+       "DeepSeek-V4.1 prefill truncation (bounded replay): compact runs the layers above the last "
+       "KV source on a prompt's last DEEPINFER_YOCO_PREFILL_KEEP_TOKENS rows only (outputs equal "
+       "full prefill's only from a keep of (those layers) x (sliding_window - 1) + 1: 2414 for the "
+       "released model); off runs every layer on every row"},
+      {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", SettingType::Int, "140",
+       "DeepSeek-V4.1 prefill truncation: prompt rows kept for the upper layers; at least "
+       "sliding_window + 2 x (dspark_block_size + 1) (128 + 12 released)"},
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},

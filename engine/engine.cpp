@@ -177,6 +177,13 @@ std::string Engine::Impl::add_request(const Prompt& prompt, const SamplingParams
     // Sample 0 computes the prompt logprobs: every prompt position must run, none be taken
     // from the prefix cache (samples 1.. fork its blocks, or use the cache, as usual).
     if (i == 0 && params.prompt_logprobs >= 0 && !r->prompt_logprobs_done()) s->use_prefix_cache = false;
+    // The model's prefill truncation (V4.1's bounded replay) skips the upper layers of the prompt's
+    // rows before its last `keep`; prompt logprobs need every row's logits: none skipped then.
+    if (const PrefillTruncation t = model->prefill_truncation();
+        t.keep > 0 && num_prompt > t.keep && params.prompt_logprobs < 0) {
+      s->replay_floor = static_cast<int>(num_prompt - t.keep);
+      s->reuse_floor = s->replay_floor + t.exact_lag;
+    }
     if (tokenizer) s->decoder = std::make_unique<IncrementalDecoder>(*tokenizer, params.skip_special_tokens);
     if (compiled) s->matcher = std::make_unique<grammar::GrammarMatcher>(compiled);
     r->seqs.push_back(std::move(s));
@@ -367,7 +374,7 @@ void Engine::Impl::submit(SchedulerOutput plan, bool tokens_from_previous, int a
              " sampled rows are not the last of its step [", begin, ", ", end, ")");
     const int num_logits = num_prompt + num_sampled;
     run.push_back({q.token_ids, begin, s.num_new_tokens, q.kv.block_ids, num_logits > 0, std::max(num_logits, 1),
-                   q.kv.more_block_ids});
+                   q.kv.more_block_ids, q.replay_floor});
     begins.push_back(begin);
     rows.push_back(row);
     logits_rows.push_back(num_logits);

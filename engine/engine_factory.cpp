@@ -130,6 +130,12 @@ Engine::Engine(const EngineConfig& config_in) {
            "EngineConfig.random_weights_dtype: expected bf16 or fp8, got '",
            config.random_weights_dtype, "'");
   lo.random_weight_dtype = config.random_weights_dtype == "fp8" ? DType::F8_E4M3 : DType::BF16;
+  lo.prefill_truncation_mode = !config.prefill_truncation_mode.empty()
+                                   ? config.prefill_truncation_mode
+                                   : env.get_string("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE");
+  lo.prefill_keep_tokens = config.prefill_keep_tokens != 0
+                               ? config.prefill_keep_tokens
+                               : env.get_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
   std::unique_ptr<Model> model;
   if (!config.random_weights_config.empty()) {
     lo.random_weights = true;

@@ -301,7 +301,8 @@ void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std
   }
 }
 
-void BlockManager::commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq) {
+void BlockManager::commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq,
+                          int64_t window_floor) {
   if (!prefix_caching_) return;
   check_seq(seq);
   const int64_t num_full =
@@ -314,6 +315,7 @@ void BlockManager::commit(std::span<const int32_t> tokens, int64_t num_computed,
     for (int g = 0; g < num_groups(); ++g) {
       const int64_t n = specs_[static_cast<size_t>(g)].tokens_per_row;
       if ((j + 1) % n != 0) continue;  // token block j does not end a block of this group
+      if (specs_[static_cast<size_t>(g)].window > 0 && j * block_size_ < window_floor) continue;
       const std::vector<int32_t>& ids = ids_of(seq, g);
       const int64_t i = (j + 1) / n - 1;
       if (i >= static_cast<int64_t>(ids.size()) || ids[static_cast<size_t>(i)] == kNullBlock) continue;

@@ -114,8 +114,12 @@ class BlockManager {
   // window blocks left behind are freed, shared blocks in the range are replaced by fresh
   // ones, each with a copy appended to `copies`, and fresh blocks are appended until `end` fits.
   void allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies);
-  // Registers the full blocks among the first `num_computed` of `tokens` for reuse.
-  void commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq);
+  // Registers the full blocks among the first `num_computed` of `tokens` for reuse. Window
+  // groups register only blocks whose rows all lie at or after `window_floor` (a model's prefill
+  // truncation leaves rows below it unwritten or unlike full prefill's in some of its layers:
+  // Model::prefill_truncation, Sequence::reuse_floor); such a block is never registered later.
+  void commit(std::span<const int32_t> tokens, int64_t num_computed, KVBlocks& seq,
+              int64_t window_floor = 0);
   // Drops the sequence's references in every group (last block first, so its tail is evicted first).
   void release(KVBlocks& seq);
 

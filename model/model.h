@@ -37,6 +37,21 @@ struct LoadOptions {
   // Scan every checkpoint tensor the model uses for NaN/Inf (model/weight_check.h) and fail
   // naming the first; false skips it (trusted checkpoints). Random weights are never scanned.
   bool check_finite = true;
+  // DeepSeek-V4.1's prefill truncation (model/deepseek_v41/truncation.h; the engine fills these
+  // from DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE / DEEPINFER_YOCO_PREFILL_KEEP_TOKENS): "compact"
+  // runs the layers above the last KV source on a prompt's last keep rows only; "off" on all.
+  std::string prefill_truncation_mode = "off";
+  int64_t prefill_keep_tokens = 140;
+};
+
+// A model's prefill truncation as the engine sees it (Model::prefill_truncation): a prompt's rows
+// more than `keep` tokens before its end skip the model's upper layers (StepBatch::
+// host_replay_floor says where each sequence's kept rows start); the upper layers' window rows of
+// positions from that floor + exact_lag on equal full prefill's, and only those may serve a later
+// sequence from the prefix cache (Sequence::reuse_floor). keep 0: no truncation.
+struct PrefillTruncation {
+  int64_t keep = 0;
+  int64_t exact_lag = 0;
 };
 
 class Model {
@@ -78,6 +93,8 @@ class Model {
   // step. V4 (model/deepseek_v4/model.h) builds its KV addressing on the host: the runner
   // runs its steps eagerly, unpadded.
   virtual bool graph_capturable() const { return true; }
+  // The model's prefill truncation (above); none by default.
+  virtual PrefillTruncation prefill_truncation() const { return {}; }
   // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
   // captured over them before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }

@@ -37,6 +37,10 @@ struct StepBatch {
   // Host mirrors for decisions the model makes on the CPU (e.g. direct vs absorbed MLA).
   std::vector<int32_t> host_query_start;  // [num_seqs + 1]
   std::vector<int32_t> host_seq_lens;     // [num_seqs]
+  // [num_seqs] or empty (all 0): the first position each sequence's rows are computed from in the
+  // layers a model's prefill truncation skips (Model::prefill_truncation); those layers compute
+  // no row below it and read none. Host-only (decided on the host, like the KV addressing).
+  std::vector<int32_t> host_replay_floor;
   // Every KV group's tables, in Model::kv_groups() order ([0]: block_tables, slot_mapping).
   std::vector<KvGroupTables> kv_groups;
 };

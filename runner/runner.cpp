@@ -128,6 +128,7 @@ StepBatch Runner::step_batch(const StepLayout& l, const StepHostInfo& info) cons
   batch.logits_indices = view(l.logits_indices, {l.num_logits});
   batch.host_query_start = info.host_query_start;
   batch.host_seq_lens = info.host_seq_lens;
+  batch.host_replay_floor = info.host_replay_floor;
   batch.kv_groups.push_back({batch.block_tables, batch.slot_mapping});
   for (int64_t g = 1; g < l.num_groups; ++g)
     batch.kv_groups.push_back({view(l.group_tables + (g - 1) * l.num_seqs * l.max_blocks, {l.num_seqs, l.max_blocks}),

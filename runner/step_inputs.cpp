@@ -149,6 +149,12 @@ StepLayout build_step_inputs(std::span<const RunSeq> seqs, int block_size,
   }
   info.host_query_start.assign(query_start, query_start + num_seqs + 1);
   info.host_seq_lens.assign(seq_lens, seq_lens + num_seqs);
+  for (int64_t i = 0; i < num_real; ++i) {
+    if (seqs[i].replay_floor == 0) continue;
+    DI_CHECK(seqs[i].replay_floor > 0, "runner: sequence ", i, " has replay floor ", seqs[i].replay_floor);
+    info.host_replay_floor.resize(static_cast<size_t>(num_seqs), 0);  // padding sequences: 0
+    info.host_replay_floor[static_cast<size_t>(i)] = seqs[i].replay_floor;
+  }
   return l;
 }
 

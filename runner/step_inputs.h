@@ -25,6 +25,9 @@ struct RunSeq {
   // KV groups 1.. of the model (kv/kv_groups.h): each group's block table (KVBlocks::more_block_ids);
   // block_ids above is group 0's. Empty for a model with one group.
   std::span<const std::vector<int32_t>> more_block_ids = {};
+  // The model's prefill truncation (StepBatch::host_replay_floor): the first position its upper
+  // layers compute for this sequence; 0: all.
+  int replay_floor = 0;
 };
 
 // Offsets (in int32 elements) of a step's arrays; each starts on a 64-element (256-byte)
@@ -52,6 +55,7 @@ struct StepHostInfo {
   int max_seq_len = 0;
   std::vector<int32_t> host_query_start;  // [num_seqs + 1]
   std::vector<int32_t> host_seq_lens;     // [num_seqs]
+  std::vector<int32_t> host_replay_floor; // [num_seqs]; empty when every floor is 0
 };
 
 // Shape a uniform step (decode: 1 token per sequence; verify: 1 + k) is padded to for a

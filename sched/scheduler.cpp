@@ -119,7 +119,7 @@ void Scheduler::on_step_done(const SchedulerOutput& out) {
   for (const ScheduledSeq& s : out.seqs) {
     Sequence* q = s.seq;
     q->num_computed_tokens = std::min(q->num_computed_tokens + s.num_new_tokens, q->num_verified_tokens());
-    blocks_.commit(q->token_ids, q->num_computed_tokens, q->kv);
+    blocks_.commit(q->token_ids, q->num_computed_tokens, q->kv, q->reuse_floor);
   }
 }
 
@@ -128,7 +128,7 @@ void Scheduler::on_drafts_verified(Sequence* seq, int num_accepted) {
   DI_CHECK(seq->num_draft_tokens == 0 && seq->num_computed_tokens + num_accepted < seq->num_tokens(),
            "scheduler: sequence ", seq->seq_id, ": ", num_accepted, " accepted drafts past its tokens");
   seq->num_computed_tokens += num_accepted;
-  blocks_.commit(seq->token_ids, seq->num_computed_tokens, seq->kv);
+  blocks_.commit(seq->token_ids, seq->num_computed_tokens, seq->kv, seq->reuse_floor);
 }
 
 void Scheduler::on_drafts_assumed(Sequence* seq, int count) {

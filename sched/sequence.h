@@ -36,6 +36,11 @@ struct Sequence {
   // asking for prompt logprobs needs the logits of every prompt position; vLLM skips the
   // prefix cache for such requests too). Forks of a parent's blocks are not affected.
   bool use_prefix_cache = true;
+  // A model's prefill truncation (Model::prefill_truncation, set by the engine): replay_floor is
+  // the first prompt position its upper layers compute (0: all; RunSeq::replay_floor), and window
+  // blocks go to the prefix cache only from reuse_floor on (BlockManager::commit).
+  int replay_floor = 0;
+  int64_t reuse_floor = 0;
   KVBlocks kv;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }

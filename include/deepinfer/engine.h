@@ -61,6 +61,12 @@ struct EngineConfig {
   // Loading scans the checkpoint's tensors for NaN/Inf (an error naming the tensor and
   // element); true skips that for trusted checkpoints (random weights are never scanned).
   bool skip_weight_check = false;
+  // DeepSeek-V4.1's prefill truncation (bounded replay; model/deepseek_v41/truncation.h):
+  // "compact" runs the layers above the last KV source on a prompt's last prefill_keep_tokens
+  // rows only, "off" every layer on every row. Empty / 0: DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE /
+  // DEEPINFER_YOCO_PREFILL_KEEP_TOKENS (defaults off / 140). Other models ignore them.
+  std::string prefill_truncation_mode;
+  int64_t prefill_keep_tokens = 0;
   // Speculative decoding (SPEC_DECODING.md): at most this many draft tokens per sequence
   // and step, verified exactly (output is the same token for token as without drafts).
   // -1: DEEPINFER_USE_NEXTN_DECODE, else kDefaultSpecTokens when the checkpoint has an MTP

@@ -1,11 +1,13 @@
 #include "model/deepseek_v41/arch.h"
 
 #include "core/error.h"
+#include "core/log.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v41/config.h"
 #include "model/deepseek_v41/info.h"
 #include "model/deepseek_v41/kv_layout.h"
 #include "model/deepseek_v41/model.h"
+#include "model/deepseek_v41/truncation.h"
 #include "model/deepseek_v41/weights.h"
 
 namespace deepinfer {
@@ -15,13 +17,22 @@ namespace {
 std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
                             const LoadOptions& options) {
   DeepseekV41Config v41 = load_deepseek_v41_config(config.source);
+  const V41PrefillTruncation trunc =
+      v41_prefill_truncation(v41, options.prefill_truncation_mode, options.prefill_keep_tokens);
+  if (trunc.active() && trunc.keep < trunc.exact_keep)
+    log_warn(config.source, ": prefill truncation keeps the last ", trunc.keep,
+             " rows of a prompt for layers ", trunc.first_layer, "-", trunc.num_layers - 1,
+             ": longer prompts give outputs that differ from full prefill's (equal from "
+             "DEEPINFER_YOCO_PREFILL_KEEP_TOKENS >= ",
+             trunc.exact_keep, " = ", trunc.num_layers - trunc.first_layer,
+             " truncated layers x (sliding_window - 1) + 1)");
   if (options.random_weights) {
     V41Weights w = random_v41_weights(v41, options.seed, options.random_weight_dtype);
-    return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend);
+    return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend, trunc);
   }
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
   V41Weights w = load_v41_weights(v41, reader);
-  return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend);
+  return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend, trunc);
 }
 
 std::vector<KvGroupSpec> kv_groups(const ModelConfig& config) {

@@ -25,12 +25,13 @@ void DeepseekV41Model::store_packed(const Tensor& rows, Backend::FakeQuant forma
   be_.store_packed_rows(rows, format, kv);
 }
 
-DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend)
+DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend,
+                                   V41PrefillTruncation truncation)
     : config_(std::move(config)),
       w_(std::move(weights)),
       be_(backend),
       act_(backend.activation_dtype()),
-      layout_(v41_kv_layout(config_, w_.dspark.loaded())), arena_(backend) {
+      layout_(v41_kv_layout(config_, w_.dspark.loaded())), arena_(backend), trunc_(truncation) {
   DI_CHECK(be_.device() == Device::CPU && act_ == DType::F32, config_.base.source,
            ": deepseek_v41 runs on the CPU backend only so far (F32; its CUDA kernels are still to "
            "come), not on ",
@@ -50,12 +51,22 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
     for (size_t k = 0; k < config_.dspark_target_layers.size(); ++k)
       tap_index_[static_cast<size_t>(config_.dspark_target_layers[k])] = static_cast<int>(k);
   }
+  // The truncated layers compute only a prompt's last rows, the drafter's taps need every row's
+  // (its context rows are written per token): the two do not run together yet.
+  DI_CHECK(!(drafter_ && trunc_.active()), config_.base.source,
+           ": DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact with the DSpark drafter (mtp.* weights) is not "
+           "supported yet; set it to off, or load without the drafter");
   int max_ratio = 1;
   for (const V41KvLayout::Ratio& r : layout_.ratios) max_ratio = std::max(max_ratio, r.ratio);
   HostBuffer zeros(DType::F32, {max_ratio, config_.head_dim});
   std::fill(zeros.ptr<float>(), zeros.ptr<float>() + zeros.tensor().numel(), 0.0f);
   zero_ape_ = be_.alloc(DType::F32, {max_ratio, config_.head_dim});
   be_.copy(zeros.tensor(), zero_ape_.tensor());
+}
+
+PrefillTruncation DeepseekV41Model::prefill_truncation() const {
+  if (!trunc_.active()) return {};
+  return {trunc_.keep, trunc_.exact_lag};
 }
 
 void DeepseekV41Model::compress(int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
@@ -214,7 +225,10 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
     }
     const int64_t k = ratio > 0 && nc > 0 ? ch.k : 0;
     // Rows read: entries [0, nc) when any is chosen, then the window rows of tokens [w0, end).
-    const int64_t ne = k > 0 ? nc : 0, w0 = std::max<int64_t>(0, p0 - W + 1), nw = end - w0;
+    // (The truncated layers read no window row below the sequence's replay floor.)
+    const int64_t floor = window_floor_.empty() ? 0 : window_floor_[static_cast<size_t>(s)];
+    const int64_t ne = k > 0 ? nc : 0, w0 = std::max<int64_t>({0, p0 - W + 1, floor}),
+                  nw = end - w0;
     const StepHost::Rows window =
         sh.rows(layout_.window, s, window_cache, groups[static_cast<size_t>(layout_.window)].name);
     std::vector<int32_t> row_ids;
@@ -388,7 +402,6 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
                         kModel);
   const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult, V = c.base.vocab_size;
   const int64_t R = batch.logits_indices.numel();
-  const float eps = static_cast<float>(c.base.rms_norm_eps);
   DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v41: logits must be [", R, ", ",
            V, "], got ", logits.describe());
   if (hidden_out != nullptr)
@@ -399,6 +412,7 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
              "] on the backend's device (the hyper-connection streams after the last layer), got ",
              hidden_out->describe());
   arena_.reset();
+  window_floor_.clear();
   const StepHost sh = StepHost::read(be_, batch, V, kModel);
   rope_.grow(be_, c, batch.max_seq_len);
   // Embedding, copied into every stream; the first site collapses stream 0.
@@ -421,10 +435,10 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   const int64_t taps = drafter_ ? drafter_->num_taps() : 0;
   HostBuffer features;
   if (taps > 0) features = HostBuffer(DType::F32, {T, taps * H});
-  for (int l = 0; l < c.num_layers(); ++l) {
+  auto run_layer = [&](int l) {
     block(l, batch, sh, kv, choice, streams, next, pre);
     const int k = tap_index_[static_cast<size_t>(l)];
-    if (k < 0 || T == 0) continue;
+    if (k < 0 || T == 0) return;
     HostBuffer s_host(DType::F32, {T, hc, H});
     be_.copy(streams.tensor(), s_host.tensor());
     for (int64_t t = 0; t < T; ++t)
@@ -433,7 +447,21 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
         for (int64_t j = 0; j < hc; ++j) acc += s_host.ptr<float>()[(t * hc + j) * H + d];
         features.ptr<float>()[t * taps * H + k * H + d] = acc / static_cast<float>(hc);
       }
+  };
+  const int first = trunc_.active() ? trunc_.first_layer : c.num_layers();
+  for (int l = 0; l < first; ++l) run_layer(l);
+  const bool floored =
+      std::any_of(batch.host_replay_floor.begin(), batch.host_replay_floor.end(),
+                  [](int32_t f) { return f > 0; });
+  if (first < c.num_layers() && floored) {  // (no drafter: the constructor refuses both)
+    DI_CHECK(static_cast<int64_t>(batch.host_replay_floor.size()) == batch.num_seqs,
+             "deepseek_v41: host_replay_floor has ", batch.host_replay_floor.size(),
+             " entries for ", batch.num_seqs, " sequences");
+    truncated_layers(batch, sh, kv, choice, streams, next, pre, logits, hidden_out);
+    window_floor_.clear();
+    return;
   }
+  for (int l = first; l < c.num_layers(); ++l) run_layer(l);
   if (drafter_ && T > 0) {  // every token's context rows (a verify step's drafts too: see model.h)
     DeviceBuffer f = alloc(DType::F32, {T, taps * H});
     be_.copy(features.tensor(), f.tensor());
@@ -449,12 +477,20 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   for (int32_t r : v4_family::host_i32(be_, batch.logits_indices))
     DI_CHECK(r >= 0 && r < T, "deepseek_v41: logits index ", r, " outside the step's ", T,
              " tokens");
+  head(streams.tensor(), pre.tensor(), batch.logits_indices, logits);
+}
+
+void DeepseekV41Model::head(const Tensor& streams, const Tensor& pre, const Tensor& rows,
+                            Tensor& logits) {
+  const DeepseekV41Config& c = config_;
+  const int64_t T = streams.size(0), H = c.base.hidden_size, hc = c.hc_mult, R = rows.numel();
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
   // Logits rows: the last site's pre collapses the streams, then the norm and the head.
   DeviceBuffer picked = alloc(DType::F32, {R, hc, H}), picked_pre = alloc(DType::F32, {R, hc});
   DeviceBuffer h = alloc(act_, {R, H}), hn = alloc(act_, {R, H});
   Tensor picked2 = picked.tensor().view({R, hc * H});
-  be_.embedding(batch.logits_indices, streams.tensor().view({T, hc * H}), picked2);
-  be_.embedding(batch.logits_indices, pre.tensor(), picked_pre.tensor());
+  be_.embedding(rows, streams.view({T, hc * H}), picked2);
+  be_.embedding(rows, pre, picked_pre.tensor());
   be_.hc_collapse(picked.tensor(), picked_pre.tensor(), h.tensor());
   be_.rms_norm(h.tensor(), w_.norm, eps, hn.tensor());
   be_.gemm(hn.tensor(), w_.head, logits);
@@ -496,6 +532,105 @@ void DeepseekV41Model::propose_blocks(std::span<const BlockSeq> seqs, KvCaches& 
     }
   }
   drafter_->propose(blocks, vocab, out);
+}
+
+void DeepseekV41Model::truncated_layers(const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                                        std::vector<SeqChoice>& choice, DeviceBuffer& streams,
+                                        DeviceBuffer& next, DeviceBuffer& pre, Tensor& logits,
+                                        Tensor* hidden_out) {
+  const DeepseekV41Config& c = config_;
+  const int64_t T = batch.num_tokens, S = batch.num_seqs, hc = c.hc_mult, H = c.base.hidden_size;
+  // The kept rows: each sequence's rows at or after its floor (a suffix of its rows).
+  std::vector<int32_t> kept, query_start = {0}, positions, row_of(static_cast<size_t>(T), -1);
+  window_floor_.assign(static_cast<size_t>(S), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t t0 = batch.host_query_start[s], t1 = batch.host_query_start[s + 1];
+    const int64_t end = batch.host_seq_lens[s], p0 = end - (t1 - t0);
+    const int64_t floor = batch.host_replay_floor[static_cast<size_t>(s)];
+    DI_CHECK(floor >= 0, "deepseek_v41: sequence ", s, " has replay floor ", floor);
+    window_floor_[static_cast<size_t>(s)] = floor;
+    for (int64_t t = t0 + std::clamp<int64_t>(floor - p0, 0, t1 - t0); t < t1; ++t) {
+      row_of[static_cast<size_t>(t)] = static_cast<int32_t>(kept.size());
+      kept.push_back(static_cast<int32_t>(t));
+      positions.push_back(static_cast<int32_t>(p0 + (t - t0)));
+    }
+    query_start.push_back(static_cast<int32_t>(kept.size()));
+    // The index sources' choices of the kept rows (the last rows of the sequence's).
+    SeqChoice& ch = choice[static_cast<size_t>(s)];
+    const int64_t nq = t1 - t0, nk = query_start.back() - query_start[static_cast<size_t>(s)];
+    auto keep_rows = [&](DeviceBuffer& b) {
+      if (!b.tensor().defined() || nk == nq) return;
+      const Tensor& src = b.tensor();
+      DeviceBuffer out = alloc(src.dtype, {nk, src.size(1)});
+      if (nk > 0) be_.copy(src.slice_rows(nq - nk, nq), out.tensor());
+      b = std::move(out);
+    };
+    keep_rows(ch.chosen);
+    keep_rows(ch.candidates);
+  }
+  const int64_t K = static_cast<int64_t>(kept.size());
+  if (K == T) {  // nothing skipped (decode, or a chunk past the floor): only the window floor
+    for (int l = trunc_.first_layer; l < c.num_layers(); ++l)
+      block(l, batch, sh, kv, choice, streams, next, pre);
+    if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
+    if (batch.logits_indices.numel() > 0)
+      head(streams.tensor(), pre.tensor(), batch.logits_indices, logits);
+    return;
+  }
+  DI_CHECK(hidden_out == nullptr, "deepseek_v41: hidden_out of a step whose rows below a "
+           "sequence's replay floor skip layers ", trunc_.first_layer, " on (prefill truncation)");
+  // The compacted step: the same sequences and tables, their kept rows.
+  StepBatch sub;
+  sub.num_tokens = static_cast<int>(K);
+  sub.num_seqs = batch.num_seqs;
+  sub.max_seq_len = batch.max_seq_len;
+  for (int64_t s = 0; s < S; ++s)
+    sub.max_query_len = std::max<int>(sub.max_query_len, query_start[static_cast<size_t>(s) + 1] -
+                                                             query_start[static_cast<size_t>(s)]);
+  std::vector<DeviceBuffer> held;
+  auto upload = [&](const std::vector<int32_t>& v) {
+    held.push_back(v4_family::upload_i32(be_, v));
+    return held.back().tensor();
+  };
+  auto gather = [&](const Tensor& t) {
+    const std::vector<int32_t> all = v4_family::host_i32(be_, t);
+    std::vector<int32_t> out;
+    for (int32_t r : kept) out.push_back(all[static_cast<size_t>(r)]);
+    return upload(out);
+  };
+  sub.token_ids = gather(batch.token_ids);
+  sub.positions = upload(positions);
+  sub.query_start = upload(query_start);
+  sub.seq_lens = batch.seq_lens;
+  sub.host_query_start = query_start;
+  sub.host_seq_lens = batch.host_seq_lens;
+  sub.host_replay_floor = batch.host_replay_floor;
+  for (const KvGroupTables& g : batch.kv_groups)
+    sub.kv_groups.push_back({g.block_tables, gather(g.slot_mapping)});
+  sub.block_tables = sub.kv_groups[0].block_tables;
+  sub.slot_mapping = sub.kv_groups[0].slot_mapping;
+  std::vector<int32_t> rows;
+  for (int32_t r : v4_family::host_i32(be_, batch.logits_indices)) {
+    DI_CHECK(r >= 0 && r < T, "deepseek_v41: logits index ", r, " outside the step's ", T,
+             " tokens");
+    DI_CHECK(row_of[static_cast<size_t>(r)] >= 0, "deepseek_v41: logits row ", r,
+             " lies below its sequence's replay floor: prefill truncation computes no logits "
+             "there (a request asking for prompt logprobs runs untruncated)");
+    rows.push_back(row_of[static_cast<size_t>(r)]);
+  }
+  sub.logits_indices = upload(rows);
+  // The kept rows' streams and pre, then the truncated layers over them.
+  const Tensor kept_ids = upload(kept);
+  DeviceBuffer ks = alloc(DType::F32, {K, hc, H}), kn = alloc(DType::F32, {K, hc, H}),
+               kp = alloc(DType::F32, {K, hc});
+  if (K > 0) {
+    Tensor ks2 = ks.tensor().view({K, hc * H});
+    be_.embedding(kept_ids, streams.tensor().view({T, hc * H}), ks2);
+    be_.embedding(kept_ids, pre.tensor(), kp.tensor());
+    for (int l = trunc_.first_layer; l < c.num_layers(); ++l)
+      block(l, sub, sh, kv, choice, ks, kn, kp);
+  }
+  if (!rows.empty()) head(ks.tensor(), kp.tensor(), sub.logits_indices, logits);
 }
 
 }  // namespace deepinfer

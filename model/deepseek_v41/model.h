@@ -16,6 +16,10 @@
 //              in between reuse the last source's choice; each query attends its window rows plus
 //              the chosen entries, with its head's sink;
 //  logits:     only at batch.logits_indices.
+//  truncation: with prefill truncation on (truncation.h, DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=
+//              compact), the layers above the last KV source run on each sequence's rows from
+//              batch.host_replay_floor on only (a compacted copy of the step), their window
+//              attention reading no row below it.
 //  Engram:     per step, each token's compressed id (the token map) goes to the "engram_tokens"
 //              cache; its 2..N-gram hash rows (engram_hash.h, the look-back read from that cache, cut at
 //              the sequence start) are gathered from each Engram layer's table, projected by wkv into
@@ -36,6 +40,7 @@
 #include "model/deepseek_v41/dspark.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
+#include "model/deepseek_v41/truncation.h"
 #include "model/deepseek_v41/weights.h"
 #include "model/model.h"
 
@@ -43,7 +48,9 @@ namespace deepinfer {
 
 class DeepseekV41Model : public Model {
  public:
-  DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend);
+  // truncation: from v41_prefill_truncation (off when default-constructed).
+  DeepseekV41Model(DeepseekV41Config config, V41Weights weights, Backend& backend,
+                   V41PrefillTruncation truncation = {});
   const ModelConfig& config() const override { return config_.base; }
   const DeepseekV41Config& v41_config() const { return config_; }
   const V41KvLayout& kv_layout() const { return layout_; }
@@ -56,6 +63,8 @@ class DeepseekV41Model : public Model {
   uint64_t workspace_epoch() const override { return arena_.epoch(); }
   // Each step reads its token ids and block tables back (StepHost): not capturable.
   bool graph_capturable() const override { return false; }
+  PrefillTruncation prefill_truncation() const override;
+  const V41PrefillTruncation& truncation() const { return trunc_; }
 
   // The DSpark drafter: drafts per block (0: not loaded), its KV group, one block per sequence.
   int draft_block_size() const { return drafter_ ? drafter_->block_size() : 0; }
@@ -100,6 +109,14 @@ class DeepseekV41Model : public Model {
   // The step's Engram rows, I32 [engram layers * T * cols] (layer-major), after caching the step's
   // compressed ids.
   DeviceBuffer engram_rows(const StepBatch& batch, const StepHost& sh, KvCaches& kv);
+  // The truncated layers over the rows of `batch` at or after each sequence's replay floor:
+  // streams / pre [T, ...] of the full step in, the kept rows' logits out (the rest of forward;
+  // hidden_out only when no row is skipped).
+  void truncated_layers(const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+                        std::vector<SeqChoice>& choice, DeviceBuffer& streams, DeviceBuffer& next,
+                        DeviceBuffer& pre, Tensor& logits, Tensor* hidden_out);
+  // Logits of `rows` (I32 on the device) of streams [T, hc, H] collapsed by pre [T, hc].
+  void head(const Tensor& streams, const Tensor& pre, const Tensor& rows, Tensor& logits);
 
   DeepseekV41Config config_;
   V41Weights w_;
@@ -108,12 +125,15 @@ class DeepseekV41Model : public Model {
   V41KvLayout layout_;
   v4_family::RopeTables rope_;
   StepArena arena_;
-  DeviceBuffer zero_ape_;
+  DeviceBuffer zero_ape_;  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
   EngramHashing hashing_;
   std::vector<int> engram_index_;  // per layer: its index in engram_layers, -1: none
-  DeviceBuffer engram_ids_;        // this step's engram_rows  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
+  DeviceBuffer engram_ids_;        // this step's engram_rows
   std::unique_ptr<DsparkDrafter> drafter_;  // with w_.dspark loaded
   std::vector<int> tap_index_;              // per layer: its index in dspark_target_layers, -1: none
+  V41PrefillTruncation trunc_;
+  // Per sequence of the step: no window row below it is read (the truncated layers; empty: none).
+  std::vector<int64_t> window_floor_;
 };
 
 }  // namespace deepinfer

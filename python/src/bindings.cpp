@@ -47,6 +47,8 @@ void bind_config(nb::module_& m) {
       .def_rw("device_sampling", &EngineConfig::device_sampling)
       .def_rw("seed", &EngineConfig::seed)
       .def_rw("skip_weight_check", &EngineConfig::skip_weight_check)
+      .def_rw("prefill_truncation_mode", &EngineConfig::prefill_truncation_mode)
+      .def_rw("prefill_keep_tokens", &EngineConfig::prefill_keep_tokens)
       .def_rw("num_speculative_tokens", &EngineConfig::num_speculative_tokens)
       .def_rw("speculator", &EngineConfig::speculator)
       .def_rw("spec_varlen", &EngineConfig::spec_varlen);

@@ -39,20 +39,31 @@ int PagedDriver::add_sequence() {
   return static_cast<int>(seqs_.size()) - 1;
 }
 
+namespace {
+
+void fill_nan_rows(Backend& backend, Tensor dst) {
+  HostBuffer nan(dst.dtype, dst.dims());
+  if (dst.dtype == DType::F32) {
+    std::fill(nan.ptr<float>(), nan.ptr<float>() + dst.numel(), std::numeric_limits<float>::quiet_NaN());
+  } else if (dst.dtype == DType::BF16) {
+    std::fill(nan.ptr<uint16_t>(), nan.ptr<uint16_t>() + dst.numel(), uint16_t{0x7fc0});
+  } else {
+    std::memset(nan.ptr<uint8_t>(), 0xff, dst.num_bytes());
+  }
+  backend.copy(nan.tensor(), dst);
+}
+
+}  // namespace
+
+void PagedDriver::fill_nan() {
+  for (auto& group : caches_)
+    for (Tensor& layer : group) fill_nan_rows(backend_, layer);
+  backend_.synchronize();
+}
+
 void PagedDriver::free_block(int g, int32_t block) {
   // NaN over every layer's rows of the block, then first in line to be taken again.
-  for (Tensor& layer : caches_[static_cast<size_t>(g)]) {
-    Tensor dst = layer.row(block);
-    HostBuffer nan(dst.dtype, dst.dims());
-    if (dst.dtype == DType::F32) {
-      std::fill(nan.ptr<float>(), nan.ptr<float>() + dst.numel(), std::numeric_limits<float>::quiet_NaN());
-    } else if (dst.dtype == DType::BF16) {
-      std::fill(nan.ptr<uint16_t>(), nan.ptr<uint16_t>() + dst.numel(), uint16_t{0x7fc0});
-    } else {
-      std::memset(nan.ptr<uint8_t>(), 0xff, dst.num_bytes());
-    }
-    backend_.copy(nan.tensor(), dst);
-  }
+  for (Tensor& layer : caches_[static_cast<size_t>(g)]) fill_nan_rows(backend_, layer.row(block));
   backend_.synchronize();
   free_blocks_[static_cast<size_t>(g)].push_back(block);
 }
@@ -84,7 +95,7 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
   step_buffers_.clear();
   const size_t num_groups = groups_.size();
   StepBatch b;
-  std::vector<int32_t> ids, positions, logits_rows, seq_lens, query_start = {0};
+  std::vector<int32_t> ids, positions, logits_rows, seq_lens, query_start = {0}, floors;
   std::vector<std::vector<int32_t>> slots(num_groups);
   size_t max_blocks = 1;
   for (const Chunk& c : chunks) {
@@ -122,12 +133,13 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
       }
       ids.push_back(c.tokens[i]);
       positions.push_back(pos);
-      if (c.all_logits || i + 1 == c.tokens.size()) {
+      if (c.logits && (c.all_logits || i + 1 == c.tokens.size())) {
         logits_rows.push_back(static_cast<int32_t>(ids.size()) - 1);
       }
       s.tokens.push_back(c.tokens[i]);
     }
     query_start.push_back(static_cast<int32_t>(ids.size()));
+    floors.push_back(c.replay_floor);
     seq_lens.push_back(static_cast<int32_t>(s.tokens.size()));
     for (size_t g = 0; g < num_groups; ++g) max_blocks = std::max(max_blocks, s.blocks[g].size());
     b.max_query_len = std::max(b.max_query_len, static_cast<int>(c.tokens.size()));
@@ -143,6 +155,8 @@ std::vector<std::vector<float>> PagedDriver::step(const std::vector<Chunk>& chun
   b.logits_indices = upload_i32(logits_rows, {static_cast<int64_t>(logits_rows.size())});
   b.host_query_start = query_start;
   b.host_seq_lens = seq_lens;
+  if (std::any_of(floors.begin(), floors.end(), [](int32_t f) { return f != 0; }))
+    b.host_replay_floor = floors;
   for (size_t g = 0; g < num_groups; ++g) {
     std::vector<int32_t> tables(chunks.size() * max_blocks, 0);
     for (size_t i = 0; i < chunks.size(); ++i) {

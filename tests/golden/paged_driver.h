@@ -25,11 +25,15 @@ class PagedDriver {
   void release(int seq);
   // Blocks of KV group g that `seq` holds (freed window entries not counted).
   int held_blocks(int seq, int g) const;
+  // Fills every cache row with NaN, so a model reading a row no step wrote gives NaN logits.
+  void fill_nan();
 
   struct Chunk {
     int seq = 0;
     std::vector<int32_t> tokens;  // appended after the sequence's cached tokens
     bool all_logits = false;      // logits for every new token, else only the last
+    bool logits = true;           // false: no logits row at all (a prompt chunk before the last)
+    int replay_floor = 0;         // StepBatch::host_replay_floor (a model's prefill truncation)
   };
   // One forward step over several sequences. Returns one logits row per requested
   // position, in chunk order ([rows][vocab]).

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -151,6 +152,99 @@ TEST(EngineV4Prefix, PrefixHitEqualsRecompute) {
   const auto want = plain.generate({Prompt::from_tokens(longer)}, {greedy(12)});
   EXPECT_EQ(want[0].num_cached_tokens, 0);
   expect_same(want[0].outputs[0], second[0].outputs[0], "prefix hit vs recompute");
+}
+
+// DeepSeek-V4.1's prefill truncation through the engine (model/deepseek_v41/truncation.h). On
+// v41_tiny (window 8, layers 5-6 above the last KV source, DSpark blocks of 5) every accepted keep
+// (>= 8 + 2 x 6 = 20) is at least the exact keep 2 x 7 + 1 = 15, so compact must give off's
+// tokens and logprob bits: prompts of 45-104 tokens in chunks of 13 beside other sequences'
+// decodes, a continuation of a cached prompt (a prefix hit of 88 tokens in both modes: the window
+// blocks from the reuse floor 94 - 24 + 7 = 77 on are cached), a prompt sharing only 64 tokens
+// (off hits 64; compact none, its window blocks there lie below the reuse floor), and prompt
+// logprobs (such a request runs untruncated).
+TEST(EngineV41Truncation, CompactEqualsOffWhereTheKeepIsExact) {
+  std::mt19937 rng(23);
+  const std::vector<int32_t> a = random_ids(rng, 94);
+  std::vector<int32_t> d = a, e(a.begin(), a.begin() + 64);
+  for (int32_t t : random_ids(rng, 10)) d.push_back(t);
+  for (int32_t t : random_ids(rng, 30)) e.push_back(t);
+  // After `a` alone: d and e (prefix hits, taken at admission), beside two fresh prompts.
+  const std::vector<Prompt> second = {Prompt::from_tokens(d), Prompt::from_tokens(e),
+                                      Prompt::from_tokens(random_ids(rng, 45)),
+                                      Prompt::from_tokens(random_ids(rng, 100))};
+  const Prompt scored_prompt = Prompt::from_tokens(random_ids(rng, 60));
+  SamplingParams scored = greedy(4);
+  scored.prompt_logprobs = 2;
+  std::vector<std::vector<RequestOutput>> outs;
+  for (const char* mode : {"off", "compact"}) {
+    EngineConfig cfg = v4_config("v41_tiny");
+    cfg.max_num_seqs = 16;  // window pools of 84 blocks: a's freed blocks stay cached
+    cfg.max_num_batched_tokens = 13;
+    cfg.prefill_truncation_mode = mode;
+    cfg.prefill_keep_tokens = 24;
+    Engine engine(cfg);
+    std::vector<RequestOutput> got = engine.generate({Prompt::from_tokens(a)}, {greedy(12)});
+    for (RequestOutput& r : engine.generate(second, std::vector<SamplingParams>(4, greedy(12))))
+      got.push_back(std::move(r));
+    got.push_back(engine.generate({scored_prompt}, {scored})[0]);
+    for (const RequestOutput& r : got) ASSERT_TRUE(r.error.empty()) << mode << ": " << r.error;
+    EXPECT_EQ(got[1].num_cached_tokens, 88) << mode;
+    EXPECT_EQ(got[2].num_cached_tokens, std::string(mode) == "off" ? 64 : 0) << mode;
+    outs.push_back(std::move(got));
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i)
+    expect_same(outs[0][i].outputs[0], outs[1][i].outputs[0], "request " + std::to_string(i));
+  ASSERT_EQ(outs[0][5].prompt_logprobs.size(), outs[1][5].prompt_logprobs.size());
+  for (size_t i = 0; i < outs[0][5].prompt_logprobs.size(); ++i)
+    EXPECT_EQ(outs[0][5].prompt_logprobs[i].logprob, outs[1][5].prompt_logprobs[i].logprob) << i;
+  // A keep below the floor is refused when the engine loads the model.
+  EngineConfig bad = v4_config("v41_tiny");
+  bad.prefill_truncation_mode = "compact";
+  bad.prefill_keep_tokens = 19;
+  EXPECT_THROW(Engine{bad}, std::exception);
+}
+
+// Below the exact keep (v41_tiny with DSpark blocks of 1: floor 8 + 4 = 12 < 15, in a copy of the
+// fixture): compact differs from off (the truncation is on in the engine), and its batched,
+// chunked run gives each prompt's tokens and logprob bits of that prompt alone in one step.
+TEST(EngineV41Truncation, BelowTheExactKeepChunkedAndBatchedEqualAlone) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "v41_tiny_dspark1";
+  fs::create_directories(dir);
+  {
+    std::ifstream in(fixture("v41_tiny") + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["text_config"]["dspark_block_size"] = 1;
+    std::ofstream(dir / "config.json") << cfg.dump(2);
+    fs::copy_file(fixture("v41_tiny") + "/model.safetensors", dir / "model.safetensors",
+                  fs::copy_options::overwrite_existing);
+  }
+  std::mt19937 rng(29);
+  std::vector<Prompt> prompts;
+  for (int len : {80, 33, 11, 61}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+  const std::vector<SamplingParams> params(prompts.size(), greedy(10));
+  auto config = [&](const char* mode, int seqs, int tokens) {
+    EngineConfig c = v4_config("v41_tiny");
+    c.model_dir = dir.string();
+    c.max_num_seqs = seqs;
+    c.max_num_batched_tokens = tokens;
+    c.prefill_truncation_mode = mode;
+    c.prefill_keep_tokens = 12;
+    return c;
+  };
+  Engine batched(config("compact", 4, 13));
+  const std::vector<RequestOutput> got = batched.generate(prompts, params);
+  Engine off(config("off", 1, 512));
+  const std::vector<RequestOutput> full = off.generate({prompts[0]}, {params[0]});
+  EXPECT_NE(full[0].outputs[0].logprobs[0].logprob, got[0].outputs[0].logprobs[0].logprob)
+      << "keep 12 of 80 below the exact 15: the first token's logprob moves";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine alone(config("compact", 1, 512));
+    const std::vector<RequestOutput> one = alone.generate({prompts[i]}, {params[i]});
+    ASSERT_TRUE(one[0].error.empty() && got[i].error.empty()) << one[0].error << got[i].error;
+    expect_same(one[0].outputs[0], got[i].outputs[0], "request " + std::to_string(i));
+  }
+  fs::remove_all(dir);
 }
 
 // One sequence, steps of at most 8 tokens: the window groups' pools hold 7 blocks (28

@@ -173,6 +173,35 @@ TEST(KvGroups, AWindowGroupThatLostItsBlocksLimitsTheHit) {
   EXPECT_TRUE(b.block_ids.empty());
 }
 
+// A model's prefill truncation (Model::prefill_truncation): window rows below a sequence's reuse
+// floor are unwritten (or unlike full prefill's) in some layers, so its window blocks there never
+// serve a prefix; full groups are unaffected.
+TEST(KvGroups, WindowBlocksBelowTheReuseFloorServeNoPrefix) {
+  BlockManager bm({{32, 1, 0}, {32, 1, 8}}, 4, true);
+  const auto tokens = iota_tokens(41);
+  KVBlocks a;
+  write(bm, a, 0, 40);
+  bm.commit(tokens, 40, a, /*window_floor=*/22);
+  EXPECT_EQ(a.block_hashes.size(), 10u);
+  // Window blocks 0-5 hold rows below 22 (block 5: rows 20-23): not registered. A hit at h needs
+  // the window blocks from (h - 7) / 4: from 6 on, i.e. h >= 31, a multiple of 4 below 41: 40.
+  KVBlocks b;
+  EXPECT_EQ(bm.acquire_cached_prefix(tokens, b), 40);
+  bm.release(b);
+  const std::vector<int32_t> shorter(tokens.begin(), tokens.begin() + 30);
+  EXPECT_EQ(bm.acquire_cached_prefix(shorter, b), 0);  // would read window blocks 5 and 6
+  EXPECT_TRUE(b.block_ids.empty());
+  // Without a floor the same prompt serves its 28-token prefix.
+  KVBlocks c, d;
+  BlockManager plain({{32, 1, 0}, {32, 1, 8}}, 4, true);
+  write(plain, c, 0, 40);
+  plain.commit(tokens, 40, c);
+  EXPECT_EQ(plain.acquire_cached_prefix(shorter, d), 28);
+  plain.release(d);
+  plain.release(c);
+  bm.release(a);
+}
+
 TEST(KvGroups, ForkSharesEveryGroupAndCopiesPerGroup) {
   BlockManager bm({{32, 1, 0}, {32, 1, 0}, {32, 4, 0}}, 4, true);
   KVBlocks parent;

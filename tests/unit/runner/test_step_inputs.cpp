@@ -41,6 +41,27 @@ TEST(StepInputs, EagerLayoutHoldsTheSequencesArrays) {
   EXPECT_EQ(info.host_seq_lens, (std::vector<int32_t>{5, 2}));
 }
 
+// A model's prefill truncation floors (RunSeq::replay_floor) reach the host info per sequence,
+// 0 for padding sequences; none set: no floors at all.
+TEST(StepInputs, ReplayFloorsReachTheHostInfo) {
+  const std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {3, 4};
+  const std::vector<int32_t> blocks_a = {7, 2}, blocks_b = {4};
+  std::vector<RunSeq> seqs = {{a, 2, 3, blocks_a, true}, {b, 1, 1, blocks_b, false}};
+  std::vector<int32_t> buf(4096, -7);
+  StepHostInfo info;
+  build_step_inputs(seqs, 4, nullptr, buf.data(), 4096, info);
+  EXPECT_TRUE(info.host_replay_floor.empty());
+  seqs[1].replay_floor = 1;
+  build_step_inputs(seqs, 4, nullptr, buf.data(), 4096, info);
+  EXPECT_EQ(info.host_replay_floor, (std::vector<int32_t>{0, 1}));
+  DecodePadding pad{4, 8, 32};
+  seqs = {{a, 4, 1, blocks_a, true, 1, {}, 3}, {b, 1, 1, blocks_b, true}};
+  build_step_inputs(seqs, 4, &pad, buf.data(), 4096, info);
+  EXPECT_EQ(info.host_replay_floor, (std::vector<int32_t>{3, 0, 0, 0}));
+  seqs[0].replay_floor = -1;
+  EXPECT_THROW(build_step_inputs(seqs, 4, nullptr, buf.data(), 4096, info), Error);
+}
+
 TEST(StepInputs, PaddedDecodeRowsAreHarmless) {
   const std::vector<int32_t> a = {5, 6, 7}, b = {3, 4, 2, 9, 1};
   const std::vector<int32_t> blocks_a = {1}, blocks_b = {3, 6};
