@@ -1,9 +1,10 @@
 // DeepSeek-V4.1's prefill truncation ("bounded replay", model/deepseek_v41/truncation.h): what it
 // saves. Analytic prefill FLOPs per layer (v41_layer_prefill_flops: projections, indexer scoring,
-// attention over the window and the chosen entries, hyper-connection mixes, routed + shared experts,
-// Engram's projection; the head of the last row left out) of a one-shot prefill, full and truncated
-// (layers from the first truncated one on over the prompt's last `keep` rows), and, with --time, the
-// CPU wall time of a prefill through the engine on random weights of CONFIG, off vs compact.
+// attention over the window and the chosen entries, hyper-connection mixes, routed + shared
+// experts, Engram's projection; the head of the last row left out) of a one-shot prefill, full and
+// truncated (layers from the first truncated one on over the prompt's last `keep` rows), and, with
+// --time, the CPU wall time of a prefill through the engine on random weights of CONFIG, off vs
+// compact.
 //   bench_v41_truncation CONFIG [--prompts 4096,32768] [--keep 140] [--time REPS]
 #include <chrono>
 #include <cstdio>
@@ -55,7 +56,8 @@ double prefill_seconds(const std::string& config, const char* mode, int64_t keep
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CONFIG [--prompts 4096,32768] [--keep 140] [--time REPS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CONFIG [--prompts 4096,32768] [--keep 140] [--time REPS]\n",
+                 argv[0]);
     return 2;
   }
   const std::string config = argv[1];
@@ -64,16 +66,23 @@ int main(int argc, char** argv) {
   int reps = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--prompts") prompts = int_list(argv[i + 1]);
-    else if (a == "--keep") keep = std::stoll(argv[i + 1]);
-    else if (a == "--time") reps = std::atoi(argv[i + 1]);
-    else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+    if (a == "--prompts")
+      prompts = int_list(argv[i + 1]);
+    else if (a == "--keep")
+      keep = std::stoll(argv[i + 1]);
+    else if (a == "--time")
+      reps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
   }
   const DeepseekV41Config c = load_deepseek_v41_config(config);
   const V41PrefillTruncation t = v41_prefill_truncation(c, "compact", keep);
-  std::printf("config %s: %d layers, truncated from layer %d (keep %lld, floor %lld, exact from %lld)\n",
-              config.c_str(), t.num_layers, t.first_layer, static_cast<long long>(keep),
-              static_cast<long long>(t.floor), static_cast<long long>(t.exact_keep));
+  std::printf(
+      "config %s: %d layers, truncated from layer %d (keep %lld, floor %lld, exact from %lld)\n",
+      config.c_str(), t.num_layers, t.first_layer, static_cast<long long>(keep),
+      static_cast<long long>(t.floor), static_cast<long long>(t.exact_keep));
   for (int64_t n : prompts) {
     double full = 0, trunc = 0;
     std::printf("prompt %lld\n  layer  full_TFLOP  truncated_TFLOP\n", static_cast<long long>(n));

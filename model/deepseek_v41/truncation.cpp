@@ -28,7 +28,8 @@ V41PrefillTruncation v41_prefill_truncation(const DeepseekV41Config& c, const st
            " + 1)): the decode and verify steps after a prompt read the last ", W - 1,
            " rows of every layer's window, and a prefix hit up to ", t.backtracking,
            " tokens before the prompt's end reads them too; rows below the kept ones are never "
-           "computed in layers ", t.first_layer, " on");
+           "computed in layers ",
+           t.first_layer, " on");
   if (t.active())
     for (int e : c.engram_layers)
       DI_CHECK(e < t.first_layer, c.base.source, ": engram_layer_ids: Engram layer ", e,
@@ -38,15 +39,17 @@ V41PrefillTruncation v41_prefill_truncation(const DeepseekV41Config& c, const st
 }
 
 double v41_layer_prefill_flops(const DeepseekV41Config& c, int layer, int64_t rows, int64_t end) {
-  const double H = static_cast<double>(c.base.hidden_size), ql = static_cast<double>(c.base.q_lora_rank);
+  const double H = static_cast<double>(c.base.hidden_size),
+               ql = static_cast<double>(c.base.q_lora_rank);
   const double heads = c.base.num_attention_heads, D = static_cast<double>(c.head_dim);
-  const double nh = static_cast<double>(c.index_n_heads), di = static_cast<double>(c.index_head_dim);
+  const double nh = static_cast<double>(c.index_n_heads),
+               di = static_cast<double>(c.index_head_dim);
   const double hc = c.hc_mult, inter = static_cast<double>(c.base.moe_intermediate_size);
   const int64_t ratio = c.ratio(layer), W = c.sliding_window;
   const double R = static_cast<double>(rows);
   double mac = 0;
-  // Hyper-connection mixes (two sites: (2 + hc) hc mixes of hc H inputs each) and the norms' weights
-  // are per row; collapse / post are O(hc H) and left out.
+  // Hyper-connection mixes (two sites: (2 + hc) hc mixes of hc H inputs each) and the norms'
+  // weights are per row; collapse / post are O(hc H) and left out.
   mac += R * 2 * (2 + hc) * hc * (hc * H);
   // Attention projections: wq_a, wq_b, wkv, grouped wo_a (heads D -> o_groups x o_lora), wo_b.
   mac += R * (H * ql + ql * heads * D + H * D + heads * D * static_cast<double>(c.o_lora_rank) +

@@ -20,9 +20,9 @@
 // are therefore those of full prefill when keep >= exact_keep = n (W - 1) + 1, n = L - first_layer
 // (released: 19 x 127 + 1 = 2414; tests/golden/test_v41_truncation.cpp: bit-equal at 15 on
 // v41_tiny, different at 14); with the default 140 they are not: outputs differ from full
-// prefill's. Serving engines accept that by design: lightseekorg/tokenspeed#1594 runs the decoder
-// (layers from the candidate source on) on each prompt's last window only, and vllm-project/vllm#56227
-// says of its window replay after a prefix hit "not bit-identical to a cold run, by design".
+// prefill's. Serving engines accept that by design: lightseekorg/tokenspeed#1594 runs the
+// decoder (layers from the candidate source on) on each prompt's last window only, and
+// vllm-project/vllm#56227 says of its window replay after a prefix hit "not bit-identical to a cold run, by design".
 // Chunked prefill equals one-shot prefill bit for bit in both cases (the floor depends on the
 // prompt length only), decode never reads below the floor (keep >= W), and the prefix cache
 // serves window blocks only from floor + exact_lag on (rows equal to full prefill's; with the
@@ -59,7 +59,8 @@ struct V41PrefillTruncation {
 
 // Validates and resolves the settings for config `c`. Throws Error naming the variable for a mode
 // other than compact / off, or a keep below the floor; with compact, Engram layers must lie below
-// first_layer (they are). No KV source or none above the last: nothing to truncate (active() false).
+// first_layer (the released ones, 1 and 14, do). No KV source, or no layer above the last:
+// nothing to truncate (active() false).
 V41PrefillTruncation v41_prefill_truncation(const DeepseekV41Config& c, const std::string& mode,
                                             int64_t keep);
 

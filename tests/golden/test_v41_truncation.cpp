@@ -71,7 +71,8 @@ class TruncationV41 : public ::testing::Test {
     full_ = make("off", 140);
   }
   std::unique_ptr<DeepseekV41Model> make(const std::string& mode, int64_t keep) {
-    return std::make_unique<DeepseekV41Model>(config_, load_v41_weights(config_, reader_), *backend_,
+    return std::make_unique<DeepseekV41Model>(config_, load_v41_weights(config_, reader_),
+                                              *backend_,
                                               v41_prefill_truncation(config_, mode, keep));
   }
   // Prefill of `ids` in chunks of `sizes` (the rest last), then `steps` greedy tokens: the last
@@ -90,7 +91,8 @@ class TruncationV41 : public ::testing::Test {
       len = std::min(len, n - first);
       if (len <= 0) break;
       const bool last = first + len == n;
-      PagedDriver::Chunk c{seq, {ids.begin() + first, ids.begin() + first + len}, false, last, floor};
+      PagedDriver::Chunk c{
+          seq, {ids.begin() + first, ids.begin() + first + len}, false, last, floor};
       Rows r = d.step({c});
       if (last) out.push_back(r.at(0));
       first += len;
@@ -113,9 +115,9 @@ TEST_F(TruncationV41, SettingsResolveForTheTinySchedule) {
   const V41PrefillTruncation t = v41_prefill_truncation(config_, "compact", 12);
   EXPECT_TRUE(t.active());
   EXPECT_EQ(t.first_layer, 5);
-  EXPECT_EQ(t.floor, 12);        // window 8 + 2 x (1 + 1)
-  EXPECT_EQ(t.exact_keep, 15);   // 2 layers x 7 + 1
-  EXPECT_EQ(t.exact_lag, 7);     // 1 x 7
+  EXPECT_EQ(t.floor, 12);       // window 8 + 2 x (1 + 1)
+  EXPECT_EQ(t.exact_keep, 15);  // 2 layers x 7 + 1
+  EXPECT_EQ(t.exact_lag, 7);    // 1 x 7
   EXPECT_EQ(t.row_floor(80), 68);
   EXPECT_EQ(t.row_floor(12), 0);
   EXPECT_FALSE(v41_prefill_truncation(config_, "off", 12).active());
@@ -179,7 +181,8 @@ TEST_F(TruncationV41, KeptRowsReadNoRowBelowTheFloor) {
     const Rows kept = d.step({{seq, {ids.begin() + floor, ids.end()}, true, true, floor}});
     ASSERT_EQ(kept.size(), static_cast<size_t>(keep));
     for (size_t r = 0; r < kept.size(); ++r)
-      for (float v : kept[r]) ASSERT_TRUE(std::isfinite(v)) << "keep " << keep << ", kept row " << r;
+      for (float v : kept[r])
+        ASSERT_TRUE(std::isfinite(v)) << "keep " << keep << ", kept row " << r;
   }
 }
 
@@ -197,8 +200,8 @@ TEST_F(TruncationV41, SequencesWithDifferentFloorsInOneStepEqualEachAlone) {
   expect_same_bits({run(*m, b, 12, {}, 0)[0]}, {r[0]}, "b");
   expect_same_bits({run(*m, c, 12, {}, 0)[0]}, {r[1]}, "c");
   // Step 2: the rest of a beside a decode step of b.
-  r = d.step({{sa, {a.begin() + 40, a.end()}, false, true, 68},
-              {sb, {argmax(r[0])}, false, true, 18}});
+  r = d.step(
+      {{sa, {a.begin() + 40, a.end()}, false, true, 68}, {sb, {argmax(r[0])}, false, true, 18}});
   expect_same_bits({run(*m, a, 12, {}, 0)[0]}, {r[0]}, "a");
   expect_same_bits({run(*m, b, 12, {}, 1)[1]}, {r[1]}, "b decode");
 }
