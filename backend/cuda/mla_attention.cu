@@ -251,7 +251,12 @@ struct PrefillArgs {
   const bf16* v;
   int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1;
   const int32_t* query_start;
+  // Context (mla_attention_prefill_context): sequence s has seq_lens[s] positions, k/v rows c_s ..
+  // (c_s: the sum of the earlier seq_lens) and its queries are the last ones. nullptr: each
+  // sequence's context is its own tokens (k/v rows = q rows).
+  const int32_t* seq_lens;
   int num_seqs;
+  int T, N;  // q rows, k/v rows
   int H, Dq, Dv;
   float scale;
   void* out;
@@ -270,6 +275,8 @@ struct PrefillArgs {
 // columns past the sequence or the head dims are zero-filled (cp.async src-size 0), so
 // padding never carries NaN. One tiling for every shape: a (sequence, row) result depends
 // only on its own sequence, never on the other sequences of the launch (batch-invariant).
+// With cached context (a.seq_lens) query i of a sequence sits at position ctx - q_len + i and
+// the key tiles run over the whole context (the same tiles from position 0).
 namespace fa {
 
 constexpr int kBr = 128, kBc = 64, kWarps = 8, kThreads = 32 * kWarps;
@@ -309,16 +316,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi, float& sum) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-// Rows first .. first + kRows - 1 of one head (row i of the sequence at token s0 + i), kCols
-// (padded) columns, into dst (row stride ld elements); rows >= len and columns >= dim read 0.
+// Rows first .. first + kRows - 1 of one head (row i of the sequence at tensor row s0 + i), kCols
+// (padded) columns, into dst (row stride ld elements); rows >= len or past the tensor's `rows`
+// and columns >= dim read 0.
 template <int kRows, int kCols>
 __device__ __forceinline__ void load_rows(bf16* dst, int ld, const bf16* base, int64_t st0, int64_t st1,
-                                          int h, int s0, int first, int len, int dim) {
+                                          int h, int s0, int first, int len, int rows, int dim) {
   constexpr int kChunks = kCols / 8;
 #pragma unroll
   for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8, row = first + r;
-    const bool ok = row < len && c < dim;
+    const bool ok = row < len && s0 + row < rows && c < dim;
     const bf16* src = ok ? base + int64_t{s0 + row} * st0 + int64_t{h} * st1 + c : base;
     cp_async16(smem_addr(dst + r * ld + c), src, ok);
   }
@@ -343,28 +351,33 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
   bf16* Ks = Qs + kBr * LDQ;       // [2][kBc][LDQ]
   bf16* Vs = Ks + 2 * kBc * LDQ;   // [2][kBc][LDV]
 
-  int b = blockIdx.y, seq = -1, tile = 0;
+  int b = blockIdx.y, seq = -1, tile = 0, c0 = 0;  // c0: the sequence's first k/v row
   for (int s = 0; s < a.num_seqs; ++s) {
-    const int tiles = (a.query_start[s + 1] - a.query_start[s] + kBr - 1) / kBr;
+    const int q_len = a.query_start[s + 1] - a.query_start[s], tiles = (q_len + kBr - 1) / kBr;
     if (b < tiles) {
       seq = s;
       tile = tiles - 1 - b;
       break;
     }
     b -= tiles;
+    c0 += a.seq_lens != nullptr ? a.seq_lens[s] : q_len;
   }
   if (seq < 0) return;
   const int h = blockIdx.x;
   const int s0 = a.query_start[seq], len = a.query_start[seq + 1] - s0, q0 = tile * kBr;
-  const int num_kt = (min(q0 + kBr, len) + kBc - 1) / kBc;  // key tiles with a causal key
+  const int ctx = a.seq_lens != nullptr ? a.seq_lens[seq] : len, off = ctx - len;  // off: query 0's position
+  if (a.seq_lens == nullptr) c0 = s0;
+  const int num_kt = max(0, off + min(q0 + kBr, len) + kBc - 1) / kBc;  // key tiles with a causal key
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
-  const int warp_first = q0 + warp * 16, warp_last = warp_first + 15;
+  // Positions of the warp's first and last rows and of this thread's rows.
+  const int warp_first = off + q0 + warp * 16, warp_last = warp_first + 15;
+  const int pos0 = off + row0, pos1 = off + row1;
   const float scale = a.scale * kLog2e;
 
-  load_rows<kBr, kDq>(Qs, LDQ, a.q, a.q_s0, a.q_s1, h, s0, q0, len, a.Dq);
-  load_rows<kBc, kDq>(Ks, LDQ, a.k, a.k_s0, a.k_s1, h, s0, 0, len, a.Dq);
-  load_rows<kBc, kDv>(Vs, LDV, a.v, a.v_s0, a.v_s1, h, s0, 0, len, a.Dv);
+  load_rows<kBr, kDq>(Qs, LDQ, a.q, a.q_s0, a.q_s1, h, s0, q0, len, a.T, a.Dq);
+  load_rows<kBc, kDq>(Ks, LDQ, a.k, a.k_s0, a.k_s1, h, c0, 0, ctx, a.N, a.Dq);
+  load_rows<kBc, kDv>(Vs, LDV, a.v, a.v_s0, a.v_s1, h, c0, 0, ctx, a.N, a.Dv);
   cp_async_commit();
 
   uint32_t qf[kKSteps][4];
@@ -376,8 +389,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
   for (int kt = 0; kt < num_kt; ++kt) {
     if (kt + 1 < num_kt) {
       const int st = (kt + 1) & 1;
-      load_rows<kBc, kDq>(Ks + st * kBc * LDQ, LDQ, a.k, a.k_s0, a.k_s1, h, s0, (kt + 1) * kBc, len, a.Dq);
-      load_rows<kBc, kDv>(Vs + st * kBc * LDV, LDV, a.v, a.v_s0, a.v_s1, h, s0, (kt + 1) * kBc, len, a.Dv);
+      load_rows<kBc, kDq>(Ks + st * kBc * LDQ, LDQ, a.k, a.k_s0, a.k_s1, h, c0, (kt + 1) * kBc, ctx, a.N, a.Dq);
+      load_rows<kBc, kDv>(Vs + st * kBc * LDV, LDV, a.v, a.v_s0, a.v_s1, h, c0, (kt + 1) * kBc, ctx, a.N, a.Dv);
     }
     cp_async_commit();  // an empty group on the last tile keeps wait_group<1> uniform
     cp_async_wait<1>();
@@ -408,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
         }
       }
       // Scale into base 2; mask keys past a row (causal) or past the sequence.
-      const bool masked = k0 + kBc - 1 > warp_first || k0 + kBc > len;
+      const bool masked = k0 + kBc - 1 > warp_first || k0 + kBc > ctx;
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int n = 0; n < kSTiles; ++n) {
@@ -416,8 +429,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
         for (int e = 0; e < 4; ++e) {
           float v = s[n][e] * scale;
           if (masked) {
-            const int col = k0 + n * 8 + 2 * t4 + (e & 1), row = e < 2 ? row0 : row1;
-            if (col > row || col >= len) v = -INFINITY;
+            const int col = k0 + n * 8 + 2 * t4 + (e & 1), pos = e < 2 ? pos0 : pos1;
+            if (col > pos || col >= ctx) v = -INFINITY;
           }
           s[n][e] = v;
         }
@@ -491,6 +504,28 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
       st(a.out, i + 1, a.out_kind, o[n][3] * inv1);
     }
   }
+}
+
+// The kernel for a's head dims (one per padded pair; the bench model's 192 / 128 has its own),
+// its shared memory and grid.
+struct Launch {
+  void (*kernel)(PrefillArgs);
+  size_t smem;
+  dim3 grid;
+};
+inline Launch launch_for(const PrefillArgs& a) {
+  Launch l{prefill_kernel<256, 256>, smem_bytes(256, 256), dim3(a.H, (a.T + kBr - 1) / kBr + a.num_seqs)};
+  if (a.Dq <= 64 && a.Dv <= 64) {
+    l.kernel = prefill_kernel<64, 64>;
+    l.smem = smem_bytes(64, 64);
+  } else if (a.Dq <= 128 && a.Dv <= 128) {
+    l.kernel = prefill_kernel<128, 128>;
+    l.smem = smem_bytes(128, 128);
+  } else if (a.Dq <= 192 && a.Dv <= 128) {
+    l.kernel = prefill_kernel<192, 128>;
+    l.smem = smem_bytes(192, 128);
+  }
+  return l;
 }
 
 }  // namespace fa
@@ -687,8 +722,10 @@ void CudaBackend::mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,
 namespace {
 
 // The checked arguments of a direct prefill op (`op` names it in errors).
+// context: k and v hold every sequence's whole context (any row count, the same for both);
+// otherwise the q rows.
 PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_start,
-                         int num_seqs, float softmax_scale, Tensor& out, const char* op) {
+                         int num_seqs, float softmax_scale, Tensor& out, const char* op, bool context = false) {
   const std::string name = op;
   check_heads_view(q, (name + " q").c_str());
   check_heads_view(k, (name + " k").c_str());
@@ -699,7 +736,8 @@ PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, cons
            ": CUDA needs BF16 q, k, v, got ", q.describe(), ", ", k.describe(), ", ", v.describe());
   const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
   const int Dq = static_cast<int>(q.shape[2]), Dv = static_cast<int>(v.shape[2]);
-  DI_CHECK(k.shape[0] == T && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == T &&
+  const int64_t N = context ? k.shape[0] : T;
+  DI_CHECK(k.shape[0] == N && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == N &&
                v.shape[1] == H && out.shape[0] == T && out.shape[1] == H && out.shape[2] == Dv,
            op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
            out.describe(), " do not match");
@@ -722,6 +760,8 @@ PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, cons
   a.v_s1 = v.stride[1];
   a.query_start = query_start.ptr<int32_t>();
   a.num_seqs = num_seqs;
+  a.T = T;
+  a.N = static_cast<int>(N);
   a.H = H;
   a.Dq = Dq;
   a.Dv = Dv;
@@ -740,25 +780,26 @@ void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const 
                                         Tensor& out) {
   const PrefillArgs a =
       prefill_args(q, k, v, query_start, num_seqs, softmax_scale, out, "mla_attention_prefill");
-  const int T = static_cast<int>(q.shape[0]);
-  if (T == 0) return;
-  // One kernel per padded head-dim pair (the bench model's 192 / 128 has its own).
-  void (*kernel)(PrefillArgs) = fa::prefill_kernel<256, 256>;
-  size_t smem = fa::smem_bytes(256, 256);
-  if (a.Dq <= 64 && a.Dv <= 64) {
-    kernel = fa::prefill_kernel<64, 64>;
-    smem = fa::smem_bytes(64, 64);
-  } else if (a.Dq <= 128 && a.Dv <= 128) {
-    kernel = fa::prefill_kernel<128, 128>;
-    smem = fa::smem_bytes(128, 128);
-  } else if (a.Dq <= 192 && a.Dv <= 128) {
-    kernel = fa::prefill_kernel<192, 128>;
-    smem = fa::smem_bytes(192, 128);
-  }
-  set_smem_limit(reinterpret_cast<const void*>(kernel), smem, "mla_attention_prefill");
-  const dim3 grid(a.H, (T + fa::kBr - 1) / fa::kBr + num_seqs);
-  kernel<<<grid, fa::kThreads, smem, stream_>>>(a);
+  if (a.T == 0) return;
+  const fa::Launch l = fa::launch_for(a);
+  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, "mla_attention_prefill");
+  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
   check_launch("mla_attention_prefill", q.describe() + " " + v.describe());
+}
+
+void CudaBackend::mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const PagedKV& kv, float softmax_scale, Tensor& out) {
+  const char* op = "mla_attention_prefill_context";
+  check_dtype(kv.seq_lens, DType::I32, "mla_attention_prefill_context seq_lens");
+  DI_CHECK(kv.seq_lens.numel() == kv.num_seqs, op, ": seq_lens ", kv.seq_lens.describe(), " for ",
+           kv.num_seqs, " sequences");
+  PrefillArgs a = prefill_args(q, k, v, kv.query_start, kv.num_seqs, softmax_scale, out, op, true);
+  a.seq_lens = kv.seq_lens.ptr<int32_t>();
+  if (a.T == 0) return;
+  const fa::Launch l = fa::launch_for(a);
+  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, op);
+  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
+  check_launch(op, q.describe() + " " + k.describe() + " " + v.describe());
 }
 
 void CudaBackend::mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -179,6 +179,64 @@ TEST_F(AttentionMoe, MlaPrefill) {
   }
 }
 
+// Direct prefill over cached context (mla_attention_prefill_context): chunks after 0 .. 800
+// cached positions, off the tile grid, one-token chunks, a sequence with no cache; k / v hold
+// every sequence's context; seq_lens read on the device. Outputs inside guard sentinels.
+TEST_F(AttentionMoe, MlaPrefillContext) {
+  struct Case {
+    std::vector<int32_t> q_lens, seq_lens;
+    int64_t heads, dq, dv;
+  };
+  for (const Case& c : {Case{{3, 1, 200, 130, 64}, {9, 1, 1000, 130, 77}, 16, 192, 128},
+                        Case{{70, 5}, {333, 5}, 3, 40, 24}, Case{{129}, {929}, 2, 192, 128}}) {
+    const int S = static_cast<int>(c.q_lens.size());
+    std::vector<int32_t> qs{0};
+    int64_t N = 0;
+    for (int s = 0; s < S; ++s) qs.push_back(qs.back() + c.q_lens[s]), N += c.seq_lens[s];
+    const int64_t T = qs.back();
+    std::vector<float> q = randn(T * c.heads * c.dq), k = randn(N * c.heads * c.dq), v = randn(N * c.heads * c.dv);
+    const float scale = 1.0f / std::sqrt(float(c.dq));
+    auto addressing = [&](Backend* b) {
+      PagedKV kv;
+      Tensor lens = cpu_i32(c.seq_lens, {S}), qst = cpu_i32(qs, {S + 1});
+      kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
+      kv.query_start = b ? gpu_copy(*b, qst) : qst;
+      kv.num_seqs = S;
+      kv.max_seq_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
+      return kv;
+    };
+    Tensor oc = cpu_f32(std::vector<float>(T * c.heads * c.dv), {T, c.heads, c.dv});
+    cpu_->mla_attention_prefill_context(cpu_f32(q, {T, c.heads, c.dq}), cpu_f32(k, {N, c.heads, c.dq}),
+                                        cpu_f32(v, {N, c.heads, c.dv}), addressing(nullptr), scale, oc);
+    const std::string what = "mla_attention_prefill_context T " + std::to_string(T) + " N " + std::to_string(N) +
+                             " heads " + std::to_string(c.heads) + " dq " + std::to_string(c.dq);
+    for (Backend* g : {gpu_.get(), gpu_inv_.get()}) {
+      Tensor og = gpu_guarded(*g, DType::BF16, {T, c.heads, c.dv});
+      g->mla_attention_prefill_context(gpu_float(*g, q, {T, c.heads, c.dq}, DType::BF16),
+                                       gpu_float(*g, k, {N, c.heads, c.dq}, DType::BF16),
+                                       gpu_float(*g, v, {N, c.heads, c.dv}, DType::BF16), addressing(g), scale, og);
+      expect_close(download(*g, og), values(oc), kTolAttention, what);
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// kv_gather from a scattered BF16 cache: the same rows as the CPU's, bit for bit.
+TEST_F(AttentionMoe, KvGather) {
+  const PagedCase c{{3, 1, 64}, {77, 1, 300}, 16, 576, 512, 16};
+  PagedData d = make_paged(c);
+  int64_t N = 0;
+  for (int32_t len : c.seq_lens) N += len;
+  Tensor rows_c = cpu_f32(std::vector<float>(N * c.row_dim), {N, c.row_dim});
+  cpu_->kv_gather(paged_kv(nullptr, d, c, cpu_f32(d.cache, {d.num_blocks, c.block_size, c.row_dim})), rows_c);
+  Tensor rows_g = gpu_guarded(*gpu_, DType::BF16, {N, c.row_dim});
+  gpu_->kv_gather(paged_kv(gpu_.get(), d, c, gpu_float(*gpu_, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16)),
+                  rows_g);
+  const std::vector<float> got = download(*gpu_, rows_g), want = values(rows_c);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "kv_gather element " << i;
+  expect_guards_intact("kv_gather");
+}
+
 // A sequence's prefill rows do not depend on the other sequences of the step: the same bits
 // alone and between two others (one tiling per shape, both backend modes).
 TEST_F(AttentionMoe, MlaPrefillBitsIndependentOfBatch) {
