@@ -35,6 +35,11 @@ void Backend::mla_attention_paged_sparse(const Tensor&, const PagedKV&, const Te
                                          Tensor&) {
   fail(name(), " backend: mla_attention_paged_sparse (DeepSeek sparse attention) is not implemented");
 }
+void Backend::mla_attention_prefill_context(const Tensor&, const Tensor&, const Tensor&, const PagedKV&,
+                                            float, Tensor&) {
+  fail(name(), " backend: mla_attention_prefill_context is not implemented");
+}
+void Backend::kv_gather(const PagedKV&, Tensor&) { fail(name(), " backend: kv_gather is not implemented"); }
 void Backend::mla_attention_prefill_sparse(const Tensor&, const Tensor&, const Tensor&,
                                            const Tensor&, int, const Tensor&, float, Tensor&) {
   fail(name(), " backend: mla_attention_prefill_sparse (DeepSeek sparse attention) is not implemented");

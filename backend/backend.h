@@ -246,7 +246,8 @@ class Backend {
   virtual void kv_store(const Tensor& rows, PagedKV& kv) = 0;
 
   // --- mla_attention --------------------------------------------------------
-  // Absorbed MLA over the paged latent cache (decode; also any step with cached context):
+  // Absorbed MLA over the paged latent cache (decode; also steps with cached context whose
+  // chunks are short: model/layers/mla.h):
   // q [T, heads, row_dim] (q_nope·W_UK | q_rope), K = cache rows (row_dim), V = first
   // v_dim (= kv_lora_rank) of each row. out [T, heads, v_dim].
   virtual void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
@@ -256,6 +257,17 @@ class Backend {
   virtual void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& query_start, int num_seqs, float softmax_scale,
                                      Tensor& out) = 0;
+  // Direct MLA over each sequence's whole context (a prefill chunk after cached positions):
+  // k [N, heads, qk_dim] and v [N, heads, v_dim] hold every position of every sequence, sequence
+  // s at rows c_s .. c_s + kv.seq_lens[s] - 1 (c_s = the sum of the earlier seq_lens; position p
+  // at row c_s + p); its q rows kv.query_start[s] .. are its last q_len(s) positions, each
+  // attending the positions up to its own. Reads kv.query_start, kv.seq_lens, kv.num_seqs. With
+  // seq_lens equal to the query lengths this is mla_attention_prefill.
+  virtual void mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const PagedKV& kv, float softmax_scale, Tensor& out);
+  // rows [N, row_dim] = kv.cache's rows of every position of every sequence, in the layout above
+  // (kv.block_tables, kv.seq_lens, kv.num_seqs; N = the sum of seq_lens).
+  virtual void kv_gather(const PagedKV& kv, Tensor& rows);
 
   // --- DeepSeek sparse attention (V3.2; backend/cpu/{norm,indexer,mla_attention}.cpp) --------
   // The defaults (backend/backend.cpp) throw "not implemented on <backend>"; the CPU backend is

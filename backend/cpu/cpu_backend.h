@@ -62,6 +62,9 @@ class CpuBackend final : public Backend {
   void indexer_scores(const Tensor& q, const Tensor& weights, const PagedKV& kv, float scale,
                       Tensor& scores) override;
   void indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) override;
+  void mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKV& kv,
+                                     float softmax_scale, Tensor& out) override;
+  void kv_gather(const PagedKV& kv, Tensor& rows) override;
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override;
   void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,

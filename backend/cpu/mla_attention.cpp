@@ -189,20 +189,37 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
   });
 }
 
+// ctx_lens (I32 [num_seqs], or nullptr: each sequence's own tokens): the context of each
+// sequence, k/v holding all of it (mla_attention_prefill_context's layout).
 void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& query_start, int num_seqs, const Tensor* indices,
-                       float softmax_scale, Tensor& out, const char* op) {
+                       float softmax_scale, Tensor& out, const char* op, const Tensor* ctx_lens = nullptr) {
   const Heads3 qv = heads3(q, op);
   const Heads3 kv = heads3(k, op);
   const Heads3 vv = heads3(v, op);
   const Heads3 ov = heads3(out, op);
-  DI_CHECK(kv.T == qv.T && kv.H == qv.H && kv.D == qv.D && vv.T == qv.T && vv.H == qv.H &&
-               ov.T == qv.T && ov.H == qv.H && ov.D == vv.D,
-           op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
-           out.describe(), " must agree in tokens, heads and dims");
   const std::vector<int32_t> seq_of = token_seqs(query_start, num_seqs, qv.T, op);
   const int32_t* qs = query_start.ptr<int32_t>();
-  auto ctx = [&](int64_t t) { return t - qs[seq_of[t]] + 1; };  // causal within the sequence
+  // Per sequence: first k/v row and the position of its first query.
+  std::vector<int64_t> kv_first(static_cast<size_t>(num_seqs)), q_pos0(static_cast<size_t>(num_seqs));
+  int64_t N = 0;
+  if (ctx_lens != nullptr) check_cpu(*ctx_lens, DType::I32, op);
+  DI_CHECK(ctx_lens == nullptr || ctx_lens->numel() == num_seqs, op, ": seq_lens ",
+           ctx_lens == nullptr ? std::string() : ctx_lens->describe(), " must have ", num_seqs, " entries");
+  for (int s = 0; s < num_seqs; ++s) {
+    const int64_t q_len = qs[s + 1] - qs[s];
+    const int64_t len = ctx_lens == nullptr ? q_len : ctx_lens->ptr<int32_t>()[s];
+    DI_CHECK(len >= q_len, op, ": seq_len ", len, " of sequence ", s, " is below its ", q_len, " new tokens");
+    kv_first[s] = N;
+    q_pos0[s] = len - q_len;
+    N += len;
+  }
+  DI_CHECK(kv.T == N && kv.H == qv.H && kv.D == qv.D && vv.T == N && vv.H == qv.H &&
+               ov.T == qv.T && ov.H == qv.H && ov.D == vv.D,
+           op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
+           out.describe(), " must agree in heads and dims, k and v with ", N, " context rows");
+  // Causal: query t sees its sequence's positions up to its own.
+  auto ctx = [&](int64_t t) { return q_pos0[seq_of[t]] + t - qs[seq_of[t]] + 1; };
   const Selection sel = indices == nullptr ? Selection{} : check_indices(*indices, qv.T, ctx, op);
   const int64_t v_dim = vv.D;
   // Normalizes one query's scores and sums the values: axpy4 / axpy, the same products and
@@ -229,7 +246,7 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
       for (int64_t task = b; task < e; ++task) {
         const int64_t t0 = groups[task / qv.H], h = task % qv.H;
         const int64_t end = qs[seq_of[t0] + 1], cnt = std::min<int64_t>(3, end - t0);
-        const int64_t first = qs[seq_of[t0]], n0 = ctx(t0), stride = n0 + 2;
+        const int64_t first = kv_first[seq_of[t0]], n0 = ctx(t0), stride = n0 + 2;
         float* sc = scratch_floats(3, static_cast<size_t>(3 * stride));
         float* srow[3] = {sc, sc + stride, sc + 2 * stride};
         const float* qr[3];
@@ -255,7 +272,7 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
     std::vector<int32_t> pos;
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / qv.H, h = task % qv.H;
-      const int64_t first = qs[seq_of[t]];
+      const int64_t first = kv_first[seq_of[t]];
       const int64_t n = positions_of(sel, t, ctx(t), pos);
       float* scores = scratch_floats(3, static_cast<size_t>(std::max<int64_t>(n, 1)));
       // Four keys per pass (dot8x4_rows, axpy4): the same products and sums, in the same
@@ -294,6 +311,36 @@ void CpuBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const T
                                        float softmax_scale, Tensor& out) {
   prefill_attention(*pool_, q, k, v, query_start, num_seqs, nullptr, softmax_scale, out,
                     "mla_attention_prefill");
+}
+
+void CpuBackend::mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const PagedKV& kv, float softmax_scale, Tensor& out) {
+  prefill_attention(*pool_, q, k, v, kv.query_start, kv.num_seqs, nullptr, softmax_scale, out,
+                    "mla_attention_prefill_context", &kv.seq_lens);
+}
+
+void CpuBackend::kv_gather(const PagedKV& kv, Tensor& rows) {
+  const char* op = "kv_gather";
+  check_cpu(kv.query_start, DType::I32, op);
+  DI_CHECK(kv.query_start.numel() == kv.num_seqs + 1, op, ": query_start ", kv.query_start.describe(),
+           " for ", kv.num_seqs, " sequences");
+  const PagedView pv = check_paged(kv, kv.query_start.ptr<int32_t>()[kv.num_seqs], op);
+  check_cpu(rows, DType::F32, op);
+  int64_t N = 0;
+  for (int s = 0; s < kv.num_seqs; ++s) N += pv.lens[s];
+  DI_CHECK(rows.ndim == 2 && rows.size(0) == N && rows.size(1) == pv.row_dim && rows.stride[1] == 1, op,
+           ": rows ", rows.describe(), " must be [", N, " context rows, ", pv.row_dim, "]");
+  const bool bf16 = kv.cache.dtype == DType::BF16;
+  int64_t r = 0;
+  for (int s = 0; s < kv.num_seqs; ++s) {
+    for (int64_t p = 0; p < pv.lens[s]; ++p, ++r) {
+      const int64_t slot = int64_t{pv.tables[s * pv.max_blocks + p / pv.block_size]} * pv.block_size + p % pv.block_size;
+      float* dst = rows.ptr<float>() + r * rows.stride[0];
+      for (int64_t c = 0; c < pv.row_dim; ++c)
+        dst[c] = bf16 ? bf16_to_float(kv.cache.ptr<uint16_t>()[slot * pv.row_dim + c])
+                      : kv.cache.ptr<float>()[slot * pv.row_dim + c];
+    }
+  }
 }
 
 void CpuBackend::mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -79,6 +79,9 @@ class CudaBackend final : public Backend {
   // V4's CSA form (indexer.cu): scores of the visible compressed keys, then the top-k.
   void indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
                     int ratio, float softmax_scale, float weights_scale, Tensor& out) override;
+  void mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKV& kv,
+                                     float softmax_scale, Tensor& out) override;
+  void kv_gather(const PagedKV& kv, Tensor& rows) override;
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override;
   void mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -122,6 +122,26 @@ __global__ void kv_store_kernel(const void* rows, int rows_kind, int64_t ldr, in
   }
 }
 
+// grid (num_seqs, ceil(max_seq_len / kGatherRows)), 256 threads: the block copies positions
+// [y * kGatherRows, ...) of sequence x from the cache to rows c_x + p (c_x: the sum of the earlier
+// seq_lens). Rows past the output's N rows and block ids outside the cache are skipped.
+constexpr int kGatherRows = 32;
+__global__ void kv_gather_kernel(const void* cache, int cache_kind, int64_t num_blocks, int block_size,
+                                 const int32_t* tables, int max_blocks, const int32_t* seq_lens, void* rows,
+                                 int rows_kind, int64_t ldr, int64_t N, int64_t D) {
+  const int s = blockIdx.x;
+  int64_t c = 0;
+  for (int i = 0; i < s; ++i) c += seq_lens[i];
+  const int len = seq_lens[s], p0 = blockIdx.y * kGatherRows;
+  for (int p = p0; p < min(p0 + kGatherRows, len); ++p) {
+    const int32_t block = tables[int64_t{s} * max_blocks + p / block_size];
+    if (c + p >= N || block < 0 || block >= num_blocks) continue;
+    const int64_t src = (int64_t{block} * block_size + p % block_size) * D;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+      st(rows, (c + p) * ldr + j, rows_kind, ld(cache, src + j, cache_kind));
+  }
+}
+
 // One block of 1024 threads per row; lowest index wins ties; a row holding a NaN gets -1
 // (sample_rule::kNoToken, as the CPU op).
 __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
@@ -397,6 +417,27 @@ void CudaBackend::kv_store(const Tensor& rows, PagedKV& kv) {
       r.data, float_kind(r.dtype), r.row_stride, r.rows, r.cols, kv.slot_mapping.ptr<int32_t>(),
       kv.cache.shape[0] * kv.cache.shape[1], kv.cache.data, float_kind(kv.cache.dtype));
   check_launch("kv_store", rows.describe() + " -> " + kv.cache.describe());
+}
+
+void CudaBackend::kv_gather(const PagedKV& kv, Tensor& rows) {
+  const RowView r = rows_of(rows, "kv_gather rows");
+  check_float(rows, "kv_gather rows");
+  check_float(kv.cache, "kv_gather cache");
+  check_dtype(kv.block_tables, DType::I32, "kv_gather block_tables");
+  check_dtype(kv.seq_lens, DType::I32, "kv_gather seq_lens");
+  DI_CHECK(kv.cache.ndim == 3 && kv.cache.is_contiguous() && kv.cache.shape[2] == r.cols,
+           "kv_gather: cache ", kv.cache.describe(), " must be contiguous [blocks, block_size, ", r.cols, "]");
+  DI_CHECK(kv.num_seqs >= 1 && kv.seq_lens.numel() == kv.num_seqs && kv.block_tables.ndim == 2 &&
+               kv.block_tables.shape[0] >= kv.num_seqs && kv.block_tables.is_contiguous() && kv.max_seq_len > 0,
+           "kv_gather: seq_lens ", kv.seq_lens.describe(), " / block_tables ", kv.block_tables.describe(),
+           " / max_seq_len ", kv.max_seq_len, " for ", kv.num_seqs, " sequences");
+  if (r.rows == 0) return;
+  const dim3 grid(kv.num_seqs, (kv.max_seq_len + kGatherRows - 1) / kGatherRows);
+  kv_gather_kernel<<<grid, 256, 0, stream_>>>(
+      kv.cache.data, float_kind(kv.cache.dtype), kv.cache.shape[0], static_cast<int>(kv.cache.shape[1]),
+      kv.block_tables.ptr<int32_t>(), static_cast<int>(kv.block_tables.shape[1]), kv.seq_lens.ptr<int32_t>(),
+      r.data, float_kind(r.dtype), r.row_stride, r.rows, r.cols);
+  check_launch("kv_gather", kv.cache.describe() + " -> " + rows.describe());
 }
 
 void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {

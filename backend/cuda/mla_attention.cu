@@ -12,8 +12,9 @@
 // partials: H200 2026-11-30, graphs: chunk 32 for launches of <= 4 items: bs1 +1.6% over 64
 // (bench/NOTES.md; a chunk of 16 lost 1.5-3.5% at bs8-64 and was removed).
 //
-// Prefill (direct, per head): a block takes 64 queries of one sequence and one head and
-// walks the causal key tiles of 64 with an online softmax (flash-attention style).
+// Prefill (direct, per head): FlashAttention-2 style on mma.sync (fa::prefill_kernel below):
+// a block takes 128 queries of one sequence and one head and walks the causal key tiles of 64
+// through cp.async double buffers with an online softmax in registers.
 #include <mma.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -249,7 +251,12 @@ struct PrefillArgs {
   const bf16* v;
   int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1;
   const int32_t* query_start;
+  // Context (mla_attention_prefill_context): sequence s has seq_lens[s] positions, k/v rows c_s ..
+  // (c_s: the sum of the earlier seq_lens) and its queries are the last ones. nullptr: each
+  // sequence's context is its own tokens (k/v rows = q rows).
+  const int32_t* seq_lens;
   int num_seqs;
+  int T, N;  // q rows, k/v rows
   int H, Dq, Dv;
   float scale;
   void* out;
@@ -257,148 +264,278 @@ struct PrefillArgs {
   int64_t o_s0, o_s1;
 };
 
-constexpr int kTile = 64;
+// Direct causal prefill, FlashAttention-2 style on mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+// A block takes kBr = 128 queries of one sequence and one head; its 8 warps own 16 query rows
+// each. Q is staged once through shared memory into registers (ldmatrix); K and V walk the
+// causal key tiles of kBc = 64 through two shared-memory stages (cp.async: tile kt + 1 is in
+// flight while tile kt is computed). Per tile, a warp computes S = Q·K^T (16 x 64, fp32),
+// masks it (causal, sequence end) only on the tiles that need it, updates the running row max
+// and sum (base-2 exponent, fp32), rounds P to bf16 in registers and adds P·V into its 16 x Dv
+// fp32 accumulator. Key tiles wholly past a warp's last row are skipped by that warp. Rows and
+// columns past the sequence or the head dims are zero-filled (cp.async src-size 0), so
+// padding never carries NaN. One tiling for every shape: a (sequence, row) result depends
+// only on its own sequence, never on the other sequences of the launch (batch-invariant).
+// With cached context (a.seq_lens) query i of a sequence sits at position ctx - q_len + i and
+// the key tiles run over the whole context (the same tiles from position 0).
+namespace fa {
 
-// grid (ceil(T / 64) + num_seqs, H), 256 threads. Block b takes the b-th (sequence, query
-// tile) pair; surplus blocks exit.
-__global__ void __launch_bounds__(256) mla_prefill_kernel(PrefillArgs a) {
+constexpr int kBr = 128, kBc = 64, kWarps = 8, kThreads = 32 * kWarps;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read then).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf -> 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi, float& sum) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+  sum += __low2float(p) + __high2float(p);  // the row sum counts P as P·V sees it (bf16)
+  return *reinterpret_cast<const uint32_t*>(&p);
+}
+
+// Rows first .. first + kRows - 1 of one head (row i of the sequence at tensor row s0 + i), kCols
+// (padded) columns, into dst (row stride ld elements); rows >= len or past the tensor's `rows`
+// and columns >= dim read 0.
+template <int kRows, int kCols>
+__device__ __forceinline__ void load_rows(bf16* dst, int ld, const bf16* base, int64_t st0, int64_t st1,
+                                          int h, int s0, int first, int len, int rows, int dim) {
+  constexpr int kChunks = kCols / 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = (i % kChunks) * 8, row = first + r;
+    const bool ok = row < len && s0 + row < rows && c < dim;
+    const bf16* src = ok ? base + int64_t{s0 + row} * st0 + int64_t{h} * st1 + c : base;
+    cp_async16(smem_addr(dst + r * ld + c), src, ok);
+  }
+}
+
+// Dynamic shared memory of prefill_kernel<kDq, kDv>: Q [kBr][kDq + 8], K [2][kBc][kDq + 8],
+// V [2][kBc][kDv + 8] (bf16; the 16-byte row pad keeps ldmatrix free of bank conflicts).
+constexpr size_t smem_bytes(int dq, int dv) {
+  return size_t{2} * (size_t{kBr} * (dq + 8) + 2 * size_t{kBc} * (dq + 8) + 2 * size_t{kBc} * (dv + 8));
+}
+
+// grid (H, ceil(T / kBr) + num_seqs), kThreads threads. blockIdx.y enumerates the (sequence,
+// query tile) pairs, each sequence's last (longest) tile first; surplus blocks exit.
+// kDq / kDv: the head dims padded to multiples of 16 (a.Dq <= kDq, a.Dv <= kDv).
+template <int kDq, int kDv>
+__global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
+  static_assert(kDq % 16 == 0 && kDv % 16 == 0, "head dims are padded to multiples of 16");
+  constexpr int LDQ = kDq + 8, LDV = kDv + 8;
+  constexpr int kKSteps = kDq / 16, kSTiles = kBc / 8, kOTiles = kDv / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  const int Dqk = round16(a.Dq), Dqp = Dqk + 8, Dvk = round16(a.Dv), Dvp = Dvk + 8;
-  constexpr int LDS_S = kTile + 4, LDP = kTile + 8;
-  const int LDO = Dvk + 4;
-  bf16* Qs = reinterpret_cast<bf16*>(smem);     // [64][Dqp]
-  bf16* Ks = Qs + kTile * Dqp;                   // [64][Dqp]
-  bf16* Vs = Ks + kTile * Dqp;                   // [64][Dvp]
-  bf16* P = Vs + kTile * Dvp;                    // [64][LDP]
-  float* S = reinterpret_cast<float*>(P + kTile * LDP);  // [64][LDS_S]
-  float* O = S + kTile * LDS_S;                  // [64][LDO]
-  float* row_m = O + kTile * LDO;                // [64]
-  float* row_l = row_m + kTile;                  // [64]
-  float* row_a = row_l + kTile;                  // [64]
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + kBr * LDQ;       // [2][kBc][LDQ]
+  bf16* Vs = Ks + 2 * kBc * LDQ;   // [2][kBc][LDV]
 
-  // Find (sequence, tile) for this block.
-  int b = blockIdx.x, seq = -1, tile = 0;
+  int b = blockIdx.y, seq = -1, tile = 0, c0 = 0;  // c0: the sequence's first k/v row
   for (int s = 0; s < a.num_seqs; ++s) {
-    const int len = a.query_start[s + 1] - a.query_start[s];
-    const int tiles = (len + kTile - 1) / kTile;
+    const int q_len = a.query_start[s + 1] - a.query_start[s], tiles = (q_len + kBr - 1) / kBr;
     if (b < tiles) {
       seq = s;
-      tile = b;
+      tile = tiles - 1 - b;
       break;
     }
     b -= tiles;
+    c0 += a.seq_lens != nullptr ? a.seq_lens[s] : q_len;
   }
   if (seq < 0) return;
-  const int h = blockIdx.y;
-  const int s0 = a.query_start[seq], len = a.query_start[seq + 1] - s0;
-  const int q0 = tile * kTile;  // query index within the sequence
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int h = blockIdx.x;
+  const int s0 = a.query_start[seq], len = a.query_start[seq + 1] - s0, q0 = tile * kBr;
+  const int ctx = a.seq_lens != nullptr ? a.seq_lens[seq] : len, off = ctx - len;  // off: query 0's position
+  if (a.seq_lens == nullptr) c0 = s0;
+  const int num_kt = max(0, off + min(q0 + kBr, len) + kBc - 1) / kBc;  // key tiles with a causal key
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
+  // Positions of the warp's first and last rows and of this thread's rows.
+  const int warp_first = off + q0 + warp * 16, warp_last = warp_first + 15;
+  const int pos0 = off + row0, pos1 = off + row1;
+  const float scale = a.scale * kLog2e;
 
-  auto load_tile = [&](bf16* dst, int ld, const bf16* base, int64_t st0, int64_t st1, int dim,
-                       int dim_k, int first) {
-    for (int r = warp; r < kTile; r += 8) {
-      const int i = first + r;
-      bf16* d = dst + r * ld;
-      if (i < len) {
-        const bf16* src = base + int64_t{s0 + i} * st0 + int64_t{h} * st1;
-        for (int c = lane * 8; c < dim; c += 256) *reinterpret_cast<uint4*>(d + c) = *reinterpret_cast<const uint4*>(src + c);
-        for (int c = dim + lane; c < dim_k; c += 32) d[c] = __float2bfloat16_rn(0.0f);
-      } else {
-        for (int c = lane; c < dim_k; c += 32) d[c] = __float2bfloat16_rn(0.0f);
+  load_rows<kBr, kDq>(Qs, LDQ, a.q, a.q_s0, a.q_s1, h, s0, q0, len, a.T, a.Dq);
+  load_rows<kBc, kDq>(Ks, LDQ, a.k, a.k_s0, a.k_s1, h, c0, 0, ctx, a.N, a.Dq);
+  load_rows<kBc, kDv>(Vs, LDV, a.v, a.v_s0, a.v_s1, h, c0, 0, ctx, a.N, a.Dv);
+  cp_async_commit();
+
+  uint32_t qf[kKSteps][4];
+  float o[kOTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // running max (scaled), sum
+
+  for (int kt = 0; kt < num_kt; ++kt) {
+    if (kt + 1 < num_kt) {
+      const int st = (kt + 1) & 1;
+      load_rows<kBc, kDq>(Ks + st * kBc * LDQ, LDQ, a.k, a.k_s0, a.k_s1, h, c0, (kt + 1) * kBc, ctx, a.N, a.Dq);
+      load_rows<kBc, kDv>(Vs + st * kBc * LDV, LDV, a.v, a.v_s0, a.v_s1, h, c0, (kt + 1) * kBc, ctx, a.N, a.Dv);
+    }
+    cp_async_commit();  // an empty group on the last tile keeps wait_group<1> uniform
+    cp_async_wait<1>();
+    __syncthreads();
+    if (kt == 0) {
+      // A fragments of Q: matrix j = lane / 8 holds rows (j & 1) * 8 .. + 7, columns (j >> 1) * 8.
+      const bf16* qa = Qs + (warp * 16 + (lane >> 3 & 1) * 8 + (lane & 7)) * LDQ + (lane >> 4) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) ldmatrix_x4(qf[ks], smem_addr(qa + ks * 16));
+    }
+    const int k0 = kt * kBc;
+    if (k0 <= warp_last) {  // warp-uniform: some key of this tile is causal for the warp's rows
+      const bf16* kb = Ks + (kt & 1) * kBc * LDQ;
+      const bf16* vb = Vs + (kt & 1) * kBc * LDV;
+      float s[kSTiles][4];
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      // S = Q·K^T. B fragments: matrix j holds keys (j >> 1) * 8 .. + 7, dims (j & 1) * 8 .. + 7.
+      const bf16* kaddr = kb + ((lane >> 4) * 8 + (lane & 7)) * LDQ + (lane >> 3 & 1) * 8;
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+        for (int np = 0; np < kSTiles / 2; ++np) {
+          uint32_t kf[4];
+          ldmatrix_x4(kf, smem_addr(kaddr + np * 16 * LDQ + ks * 16));
+          smma::mma_bf16(s[2 * np], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[0], kf[1]);
+          smma::mma_bf16(s[2 * np + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], kf[2], kf[3]);
+        }
+      }
+      // Scale into base 2; mask keys past a row (causal) or past the sequence.
+      const bool masked = k0 + kBc - 1 > warp_first || k0 + kBc > ctx;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[n][e] * scale;
+          if (masked) {
+            const int col = k0 + n * 8 + 2 * t4 + (e & 1), pos = e < 2 ? pos0 : pos1;
+            if (col > pos || col >= ctx) v = -INFINITY;
+          }
+          s[n][e] = v;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+      }
+      // The 4 lanes of a row (same g) hold its 64 columns.
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      // A row with no causal key yet keeps max -inf: subtract 0 then (exp2(-inf) = 0).
+      const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+      const float al0 = exp2_approx(m0 - b0), al1 = exp2_approx(m1 - b1);
+      m0 = mn0;
+      m1 = mn1;
+      float ps0 = 0.0f, ps1 = 0.0f;  // this lane's part of the tile's row sums
+      uint32_t pf[kBc / 16][4];      // P as A fragments of P·V (k-step j: keys 16j .. 16j + 15)
+#pragma unroll
+      for (int j = 0; j < kBc / 16; ++j) {
+        pf[j][0] = pack_bf16(exp2_approx(s[2 * j][0] - b0), exp2_approx(s[2 * j][1] - b0), ps0);
+        pf[j][1] = pack_bf16(exp2_approx(s[2 * j][2] - b1), exp2_approx(s[2 * j][3] - b1), ps1);
+        pf[j][2] = pack_bf16(exp2_approx(s[2 * j + 1][0] - b0), exp2_approx(s[2 * j + 1][1] - b0), ps0);
+        pf[j][3] = pack_bf16(exp2_approx(s[2 * j + 1][2] - b1), exp2_approx(s[2 * j + 1][3] - b1), ps1);
+      }
+      l0 = l0 * al0 + ps0;
+      l1 = l1 * al1 + ps1;
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        o[n][0] *= al0;
+        o[n][1] *= al0;
+        o[n][2] *= al1;
+        o[n][3] *= al1;
+      }
+      // O += P·V. B fragments (transposed): matrix j holds keys (j & 1) * 8 .. + 7, value
+      // dims (j >> 1) * 8 .. + 7.
+      const bf16* vaddr = vb + ((lane >> 3 & 1) * 8 + (lane & 7)) * LDV + (lane >> 4) * 8;
+#pragma unroll
+      for (int j = 0; j < kBc / 16; ++j) {
+#pragma unroll
+        for (int np = 0; np < kOTiles / 2; ++np) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, smem_addr(vaddr + j * 16 * LDV + np * 16));
+          smma::mma_bf16(o[2 * np], pf[j][0], pf[j][1], pf[j][2], pf[j][3], vf[0], vf[1]);
+          smma::mma_bf16(o[2 * np + 1], pf[j][0], pf[j][1], pf[j][2], pf[j][3], vf[2], vf[3]);
+        }
       }
     }
-  };
-  load_tile(Qs, Dqp, a.q, a.q_s0, a.q_s1, a.Dq, Dqk, q0);
-  for (int i = tid; i < kTile * LDO; i += 256) O[i] = 0.0f;
-  for (int i = tid; i < kTile; i += 256) {
-    row_m[i] = kNegInf;
-    row_l[i] = 0.0f;
+    __syncthreads();  // every warp is done with this stage before the next load refills it
   }
-  for (int kt = 0; kt <= tile; ++kt) {
-    const int k0 = kt * kTile;
-    __syncthreads();  // previous iteration done with Ks/Vs/P
-    load_tile(Ks, Dqp, a.k, a.k_s0, a.k_s1, a.Dq, Dqk, k0);
-    load_tile(Vs, Dvp, a.v, a.v_s0, a.v_s1, a.Dv, Dvk, k0);
-    __syncthreads();
-    // S = Q · K^T: 16 fragments, two per warp.
-    for (int f = warp; f < 16; f += 8) {
-      const int fm = f >> 2, fn = f & 3;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int s = 0; s < Dqk / 16; ++s) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, Qs + fm * 16 * Dqp + s * 16, Dqp);
-        wmma::load_matrix_sync(fb, Ks + fn * 16 * Dqp + s * 16, Dqp);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(S + fm * 16 * LDS_S + fn * 16, acc, LDS_S, wmma::mem_row_major);
-    }
-    __syncthreads();
-    // Online softmax: warp w takes rows 8w .. 8w + 7.
-    for (int r = warp * 8; r < warp * 8 + 8; ++r) {
-      const int qi = q0 + r;
-      float s[2];
+
+  // Row sums over the 4 lanes of each row, then O / l (a row past the sequence is not written).
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int kj = k0 + lane + 32 * i;
-        s[i] = (kj <= qi && kj < len && qi < len) ? S[r * LDS_S + lane + 32 * i] * a.scale : kNegInf;
-      }
-      const float m_old = row_m[r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-      const float base = m_new == kNegInf ? 0.0f : m_new;
-      float l = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const bf16 p = __float2bfloat16_rn(s[i] == kNegInf ? 0.0f : __expf(s[i] - base));
-        P[r * LDP + lane + 32 * i] = p;
-        l += __bfloat162float(p);
-      }
-      l = warp_sum(l);
-      if (lane == 0) {
-        const float alpha = m_old == kNegInf ? 0.0f : __expf(m_old - base);
-        row_a[r] = alpha;
-        row_l[r] = row_l[r] * alpha + l;
-        row_m[r] = m_new;
-      }
+  for (int n = 0; n < kOTiles; ++n) {
+    const int c = n * 8 + 2 * t4;
+    if (c >= a.Dv) continue;  // Dv % 8 == 0: c + 1 < Dv too
+    if (row0 < len) {
+      const int64_t i = int64_t{s0 + row0} * a.o_s0 + int64_t{h} * a.o_s1 + c;
+      st(a.out, i, a.out_kind, o[n][0] * inv0);
+      st(a.out, i + 1, a.out_kind, o[n][1] * inv0);
     }
-    __syncthreads();
-    for (int i = tid; i < kTile * Dvk; i += 256) {
-      const int r = i / Dvk, c = i % Dvk;
-      O[r * LDO + c] *= row_a[r];
+    if (row1 < len) {
+      const int64_t i = int64_t{s0 + row1} * a.o_s0 + int64_t{h} * a.o_s1 + c;
+      st(a.out, i, a.out_kind, o[n][2] * inv1);
+      st(a.out, i + 1, a.out_kind, o[n][3] * inv1);
     }
-    __syncthreads();
-    // O += P · V: fragments (4 row tiles x Dvk/16 column tiles) spread over the warps.
-    const int nfv = Dvk / 16;
-    for (int f = warp; f < 4 * nfv; f += 8) {
-      const int fm = f / nfv, fn = f % nfv;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, O + fm * 16 * LDO + fn * 16, LDO, wmma::mem_row_major);
-#pragma unroll
-      for (int s = 0; s < kTile / 16; ++s) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, P + fm * 16 * LDP + s * 16, LDP);
-        wmma::load_matrix_sync(fb, Vs + s * 16 * Dvp + fn * 16, Dvp);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(O + fm * 16 * LDO + fn * 16, acc, LDO, wmma::mem_row_major);
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < kTile * a.Dv; i += 256) {
-    const int r = i / a.Dv, c = i % a.Dv, qi = q0 + r;
-    if (qi >= len) continue;
-    st(a.out, int64_t{s0 + qi} * a.o_s0 + int64_t{h} * a.o_s1 + c, a.out_kind, O[r * LDO + c] / row_l[r]);
   }
 }
+
+// The kernel for a's head dims (one per padded pair; the bench model's 192 / 128 has its own),
+// its shared memory and grid.
+struct Launch {
+  void (*kernel)(PrefillArgs);
+  size_t smem;
+  dim3 grid;
+};
+inline Launch launch_for(const PrefillArgs& a) {
+  Launch l{prefill_kernel<256, 256>, smem_bytes(256, 256), dim3(a.H, (a.T + kBr - 1) / kBr + a.num_seqs)};
+  if (a.Dq <= 64 && a.Dv <= 64) {
+    l.kernel = prefill_kernel<64, 64>;
+    l.smem = smem_bytes(64, 64);
+  } else if (a.Dq <= 128 && a.Dv <= 128) {
+    l.kernel = prefill_kernel<128, 128>;
+    l.smem = smem_bytes(128, 128);
+  } else if (a.Dq <= 192 && a.Dv <= 128) {
+    l.kernel = prefill_kernel<192, 128>;
+    l.smem = smem_bytes(192, 128);
+  }
+  return l;
+}
+
+}  // namespace fa
 
 // Sparse direct prefill (V3.2): grid (T, H), 128 threads. The block of (token t, head h)
 // scores the k listed positions of t's sequence (entry e: position indices[t, e], -1 or one
 // outside 0 .. t's own: none), one warp per entry (fp32 dot of the bf16 rows), then a softmax
 // over the list and P·V in fp32, the threads taking value dims. Dynamic shared memory: q row
 // [Dq] and the list's scores [k] (F32) and positions [k] (I32). The gathered K/V rows differ
-// per token, so no tile is shared between queries (unlike mla_prefill_kernel).
+// per token, so no tile is shared between queries (unlike fa::prefill_kernel).
 __global__ void __launch_bounds__(128) mla_prefill_sparse_kernel(PrefillArgs a, const int32_t* indices,
                                                                  int topk) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -479,11 +616,6 @@ int paged_chunk(int num_work_items, bool batch_invariant, int forced_chunk) {
   if (forced_chunk != 0) return forced_chunk;  // 32 or 64 (checked by the backend's constructor)
   if (batch_invariant) return kDefaultChunk;
   return num_work_items <= kSmallChunkMaxItems ? kSmallChunk : kDefaultChunk;
-}
-
-size_t prefill_smem_bytes(int Dq, int Dv) {
-  const int Dqp = (Dq + 15) / 16 * 16 + 8, Dvk = (Dv + 15) / 16 * 16, Dvp = Dvk + 8;
-  return size_t{2} * kTile * (2 * Dqp + Dvp + kTile + 8) + 4 * size_t{kTile} * (kTile + 4 + Dvk + 4 + 3);
 }
 
 void check_heads_view(const Tensor& t, const char* what) {
@@ -590,8 +722,10 @@ void CudaBackend::mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,
 namespace {
 
 // The checked arguments of a direct prefill op (`op` names it in errors).
+// context: k and v hold every sequence's whole context (any row count, the same for both);
+// otherwise the q rows.
 PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& query_start,
-                         int num_seqs, float softmax_scale, Tensor& out, const char* op) {
+                         int num_seqs, float softmax_scale, Tensor& out, const char* op, bool context = false) {
   const std::string name = op;
   check_heads_view(q, (name + " q").c_str());
   check_heads_view(k, (name + " k").c_str());
@@ -602,7 +736,8 @@ PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, cons
            ": CUDA needs BF16 q, k, v, got ", q.describe(), ", ", k.describe(), ", ", v.describe());
   const int T = static_cast<int>(q.shape[0]), H = static_cast<int>(q.shape[1]);
   const int Dq = static_cast<int>(q.shape[2]), Dv = static_cast<int>(v.shape[2]);
-  DI_CHECK(k.shape[0] == T && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == T &&
+  const int64_t N = context ? k.shape[0] : T;
+  DI_CHECK(k.shape[0] == N && k.shape[1] == H && k.shape[2] == Dq && v.shape[0] == N &&
                v.shape[1] == H && out.shape[0] == T && out.shape[1] == H && out.shape[2] == Dv,
            op, ": q ", q.describe(), ", k ", k.describe(), ", v ", v.describe(), ", out ",
            out.describe(), " do not match");
@@ -625,6 +760,8 @@ PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, cons
   a.v_s1 = v.stride[1];
   a.query_start = query_start.ptr<int32_t>();
   a.num_seqs = num_seqs;
+  a.T = T;
+  a.N = static_cast<int>(N);
   a.H = H;
   a.Dq = Dq;
   a.Dv = Dv;
@@ -643,13 +780,26 @@ void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const 
                                         Tensor& out) {
   const PrefillArgs a =
       prefill_args(q, k, v, query_start, num_seqs, softmax_scale, out, "mla_attention_prefill");
-  const int T = static_cast<int>(q.shape[0]);
-  if (T == 0) return;
-  const size_t smem = prefill_smem_bytes(a.Dq, a.Dv);
-  set_smem_limit(reinterpret_cast<const void*>(mla_prefill_kernel), smem, "mla_attention_prefill");
-  dim3 grid((T + kTile - 1) / kTile + num_seqs, a.H);
-  mla_prefill_kernel<<<grid, 256, smem, stream_>>>(a);
+  if (a.T == 0) return;
+  const fa::Launch l = fa::launch_for(a);
+  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, "mla_attention_prefill");
+  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
   check_launch("mla_attention_prefill", q.describe() + " " + v.describe());
+}
+
+void CudaBackend::mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const PagedKV& kv, float softmax_scale, Tensor& out) {
+  const char* op = "mla_attention_prefill_context";
+  check_dtype(kv.seq_lens, DType::I32, "mla_attention_prefill_context seq_lens");
+  DI_CHECK(kv.seq_lens.numel() == kv.num_seqs, op, ": seq_lens ", kv.seq_lens.describe(), " for ",
+           kv.num_seqs, " sequences");
+  PrefillArgs a = prefill_args(q, k, v, kv.query_start, kv.num_seqs, softmax_scale, out, op, true);
+  a.seq_lens = kv.seq_lens.ptr<int32_t>();
+  if (a.T == 0) return;
+  const fa::Launch l = fa::launch_for(a);
+  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, op);
+  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
+  check_launch(op, q.describe() + " " + k.describe() + " " + v.describe());
 }
 
 void CudaBackend::mla_attention_prefill_sparse(const Tensor& q, const Tensor& k, const Tensor& v,

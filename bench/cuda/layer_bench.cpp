@@ -8,13 +8,17 @@
 // random routing from random weights, no k_rope broadcast copy).
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
-//                             [--profile | --profile-prefill] [--unfused-mla] [--out FILE.jsonl]
+//                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
+//                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
 // the same for prefill of 512 and 4096 tokens.
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
+// --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
+// over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
+// absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -213,6 +217,8 @@ Tensor heads3(const Tensor& t, int64_t rows, int64_t heads, int64_t head_stride,
 struct Step {
   int64_t T = 0;
   bool direct = false;  // prefill (direct MLA) vs decode (absorbed over the cache)
+  bool context = false;  // not direct: the direct form over the gathered context (ctx_* buffers)
+  Tensor ctx_rows, ctx_kv_b, ctx_k;
   Tensor ids, positions, x, residual, h1, q_a, q, kv_a, kv_b, k, q_abs, latent, attn, o, gate_up,
       act, logits_router, topk_ids, topk_w, moe_out, shared_out, logits, next_ids, final_h;
   std::vector<Tensor> caches;
@@ -266,6 +272,15 @@ void forward(Bench& B, Step& s) {
       OP("attention prefill", b.mla_attention_prefill(q3, heads3(s.k, T, kHeads, kQk, kQk),
                                                       heads3(s.kv_b, T, kHeads, kNope + kV, kV, kNope),
                                                       s.kv.query_start, 1, scale, attn3));
+    } else if (s.context) {
+      const int64_t N = s.ctx_rows.size(0);
+      OP("kv_gather", b.kv_gather(s.kv, s.ctx_rows));
+      OP("gemm kv_b", b.gemm(cols(s.ctx_rows, N, kKvLora), L.kv_b, s.ctx_kv_b));
+      Tensor k3 = heads3(s.ctx_k, N, kHeads, kQk, kNope);
+      OP("copy k_nope", b.copy(heads3(s.ctx_kv_b, N, kHeads, kNope + kV, kNope), k3));
+      OP("attention prefill ctx", b.mla_attention_prefill_context(q3, heads3(s.ctx_k, N, kHeads, kQk, kQk),
+                                                                  heads3(s.ctx_kv_b, N, kHeads, kNope + kV, kV, kNope),
+                                                                  s.kv, scale, attn3));
     } else {
       Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
       OP("gemm_heads uk", b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn));
@@ -294,7 +309,7 @@ void forward(Bench& B, Step& s) {
     }
   }
   // Last position only (prefill) or every row (decode) goes through the head.
-  const int64_t R = s.direct ? 1 : T;
+  const int64_t R = s.direct || s.kv.max_query_len > 1 ? 1 : T;  // prefill chunks: the last row
   OP("norm final", b.add_rms_norm(s.residual, s.o, B.final_norm, 1e-6f, s.x));
   Tensor last = s.x.slice_rows(T - R, T);
   OP("lm_head", b.gemm(last, B.lm_head, s.logits));
@@ -327,7 +342,7 @@ std::unique_ptr<Step> make_step(Bench& B, int64_t num_seqs, int64_t q_len, int64
   s->topk_ids = B.buf(DType::I32, {T, kTopK});
   s->topk_w = B.buf(DType::F32, {T, kTopK});
   s->shared_out = B.buf(A, {T, kHidden});
-  const int64_t R = direct ? 1 : T;
+  const int64_t R = direct || q_len > 1 ? 1 : T;  // as forward's
   s->logits = B.buf(DType::F32, {R, kVocab});
   s->next_ids = B.buf(DType::I32, {R});
   // Host-side addressing: sequence i holds ctx positions; this step's tokens are the last q_len.
@@ -421,7 +436,7 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
 
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
-       profile_prefill = false, unfused_mla = false;
+       profile_prefill = false, unfused_mla = false, prefill_context = false;
   std::string out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -431,6 +446,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) do_profile = true;
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
+    else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
   try {
@@ -482,6 +498,23 @@ int main(int argc, char** argv) {
       forward(B, *s);  // warm-up
       const double sec = time_steps(B, *s, 5, -1);
       report("prefill", 1, T, sec, double(T), B.weight_bytes, 2.0 * active_params * T, "eager");
+    }
+    if (prefill_context && !decode_only) {
+      // One sequence: 4096 new tokens after 4096 cached (the cache holds random rows).
+      constexpr int64_t kNew = 4096, kCtx = 8192;
+      for (bool context : {true, false}) {
+        auto s = make_step(B, 1, kNew, kCtx, false);
+        s->context = context;
+        if (context) {
+          s->ctx_rows = B.buf(DType::BF16, {kCtx, kRow});
+          s->ctx_kv_b = B.buf(DType::BF16, {kCtx, kHeads * (kNope + kV)});
+          s->ctx_k = B.buf(DType::BF16, {kCtx, kHeads * kQk});
+        }
+        forward(B, *s);  // warm-up
+        const double sec = time_steps(B, *s, 3, -1);
+        report("prefill", 1, kCtx, sec, double(kNew), B.weight_bytes, 2.0 * active_params * kNew,
+               context ? "ctx-direct" : "ctx-absorbed");
+      }
     }
     for (int64_t batch : {1, 8, 32, 64}) {
       if (prefill_only) break;

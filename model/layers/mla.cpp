@@ -1,6 +1,8 @@
 #include "model/layers/mla.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "model/layers/common.h"
 
@@ -123,6 +125,9 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
   step.cos_sin = &cos_sin;
   step.query_start = &batch.query_start;
   step.direct = direct;
+  step.batch_invariant = batch_invariant;
+  step.host_query_start = &batch.host_query_start;
+  step.host_seq_lens = &batch.host_seq_lens;
   step.kv.block_tables = batch.block_tables;
   step.kv.seq_lens = batch.seq_lens;
   step.kv.query_start = batch.query_start;
@@ -132,6 +137,60 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
   step.kv.max_seq_len = batch.max_seq_len;
   return step;
 }
+
+bool mla_context_direct_pays(const MlaDims& c, const std::vector<int32_t>& query_start,
+                             const std::vector<int32_t>& seq_lens) {
+  const double heads = static_cast<double>(c.heads), L = static_cast<double>(c.kv_lora_rank);
+  const double expand = 2.0 * heads * L * static_cast<double>(c.qk_nope_head_dim + c.v_head_dim);  // per row
+  double rows = 0, queries = 0, pairs = 0;
+  for (size_t s = 0; s < seq_lens.size(); ++s) {
+    const double q = query_start[s + 1] - query_start[s], ctx = seq_lens[s];
+    rows += ctx;
+    queries += q;
+    pairs += q * (ctx - q) + q * (q + 1) / 2;  // query i sees ctx - q + i + 1 positions
+  }
+  const double direct = rows * expand + pairs * 2.0 * heads * static_cast<double>(c.qk_head_dim() + c.v_head_dim);
+  const double absorbed = queries * expand + pairs * 2.0 * heads * static_cast<double>(2 * c.kv_lora_rank + c.qk_rope_head_dim);
+  return direct < absorbed;
+}
+
+namespace {
+
+// Step rows' worth of the direct form's context buffers, or false when they would pass
+// kMlaContextBytes (the absorbed form runs then).
+bool reserve_context(Backend& backend, const MlaDims& c, MlaWorkspace& ws, int64_t rows) {
+  if (rows <= ws.ctx_capacity) return true;
+  const int64_t heads = c.heads;
+  const int64_t row_bytes = static_cast<int64_t>(dtype_size(backend.activation_dtype())) *
+                            (c.kv_row_dim() + heads * (c.qk_nope_head_dim + c.v_head_dim) + heads * c.qk_head_dim());
+  const int64_t most = kMlaContextBytes / row_bytes;
+  if (rows > most) return false;
+  const int64_t cap = std::min(most, std::max(rows, 2 * ws.capacity));  // room for the next chunks
+  ws.ctx_buffers.clear();
+  const DType dt = backend.activation_dtype();
+  for (auto [t, cols] : {std::pair{&ws.ctx_rows, c.kv_row_dim()}, std::pair{&ws.ctx_kv_b, heads * (c.qk_nope_head_dim + c.v_head_dim)},
+                         std::pair{&ws.ctx_k, heads * c.qk_head_dim()}}) {
+    ws.ctx_buffers.push_back(backend.alloc(dt, {cap, cols}));
+    *t = ws.ctx_buffers.back().tensor();
+  }
+  ws.ctx_capacity = cap;
+  return true;
+}
+
+// k = [k_nope | k_rope (shared by all heads)] per head for n rows: k_nope from kv_b's
+// [nope | v] rows, k_rope from the rows' rope part (columns kv_lora .. of `rope_rows`).
+void assemble_k(Backend& backend, const MlaDims& c, const Tensor& kv_b, const Tensor& rope_rows, int64_t n, Tensor& k) {
+  const int64_t heads = c.heads, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.qk_head_dim();
+  Tensor k3 = heads_view(k, n, heads, qk, nope);  // k[:, :, :nope]
+  backend.copy(heads_view(kv_b, n, heads, nope + c.v_head_dim, nope), k3);
+  Tensor k_rope = heads_view(rope_rows, n, 1, c.kv_row_dim(), rope, c.kv_lora_rank);  // [n, 1, rope]
+  k_rope.shape[1] = heads;  // broadcast over heads
+  k_rope.stride[1] = 0;
+  Tensor k3_rope = heads_view(k, n, heads, qk, rope, nope);
+  backend.copy(k_rope, k3_rope);
+}
+
+}  // namespace
 
 void mla_project(Backend& backend, const MlaDims& c, const AttentionWeights& w, MlaStep& step,
                  const Tensor& x, MlaWorkspace& ws) {
@@ -170,23 +229,26 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
                 const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t T, MlaWorkspace& ws,
                 Tensor& out, const Tensor* indices) {
   const int64_t heads = c.heads, nope = c.qk_nope_head_dim;
-  const int64_t rope = c.qk_rope_head_dim, qk = c.qk_head_dim(), vdim = c.v_head_dim;
+  const int64_t qk = c.qk_head_dim(), vdim = c.v_head_dim;
   const int64_t L = c.kv_lora_rank, row = c.kv_row_dim();
   const float scale = static_cast<float>(c.softmax_scale);
   Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
   Tensor c_kv = cols_view(ws.kv_a, T, L);           // [T, kv_lora] (normed)
   Tensor attn3 = heads_view(ws.attn, T, heads, vdim, vdim);  // [T, heads, v]
+  // Cached context, dense, long chunks: the direct form over the whole context when it costs
+  // fewer FLOPs and its buffers fit kMlaContextBytes.
+  int64_t ctx_rows = 0;
+  bool context_direct = false;
+  if (!step.direct && !step.batch_invariant && indices == nullptr && step.host_seq_lens != nullptr &&
+      mla_context_direct_pays(c, *step.host_query_start, *step.host_seq_lens)) {
+    for (int32_t len : *step.host_seq_lens) ctx_rows += len;
+    context_direct = reserve_context(backend, c, ws, ctx_rows);
+  }
   if (step.direct) {
     // kv_b: [T, heads, nope + v] -> k = [k_nope | k_rope (shared by all heads)], v.
     Tensor kv_b = cols_view(ws.kv_b, T, heads * (nope + vdim));  // [T, heads * (nope + v)]
     backend.gemm(c_kv, w.kv_b_proj, kv_b);
-    Tensor k3 = heads_view(ws.k, T, heads, qk, nope);  // k[:, :, :nope]
-    backend.copy(heads_view(ws.kv_b, T, heads, nope + vdim, nope), k3);
-    Tensor k_rope = heads_view(ws.kv_a, T, 1, row, rope, L);  // [T, 1, rope]
-    k_rope.shape[1] = heads;                                   // broadcast over heads
-    k_rope.stride[1] = 0;
-    Tensor k3_rope = heads_view(ws.k, T, heads, qk, rope, nope);
-    backend.copy(k_rope, k3_rope);
+    assemble_k(backend, c, ws.kv_b, ws.kv_a, T, ws.k);
     const Tensor v3 = heads_view(ws.kv_b, T, heads, nope + vdim, vdim, nope);  // [T, heads, v]
     if (indices != nullptr) {
       backend.mla_attention_prefill_sparse(q3, heads_view(ws.k, T, heads, qk, qk), v3,
@@ -196,6 +258,16 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
       backend.mla_attention_prefill(q3, heads_view(ws.k, T, heads, qk, qk), v3, *step.query_start,
                                     step.kv.num_seqs, scale, attn3);
     }
+  } else if (context_direct) {
+    // The context's cached rows (this step's too) -> kv_b -> k, v of every position.
+    Tensor rows = cols_view(ws.ctx_rows, ctx_rows, row);
+    backend.kv_gather(step.kv, rows);
+    Tensor kv_b = cols_view(ws.ctx_kv_b, ctx_rows, heads * (nope + vdim));
+    backend.gemm(cols_view(ws.ctx_rows, ctx_rows, L), w.kv_b_proj, kv_b);
+    assemble_k(backend, c, ws.ctx_kv_b, ws.ctx_rows, ctx_rows, ws.ctx_k);
+    backend.mla_attention_prefill_context(q3, heads_view(ws.ctx_k, ctx_rows, heads, qk, qk),
+                                          heads_view(ws.ctx_kv_b, ctx_rows, heads, nope + vdim, vdim, nope),
+                                          step.kv, scale, attn3);
   } else {
     // q_abs[:, h] = [q_nope[:, h] · W_UK[h] | q_rope[:, h]]   [T, heads, kv_lora + rope]
     // (the rope part was written by mla_rope_store). All heads in one op (owners[0] = W_UK^T stacked [heads, kv_lora, nope]).

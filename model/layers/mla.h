@@ -4,6 +4,8 @@
 //  kv_a   = kv_a_proj_with_mqa(x) = [c_kv | k_rope]                    [T, kv_lora + rope]
 //  c_kv   = kv_a_layernorm(c_kv); rope on q's and kv_a's rope parts; kv_a rows -> paged cache
 //  direct (no cached context): kv_b_proj(c_kv) -> k_nope, v per head; softmax(q·k) v
+//  direct over cached context (long prefill chunks): the context's cached rows gathered,
+//            kv_b_proj over them, the same direct attention (mla_context_direct_pays)
 //  absorbed: q_abs = [q_nope · W_UK | q_rope] (kv_lora + rope per head) over the cached rows,
 //            out = latent · W_UV^T per head
 //  out    = o_proj(attn)                                               [T, hidden]
@@ -44,6 +46,12 @@ struct MlaWorkspace {
   Tensor latent;  // [cap, heads * kv_lora]                absorbed form
   Tensor attn;    // [cap, heads * v]
   int64_t capacity = 0;
+  // Direct form over cached context, grown on first use up to kMlaContextBytes:
+  std::vector<DeviceBuffer> ctx_buffers;
+  Tensor ctx_rows;  // [ctx_cap, kv_lora + rope]  the context's cached rows
+  Tensor ctx_kv_b;  // [ctx_cap, heads * (nope + v)]
+  Tensor ctx_k;     // [ctx_cap, heads * qk_head_dim]
+  int64_t ctx_capacity = 0;
 };
 MlaWorkspace make_mla_workspace(const MlaDims& dims, Backend& backend, int64_t capacity);
 
@@ -54,11 +62,25 @@ struct MlaStep {
   const Tensor* query_start = nullptr;   // I32 [S + 1]
   PagedKV kv;                            // this layer's cache and the step's addressing
   bool direct = false;                   // no sequence has cached context
+  bool batch_invariant = false;          // absorbed form whenever there is cached context
+  const std::vector<int32_t>* host_query_start = nullptr;  // [S + 1]
+  const std::vector<int32_t>* host_seq_lens = nullptr;     // [S]
 };
 
+// Most bytes of the direct form's context buffers (rows, kv_b output, k) per workspace.
+constexpr int64_t kMlaContextBytes = int64_t{512} << 20;
+
+// True when a step with cached context costs fewer FLOPs in the direct form (kv_b over every
+// context row, then 2 x heads x (qk + v) per query-key pair) than in the absorbed one (W_UK and
+// W_UV per query, then 2 x heads x (2 kv_lora + rope) per pair): long prefill chunks, never
+// decode. query_start [S + 1] and seq_lens [S] as in StepBatch.
+bool mla_context_direct_pays(const MlaDims& dims, const std::vector<int32_t>& query_start,
+                             const std::vector<int32_t>& seq_lens);
+
 // A step's attention inputs from its StepBatch (cos_sin: the RoPE table; the layer's cache
-// goes into .kv.cache). Direct MLA only when every sequence starts fresh (seq_len == its
-// new tokens) and the backend is not batch-invariant.
+// goes into .kv.cache). .direct when every sequence starts fresh (seq_len == its new tokens)
+// and the backend is not batch-invariant; otherwise mla_attend picks the direct form over the
+// gathered context when mla_context_direct_pays (dense, not batch-invariant), else absorbed.
 MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_invariant);
 
 // The two halves of mla_forward, for layers that act in between (V3.2's indexer reads the

@@ -181,6 +181,11 @@ class RoutingReplayBackend final : public Backend {
                        const Tensor& prior_kv, const Tensor& prior_gate, Tensor& out) override {
     inner_.compressor_pool(kv, gate, ape, ratio, overlap, prior_kv, prior_gate, out);
   }
+  void mla_attention_prefill_context(const Tensor& q, const Tensor& k, const Tensor& v, const PagedKV& kv,
+                                     float softmax_scale, Tensor& out) override {
+    inner_.mla_attention_prefill_context(q, k, v, kv, softmax_scale, out);
+  }
+  void kv_gather(const PagedKV& kv, Tensor& rows) override { inner_.kv_gather(kv, rows); }
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override {
     inner_.mla_attention_paged_sparse(q, kv, indices, softmax_scale, v_dim, out);

@@ -1,6 +1,7 @@
 // Forward self-consistency on tiny random models (no oracle needed):
-//  - chunked prefill and one-token decode through the paged cache (absorbed MLA) give
-//    the same logits as one whole-prompt prefill (direct MLA), within 1e-4 relative;
+//  - chunked prefill and one-token decode through the paged cache (absorbed MLA; a long chunk:
+//    direct MLA over the gathered context) give the same logits as one whole-prompt prefill
+//    (direct MLA), within 1e-4 relative;
 //  - on a batch-invariant backend a sequence's logits are bit-identical whether it
 //    runs alone or shares the step with another sequence;
 //  - malformed steps raise Error.
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "model/layers/mla.h"
 #include "model/model.h"
 #include "paged_driver.h"
 
@@ -117,12 +119,51 @@ void check_consistency(const char* config_text, const std::string& tag, DType we
     EXPECT_LE(max_diff(chunked[r], whole[r]), tol) << tag << " chunked row " << r;
   }
 
+  // A long second chunk over a short cached prefix: the direct form over the gathered context
+  // (mla_context_direct_pays; ModelConsistency.ContextDirectRule checks the choice).
+  test::PagedDriver long_driver(*model, *backend, 4);
+  const int l = long_driver.add_sequence();
+  const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 3), tail(prompt.begin() + 3, prompt.end());
+  std::vector<std::vector<float>> long_chunked = long_driver.step({{l, head, true}});
+  for (auto& row : long_driver.step({{l, tail, true}})) long_chunked.push_back(row);
+  ASSERT_EQ(long_chunked.size(), whole.size());
+  for (size_t r = 0; r < whole.size(); ++r) {
+    EXPECT_LE(max_diff(long_chunked[r], whole[r]), tol) << tag << " chunks {3, 20}: row " << r;
+  }
+
   test::PagedDriver decode_driver(*model, *backend, 4);
   const int d = decode_driver.add_sequence();
   for (size_t r = 0; r < prompt.size(); ++r) {
     auto row = decode_driver.step({{d, {prompt[r]}, false}});
     EXPECT_LE(max_diff(row[0], whole[r]), tol) << tag << " decoded row " << r;
   }
+}
+
+// The FLOP rule behind check_consistency's chunks: on kTinyV3's and kTinyV2's dims the {3, 20}
+// chunking's second chunk takes the direct form over its context, the {7, 1, 6, 9} chunks and
+// decode the absorbed one; on the bench model's dims a 4096 chunk after 4096 cached positions is
+// direct and a batch of 64 decodes absorbed.
+TEST(ModelConsistency, ContextDirectRule) {
+  MlaDims v3;
+  v3.heads = 3, v3.kv_lora_rank = 36, v3.qk_nope_head_dim = 20, v3.qk_rope_head_dim = 8, v3.v_head_dim = 12;
+  MlaDims v2;
+  v2.heads = 2, v2.kv_lora_rank = 16, v2.qk_nope_head_dim = 14, v2.qk_rope_head_dim = 6, v2.v_head_dim = 10;
+  for (const MlaDims& d : {v3, v2}) {
+    EXPECT_TRUE(mla_context_direct_pays(d, {0, 20}, {23}));
+    EXPECT_FALSE(mla_context_direct_pays(d, {0, 1}, {8}));
+    EXPECT_FALSE(mla_context_direct_pays(d, {0, 6}, {14}));
+    EXPECT_FALSE(mla_context_direct_pays(d, {0, 9}, {23}));
+    EXPECT_FALSE(mla_context_direct_pays(d, {0, 1}, {23}));
+  }
+  MlaDims bench;
+  bench.heads = 16, bench.kv_lora_rank = 512, bench.qk_nope_head_dim = 128, bench.qk_rope_head_dim = 64,
+  bench.v_head_dim = 128;
+  EXPECT_TRUE(mla_context_direct_pays(bench, {0, 4096}, {8192}));
+  EXPECT_TRUE(mla_context_direct_pays(bench, {0, 512}, {4096}));
+  EXPECT_FALSE(mla_context_direct_pays(bench, {0, 64}, {4096}));
+  std::vector<int32_t> qs{0}, lens;
+  for (int s = 0; s < 64; ++s) qs.push_back(s + 1), lens.push_back(600);
+  EXPECT_FALSE(mla_context_direct_pays(bench, qs, lens));
 }
 
 TEST(ModelConsistency, V3ChunkedAndDecodeMatchPrefillBf16) {

@@ -140,27 +140,136 @@ TEST_F(AttentionMoe, MlaPaged) {
   }
 }
 
+// Direct prefill (fa::prefill_kernel): odd lengths, one-row and multi-tile sequences (query
+// tiles of 128, key tiles of 64), every padded head-dim pair, v read from inside a wider row as
+// the model does (kv_b's [nope | v] per head), outputs NaN-poisoned inside guard sentinels.
 TEST_F(AttentionMoe, MlaPrefill) {
   struct Case {
     std::vector<int32_t> lens;
     int64_t heads, dq, dv;
   };
-  for (const Case& c : {Case{{1, 70, 130}, 3, 40, 24}, Case{{200}, 2, 192, 128}, Case{{64, 65, 5}, 16, 192, 128}}) {
+  for (const Case& c : {Case{{1, 70, 130}, 3, 40, 24}, Case{{200}, 2, 192, 128}, Case{{64, 65, 5}, 16, 192, 128},
+                        Case{{300, 1, 129, 257, 63}, 16, 192, 128}, Case{{1000}, 2, 192, 128},
+                        Case{{77, 128}, 2, 128, 96}, Case{{150, 3}, 1, 256, 256}, Case{{191}, 3, 64, 64}}) {
     std::vector<int32_t> qs{0};
     for (int32_t l : c.lens) qs.push_back(qs.back() + l);
     const int64_t T = qs.back(), S = static_cast<int64_t>(c.lens.size());
-    std::vector<float> q = randn(T * c.heads * c.dq), k = randn(T * c.heads * c.dq), v = randn(T * c.heads * c.dv);
+    const int64_t wide = c.dv + 24;  // v is columns [24, 24 + dv) of each head's row
+    std::vector<float> q = randn(T * c.heads * c.dq), k = randn(T * c.heads * c.dq), vw = randn(T * c.heads * wide);
+    std::vector<float> v(T * c.heads * c.dv);
+    for (int64_t r = 0; r < T * c.heads; ++r)
+      std::copy_n(vw.begin() + r * wide + 24, c.dv, v.begin() + r * c.dv);
     const float scale = 1.0f / std::sqrt(float(c.dq));
     Tensor oc = cpu_f32(std::vector<float>(T * c.heads * c.dv), {T, c.heads, c.dv});
     cpu_->mla_attention_prefill(cpu_f32(q, {T, c.heads, c.dq}), cpu_f32(k, {T, c.heads, c.dq}),
                                 cpu_f32(v, {T, c.heads, c.dv}), cpu_i32(qs, {S + 1}), static_cast<int>(S), scale, oc);
-    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {T, c.heads, c.dv});
-    gpu_->mla_attention_prefill(gpu_float(*gpu_, q, {T, c.heads, c.dq}, DType::BF16),
-                                gpu_float(*gpu_, k, {T, c.heads, c.dq}, DType::BF16),
-                                gpu_float(*gpu_, v, {T, c.heads, c.dv}, DType::BF16),
-                                gpu_copy(*gpu_, cpu_i32(qs, {S + 1})), static_cast<int>(S), scale, og);
-    expect_close(download(*gpu_, og), values(oc), kTolAttention,
-                 "mla_attention_prefill T " + std::to_string(T) + " dq " + std::to_string(c.dq));
+    Tensor vg = gpu_float(*gpu_, vw, {T, c.heads, wide}, DType::BF16);
+    vg.data = static_cast<uint16_t*>(vg.data) + 24;
+    vg.shape[2] = c.dv;
+    const std::string what = "mla_attention_prefill T " + std::to_string(T) + " heads " + std::to_string(c.heads) +
+                             " dq " + std::to_string(c.dq) + " dv " + std::to_string(c.dv);
+    for (DType odt : {DType::BF16, DType::F32}) {
+      Tensor og = gpu_guarded(*gpu_, odt, {T, c.heads, c.dv});
+      gpu_->mla_attention_prefill(gpu_float(*gpu_, q, {T, c.heads, c.dq}, DType::BF16),
+                                  gpu_float(*gpu_, k, {T, c.heads, c.dq}, DType::BF16), vg,
+                                  gpu_copy(*gpu_, cpu_i32(qs, {S + 1})), static_cast<int>(S), scale, og);
+      expect_close(download(*gpu_, og), values(oc), kTolAttention, what + (odt == DType::F32 ? " (F32 out)" : ""));
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// Direct prefill over cached context (mla_attention_prefill_context): chunks after 0 .. 800
+// cached positions, off the tile grid, one-token chunks, a sequence with no cache; k / v hold
+// every sequence's context; seq_lens read on the device. Outputs inside guard sentinels.
+TEST_F(AttentionMoe, MlaPrefillContext) {
+  struct Case {
+    std::vector<int32_t> q_lens, seq_lens;
+    int64_t heads, dq, dv;
+  };
+  for (const Case& c : {Case{{3, 1, 200, 130, 64}, {9, 1, 1000, 130, 77}, 16, 192, 128},
+                        Case{{70, 5}, {333, 5}, 3, 40, 24}, Case{{129}, {929}, 2, 192, 128}}) {
+    const int S = static_cast<int>(c.q_lens.size());
+    std::vector<int32_t> qs{0};
+    int64_t N = 0;
+    for (int s = 0; s < S; ++s) qs.push_back(qs.back() + c.q_lens[s]), N += c.seq_lens[s];
+    const int64_t T = qs.back();
+    std::vector<float> q = randn(T * c.heads * c.dq), k = randn(N * c.heads * c.dq), v = randn(N * c.heads * c.dv);
+    const float scale = 1.0f / std::sqrt(float(c.dq));
+    auto addressing = [&](Backend* b) {
+      PagedKV kv;
+      Tensor lens = cpu_i32(c.seq_lens, {S}), qst = cpu_i32(qs, {S + 1});
+      kv.seq_lens = b ? gpu_copy(*b, lens) : lens;
+      kv.query_start = b ? gpu_copy(*b, qst) : qst;
+      kv.num_seqs = S;
+      kv.max_seq_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
+      return kv;
+    };
+    Tensor oc = cpu_f32(std::vector<float>(T * c.heads * c.dv), {T, c.heads, c.dv});
+    cpu_->mla_attention_prefill_context(cpu_f32(q, {T, c.heads, c.dq}), cpu_f32(k, {N, c.heads, c.dq}),
+                                        cpu_f32(v, {N, c.heads, c.dv}), addressing(nullptr), scale, oc);
+    const std::string what = "mla_attention_prefill_context T " + std::to_string(T) + " N " + std::to_string(N) +
+                             " heads " + std::to_string(c.heads) + " dq " + std::to_string(c.dq);
+    for (Backend* g : {gpu_.get(), gpu_inv_.get()}) {
+      Tensor og = gpu_guarded(*g, DType::BF16, {T, c.heads, c.dv});
+      g->mla_attention_prefill_context(gpu_float(*g, q, {T, c.heads, c.dq}, DType::BF16),
+                                       gpu_float(*g, k, {N, c.heads, c.dq}, DType::BF16),
+                                       gpu_float(*g, v, {N, c.heads, c.dv}, DType::BF16), addressing(g), scale, og);
+      expect_close(download(*g, og), values(oc), kTolAttention, what);
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// kv_gather from a scattered BF16 cache: the same rows as the CPU's, bit for bit.
+TEST_F(AttentionMoe, KvGather) {
+  const PagedCase c{{3, 1, 64}, {77, 1, 300}, 16, 576, 512, 16};
+  PagedData d = make_paged(c);
+  int64_t N = 0;
+  for (int32_t len : c.seq_lens) N += len;
+  Tensor rows_c = cpu_f32(std::vector<float>(N * c.row_dim), {N, c.row_dim});
+  cpu_->kv_gather(paged_kv(nullptr, d, c, cpu_f32(d.cache, {d.num_blocks, c.block_size, c.row_dim})), rows_c);
+  Tensor rows_g = gpu_guarded(*gpu_, DType::BF16, {N, c.row_dim});
+  gpu_->kv_gather(paged_kv(gpu_.get(), d, c, gpu_float(*gpu_, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16)),
+                  rows_g);
+  const std::vector<float> got = download(*gpu_, rows_g), want = values(rows_c);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "kv_gather element " << i;
+  expect_guards_intact("kv_gather");
+}
+
+// A sequence's prefill rows do not depend on the other sequences of the step: the same bits
+// alone and between two others (one tiling per shape, both backend modes).
+TEST_F(AttentionMoe, MlaPrefillBitsIndependentOfBatch) {
+  const int64_t H = 16, dq = 192, dv = 128, A = 333, B = 77, C = 129;
+  std::vector<float> q = randn((A + B + C) * H * dq), k = randn((A + B + C) * H * dq), v = randn((A + B + C) * H * dv);
+  const float scale = 1.0f / std::sqrt(float(dq));
+  for (Backend* g : {gpu_.get(), gpu_inv_.get()}) {
+    auto run = [&](const std::vector<int32_t>& lens) {
+      std::vector<int32_t> qs{0};
+      for (int32_t l : lens) qs.push_back(qs.back() + l);
+      const int64_t T = qs.back(), S = static_cast<int64_t>(lens.size());
+      Tensor og = gpu_poisoned(*g, DType::BF16, {T, H, dv});
+      g->mla_attention_prefill(gpu_float(*g, std::vector<float>(q.begin(), q.begin() + T * H * dq), {T, H, dq}, DType::BF16),
+                               gpu_float(*g, std::vector<float>(k.begin(), k.begin() + T * H * dq), {T, H, dq}, DType::BF16),
+                               gpu_float(*g, std::vector<float>(v.begin(), v.begin() + T * H * dv), {T, H, dv}, DType::BF16),
+                               gpu_copy(*g, cpu_i32(qs, {S + 1})), static_cast<int>(S), scale, og);
+      return download(*g, og);
+    };
+    // The inputs are laid out as [B | A | C] in the batched run; alone, A's rows are moved to
+    // the front.
+    std::vector<float> batched = run({static_cast<int32_t>(B), static_cast<int32_t>(A), static_cast<int32_t>(C)});
+    std::rotate(q.begin(), q.begin() + B * H * dq, q.end());
+    std::rotate(k.begin(), k.begin() + B * H * dq, k.end());
+    std::rotate(v.begin(), v.begin() + B * H * dv, v.end());
+    std::vector<float> alone = run({static_cast<int32_t>(A)});
+    std::rotate(q.begin(), q.begin() + (A + C) * H * dq, q.end());  // back to [B | A | C]
+    std::rotate(k.begin(), k.begin() + (A + C) * H * dq, k.end());
+    std::rotate(v.begin(), v.begin() + (A + C) * H * dv, v.end());
+    for (int64_t i = 0; i < A * H * dv; ++i) {
+      const float x = alone[i], y = batched[B * H * dv + i];
+      ASSERT_TRUE(std::memcmp(&x, &y, sizeof(float)) == 0 && !std::isnan(x))
+          << "element " << i << ": alone " << x << ", in a batch " << y << (g->batch_invariant() ? " (batch-invariant)" : "");
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "op_test_util.h"
 
@@ -41,6 +42,71 @@ TEST(CpuAttention, PrefillSeveralSequences) {
   EXPECT_THROW(backend->mla_attention_prefill(q.tensor(), k.tensor(), v.tensor(), bad_qs.tensor(),
                                               3, 0.3f, out.tensor()),
                Error);
+}
+
+// Chunks after cached positions: k/v hold each sequence's whole context (rows c_s + p), query i
+// of sequence s sits at position seq_len - q_len + i.
+TEST(CpuAttention, PrefillContextAttendsCachedPositions) {
+  auto backend = make_cpu_backend();
+  const std::vector<int32_t> qs = {0, 3, 4, 9}, lens = {9, 1, 12};  // 6, 0 and 7 cached positions
+  const int64_t T = 9, N = 22, H = 2;
+  for (int64_t DK : {24, 20}) {  // the 8-wide dot path and the scalar one
+    const int64_t DV = 12;
+    HostBuffer q = test::random_f32({T, H, DK}, 5), k = test::random_f32({N, H, DK}, 6);
+    HostBuffer v = test::random_f32({N, H, DV}, 7);
+    HostBuffer qsb = test::i32_buffer(qs), lb = test::i32_buffer(lens), tb = test::i32_buffer({0, 0, 0});
+    HostBuffer out = test::f32_buffer({T, H, DV}, NAN);
+    HostBuffer cache = test::f32_buffer({1, 4, 8});
+    const PagedKV kv = test::paged_kv(cache.tensor(), tb.tensor().view({3, 1}), lb.tensor(), qsb.tensor(), 3, 5, 12);
+    const double scale = 0.25;
+    backend->mla_attention_prefill_context(q.tensor(), k.tensor(), v.tensor(), kv, float(scale), out.tensor());
+    int64_t first = 0;
+    for (int s = 0; s < 3; ++s) {
+      for (int32_t t = qs[s]; t < qs[s + 1]; ++t) {
+        const int64_t pos = lens[s] - (qs[s + 1] - qs[s]) + (t - qs[s]);
+        for (int64_t h = 0; h < H; ++h) {
+          std::vector<const float*> keys, values;
+          for (int64_t j = 0; j <= pos; ++j) {
+            keys.push_back(k.ptr<float>() + ((first + j) * H + h) * DK);
+            values.push_back(v.ptr<float>() + ((first + j) * H + h) * DV);
+          }
+          auto ref = naive_attention(q.ptr<float>() + (t * H + h) * DK, keys, values, DK, DV, scale);
+          EXPECT_LE(test::max_abs_diff(out.ptr<float>() + (t * H + h) * DV, ref.data(), DV), 1e-5)
+              << "DK " << DK << " t=" << t << " h=" << h;
+        }
+      }
+      first += lens[s];
+    }
+    // k/v rows other than the contexts' sum, or a context shorter than its new tokens.
+    HostBuffer k_short = test::random_f32({N - 1, H, DK}, 8), v_short = test::random_f32({N - 1, H, DV}, 9);
+    EXPECT_THROW(backend->mla_attention_prefill_context(q.tensor(), k_short.tensor(), v_short.tensor(), kv, 0.25f,
+                                                        out.tensor()),
+                 Error);
+    HostBuffer bad_lens = test::i32_buffer({2, 1, 19});
+    PagedKV bad = kv;
+    bad.seq_lens = bad_lens.tensor();
+    EXPECT_THROW(backend->mla_attention_prefill_context(q.tensor(), k.tensor(), v.tensor(), bad, 0.25f, out.tensor()),
+                 Error);
+  }
+}
+
+// kv_gather: every position of every sequence, from scattered blocks, in context order.
+TEST(CpuAttention, KvGatherLaysOutEachSequencesContext) {
+  auto backend = make_cpu_backend();
+  const int64_t block_size = 4, num_blocks = 8, row_dim = 6;
+  const std::vector<int32_t> qs = {0, 2, 3}, lens = {7, 1};
+  HostBuffer cache = test::random_f32({num_blocks, block_size, row_dim}, 10);
+  HostBuffer tb = test::i32_buffer({5, 2, 7, 0}), lb = test::i32_buffer(lens), qsb = test::i32_buffer(qs);
+  const PagedKV kv = test::paged_kv(cache.tensor(), tb.tensor().view({2, 2}), lb.tensor(), qsb.tensor(), 2, 2, 7);
+  HostBuffer rows = test::f32_buffer({8, row_dim}, NAN);
+  backend->kv_gather(kv, rows.tensor());
+  const std::vector<std::pair<int, int>> want = {{5, 0}, {5, 1}, {5, 2}, {5, 3}, {2, 0}, {2, 1}, {2, 2}, {7, 0}};
+  for (size_t r = 0; r < want.size(); ++r) {
+    const float* src = cache.ptr<float>() + (want[r].first * block_size + want[r].second) * row_dim;
+    for (int64_t c = 0; c < row_dim; ++c) EXPECT_EQ(rows.ptr<float>()[r * row_dim + c], src[c]) << "row " << r;
+  }
+  HostBuffer wrong = test::f32_buffer({7, row_dim});
+  EXPECT_THROW(backend->kv_gather(kv, wrong.tensor()), Error);
 }
 
 void check_paged(DType cache_dtype) {
