@@ -446,6 +446,38 @@ void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows&
   });
 }
 
+void gemm_threaded_many(ThreadPool& pool, const std::vector<GemmJob>& jobs) {
+  std::vector<int64_t> first_tile(jobs.size() + 1, 0);  // prefix sums of the jobs' tiles
+  for (size_t i = 0; i < jobs.size(); ++i)
+    first_tile[i + 1] = first_tile[i] + (jobs[i].w->w.shape[0] + kTileN - 1) / kTileN;
+  pool.parallel_for(first_tile.back(), 1, [&](int64_t b, int64_t e) {
+    size_t j = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), b) - first_tile.begin() - 1);
+    for (int64_t t = b; t < e; ++t) {
+      while (t >= first_tile[j + 1]) ++j;
+      const GemmJob& job = jobs[j];
+      const int64_t N = job.w->w.shape[0], n0 = (t - first_tile[j]) * kTileN;
+      gemm_columns(job.x, *job.w, job.out, n0, std::min(N, n0 + kTileN));
+    }
+  });
+}
+
+void CpuBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                           Tensor& out2) {
+  const Rows xr = as_rows(x, "gemm_pair x");
+  const Rows o1 = as_rows(out1, "gemm_pair out1");
+  const Rows o2 = as_rows(out2, "gemm_pair out2");
+  DI_CHECK(xr.dtype == DType::F32 && o1.dtype == DType::F32 && o2.dtype == DType::F32,
+           "gemm_pair: x and outs must be F32, got ", x.describe(), ", ", out1.describe(), ", ",
+           out2.describe());
+  check_weight(w1, xr.cols, "gemm_pair weight 1");
+  check_weight(w2, xr.cols, "gemm_pair weight 2");
+  DI_CHECK(o1.rows == xr.rows && o1.cols == w1.w.shape[0] && o2.rows == xr.rows &&
+               o2.cols == w2.w.shape[0],
+           "gemm_pair: outs ", out1.describe(), " and ", out2.describe(), " must be [", xr.rows,
+           ", ", w1.w.shape[0], "] and [", xr.rows, ", ", w2.w.shape[0], "]");
+  gemm_threaded_many(*pool_, {GemmJob{xr, &w1, o1}, GemmJob{xr, &w2, o2}});
+}
+
 void CpuBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   const Rows xr = as_rows(x, "gemm x");
   const Rows orows = as_rows(out, "gemm out");

@@ -211,6 +211,31 @@ TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
   }
 }
 
+// The CPU gemm_pair (both weights' column tiles in one threaded loop) gives the bits of two
+// gemms (FP8 and BF16 weights of different widths, 1, 2 and 5 rows, two threads).
+TEST(CpuGemm, GemmPairMatchesTwoGemms) {
+  BackendOptions two;
+  two.num_threads = 2;
+  auto backend = make_cpu_backend(two);
+  const int64_t K = 300;
+  TestWeight a = make_weight(DType::F8_E4M3, 200, K, 41), b = make_weight(DType::BF16, 70, K, 43);
+  for (int64_t M : {1, 2, 5}) {
+    HostBuffer x = test::random_f32({M, K}, 47);
+    HostBuffer p1 = test::f32_buffer({M, 200}, NAN), p2 = test::f32_buffer({M, 70}, NAN);
+    HostBuffer r1 = test::f32_buffer({M, 200}, NAN), r2 = test::f32_buffer({M, 70}, NAN);
+    Tensor p1t = p1.tensor(), p2t = p2.tensor(), r1t = r1.tensor(), r2t = r2.tensor();
+    backend->gemm_pair(x.tensor(), a.weight, b.weight, p1t, p2t);
+    backend->gemm(x.tensor(), a.weight, r1t);
+    backend->gemm(x.tensor(), b.weight, r2t);
+    ASSERT_EQ(std::memcmp(p1.ptr<float>(), r1.ptr<float>(), M * 200 * 4), 0) << "M " << M;
+    ASSERT_EQ(std::memcmp(p2.ptr<float>(), r2.ptr<float>(), M * 70 * 4), 0) << "M " << M;
+  }
+  HostBuffer x = test::random_f32({2, K}, 47);
+  HostBuffer bad = test::f32_buffer({2, 69}), ok = test::f32_buffer({2, 200});
+  Tensor bad_t = bad.tensor(), ok_t = ok.tensor();
+  EXPECT_THROW(backend->gemm_pair(x.tensor(), a.weight, b.weight, ok_t, bad_t), Error);
+}
+
 TEST(CpuGemm, StridedRowsAndBadShapes) {
   auto backend = make_cpu_backend();
   TestWeight tw = make_weight(DType::F32, 8, 16, 1);
