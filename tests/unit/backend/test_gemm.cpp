@@ -187,6 +187,46 @@ TEST(CpuGemm, EveryFp8CodeIsItsValueTimesTheScale) {
   }
 }
 
+// Where the CPU has AVX-512, one or two rows take it for groups of 16 (8) weight rows, lane for
+// lane the AVX2 path's sums: the buffered path's bits for every code (subnormals and -0
+// included) under ordinary, subnormal and negative scales; a group with a NaN code or a scale
+// of 2^7 or more falls back to the AVX2 path (the same bits, NaN where the code is). K = 392:
+// 32-code steps and single 8-code chunks; N = 53: three groups of 16 plus five rows.
+TEST(CpuGemm, DirectPathRowGroupsMatchBufferedBits) {
+  const int64_t N = 53, K = 392, M = 5;
+  for (int variant = 0; variant < 3; ++variant) {
+    TestWeight tw = make_weight(DType::F8_E4M3, N, K, 61);
+    uint8_t* q = tw.w.ptr<uint8_t>();
+    for (int64_t i = 0; i < N * K; ++i) {
+      const uint8_t b = static_cast<uint8_t>((i * 53 + 7) % 256);
+      q[i] = (b & 0x7f) == 0x7f ? static_cast<uint8_t>(b ^ 2) : b;
+    }
+    float* sc = tw.scale.ptr<float>();  // [1, 4]
+    sc[0] = 0x1p-140f;  // subnormal products
+    sc[1] = -0.375f;
+    sc[2] = 0.0123f;
+    sc[3] = 3.5f;
+    if (variant == 1) sc[2] = 0x1p7f;  // out of the folded scale's range: every group falls back
+    if (variant == 2) q[20 * K + 300] = 0xff;  // a NaN code in the second group
+    HostBuffer x = test::random_f32({M, K}, 67);
+    auto backend = make_cpu_backend();
+    HostBuffer full = test::f32_buffer({M, N}, 0.0f);
+    backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
+    for (int64_t rows : {1, 2}) {
+      for (int64_t m = 0; m + rows <= M; ++m) {
+        HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
+        backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
+        ASSERT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
+            << "variant " << variant << " rows " << m << "+" << rows;
+      }
+    }
+    if (variant == 2) {
+      ASSERT_TRUE(std::isnan(full.ptr<float>()[20]));
+      ASSERT_FALSE(std::isnan(full.ptr<float>()[19]));
+    }
+  }
+}
+
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
 // Backend default, one gemm per head, on strided [T, heads, D] views (T = 1, 2 and 5).
 TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
