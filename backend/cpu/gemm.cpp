@@ -438,6 +438,73 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
   return true;
 }
 
+// The direct BF16 path on AVX-512: 4 * Q weight rows at once. Four rows' 8-value chunks fill
+// the four 128-bit lanes of a zmm (a transpose of 128-bit lanes); unpacking with zero words
+// puts each bf16 in the top half of a dword (its fp32 value, as bf16x8_to_float) for values
+// 0-3 (lo) and 4-7 (hi) of every chunk, so accumulator lane (row r, value i) takes the same
+// chunks in the same order as lane i of row r's 8-lane AVX2 accumulator, and the fixed
+// horizontal sum reads lo's four lanes of a row then hi's: the AVX2 path's bits.
+template <int M, int Q>
+DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx, __m512 (&lo)[M][Q],
+                                            __m512 (&hi)[M][Q], int g) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 wl = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t));
+  const __m512 wh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t));
+  for (int m = 0; m < M; ++m) {
+    lo[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx)), wl, lo[m][g]);
+    hi[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx + 4)), wh, hi[m][g]);
+  }
+}
+
+template <int Q, int M>
+DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n0) {
+  constexpr int R = 4 * Q;
+  const int64_t K = x.cols;
+  const int64_t row_stride = w.w.stride[0];
+  const uint16_t* base = static_cast<const uint16_t*>(w.w.data) + n0 * row_stride;
+  float acc[M][R] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kb = std::min(kBlockK, K - k0);
+    __m512 lo[M][Q], hi[M][Q];
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < Q; ++g) lo[m][g] = hi[m][g] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= kb; k += 32) {  // four chunks of every row per step
+      for (int g = 0; g < Q; ++g) {
+        const uint16_t* r = base + 4 * g * row_stride + k0 + k;
+        const __m512i A = _mm512_loadu_si512(r), B = _mm512_loadu_si512(r + row_stride);
+        const __m512i C = _mm512_loadu_si512(r + 2 * row_stride), D = _mm512_loadu_si512(r + 3 * row_stride);
+        const __m512i t0 = _mm512_shuffle_i64x2(A, B, 0x44), t1 = _mm512_shuffle_i64x2(A, B, 0xEE);
+        const __m512i t2 = _mm512_shuffle_i64x2(C, D, 0x44), t3 = _mm512_shuffle_i64x2(C, D, 0xEE);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t0, t2, 0x88), x, k0 + k, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t0, t2, 0xDD), x, k0 + k + 8, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t1, t3, 0x88), x, k0 + k + 16, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t1, t3, 0xDD), x, k0 + k + 24, lo, hi, g);
+      }
+    }
+    for (; k < kb; k += 8) {  // single chunks
+      for (int g = 0; g < Q; ++g) {
+        const uint16_t* r = base + 4 * g * row_stride + k0 + k;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_stride)), 1);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * row_stride)), 2);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * row_stride)), 3);
+        bf16_chunk_fma<M, Q>(t, x, k0 + k, lo, hi, g);  // chunk t into group g
+      }
+    }
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < Q; ++g) {
+        alignas(64) float l[16], h[16];
+        _mm512_store_ps(l, lo[m][g]);
+        _mm512_store_ps(h, hi[m][g]);
+        for (int r = 0; r < 4; ++r)
+          acc[m][4 * g + r] += ((l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3])) +
+                               ((h[4 * r] + h[4 * r + 1]) + (h[4 * r + 2] + h[4 * r + 3]));
+      }
+  }
+  for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
+}
+
 bool cpu_has_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -459,6 +526,17 @@ int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64
     if (!fp8_rows_avx512<P, M>(x, w, out, n0)) avx2_rows(x, w, out, n0, n0 + 2 * P);
   return n0;
 }
+
+// Rows [n_begin, n_end) of the BF16 direct path on AVX-512 in groups of 16 rows (8 with two x
+// rows); returns the first row left to the AVX2 path.
+template <int M>
+int64_t bf16_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
+  if (!cpu_has_avx512() || x.cols % 8 != 0) return n_begin;
+  constexpr int Q = M == 1 ? 4 : 2;
+  int64_t n0 = n_begin;
+  for (; n0 + 4 * Q <= n_end; n0 += 4 * Q) bf16_rows_avx512<Q, M>(x, w, out, n0);
+  return n0;
+}
 #endif
 
 template <DType D>
@@ -467,6 +545,11 @@ void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int6
   if constexpr (D == DType::F8_E4M3) {
     if (x.rows == 2) n_begin = fp8_direct_avx512<2>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 2>);
     if (x.rows == 1) n_begin = fp8_direct_avx512<1>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 1>);
+    if (n_begin >= n_end) return;
+  }
+  if constexpr (D == DType::BF16) {
+    if (x.rows == 2) n_begin = bf16_direct_avx512<2>(x, w, out, n_begin, n_end);
+    if (x.rows == 1) n_begin = bf16_direct_avx512<1>(x, w, out, n_begin, n_end);
     if (n_begin >= n_end) return;
   }
 #endif

@@ -227,6 +227,27 @@ TEST(CpuGemm, DirectPathRowGroupsMatchBufferedBits) {
   }
 }
 
+// The BF16 direct path's AVX-512 row groups (16 rows, 8 with two x rows; four rows' chunks per
+// zmm): the buffered path's bits, with zeros, -0 and subnormal weights among random ones.
+TEST(CpuGemm, Bf16DirectRowGroupsMatchBufferedBits) {
+  const int64_t N = 53, K = 392, M = 5;
+  TestWeight tw = make_weight(DType::BF16, N, K, 71);
+  uint16_t* q = tw.w.ptr<uint16_t>();
+  for (int64_t i = 0; i < N * K; i += 7) q[i] = static_cast<uint16_t>((i % 3 == 0 ? 0x8000 : 0) | (i % 5));
+  HostBuffer x = test::random_f32({M, K}, 73);
+  auto backend = make_cpu_backend();
+  HostBuffer full = test::f32_buffer({M, N}, 0.0f);
+  backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
+  for (int64_t rows : {1, 2}) {
+    for (int64_t m = 0; m + rows <= M; ++m) {
+      HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
+      backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
+      ASSERT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
+          << "rows " << m << "+" << rows;
+    }
+  }
+}
+
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
 // Backend default, one gemm per head, on strided [T, heads, D] views (T = 1, 2 and 5).
 TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
