@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "op_test_util.h"
 
@@ -187,6 +188,25 @@ TEST(CpuGemm, EveryFp8CodeIsItsValueTimesTheScale) {
   }
 }
 
+// One and two x rows (the direct path) against the buffered path's rows of the same M-row
+// gemm, bitwise; returns the buffered [M, N] result.
+HostBuffer expect_direct_matches_buffered(const TestWeight& tw, int64_t M, int64_t N, int64_t K,
+                                          uint64_t seed, const std::string& what) {
+  HostBuffer x = test::random_f32({M, K}, seed);
+  auto backend = make_cpu_backend();
+  HostBuffer full = test::f32_buffer({M, N}, 0.0f);
+  backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
+  for (int64_t rows : {1, 2}) {
+    for (int64_t m = 0; m + rows <= M; ++m) {
+      HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
+      backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
+      EXPECT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
+          << what << " rows " << m << "+" << rows;
+    }
+  }
+  return full;
+}
+
 // Where the CPU has AVX-512, one or two rows take it for groups of 16 (8) weight rows, lane for
 // lane the AVX2 path's sums: the buffered path's bits for every code (subnormals and -0
 // included) under ordinary, subnormal and negative scales; a group with a NaN code or a scale
@@ -208,18 +228,7 @@ TEST(CpuGemm, DirectPathRowGroupsMatchBufferedBits) {
     sc[3] = 3.5f;
     if (variant == 1) sc[2] = 0x1p7f;  // out of the folded scale's range: every group falls back
     if (variant == 2) q[20 * K + 300] = 0xff;  // a NaN code in the second group
-    HostBuffer x = test::random_f32({M, K}, 67);
-    auto backend = make_cpu_backend();
-    HostBuffer full = test::f32_buffer({M, N}, 0.0f);
-    backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
-    for (int64_t rows : {1, 2}) {
-      for (int64_t m = 0; m + rows <= M; ++m) {
-        HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
-        backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
-        ASSERT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
-            << "variant " << variant << " rows " << m << "+" << rows;
-      }
-    }
+    HostBuffer full = expect_direct_matches_buffered(tw, M, N, K, 67, "variant " + std::to_string(variant));
     if (variant == 2) {
       ASSERT_TRUE(std::isnan(full.ptr<float>()[20]));
       ASSERT_FALSE(std::isnan(full.ptr<float>()[19]));
@@ -234,18 +243,7 @@ TEST(CpuGemm, Bf16DirectRowGroupsMatchBufferedBits) {
   TestWeight tw = make_weight(DType::BF16, N, K, 71);
   uint16_t* q = tw.w.ptr<uint16_t>();
   for (int64_t i = 0; i < N * K; i += 7) q[i] = static_cast<uint16_t>((i % 3 == 0 ? 0x8000 : 0) | (i % 5));
-  HostBuffer x = test::random_f32({M, K}, 73);
-  auto backend = make_cpu_backend();
-  HostBuffer full = test::f32_buffer({M, N}, 0.0f);
-  backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
-  for (int64_t rows : {1, 2}) {
-    for (int64_t m = 0; m + rows <= M; ++m) {
-      HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
-      backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
-      ASSERT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
-          << "rows " << m << "+" << rows;
-    }
-  }
+  expect_direct_matches_buffered(tw, M, N, K, 73, "bf16");
 }
 
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
