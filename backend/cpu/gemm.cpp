@@ -392,7 +392,8 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
       for (; k + 32 <= k_end; k += 32) {
         __m512 xv[M][4];
         for (int m = 0; m < M; ++m)
-          for (int q = 0; q < 4; ++q) xv[m][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k + 8 * q));
+          for (int q = 0; q < 4; ++q)
+            xv[m][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k + 8 * q));
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
           const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
@@ -403,7 +404,8 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
           const __m128i ch[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
                                  _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
           for (int q = 0; q < 4; ++q) {
-            const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(ch[q]), 20), mask);
+            const __m512i bits =
+                _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(ch[q]), 20), mask);
             const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
             for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m][q], wv, a[m][p]);
           }
@@ -411,13 +413,17 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
       }
       for (; k < k_end; k += 8) {  // single chunks
         __m512 xv[M];
-        for (int m = 0; m < M; ++m) xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+        for (int m = 0; m < M; ++m)
+          xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
-          const __m128i c = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0)),
-                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0 + row_stride)));
-          nan |= _mm_cmpeq_epi8_mask(_mm_or_si128(c, _mm512_castsi512_si128(high)), _mm512_castsi512_si128(ones));
-          const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 20), mask);
+          const __m128i c = _mm_unpacklo_epi64(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0)),
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0 + row_stride)));
+          nan |= _mm_cmpeq_epi8_mask(_mm_or_si128(c, _mm512_castsi512_si128(high)),
+                                     _mm512_castsi512_si128(ones));
+          const __m512i bits =
+              _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 20), mask);
           const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
           for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
         }
@@ -445,19 +451,21 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
 // chunks in the same order as lane i of row r's 8-lane AVX2 accumulator, and the fixed
 // horizontal sum reads lo's four lanes of a row then hi's: the AVX2 path's bits.
 template <int M, int Q>
-DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx, __m512 (&lo)[M][Q],
-                                            __m512 (&hi)[M][Q], int g) {
+DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx,
+                                            __m512 (&lo)[M][Q], __m512 (&hi)[M][Q], int g) {
   const __m512i zero = _mm512_setzero_si512();
   const __m512 wl = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t));
   const __m512 wh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t));
   for (int m = 0; m < M; ++m) {
     lo[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx)), wl, lo[m][g]);
-    hi[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx + 4)), wh, hi[m][g]);
+    hi[m][g] =
+        _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx + 4)), wh, hi[m][g]);
   }
 }
 
 template <int Q, int M>
-DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n0) {
+DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Rows& out,
+                                       int64_t n0) {
   constexpr int R = 4 * Q;
   const int64_t K = x.cols;
   const int64_t row_stride = w.w.stride[0];
@@ -473,7 +481,8 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         const __m512i A = _mm512_loadu_si512(r), B = _mm512_loadu_si512(r + row_stride);
-        const __m512i C = _mm512_loadu_si512(r + 2 * row_stride), D = _mm512_loadu_si512(r + 3 * row_stride);
+        const __m512i C = _mm512_loadu_si512(r + 2 * row_stride),
+                      D = _mm512_loadu_si512(r + 3 * row_stride);
         const __m512i t0 = _mm512_shuffle_i64x2(A, B, 0x44), t1 = _mm512_shuffle_i64x2(A, B, 0xEE);
         const __m512i t2 = _mm512_shuffle_i64x2(C, D, 0x44), t3 = _mm512_shuffle_i64x2(C, D, 0xEE);
         bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t0, t2, 0x88), x, k0 + k, lo, hi, g);
@@ -486,9 +495,12 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         __m512i t = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
-        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_stride)), 1);
-        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * row_stride)), 2);
-        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * row_stride)), 3);
+        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_stride)),
+                               1);
+        t = _mm512_inserti32x4(
+            t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * row_stride)), 2);
+        t = _mm512_inserti32x4(
+            t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * row_stride)), 3);
         bf16_chunk_fma<M, Q>(t, x, k0 + k, lo, hi, g);  // chunk t into group g
       }
     }
@@ -514,8 +526,10 @@ bool cpu_has_avx512() {
 // Rows [n_begin, n_end) of the FP8 direct path on AVX-512 where it applies, in groups of
 // 16 rows (8 with two x rows); returns the first row left to the AVX2 path.
 template <int M>
-int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end,
-                          void (*avx2_rows)(const Rows&, const Weight&, const Rows&, int64_t, int64_t)) {
+int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                          int64_t n_end,
+                          void (*avx2_rows)(const Rows&, const Weight&, const Rows&, int64_t,
+                                            int64_t)) {
   // Full 8-wide chunks only (K % 8 == 0, chunks inside one scale block); DAZ off, so the
   // subnormal stand-ins of e4m3's subnormals keep their value.
   if (!cpu_has_avx512() || x.cols % 8 != 0 || w.block_k % 8 != 0 || (_mm_getcsr() & 0x40) != 0)
@@ -530,7 +544,8 @@ int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64
 // Rows [n_begin, n_end) of the BF16 direct path on AVX-512 in groups of 16 rows (8 with two x
 // rows); returns the first row left to the AVX2 path.
 template <int M>
-int64_t bf16_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
+int64_t bf16_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end) {
   if (!cpu_has_avx512() || x.cols % 8 != 0) return n_begin;
   constexpr int Q = M == 1 ? 4 : 2;
   int64_t n0 = n_begin;
@@ -543,8 +558,10 @@ template <DType D>
 void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if constexpr (D == DType::F8_E4M3) {
-    if (x.rows == 2) n_begin = fp8_direct_avx512<2>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 2>);
-    if (x.rows == 1) n_begin = fp8_direct_avx512<1>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 1>);
+    if (x.rows == 2)
+      n_begin = fp8_direct_avx512<2>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 2>);
+    if (x.rows == 1)
+      n_begin = fp8_direct_avx512<1>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 1>);
     if (n_begin >= n_end) return;
   }
   if constexpr (D == DType::BF16) {
@@ -658,7 +675,8 @@ void gemm_threaded_many(ThreadPool& pool, const std::vector<GemmJob>& jobs) {
   for (size_t i = 0; i < jobs.size(); ++i)
     first_tile[i + 1] = first_tile[i] + (jobs[i].w->w.shape[0] + kTileN - 1) / kTileN;
   pool.parallel_for(first_tile.back(), 1, [&](int64_t b, int64_t e) {
-    size_t j = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), b) - first_tile.begin() - 1);
+    size_t j = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), b) -
+                                   first_tile.begin() - 1);
     for (int64_t t = b; t < e; ++t) {
       while (t >= first_tile[j + 1]) ++j;
       const GemmJob& job = jobs[j];

@@ -164,7 +164,8 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
       auto row = [&](int64_t j, int buf) -> const float* {
         const int64_t slot = pv.slot(t, pos[j]);
         if (!bf16) return kv.cache.ptr<float>() + slot * row_dim;
-        row_to_float(kv.cache.ptr<uint16_t>() + slot * row_dim, DType::BF16, row_dim, rowbuf + buf * row_dim);
+        row_to_float(kv.cache.ptr<uint16_t>() + slot * row_dim, DType::BF16, row_dim,
+                     rowbuf + buf * row_dim);
         return rowbuf + buf * row_dim;
       };
       // Scores: four keys per pass, three heads sharing each key load (dot8x4x3_rows) or one
@@ -180,7 +181,9 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
                               scores + (h + 2 - h0) * n + j};
             dot8x4x3_rows(qs3, ks, row_dim, out3);
           }
-          for (; h < h1; ++h) dot8x4_rows(qv.at(t, h), ks[0], ks[1], ks[2], ks[3], row_dim, scores + (h - h0) * n + j);
+          for (; h < h1; ++h)
+            dot8x4_rows(qv.at(t, h), ks[0], ks[1], ks[2], ks[3], row_dim,
+                        scores + (h - h0) * n + j);
           for (h = h0; h < h1; ++h)
             for (int i = 0; i < 4; ++i) scores[(h - h0) * n + j + i] *= softmax_scale;
         }

@@ -45,7 +45,7 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
   // expert before), and a large step's experts stay one at a time (their rows stay in cache).
   constexpr int64_t kGroupRows = 64;
   struct Slot {
-    int64_t e, n, I;  // expert, rows, intermediate size
+    int64_t e, n, I;               // expert, rows, intermediate size
     int64_t x_off = 0, i_off = 0;  // offsets into its group's xe / ye and g / u
   };
   std::vector<Slot> slots;
@@ -86,9 +86,12 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
     for (size_t i = s0; i < s1; ++i) {
       const Slot& s = slots[i];
       for (int64_t r = 0; r < s.n; ++r)
-        std::memcpy(xe.data() + s.x_off + r * H, xr.f32(lists[s.e][r] / K), static_cast<size_t>(H) * 4);
-      jobs.push_back({rows_of(xe, s.x_off, s.n, H), &experts[s.e].gate, rows_of(g, s.i_off, s.n, s.I)});
-      jobs.push_back({rows_of(xe, s.x_off, s.n, H), &experts[s.e].up, rows_of(u, s.i_off, s.n, s.I)});
+        std::memcpy(xe.data() + s.x_off + r * H, xr.f32(lists[s.e][r] / K),
+                    static_cast<size_t>(H) * 4);
+      jobs.push_back(
+          {rows_of(xe, s.x_off, s.n, H), &experts[s.e].gate, rows_of(g, s.i_off, s.n, s.I)});
+      jobs.push_back(
+          {rows_of(xe, s.x_off, s.n, H), &experts[s.e].up, rows_of(u, s.i_off, s.n, s.I)});
     }
     gemm_threaded_many(*pool_, jobs);
     jobs.clear();
@@ -97,7 +100,8 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
       float* a = g.data() + s.i_off;  // act = silu(gate) * up, in place
       const float* up = u.data() + s.i_off;
       for (int64_t j = 0; j < s.n * s.I; ++j) a[j] = a[j] / (1.0f + std::exp(-a[j])) * up[j];
-      jobs.push_back({rows_of(g, s.i_off, s.n, s.I), &experts[s.e].down, rows_of(ye, s.x_off, s.n, H)});
+      jobs.push_back(
+          {rows_of(g, s.i_off, s.n, s.I), &experts[s.e].down, rows_of(ye, s.x_off, s.n, H)});
     }
     gemm_threaded_many(*pool_, jobs);
     for (size_t i = s0; i < s1; ++i)

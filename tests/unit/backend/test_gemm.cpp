@@ -222,13 +222,14 @@ TEST(CpuGemm, DirectPathRowGroupsMatchBufferedBits) {
       q[i] = (b & 0x7f) == 0x7f ? static_cast<uint8_t>(b ^ 2) : b;
     }
     float* sc = tw.scale.ptr<float>();  // [1, 4]
-    sc[0] = 0x1p-140f;  // subnormal products
+    sc[0] = 0x1p-140f;                  // subnormal products
     sc[1] = -0.375f;
     sc[2] = 0.0123f;
     sc[3] = 3.5f;
     if (variant == 1) sc[2] = 0x1p7f;  // out of the folded scale's range: every group falls back
     if (variant == 2) q[20 * K + 300] = 0xff;  // a NaN code in the second group
-    HostBuffer full = expect_direct_matches_buffered(tw, M, N, K, 67, "variant " + std::to_string(variant));
+    HostBuffer full =
+        expect_direct_matches_buffered(tw, M, N, K, 67, "variant " + std::to_string(variant));
     if (variant == 2) {
       ASSERT_TRUE(std::isnan(full.ptr<float>()[20]));
       ASSERT_FALSE(std::isnan(full.ptr<float>()[19]));
@@ -242,7 +243,8 @@ TEST(CpuGemm, Bf16DirectRowGroupsMatchBufferedBits) {
   const int64_t N = 53, K = 392, M = 5;
   TestWeight tw = make_weight(DType::BF16, N, K, 71);
   uint16_t* q = tw.w.ptr<uint16_t>();
-  for (int64_t i = 0; i < N * K; i += 7) q[i] = static_cast<uint16_t>((i % 3 == 0 ? 0x8000 : 0) | (i % 5));
+  for (int64_t i = 0; i < N * K; i += 7)
+    q[i] = static_cast<uint16_t>((i % 3 == 0 ? 0x8000 : 0) | (i % 5));
   expect_direct_matches_buffered(tw, M, N, K, 73, "bf16");
 }
 
