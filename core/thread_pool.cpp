@@ -99,7 +99,10 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   job_chunk_.store(chunk, std::memory_order_relaxed);
   job_num_chunks_.store(num_chunks, std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
-  const uint64_t gen = generation_of(claim_.load(std::memory_order_relaxed)) + 2;
+  // The next even generation after `closed` (odd): an odd one here (closed + 2, as before
+  // 2026-12-03) was never picked up by the workers, so every second loop ran on the caller
+  // alone while the workers spun down to sleep.
+  const uint64_t gen = closed + 1;
   claim_.store(gen << 32, std::memory_order_seq_cst);  // publishes the fields above
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(mutex_); }

@@ -37,6 +37,10 @@ class CpuBackend final : public Backend {
   // All heads in one threaded loop (Backend's default runs one gemm, one loop, per head);
   // the same gemm_columns calls on the same column tiles, so the same bits.
   void gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) override;
+  // Both weights' column tiles in one threaded loop (the default runs two gemms, two loops);
+  // the same gemm_columns calls on the same tiles, so the same bits.
+  void gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                 Tensor& out2) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override;
   void silu_mul(const Tensor& gate_up, Tensor& out) override;
@@ -195,6 +199,14 @@ void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int6
 void check_weight(const Weight& w, int64_t in_features, const char* what);
 // Threaded GEMM on `pool`: splits the output columns into fixed tiles.
 void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows& out);
+// Several GEMMs in one threaded loop over all their column tiles (the tiles gemm_threaded
+// cuts, so the same bits as one gemm_threaded per job): fewer fork/joins for small GEMMs.
+struct GemmJob {
+  Rows x;
+  const Weight* w = nullptr;
+  Rows out;
+};
+void gemm_threaded_many(ThreadPool& pool, const std::vector<GemmJob>& jobs);
 
 // --- paged attention addressing (mla_attention.cpp; also the indexer's key cache) ---------
 

@@ -17,9 +17,12 @@
 // lane order depend on M, on the row's place in the batch, or on how columns are split
 // among threads, so a row's result is bit-identical whatever else shares the call.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
-#if defined(__AVX2__) && defined(__F16C__)
+#if (defined(__AVX2__) && defined(__F16C__)) || defined(__x86_64__)
+// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as maybe uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 
@@ -344,8 +347,229 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+// The direct FP8 path on AVX-512 (chosen at run time where the CPU has it): 2 * P weight rows
+// at once, each zmm holding the 8 lanes of two rows (low half: row 2p, high half: row 2p + 1),
+// so every 8-lane accumulator of the AVX2 path is kept lane for lane and takes the same chunks
+// in the same order (the same bits, and twice the weights per instruction). The conversion
+// needs no F16C: a code's sign-extended byte shifted left by 20 and masked to 0x87F00000 is an
+// fp32 (subnormal for e4m3's subnormals) equal to the code's value times 2^-120 exactly, and
+// 2^120 folds into the block scale (exact: a power of two, for |scale| < 2^7), so each weight is
+// code * scale rounded once, the float the other paths form. Returns false, having written
+// nothing, when a scale is out of that range or a chunk holds a NaN code (0x7f / 0xff): the
+// caller then runs the AVX2 path on these rows, which gives NaN codes their bits.
+template <int P, int M>
+DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n0) {
+  constexpr int R = 2 * P;
+  const int64_t K = x.cols;
+  const int64_t row_stride = w.w.stride[0];
+  const uint8_t* base = static_cast<const uint8_t*>(w.w.data) + n0 * row_stride;
+  const float* scales[R];
+  for (int j = 0; j < R; ++j)
+    scales[j] = w.scale_inv.ptr<float>() + ((n0 + j) / w.block_n) * w.scale_inv.stride[0];
+  const __m512i mask = _mm512_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m512i high = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i ones = _mm512_set1_epi8(-1);
+  float acc[M][R] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kb = std::min(kBlockK, K - k0);
+    __m512 a[M][P];
+    for (int m = 0; m < M; ++m)
+      for (int p = 0; p < P; ++p) a[m][p] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kb;) {
+      const int64_t kk = k0 + k;
+      const int64_t k_end = std::min(kb, (kk / w.block_k + 1) * w.block_k - k0);
+      __m512 sc[P];
+      for (int p = 0; p < P; ++p) {
+        const float s0 = scales[2 * p][kk / w.block_k], s1 = scales[2 * p + 1][kk / w.block_k];
+        if (!(std::fabs(s0) < 0x1p7f && std::fabs(s1) < 0x1p7f)) return false;
+        sc[p] = _mm512_insertf32x8(_mm512_set1_ps(s0 * 0x1p120f), _mm256_set1_ps(s1 * 0x1p120f), 1);
+      }
+      __mmask64 nan = 0;
+      // Four chunks (32 codes) of every row per step.
+      for (; k + 32 <= k_end; k += 32) {
+        __m512 xv[M][4];
+        for (int m = 0; m < M; ++m)
+          for (int q = 0; q < 4; ++q)
+            xv[m][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k + 8 * q));
+        for (int p = 0; p < P; ++p) {
+          const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
+          const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
+          const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + row_stride));
+          const __m256i lo = _mm256_unpacklo_epi64(c0, c1), hi = _mm256_unpackhi_epi64(c0, c1);
+          const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+          nan |= _mm512_cmpeq_epi8_mask(_mm512_or_si512(both, high), ones);
+          const __m128i ch[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
+                                 _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
+          for (int q = 0; q < 4; ++q) {
+            const __m512i bits =
+                _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(ch[q]), 20), mask);
+            const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+            for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m][q], wv, a[m][p]);
+          }
+        }
+      }
+      for (; k < k_end; k += 8) {  // single chunks
+        __m512 xv[M];
+        for (int m = 0; m < M; ++m)
+          xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+        for (int p = 0; p < P; ++p) {
+          const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
+          const __m128i c = _mm_unpacklo_epi64(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0)),
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r0 + row_stride)));
+          nan |= _mm_cmpeq_epi8_mask(_mm_or_si128(c, _mm512_castsi512_si128(high)),
+                                     _mm512_castsi512_si128(ones));
+          const __m512i bits =
+              _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 20), mask);
+          const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+          for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
+        }
+      }
+      if (nan != 0) return false;
+    }
+    for (int m = 0; m < M; ++m)
+      for (int p = 0; p < P; ++p) {
+        v8f lo, hi;
+        const __m256 l = _mm512_castps512_ps256(a[m][p]), h = _mm512_extractf32x8_ps(a[m][p], 1);
+        std::memcpy(&lo, &l, sizeof(lo));
+        std::memcpy(&hi, &h, sizeof(hi));
+        acc[m][2 * p] += hsum(lo);
+        acc[m][2 * p + 1] += hsum(hi);
+      }
+  }
+  for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
+  return true;
+}
+
+// The direct BF16 path on AVX-512: 4 * Q weight rows at once. Four rows' 8-value chunks fill
+// the four 128-bit lanes of a zmm (a transpose of 128-bit lanes); unpacking with zero words
+// puts each bf16 in the top half of a dword (its fp32 value, as bf16x8_to_float) for values
+// 0-3 (lo) and 4-7 (hi) of every chunk, so accumulator lane (row r, value i) takes the same
+// chunks in the same order as lane i of row r's 8-lane AVX2 accumulator, and the fixed
+// horizontal sum reads lo's four lanes of a row then hi's: the AVX2 path's bits.
+template <int M, int Q>
+DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx,
+                                            __m512 (&lo)[M][Q], __m512 (&hi)[M][Q], int g) {
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 wl = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t));
+  const __m512 wh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t));
+  for (int m = 0; m < M; ++m) {
+    lo[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx)), wl, lo[m][g]);
+    hi[m][g] =
+        _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx + 4)), wh, hi[m][g]);
+  }
+}
+
+template <int Q, int M>
+DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Rows& out,
+                                       int64_t n0) {
+  constexpr int R = 4 * Q;
+  const int64_t K = x.cols;
+  const int64_t row_stride = w.w.stride[0];
+  const uint16_t* base = static_cast<const uint16_t*>(w.w.data) + n0 * row_stride;
+  float acc[M][R] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kb = std::min(kBlockK, K - k0);
+    __m512 lo[M][Q], hi[M][Q];
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < Q; ++g) lo[m][g] = hi[m][g] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= kb; k += 32) {  // four chunks of every row per step
+      for (int g = 0; g < Q; ++g) {
+        const uint16_t* r = base + 4 * g * row_stride + k0 + k;
+        const __m512i A = _mm512_loadu_si512(r), B = _mm512_loadu_si512(r + row_stride);
+        const __m512i C = _mm512_loadu_si512(r + 2 * row_stride),
+                      D = _mm512_loadu_si512(r + 3 * row_stride);
+        const __m512i t0 = _mm512_shuffle_i64x2(A, B, 0x44), t1 = _mm512_shuffle_i64x2(A, B, 0xEE);
+        const __m512i t2 = _mm512_shuffle_i64x2(C, D, 0x44), t3 = _mm512_shuffle_i64x2(C, D, 0xEE);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t0, t2, 0x88), x, k0 + k, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t0, t2, 0xDD), x, k0 + k + 8, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t1, t3, 0x88), x, k0 + k + 16, lo, hi, g);
+        bf16_chunk_fma<M, Q>(_mm512_shuffle_i64x2(t1, t3, 0xDD), x, k0 + k + 24, lo, hi, g);
+      }
+    }
+    for (; k < kb; k += 8) {  // single chunks
+      for (int g = 0; g < Q; ++g) {
+        const uint16_t* r = base + 4 * g * row_stride + k0 + k;
+        __m512i t = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+        t = _mm512_inserti32x4(t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + row_stride)),
+                               1);
+        t = _mm512_inserti32x4(
+            t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * row_stride)), 2);
+        t = _mm512_inserti32x4(
+            t, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * row_stride)), 3);
+        bf16_chunk_fma<M, Q>(t, x, k0 + k, lo, hi, g);  // chunk t into group g
+      }
+    }
+    for (int m = 0; m < M; ++m)
+      for (int g = 0; g < Q; ++g) {
+        alignas(64) float l[16], h[16];
+        _mm512_store_ps(l, lo[m][g]);
+        _mm512_store_ps(h, hi[m][g]);
+        for (int r = 0; r < 4; ++r)
+          acc[m][4 * g + r] += ((l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3])) +
+                               ((h[4 * r] + h[4 * r + 1]) + (h[4 * r + 2] + h[4 * r + 3]));
+      }
+  }
+  for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
+}
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
+
+// Rows [n_begin, n_end) of the FP8 direct path on AVX-512 where it applies, in groups of
+// 16 rows (8 with two x rows); returns the first row left to the AVX2 path.
+template <int M>
+int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                          int64_t n_end,
+                          void (*avx2_rows)(const Rows&, const Weight&, const Rows&, int64_t,
+                                            int64_t)) {
+  // Full 8-wide chunks only (K % 8 == 0, chunks inside one scale block); DAZ off, so the
+  // subnormal stand-ins of e4m3's subnormals keep their value.
+  if (!cpu_has_avx512() || x.cols % 8 != 0 || w.block_k % 8 != 0 || (_mm_getcsr() & 0x40) != 0)
+    return n_begin;
+  constexpr int P = M == 1 ? 8 : 4;
+  int64_t n0 = n_begin;
+  for (; n0 + 2 * P <= n_end; n0 += 2 * P)
+    if (!fp8_rows_avx512<P, M>(x, w, out, n0)) avx2_rows(x, w, out, n0, n0 + 2 * P);
+  return n0;
+}
+
+// Rows [n_begin, n_end) of the BF16 direct path on AVX-512 in groups of 16 rows (8 with two x
+// rows); returns the first row left to the AVX2 path.
+template <int M>
+int64_t bf16_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end) {
+  if (!cpu_has_avx512() || x.cols % 8 != 0) return n_begin;
+  constexpr int Q = M == 1 ? 4 : 2;
+  int64_t n0 = n_begin;
+  for (; n0 + 4 * Q <= n_end; n0 += 4 * Q) bf16_rows_avx512<Q, M>(x, w, out, n0);
+  return n0;
+}
+#endif
+
 template <DType D>
 void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (D == DType::F8_E4M3) {
+    if (x.rows == 2)
+      n_begin = fp8_direct_avx512<2>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 2>);
+    if (x.rows == 1)
+      n_begin = fp8_direct_avx512<1>(x, w, out, n_begin, n_end, gemm_columns_direct_m<D, 1>);
+    if (n_begin >= n_end) return;
+  }
+  if constexpr (D == DType::BF16) {
+    if (x.rows == 2) n_begin = bf16_direct_avx512<2>(x, w, out, n_begin, n_end);
+    if (x.rows == 1) n_begin = bf16_direct_avx512<1>(x, w, out, n_begin, n_end);
+    if (n_begin >= n_end) return;
+  }
+#endif
   if (x.rows == 2) return gemm_columns_direct_m<D, 2>(x, w, out, n_begin, n_end);
   if (x.rows == 1) gemm_columns_direct_m<D, 1>(x, w, out, n_begin, n_end);
 }
@@ -444,6 +668,39 @@ void gemm_threaded(ThreadPool& pool, const Rows& x, const Weight& w, const Rows&
   pool.parallel_for(num_tiles, 1, [&](int64_t b, int64_t e) {
     gemm_columns(x, w, out, b * kTileN, std::min(N, e * kTileN));
   });
+}
+
+void gemm_threaded_many(ThreadPool& pool, const std::vector<GemmJob>& jobs) {
+  std::vector<int64_t> first_tile(jobs.size() + 1, 0);  // prefix sums of the jobs' tiles
+  for (size_t i = 0; i < jobs.size(); ++i)
+    first_tile[i + 1] = first_tile[i] + (jobs[i].w->w.shape[0] + kTileN - 1) / kTileN;
+  pool.parallel_for(first_tile.back(), 1, [&](int64_t b, int64_t e) {
+    size_t j = static_cast<size_t>(std::upper_bound(first_tile.begin(), first_tile.end(), b) -
+                                   first_tile.begin() - 1);
+    for (int64_t t = b; t < e; ++t) {
+      while (t >= first_tile[j + 1]) ++j;
+      const GemmJob& job = jobs[j];
+      const int64_t N = job.w->w.shape[0], n0 = (t - first_tile[j]) * kTileN;
+      gemm_columns(job.x, *job.w, job.out, n0, std::min(N, n0 + kTileN));
+    }
+  });
+}
+
+void CpuBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
+                           Tensor& out2) {
+  const Rows xr = as_rows(x, "gemm_pair x");
+  const Rows o1 = as_rows(out1, "gemm_pair out1");
+  const Rows o2 = as_rows(out2, "gemm_pair out2");
+  DI_CHECK(xr.dtype == DType::F32 && o1.dtype == DType::F32 && o2.dtype == DType::F32,
+           "gemm_pair: x and outs must be F32, got ", x.describe(), ", ", out1.describe(), ", ",
+           out2.describe());
+  check_weight(w1, xr.cols, "gemm_pair weight 1");
+  check_weight(w2, xr.cols, "gemm_pair weight 2");
+  DI_CHECK(o1.rows == xr.rows && o1.cols == w1.w.shape[0] && o2.rows == xr.rows &&
+               o2.cols == w2.w.shape[0],
+           "gemm_pair: outs ", out1.describe(), " and ", out2.describe(), " must be [", xr.rows,
+           ", ", w1.w.shape[0], "] and [", xr.rows, ", ", w2.w.shape[0], "]");
+  gemm_threaded_many(*pool_, {GemmJob{xr, &w1, o1}, GemmJob{xr, &w2, o2}});
 }
 
 void CpuBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {

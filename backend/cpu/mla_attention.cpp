@@ -159,15 +159,37 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
       const int64_t h1 = std::min(qv.H, h0 + per_task);
       const int64_t n = positions_of(sel, t, pv.ctx(t), pos);
       float* scores = scratch_floats(3, static_cast<size_t>((h1 - h0) * std::max<int64_t>(n, 1)));
-      float* rowbuf = scratch_floats(4, static_cast<size_t>(row_dim));
-      auto row = [&](int64_t j) -> const float* {
+      float* rowbuf = scratch_floats(4, static_cast<size_t>(4 * row_dim));
+      // Cached row j (BF16 caches converted into buffer `buf` of 4).
+      auto row = [&](int64_t j, int buf) -> const float* {
         const int64_t slot = pv.slot(t, pos[j]);
         if (!bf16) return kv.cache.ptr<float>() + slot * row_dim;
-        row_to_float(kv.cache.ptr<uint16_t>() + slot * row_dim, DType::BF16, row_dim, rowbuf);
-        return rowbuf;
+        row_to_float(kv.cache.ptr<uint16_t>() + slot * row_dim, DType::BF16, row_dim,
+                     rowbuf + buf * row_dim);
+        return rowbuf + buf * row_dim;
       };
-      for (int64_t j = 0; j < n; ++j) {
-        const float* r = row(j);  // [row_dim] = [c_kv | k_rope]
+      // Scores: four keys per pass, three heads sharing each key load (dot8x4x3_rows) or one
+      // (dot8x4_rows): every score is still dot8(q_h, key) * scale, the one-at-a-time bits.
+      int64_t j = 0;
+      if (row_dim % 8 == 0) {
+        for (; j + 4 <= n; j += 4) {
+          const float* ks[4] = {row(j, 0), row(j + 1, 1), row(j + 2, 2), row(j + 3, 3)};
+          int64_t h = h0;
+          for (; h + 3 <= h1; h += 3) {
+            const float* qs3[3] = {qv.at(t, h), qv.at(t, h + 1), qv.at(t, h + 2)};
+            float* out3[3] = {scores + (h - h0) * n + j, scores + (h + 1 - h0) * n + j,
+                              scores + (h + 2 - h0) * n + j};
+            dot8x4x3_rows(qs3, ks, row_dim, out3);
+          }
+          for (; h < h1; ++h)
+            dot8x4_rows(qv.at(t, h), ks[0], ks[1], ks[2], ks[3], row_dim,
+                        scores + (h - h0) * n + j);
+          for (h = h0; h < h1; ++h)
+            for (int i = 0; i < 4; ++i) scores[(h - h0) * n + j + i] *= softmax_scale;
+        }
+      }
+      for (; j < n; ++j) {
+        const float* r = row(j, 0);  // [row_dim] = [c_kv | k_rope]
         for (int64_t h = h0; h < h1; ++h) {
           scores[(h - h0) * n + j] = dot8(qv.at(t, h), r, row_dim) * softmax_scale;
         }
@@ -177,8 +199,14 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
         inv_sum[h - h0] = n > 0 ? 1.0f / softmax_unnormalized(scores + (h - h0) * n, n) : 0.0f;
         std::fill(ov.at(t, h), ov.at(t, h) + v_dim, 0.0f);
       }
-      for (int64_t j = 0; j < n; ++j) {
-        const float* r = row(j);  // V = r[0, v_dim)
+      // Values (V = r[0, v_dim)): four keys per axpy4, the bits of one axpy per key in order.
+      for (j = 0; j + 4 <= n; j += 4) {
+        const float* vs[4] = {row(j, 0), row(j + 1, 1), row(j + 2, 2), row(j + 3, 3)};
+        for (int64_t h = h0; h < h1; ++h)
+          axpy4(scores + (h - h0) * n + j, vs[0], vs[1], vs[2], vs[3], ov.at(t, h), v_dim);
+      }
+      for (; j < n; ++j) {
+        const float* r = row(j, 0);
         for (int64_t h = h0; h < h1; ++h) axpy(scores[(h - h0) * n + j], r, ov.at(t, h), v_dim);
       }
       for (int64_t h = h0; h < h1; ++h) {

@@ -38,11 +38,20 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
              " slot ", p % K, " outside [0, ", E, ")");
     lists[ids[p]].push_back(p);
   }
-  std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);  // [T*K, H] expert outputs
-  std::vector<float> xe, g, u, act, ye;
+  // Experts in groups of at most kGroupRows rows (decode: usually all of them in one group):
+  // a group's gate/up GEMMs run in one threaded loop, then its activations, then its down
+  // GEMMs in a second loop. Each expert's GEMMs are the ones gemm_threaded would run, so the
+  // bits do not depend on the grouping; grouping cuts the fork/joins of small steps (3 per
+  // expert before), and a large step's experts stay one at a time (their rows stay in cache).
+  constexpr int64_t kGroupRows = 64;
+  struct Slot {
+    int64_t e, n, I;               // expert, rows, intermediate size
+    int64_t x_off = 0, i_off = 0;  // offsets into its group's xe / ye and g / u
+  };
+  std::vector<Slot> slots;
   for (int64_t e = 0; e < E; ++e) {
-    const std::vector<int64_t>& rows = lists[e];
-    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(lists[e].size());
+    if (n == 0) continue;
     const ExpertWeights& ew = experts[e];
     check_weight(ew.gate, H, "moe_experts gate_proj");
     check_weight(ew.up, H, "moe_experts up_proj");
@@ -50,24 +59,56 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
     DI_CHECK(ew.up.out_features() == I, "moe_experts: expert ", e, " gate/up sizes differ");
     check_weight(ew.down, I, "moe_experts down_proj");
     DI_CHECK(ew.down.out_features() == H, "moe_experts: expert ", e, " down_proj must output ", H);
-    const int64_t n = static_cast<int64_t>(rows.size());
-    xe.resize(n * H);
-    g.resize(n * I);
-    u.resize(n * I);
-    act.resize(n * I);
-    ye.resize(n * H);
-    for (int64_t r = 0; r < n; ++r) {
-      std::memcpy(xe.data() + r * H, xr.f32(rows[r] / K), static_cast<size_t>(H) * 4);
+    slots.push_back({e, n, I});
+  }
+  std::vector<float> xe, g, u, ye;  // one group's rows, reused by the next group
+  auto rows_of = [](std::vector<float>& buf, int64_t off, int64_t n, int64_t cols) {
+    return Rows{reinterpret_cast<char*>(buf.data() + off), DType::F32, n, cols, cols};
+  };
+  std::vector<float> y(static_cast<size_t>(T * K * H), 0.0f);  // [T*K, H] expert outputs
+  std::vector<GemmJob> jobs;
+  for (size_t s0 = 0; s0 < slots.size();) {
+    size_t s1 = s0 + 1;  // group [s0, s1)
+    int64_t rows = slots[s0].n;
+    while (s1 < slots.size() && rows + slots[s1].n <= kGroupRows) rows += slots[s1++].n;
+    int64_t x_size = 0, i_size = 0;
+    for (size_t i = s0; i < s1; ++i) {
+      slots[i].x_off = x_size;
+      slots[i].i_off = i_size;
+      x_size += slots[i].n * H;
+      i_size += slots[i].n * slots[i].I;
     }
-    const Rows xe_rows{reinterpret_cast<char*>(xe.data()), DType::F32, n, H, H};
-    gemm_threaded(*pool_, xe_rows, ew.gate, {reinterpret_cast<char*>(g.data()), DType::F32, n, I, I});
-    gemm_threaded(*pool_, xe_rows, ew.up, {reinterpret_cast<char*>(u.data()), DType::F32, n, I, I});
-    for (int64_t i = 0; i < n * I; ++i) act[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    gemm_threaded(*pool_, {reinterpret_cast<char*>(act.data()), DType::F32, n, I, I}, ew.down,
-                  {reinterpret_cast<char*>(ye.data()), DType::F32, n, H, H});
-    for (int64_t r = 0; r < n; ++r) {
-      std::memcpy(y.data() + rows[r] * H, ye.data() + r * H, static_cast<size_t>(H) * 4);
+    xe.resize(static_cast<size_t>(x_size));
+    ye.resize(static_cast<size_t>(x_size));
+    g.resize(static_cast<size_t>(i_size));
+    u.resize(static_cast<size_t>(i_size));
+    jobs.clear();
+    for (size_t i = s0; i < s1; ++i) {
+      const Slot& s = slots[i];
+      for (int64_t r = 0; r < s.n; ++r)
+        std::memcpy(xe.data() + s.x_off + r * H, xr.f32(lists[s.e][r] / K),
+                    static_cast<size_t>(H) * 4);
+      jobs.push_back(
+          {rows_of(xe, s.x_off, s.n, H), &experts[s.e].gate, rows_of(g, s.i_off, s.n, s.I)});
+      jobs.push_back(
+          {rows_of(xe, s.x_off, s.n, H), &experts[s.e].up, rows_of(u, s.i_off, s.n, s.I)});
     }
+    gemm_threaded_many(*pool_, jobs);
+    jobs.clear();
+    for (size_t i = s0; i < s1; ++i) {
+      const Slot& s = slots[i];
+      float* a = g.data() + s.i_off;  // act = silu(gate) * up, in place
+      const float* up = u.data() + s.i_off;
+      for (int64_t j = 0; j < s.n * s.I; ++j) a[j] = a[j] / (1.0f + std::exp(-a[j])) * up[j];
+      jobs.push_back(
+          {rows_of(g, s.i_off, s.n, s.I), &experts[s.e].down, rows_of(ye, s.x_off, s.n, H)});
+    }
+    gemm_threaded_many(*pool_, jobs);
+    for (size_t i = s0; i < s1; ++i)
+      for (int64_t r = 0; r < slots[i].n; ++r)
+        std::memcpy(y.data() + lists[slots[i].e][r] * H, ye.data() + slots[i].x_off + r * H,
+                    static_cast<size_t>(H) * 4);
+    s0 = s1;
   }
   // Combine in ascending slot order.
   pool_->parallel_for(T, 4, [&](int64_t b, int64_t e) {

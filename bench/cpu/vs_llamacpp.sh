@@ -13,11 +13,18 @@
 #   LLAMA_CPP=/path/to/llama.cpp GGUF_DIR=/path/to/ggufs bench/cpu/vs_llamacpp.sh [OUT_DIR]
 # GGUF_DIR holds tiny-bf16.gguf and tiny-q8_0.gguf. Records: OUT_DIR/deepinfer.jsonl and
 # OUT_DIR/llamacpp.jsonl (raw, every round), OUT_DIR/summary.txt (medians and ratios).
+# DI_FLAGS (default: --num-speculative-tokens 0, since llama-batched-bench does not speculate:
+# kernels against kernels) go to `deepinfer bench`; PRIO prefixes both engines' commands, e.g.
+# PRIO="chrt -f 10" on a machine shared with builds (both engines then preempt them alike).
+# Under chrt, llama.cpp's OpenMP build dropped its batch-8 row now and then (no row, exit 0)
+# with GOMP's default spin count; GOMP_SPINCOUNT=100000 in the environment ran every row.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-$root/bench/results/$(date -u +%F)-cpu-vs-llamacpp}"
 threads="${THREADS:-$(nproc)}"
 rounds="${ROUNDS:-6}"
+di_flags="${DI_FLAGS---num-speculative-tokens 0}"
+prio="${PRIO:-}"
 gen="${GEN_LEN:-64}"
 di="${DEEPINFER:-$root/build/ci/app/deepinfer}"
 lb="${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp checkout with build/bin/llama-batched-bench}/build/bin/llama-batched-bench"
@@ -25,13 +32,14 @@ gguf="${GGUF_DIR:?set GGUF_DIR to the folder with tiny-bf16.gguf and tiny-q8_0.g
 mkdir -p "$out"
 : > "$out/deepinfer.jsonl"
 : > "$out/llamacpp.jsonl"
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (an idle machine reads ~0)" | tee "$out/summary.txt"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (an idle machine reads ~0); PRIO='$prio' DI_FLAGS='$di_flags'" | tee "$out/summary.txt"
 for r in $(seq 1 "$rounds"); do
-  "$di" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
-    --repeats 1 --warmup 1 --tag "round$r" >> "$out/deepinfer.jsonl" 2>/dev/null
+  # shellcheck disable=SC2086
+  $prio "$di" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
+    --repeats 1 --warmup 1 --tag "round$r" $di_flags >> "$out/deepinfer.jsonl" 2>/dev/null
   for q in bf16 q8_0; do
-    "$lb" -m "$gguf/tiny-$q.gguf" -c 8192 -b 2048 -ub 512 -npp 512 -ntg "$gen" -npl 1,8 -t "$threads" \
-      --output-format jsonl 2>/dev/null | grep '^{' | sed "s/^{/{\"quant\": \"$q\", \"round\": $r, /" >> "$out/llamacpp.jsonl"
+    $prio "$lb" -m "$gguf/tiny-$q.gguf" -c 8192 -b 2048 -ub 512 -npp 512 -ntg "$gen" -npl 1,8 -t "$threads" \
+      --output-format jsonl 2>/dev/null | grep '^{' | sed "s/^{/{\"quant\": \"$q\", \"round\": $r, /" >> "$out/llamacpp.jsonl" || true  # a missing row is reported below
   done
   echo "round $r done"
 done
@@ -51,6 +59,11 @@ def peer(q, row):
         return med([r["speed_pp"] for r in lc if r["quant"] == q and r["pl"] == 1])
     pl = 1 if row.endswith(" 1") else 8
     return med([r["speed_tg"] for r in lc if r["quant"] == q and r["pl"] == pl])
+for q in ("bf16", "q8_0"):
+    for pl in (1, 8):
+        n = sum(1 for r in lc if r["quant"] == q and r["pl"] == pl)
+        if n < len(di) // 3:
+            print(f"note: llama.cpp {q} batch {pl} reported {n} of {len(di) // 3} rounds")
 print(f"threads {threads}, rounds {len(di) // 3}, tok/s medians (deepinfer FP8 checkpoint; llama.cpp BF16 / Q8_0)")
 print(f"{'figure':16} {'deepinfer':>10} {'llama BF16':>11} {'llama Q8_0':>11} {'vs BF16':>8} {'vs Q8_0':>8}")
 for row, v in ours.items():

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "op_test_util.h"
 
@@ -187,6 +188,66 @@ TEST(CpuGemm, EveryFp8CodeIsItsValueTimesTheScale) {
   }
 }
 
+// One and two x rows (the direct path) against the buffered path's rows of the same M-row
+// gemm, bitwise; returns the buffered [M, N] result.
+HostBuffer expect_direct_matches_buffered(const TestWeight& tw, int64_t M, int64_t N, int64_t K,
+                                          uint64_t seed, const std::string& what) {
+  HostBuffer x = test::random_f32({M, K}, seed);
+  auto backend = make_cpu_backend();
+  HostBuffer full = test::f32_buffer({M, N}, 0.0f);
+  backend->gemm(x.tensor(), tw.weight, full.tensor());  // buffered
+  for (int64_t rows : {1, 2}) {
+    for (int64_t m = 0; m + rows <= M; ++m) {
+      HostBuffer part = test::f32_buffer({rows, N}, 0.0f);
+      backend->gemm(x.tensor().slice_rows(m, m + rows), tw.weight, part.tensor());  // direct
+      EXPECT_EQ(std::memcmp(part.ptr<float>(), full.ptr<float>() + m * N, rows * N * 4), 0)
+          << what << " rows " << m << "+" << rows;
+    }
+  }
+  return full;
+}
+
+// Where the CPU has AVX-512, one or two rows take it for groups of 16 (8) weight rows, lane for
+// lane the AVX2 path's sums: the buffered path's bits for every code (subnormals and -0
+// included) under ordinary, subnormal and negative scales; a group with a NaN code or a scale
+// of 2^7 or more falls back to the AVX2 path (the same bits, NaN where the code is). K = 392:
+// 32-code steps and single 8-code chunks; N = 53: three groups of 16 plus five rows.
+TEST(CpuGemm, DirectPathRowGroupsMatchBufferedBits) {
+  const int64_t N = 53, K = 392, M = 5;
+  for (int variant = 0; variant < 3; ++variant) {
+    TestWeight tw = make_weight(DType::F8_E4M3, N, K, 61);
+    uint8_t* q = tw.w.ptr<uint8_t>();
+    for (int64_t i = 0; i < N * K; ++i) {
+      const uint8_t b = static_cast<uint8_t>((i * 53 + 7) % 256);
+      q[i] = (b & 0x7f) == 0x7f ? static_cast<uint8_t>(b ^ 2) : b;
+    }
+    float* sc = tw.scale.ptr<float>();  // [1, 4]
+    sc[0] = 0x1p-140f;                  // subnormal products
+    sc[1] = -0.375f;
+    sc[2] = 0.0123f;
+    sc[3] = 3.5f;
+    if (variant == 1) sc[2] = 0x1p7f;  // out of the folded scale's range: every group falls back
+    if (variant == 2) q[20 * K + 300] = 0xff;  // a NaN code in the second group
+    HostBuffer full =
+        expect_direct_matches_buffered(tw, M, N, K, 67, "variant " + std::to_string(variant));
+    if (variant == 2) {
+      ASSERT_TRUE(std::isnan(full.ptr<float>()[20]));
+      ASSERT_FALSE(std::isnan(full.ptr<float>()[19]));
+    }
+  }
+}
+
+// The BF16 direct path's AVX-512 row groups (16 rows, 8 with two x rows; four rows' chunks per
+// zmm): the buffered path's bits, with zeros, -0 and subnormal weights among random ones.
+TEST(CpuGemm, Bf16DirectRowGroupsMatchBufferedBits) {
+  const int64_t N = 53, K = 392, M = 5;
+  TestWeight tw = make_weight(DType::BF16, N, K, 71);
+  uint16_t* q = tw.w.ptr<uint16_t>();
+  for (int64_t i = 0; i < N * K; i += 7)
+    q[i] = static_cast<uint16_t>((i % 3 == 0 ? 0x8000 : 0) | (i % 5));
+  expect_direct_matches_buffered(tw, M, N, K, 73, "bf16");
+}
+
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
 // Backend default, one gemm per head, on strided [T, heads, D] views (T = 1, 2 and 5).
 TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
@@ -209,6 +270,31 @@ TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {
       ASSERT_EQ(std::memcmp(fused.ptr<float>() + i * D_out, ref.ptr<float>() + i * D_out, N * 4), 0)
           << "T " << T << " row " << i;
   }
+}
+
+// The CPU gemm_pair (both weights' column tiles in one threaded loop) gives the bits of two
+// gemms (FP8 and BF16 weights of different widths, 1, 2 and 5 rows, two threads).
+TEST(CpuGemm, GemmPairMatchesTwoGemms) {
+  BackendOptions two;
+  two.num_threads = 2;
+  auto backend = make_cpu_backend(two);
+  const int64_t K = 300;
+  TestWeight a = make_weight(DType::F8_E4M3, 200, K, 41), b = make_weight(DType::BF16, 70, K, 43);
+  for (int64_t M : {1, 2, 5}) {
+    HostBuffer x = test::random_f32({M, K}, 47);
+    HostBuffer p1 = test::f32_buffer({M, 200}, NAN), p2 = test::f32_buffer({M, 70}, NAN);
+    HostBuffer r1 = test::f32_buffer({M, 200}, NAN), r2 = test::f32_buffer({M, 70}, NAN);
+    Tensor p1t = p1.tensor(), p2t = p2.tensor(), r1t = r1.tensor(), r2t = r2.tensor();
+    backend->gemm_pair(x.tensor(), a.weight, b.weight, p1t, p2t);
+    backend->gemm(x.tensor(), a.weight, r1t);
+    backend->gemm(x.tensor(), b.weight, r2t);
+    ASSERT_EQ(std::memcmp(p1.ptr<float>(), r1.ptr<float>(), M * 200 * 4), 0) << "M " << M;
+    ASSERT_EQ(std::memcmp(p2.ptr<float>(), r2.ptr<float>(), M * 70 * 4), 0) << "M " << M;
+  }
+  HostBuffer x = test::random_f32({2, K}, 47);
+  HostBuffer bad = test::f32_buffer({2, 69}), ok = test::f32_buffer({2, 200});
+  Tensor bad_t = bad.tensor(), ok_t = ok.tensor();
+  EXPECT_THROW(backend->gemm_pair(x.tensor(), a.weight, b.weight, ok_t, bad_t), Error);
 }
 
 TEST(CpuGemm, StridedRowsAndBadShapes) {

@@ -197,5 +197,44 @@ TEST(CpuMoeExperts, MatchesNaiveAndIsBatchInvariant) {
   EXPECT_THROW(backend->moe_experts(x.tensor(), ids2, w.tensor(), experts, out.tensor()), Error);
 }
 
+// Experts are grouped by rows (several per threaded loop in small steps, one at a time in
+// large ones): every token of a large step (160 expert rows over 3 experts) equals the token
+// alone bitwise, on two threads.
+TEST(CpuMoeExperts, LargeStepEqualsTokensAloneBitwise) {
+  BackendOptions two;
+  two.num_threads = 2;
+  auto backend = make_cpu_backend(two);
+  const int64_t E = 3, H = 32, I = 40, K = 2, T = 80;
+  std::vector<HostBuffer> store;
+  std::vector<ExpertWeights> experts(E);
+  auto make = [&](int64_t n, int64_t k, uint64_t seed) {
+    store.push_back(test::random_f32({n, k}, seed, 0.3f));
+    Weight out;
+    out.w = store.back().tensor();
+    return out;
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate = make(I, H, 50 + e);
+    experts[e].up = make(I, H, 60 + e);
+    experts[e].down = make(H, I, 70 + e);
+  }
+  HostBuffer x = test::random_f32({T, H}, 80);
+  std::vector<int32_t> id_list(T * K);
+  for (int64_t p = 0; p < T * K; ++p) id_list[p] = static_cast<int32_t>((p * 7 + p / 5) % E);
+  for (int64_t t = 0; t < T; ++t)  // two different experts per token
+    if (id_list[t * K] == id_list[t * K + 1]) id_list[t * K + 1] = (id_list[t * K] + 1) % E;
+  HostBuffer ids = test::i32_buffer(id_list);
+  Tensor ids2 = ids.tensor().view({T, K});
+  HostBuffer w = test::random_f32({T, K}, 81);
+  HostBuffer out = test::f32_buffer({T, H}, NAN);
+  backend->moe_experts(x.tensor(), ids2, w.tensor(), experts, out.tensor());
+  for (int64_t t = 0; t < T; ++t) {
+    HostBuffer one = test::f32_buffer({1, H}, NAN);
+    backend->moe_experts(x.tensor().slice_rows(t, t + 1), ids2.slice_rows(t, t + 1),
+                         w.tensor().slice_rows(t, t + 1), experts, one.tensor());
+    ASSERT_EQ(std::memcmp(one.ptr<float>(), out.ptr<float>() + t * H, H * 4), 0) << t;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -87,6 +88,29 @@ TEST(ThreadPool, BackToBackLoopsRunEveryIndexOnceUnderContention) {
     }
   }
   EXPECT_EQ(late.load(), 0);
+}
+
+// Every loop of two chunks gets the worker: each chunk waits (up to 20 s) until both threads
+// are inside the loop. A loop the worker never sees (as every second loop was, when a job's
+// generation came out odd) runs both chunks on the caller, one after the other, and times out.
+TEST(ThreadPool, WorkerJoinsEveryLoop) {
+  ThreadPool pool(2);
+  for (int loop = 0; loop < 6; ++loop) {
+    std::atomic<int> inside{0};
+    std::atomic<bool> timed_out{false};
+    pool.parallel_for(2, 1, [&](int64_t, int64_t) {
+      inside.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (inside.load() < 2) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          timed_out.store(true);
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    ASSERT_FALSE(timed_out.load()) << "loop " << loop << " ran without the worker";
+  }
 }
 
 }  // namespace
