@@ -12,8 +12,10 @@ namespace deepinfer {
 
 namespace {
 
-// Softmax over slots of logits lg, weighted sum of val (double accumulation, slot order).
+// Softmax over slots of logits lg, weighted sum of val (double accumulation, slot order); 0
+// without slots.
 float pool_slots(const float* lg, const float* val, int64_t slots) {
+  if (slots == 0) return 0.0f;
   float m = -INFINITY;
   for (int64_t s = 0; s < slots; ++s) m = std::fmax(m, lg[s]);
   double denom = 0.0, acc = 0.0;

@@ -78,7 +78,7 @@ __global__ void compressor_pool_kernel(PoolArgs a) {
       denom += e;
       acc += e * val;
     }
-    st(a.out, i, a.o_kind, acc / denom);
+    st(a.out, i, a.o_kind, denom > 0.0f ? acc / denom : 0.0f);  // no slot (compressor_pool_rows): 0
   }
 }
 

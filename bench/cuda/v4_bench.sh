@@ -16,7 +16,7 @@
 # decode step's device-built addressing too: v4_decode_rows, compressor_pool_rows, the indexer with
 # per-query keys), golden V4 on CUDA (EngineV4Cuda.GraphDecodeEqualsEagerDecode: graphed decode =
 # eager decode bit for bit), then the model bench at batch 1/8/64 and 4k context, eager and graph
-# replay interleaved over 3 rounds, FP8 then FP4 experts, and FP4 with 34 layers (CFG34,
+# replay interleaved over 3 rounds, FP8 then FP4 experts (EXPERTS), and FP4 with 34 layers (CFG34,
 # bench-v4-flash-34l.config.json: what one H200 holds with KV for 64 x 32k tokens), one round.
 set -uo pipefail
 bin="${BIN:-build-gpu/bin}"
@@ -37,7 +37,7 @@ if [[ "${PART:-}" == graphs ]]; then
   date -u +"start %H:%M:%S UTC" | tee -a "$out/summary.log"
   DEEPINFER_CUDA_SYNC=1 stage parity_v4 40 "$bin/test_ops" --gtest_filter='V4Ops.*'
   DEEPINFER_ACCELERATOR=cuda DEEPINFER_BACKEND=cuda TAIL=30 stage golden_v4 120 "$bin/test_golden_v4"
-  for experts in fp8 fp4; do
+  for experts in ${EXPERTS:-fp8 fp4}; do
     TAIL=40 stage "graphs_$experts" 60 "$bin/deepinfer_v4_model_bench" --config "$cfg" --experts "$experts" \
       --batches 1,8,64 --contexts 4096 --prefill "" --reps 5 --graphs 1 --rounds 3 --out "$out/v4_model_bench.jsonl"
   done

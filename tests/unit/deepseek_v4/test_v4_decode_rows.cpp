@@ -157,27 +157,30 @@ TEST(V4DecodeRows, CompressorPoolRowsEqualsCompressorPoolBits) {
       gate.insert(gate.end(), table.begin() + row * width + C + 3,
                   table.begin() + row * width + 2 * C + 3);
     }
-    std::vector<float> want(static_cast<size_t>(2 * D)), got(static_cast<size_t>(2 * D));
+    std::vector<float> want(static_cast<size_t>(2 * D)), got(static_cast<size_t>(3 * D), 1.0f);
     Tensor wt = host_f32(want, {2, D}), apet = host_f32(ape, {r, C});
     be->compressor_pool(host_f32(kv, {8, C}), host_f32(gate, {8, C}), apet, static_cast<int>(r),
                         overlap, Tensor(), Tensor(), wt);
-    // Window 0 (no previous group) and window 1 (group 0 before it).
+    // Window 0 (no previous group), window 1 (group 0 before it), window 2 (no slot: zeros).
     std::vector<int32_t> ids;
     if (overlap) {
       ids = {-1, -1, -1, -1, 17, 3, 29, 8, 17, 3, 29, 8, 0, 33, 12, 21};
     } else {
       ids = {17, 3, 29, 8, 0, 33, 12, 21};
     }
+    ids.resize(ids.size() + static_cast<size_t>(overlap ? 2 * r : r), -1);
     Tensor all = host_f32(table, {R, width});
     Tensor kvv = all, gv = all;
     kvv.shape[1] = C;
     gv.data = table.data() + C + 3;
     gv.shape[1] = C;
-    Tensor gt = host_f32(got, {2, D});
-    be->compressor_pool_rows(kvv, gv, apet, host_i32(ids, {2, overlap ? 2 * r : r}),
+    Tensor gt = host_f32(got, {3, D});
+    be->compressor_pool_rows(kvv, gv, apet, host_i32(ids, {3, overlap ? 2 * r : r}),
                              static_cast<int>(r), overlap, gt);
     EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
         << (overlap ? "overlap" : "plain");
+    EXPECT_EQ(std::vector<float>(got.begin() + 2 * D, got.end()),
+              std::vector<float>(static_cast<size_t>(D), 0.0f));
   }
 }
 
