@@ -377,8 +377,9 @@ class Backend {
   // ratio. Slot s of window w reads row row_ids[w, s] (-1: an empty slot, skipped): with
   // overlap slots s < ratio are a previous group's first halves (columns [0, D), ape[s, :D]) and
   // slots s >= ratio this group's second halves (columns [D, 2D), ape[s - ratio, D:]); without,
-  // slot s is columns [0, D) with ape[s]. out [n, D]. The same values, order and rounding as
-  // compressor_pool over those rows laid out consecutively (window 0's first slots empty).
+  // slot s is columns [0, D) with ape[s]. out [n, D] (a window without a slot: zeros). The same
+  // values, order and rounding as compressor_pool over those rows laid out consecutively
+  // (window 0's first slots empty).
   virtual void compressor_pool_rows(const Tensor& kv, const Tensor& gate, const Tensor& ape, const Tensor& row_ids,
                                     int ratio, bool overlap, Tensor& out);
   // V4 decode addressing built on the device (backend/cpu/v4_rows.cpp, cuda/v4_rows.cu): a
