@@ -378,10 +378,46 @@ class Backend {
   // Lightning indexer (V4 CSA): score(t, s) = sum_h weights[t, h] * weights_scale *
   // relu(q[t, h] · keys[s]) * softmax_scale for keys s < (positions[t] + 1) / ratio; out I32 [T,
   // top_k] = the top_k visible s by score (ties: lowest s), -1 where fewer are visible.
-  // q [T, heads, d], keys [S, d], weights [T, heads] (F32), positions I32 [T].
+  // q [T, heads, d], keys [S, d] (or [T, S, d]: each query its own keys, a decode step's
+  // sequences), weights [T, heads] (F32), positions I32 [T].
   virtual void indexer_topk(const Tensor& q, const Tensor& keys, const Tensor& weights,
                             const Tensor& positions, int ratio, float softmax_scale,
                             float weights_scale, Tensor& out);
+
+  // compressor_pool over listed rows of a table: kv, gate [R, C] (row-strided views, e.g.
+  // columns of a paged cache's rows), row_ids I32 [n, slots] with slots = 2 ratio (overlap) or
+  // ratio. Slot s of window w reads row row_ids[w, s] (-1: an empty slot, skipped): with
+  // overlap slots s < ratio are a previous group's first halves (columns [0, D), ape[s, :D]) and
+  // slots s >= ratio this group's second halves (columns [D, 2D), ape[s - ratio, D:]); without,
+  // slot s is columns [0, D) with ape[s]. out [n, D] (a window without a slot: zeros). The same
+  // values, order and rounding as compressor_pool over those rows laid out consecutively
+  // (window 0's first slots empty).
+  virtual void compressor_pool_rows(const Tensor& kv, const Tensor& gate, const Tensor& ape, const Tensor& row_ids,
+                                    int ratio, bool overlap, Tensor& out);
+  // V4 decode addressing built on the device (backend/cpu/v4_rows.cpp, cuda/v4_rows.cu): a
+  // decode step of S sequences, one new token each, sequence s with context e = keys[s] after
+  // the step. Row j (j < n = slots.size(1)) of sequence s by rule.kind:
+  //   Window:    row e - window + j (none when < 0): the window the new token reads;
+  //   Visible:   row j when j < e / ratio (the entries or indexer keys it sees);
+  //   Group:     when e % ratio == 0 (the step completes group k = e / ratio - 1), row
+  //              (k - 1) * ratio + j with overlap (none when < 0), k * ratio + j without; else none;
+  //   Completed: (n = 1) row k when the step completes group k, else none;
+  //   Listed:    row rows_in[s, j] (I32 [S, n]; none when < 0).
+  // slots[s, j] = the row's slot in table [S, width] (its group's block tables: table[s][row /
+  // block_size] * block_size + row % block_size; none when that entry is outside [0,
+  // num_blocks)), or rule.fill where there is none. index (optional, I32 [S, n], may be a
+  // row-strided view): index_base + s * n + j where a slot exists, else -1.
+  //   GroupStart: slots[s, 0] = k * ratio (the completed group's first position), else 0.
+  //   TableRows:  slots[s, j] = table[keys[s], j] (keys: token ids; table I32 [V, n]: tid2eid).
+  struct V4RowRule {
+    enum class Kind { Window, Visible, Group, Completed, Listed, GroupStart, TableRows } kind = Kind::Window;
+    int ratio = 1, window = 0;
+    bool overlap = false;
+    int32_t fill = -1;
+    int64_t block_size = 1, num_blocks = 0, index_base = 0;
+  };
+  virtual void v4_decode_rows(const Tensor& keys, const Tensor& rows_in, const Tensor& table, const V4RowRule& rule,
+                              Tensor& slots, Tensor& index);
 
   // --- DeepSeek-V4.1 (model/deepseek_v41/): host references in backend/cpu/{fake_quant,
   // hyper_connection, compressor}.cpp (F32 host tensors; fail on other devices, no CUDA yet). ---
@@ -473,6 +509,8 @@ class Backend {
   // graph_replay(id) runs them again on the same buffers. Run one step uncaptured first
   // (workspaces grow only outside a capture); no host<->device copy inside a capture.
   virtual bool supports_graphs() const { return false; }
+  // Whether ops are being recorded into a graph now (no allocation, copy or wait may run).
+  virtual bool capturing() const { return false; }
   virtual void graph_capture_begin() { fail(name(), " backend: graphs are not supported"); }
   virtual int graph_capture_end() { fail(name(), " backend: graphs are not supported"); }
   virtual void graph_replay(int graph_id) { fail(name(), " backend: graphs are not supported"); }

@@ -90,11 +90,15 @@ class Model {
                            Tensor& hidden_out, Tensor& logits);
   // Whether forward and mtp_forward can be captured into a CUDA graph and replayed for new
   // steps of the same shape: no host reads of step inputs and no host-built inputs during a
-  // step. V4 (model/deepseek_v4/model.h) builds its KV addressing on the host: the runner
-  // runs its steps eagerly, unpadded.
+  // step. V4 (model/deepseek_v4/model.h) builds its decode steps' KV addressing on the device
+  // and its other steps' on the host: only its decode steps are captured.
   virtual bool graph_capturable() const { return true; }
   // The model's prefill truncation (above); none by default.
   virtual PrefillTruncation prefill_truncation() const { return {}; }
+  // With graph_capturable: the most new tokens per sequence a captured step may have (V4: 1,
+  // decode steps only; its verify steps run eagerly) and whether mtp_forward can be captured.
+  virtual int max_graph_tokens_per_seq() const { return 1 << 30; }
+  virtual bool mtp_graph_capturable() const { return true; }
   // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
   // captured over them before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }

@@ -258,7 +258,7 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
            " sequences, with ", ahead_drafts_, " + 1 tokens each (got ", num_seqs, " sequences of ", q, ")");
 
   DecodePadding pad;
-  if (uniform && graphs_enabled())
+  if (uniform && graphs_enabled() && q <= model_.max_graph_tokens_per_seq())
     pad = graphs_.shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
 
@@ -394,7 +394,7 @@ int64_t Runner::mtp_pass(std::span<const RunSeq> seqs, std::span<const int32_t> 
     max_seq_len = std::max(max_seq_len, s.num_computed + s.num_new);
   }
   DecodePadding pad;
-  if (uniform && graphs_enabled())
+  if (uniform && graphs_enabled() && model_.mtp_graph_capturable() && q <= model_.max_graph_tokens_per_seq())
     pad = mtp_graphs_[variant].shape_for(num_seqs, q, max_seq_len);
   const bool graph = pad.num_seqs > 0;
   StepHostInfo info;

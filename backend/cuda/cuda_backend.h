@@ -108,6 +108,10 @@ class CudaBackend final : public Backend {
                       float scale, Tensor& out) override;
   void compressor_pool(const Tensor& kv, const Tensor& gate, const Tensor& ape, int ratio, bool overlap,
                        const Tensor& prior_kv, const Tensor& prior_gate, Tensor& out) override;
+  void compressor_pool_rows(const Tensor& kv, const Tensor& gate, const Tensor& ape, const Tensor& row_ids,
+                            int ratio, bool overlap, Tensor& out) override;
+  void v4_decode_rows(const Tensor& keys, const Tensor& rows_in, const Tensor& table, const V4RowRule& rule,
+                      Tensor& slots, Tensor& index) override;  // v4_rows.cu
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
@@ -122,6 +126,7 @@ class CudaBackend final : public Backend {
   void graph_replay(int graph_id) override;
   void graph_release(int graph_id) override;
   uint64_t workspace_epoch() const override { return workspace_epoch_; }
+  bool capturing() const override;
   DeviceBuffer alloc_host(DType dtype, const std::vector<int64_t>& dims) override;
   void copy_async(const Tensor& src, Tensor& dst) override;
   int64_t record_fence() override;
@@ -154,7 +159,6 @@ class CudaBackend final : public Backend {
   // algorithm fits (alignment), so the caller falls back to the own kernels.
   bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                      int64_t ldo, DType out_dtype);
-  bool capturing() const;
   // moe_experts and moe_experts_clamped (moe.cu): limit = +inf is the plain SwiGLU.
   void routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                       const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);

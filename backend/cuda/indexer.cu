@@ -322,8 +322,9 @@ constexpr int kV4Threads = 256;
 struct V4ScoreArgs {
   const void* q;  // [T, heads, d]
   int q_kind;
-  const void* keys;  // [S, d]
+  const void* keys;  // [S, d], or [T, S, d] (each query its own) when keys_per_query
   int k_kind;
+  bool keys_per_query;
   const float* w;  // [T, heads]
   const int32_t* positions;
   int heads, d, S, ratio;
@@ -336,6 +337,7 @@ __global__ void __launch_bounds__(kV4Threads) v4_index_scores_kernel(V4ScoreArgs
   float* ws = qs + a.heads * a.d;
   const int t = blockIdx.y, c0 = blockIdx.x * kV4Chunk, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int visible = min(a.S, (a.positions[t] + 1) / a.ratio);
+  const int64_t k0 = a.keys_per_query ? int64_t{t} * a.S * a.d : 0;
   for (int i = tid; i < a.heads * a.d; i += kV4Threads) qs[i] = ld(a.q, int64_t{t} * a.heads * a.d + i, a.q_kind);
   for (int h = tid; h < a.heads; h += kV4Threads) ws[h] = a.w[int64_t{t} * a.heads + h] * a.weights_scale;
   __syncthreads();
@@ -347,7 +349,7 @@ __global__ void __launch_bounds__(kV4Threads) v4_index_scores_kernel(V4ScoreArgs
       total = 0.0f;
       for (int h = 0; h < a.heads; ++h) {
         float dot = 0.0f;
-        for (int i = lane; i < a.d; i += 32) dot += qs[h * a.d + i] * ld(a.keys, int64_t{s} * a.d + i, a.k_kind);
+        for (int i = lane; i < a.d; i += 32) dot += qs[h * a.d + i] * ld(a.keys, k0 + int64_t{s} * a.d + i, a.k_kind);
         dot = warp_sum(dot);
         total += fmaxf(dot, 0.0f) * a.softmax_scale * ws[h];
       }
@@ -462,13 +464,17 @@ void CudaBackend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor
   check_device(q, "indexer_topk q");
   check_device(keys, "indexer_topk keys");
   check_device(out, "indexer_topk out");
-  DI_CHECK(q.ndim == 3 && keys.ndim == 2 && out.ndim == 2, op,
-           ": q [T, heads, d], keys [S, d], out [T, top_k] expected, got ", q.describe(), ", ", keys.describe(), ", ",
-           out.describe());
-  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(0), k = out.size(1);
+  DI_CHECK(q.ndim == 3 && (keys.ndim == 2 || keys.ndim == 3) && out.ndim == 2, op,
+           ": q [T, heads, d], keys [S, d] or [T, S, d], out [T, top_k] expected, got ", q.describe(), ", ",
+           keys.describe(), ", ", out.describe());
+  const bool per_query = keys.ndim == 3;
+  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(keys.ndim - 2), k = out.size(1);
   DI_CHECK(ratio > 0, op, ": ratio must be > 0, got ", ratio);
   check_exact(q, {DType::F32, DType::BF16}, {T, heads, d}, "indexer_topk q");
-  check_exact(keys, {DType::F32, DType::BF16}, {S, d}, "indexer_topk keys");
+  if (per_query)
+    check_exact(keys, {DType::F32, DType::BF16}, {T, S, d}, "indexer_topk keys");
+  else
+    check_exact(keys, {DType::F32, DType::BF16}, {S, d}, "indexer_topk keys");
   check_exact(weights, {DType::F32}, {T, heads}, "indexer_topk weights");
   check_exact(positions, {DType::I32}, {T}, "indexer_topk positions");
   check_exact(out, {DType::I32}, {T, k}, "indexer_topk out");
@@ -479,7 +485,7 @@ void CudaBackend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor
   float* scores = S > 0 ? static_cast<float*>(scratch(kSlotV4Scores, static_cast<size_t>(T * S) * 4, op)) : nullptr;
   const std::string shapes = q.describe() + " keys " + keys.describe() + " -> " + out.describe();
   if (S > 0) {
-    V4ScoreArgs a{q.data, float_kind(q.dtype), keys.data, float_kind(keys.dtype), weights.ptr<float>(),
+    V4ScoreArgs a{q.data, float_kind(q.dtype), keys.data, float_kind(keys.dtype), per_query, weights.ptr<float>(),
                   positions.ptr<int32_t>(), static_cast<int>(heads), static_cast<int>(d), static_cast<int>(S),
                   ratio, softmax_scale, weights_scale, scores};
     const size_t smem = static_cast<size_t>(heads * d + heads) * 4;

@@ -11,6 +11,13 @@
 #  4. the CLI on CUDA through the engine: `deepinfer generate` (batch mode) on the v4_tiny
 #     fixture and on the full-width config with random weights, `deepinfer bench` on the latter.
 # Run from the repo root: BIN=build-gpu/bin OUT=/some/dir bench/cuda/v4_bench.sh
+#
+# PART=graphs: decode as CUDA graphs instead (issue 16 item 5; ~4 min): parity of the V4 ops (the
+# decode step's device-built addressing too: v4_decode_rows, compressor_pool_rows, the indexer with
+# per-query keys), golden V4 on CUDA (EngineV4Cuda.GraphDecodeEqualsEagerDecode: graphed decode =
+# eager decode bit for bit), then the model bench at batch 1/8/64 and 4k context, eager and graph
+# replay interleaved over 3 rounds, FP8 then FP4 experts (EXPERTS), and FP4 with 34 layers (CFG34,
+# bench-v4-flash-34l.config.json: what one H200 holds with KV for 64 x 32k tokens), one round.
 set -uo pipefail
 bin="${BIN:-build-gpu/bin}"
 out="${OUT:-.}"
@@ -24,6 +31,22 @@ stage() {
   tail -n "${TAIL:-12}" "$out/$name.log"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$out/summary.log"
+
+if [[ "${PART:-}" == graphs ]]; then
+  cfg34="${CFG34:-bench/cuda/bench-v4-flash-34l.config.json}"
+  date -u +"start %H:%M:%S UTC" | tee -a "$out/summary.log"
+  DEEPINFER_CUDA_SYNC=1 stage parity_v4 40 "$bin/test_ops" --gtest_filter='V4Ops.*'
+  DEEPINFER_ACCELERATOR=cuda DEEPINFER_BACKEND=cuda TAIL=30 stage golden_v4 120 "$bin/test_golden_v4"
+  for experts in ${EXPERTS:-fp8 fp4}; do
+    TAIL=40 stage "graphs_$experts" 60 "$bin/deepinfer_v4_model_bench" --config "$cfg" --experts "$experts" \
+      --batches 1,8,64 --contexts 4096 --prefill "" --reps 5 --graphs 1 --rounds 3 --out "$out/v4_model_bench.jsonl"
+  done
+  TAIL=12 stage graphs_fp4_34l 100 "$bin/deepinfer_v4_model_bench" --config "$cfg34" --experts fp4 --batches 1,8,64 \
+    --contexts 4096 --prefill "" --reps 3 --graphs 1 --rounds 1 --out "$out/v4_model_bench.jsonl"
+  date -u +"end %H:%M:%S UTC" | tee -a "$out/summary.log"
+  cat "$out/summary.log"
+  exit 0
+fi
 
 # The measurements first (item 6), then the checks; every stage time-boxed (~7.5 min at most).
 TAIL=20 stage v4_bench_fp4 90 "$bin/deepinfer_v4_model_bench" --config "$cfg" --experts fp4 --batches 1,8,32,64 \

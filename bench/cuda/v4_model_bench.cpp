@@ -1,7 +1,8 @@
 // DeepSeek-V4 whole-model step times on CUDA (issue 16 item 6): a truncated V4-Flash config at
 // full width with random weights (model/deepseek_v4/weights_random.cpp: FP8 dense, routed
-// experts FP4 packed or FP8), through DeepseekV4Model::forward directly (eager: V4's forward
-// computes its KV addressing on the host, so it is not graph-captured yet).
+// experts FP4 packed or FP8), through DeepseekV4Model::forward directly: eager, or (--graphs 1)
+// eager and CUDA-graph replay of the same decode step interleaved over --rounds rounds (V4's
+// decode steps build their row lists on the device, so one captured step replays).
 //  decode: B sequences at context C each run one step (one new token at position C). Every KV
 //          group is laid out as the block manager would hold it (window and pending groups
 //          only their last window's blocks, table entries before them -1) and filled with
@@ -16,13 +17,14 @@
 //
 // Usage: deepinfer_v4_model_bench --config CFG.json [--experts fp4|fp8] [--batches 1,8,32,64]
 //        [--contexts 4096,32768] [--prefill 4096,32768] [--reps 5] [--gbps 4800]
-//        [--peak-tflops 790] [--out results.jsonl]
+//        [--peak-tflops 790] [--graphs 0|1] [--rounds 3] [--out results.jsonl]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -129,9 +131,35 @@ double time_forward(Backend& b, Model& m, Step& st, int reps, bool* finite) {
   return ms;
 }
 
+// Mean ms of `reps` replays of a graph of one forward step, captured after two eager steps (the
+// model's workspaces then have their size for this shape).
+double time_graph(Backend& b, Model& m, Step& st, int reps, bool* finite) {
+  auto epoch = [&] { return std::make_pair(b.workspace_epoch(), m.workspace_epoch()); };
+  m.forward(st.batch, st.kv, st.logits);
+  m.forward(st.batch, st.kv, st.logits);
+  b.synchronize();
+  const auto captured = epoch();
+  b.graph_capture_begin();
+  m.forward(st.batch, st.kv, st.logits);
+  const int id = b.graph_capture_end();
+  DI_CHECK(epoch() == captured, "v4_model_bench: a workspace moved during the capture");
+  b.graph_replay(id);
+  b.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) b.graph_replay(id);
+  b.synchronize();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  b.graph_release(id);
+  HostBuffer h(DType::F32, st.logits.dims());
+  b.copy(st.logits, h.tensor());
+  *finite = true;
+  for (int64_t i = 0; i < h.tensor().numel(); ++i) *finite = *finite && std::isfinite(h.ptr<float>()[i]);
+  return ms;
+}
+
 int run(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 32, 64}, contexts = {4096, 32768}, prefills = {4096, 32768};
-  int reps = 5;
+  int reps = 5, graphs = 0, rounds = 3;
   double gbps = 4800, peak_tflops = 790;
   const char* out_path = nullptr;
   std::string config_path, experts = "fp4";
@@ -145,6 +173,8 @@ int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gbps")) gbps = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--peak-tflops")) peak_tflops = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--out")) out_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--graphs")) graphs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     else fail("v4_model_bench: unknown flag ", argv[i]);
   }
   DI_CHECK(!config_path.empty(), "v4_model_bench: --config CFG.json is required");
@@ -211,28 +241,35 @@ int run(int argc, char** argv) {
     std::fflush(out);
   }
 
-  std::printf("%5s %7s | %9s %8s | %9s %9s %9s | %7s %s\n", "batch", "context", "step ms", "ms/layer", "weight MB",
-              "KV MB", "floor ms", "%roofl", "logits");
+  std::printf("%5s %7s %5s %5s | %9s %8s | %9s %9s %9s | %7s %s\n", "batch", "context", "mode", "round",
+              "step ms", "ms/layer", "weight MB", "KV MB", "floor ms", "%roofl", "logits");
   for (int ctx : contexts) {
     for (int B : batches) {
       Step st;
       make_step(*b, *v4, B, ctx, 1, st);
-      bool finite = false;
-      const double ms = time_forward(*b, *model, st, reps, &finite);
       const StepCounts n = count(StepKind::Decode, B, 1, ctx);
       const double weights = n.weight_bytes, kv = n.kv_bytes;
       const double floor_ms = (weights + kv) / (gbps * 1e6);
-      std::printf("%5d %7d | %9.3f %8.3f | %9.1f %9.1f %9.3f | %6.1f%% %s\n", B, ctx, ms, ms / L, weights / 1e6,
-                  kv / 1e6, floor_ms, 100 * floor_ms / ms, finite ? "finite" : "NOT FINITE");
-      if (out) {
-        std::fprintf(out,
-                     "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"batch\":%d,"
-                     "\"context\":%d,\"step_ms\":%.4f,\"ms_per_layer\":%.4f,\"weight_bytes\":%.0f,"
-                     "\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,"
-                     "\"reps\":%d,\"graphs\":false,\"logits_finite\":%s}\n",
-                     config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, kv, gbps,
-                     floor_ms, reps, finite ? "true" : "false");
-        std::fflush(out);
+      // Eager then graph replay, `rounds` times: each mode sees the same card state in turn.
+      for (int round = 0; round < (graphs ? rounds : 1); ++round) {
+        for (int graphed = 0; graphed <= (graphs ? 1 : 0); ++graphed) {
+          bool finite = false;
+          const double ms =
+              graphed ? time_graph(*b, *model, st, reps, &finite) : time_forward(*b, *model, st, reps, &finite);
+          std::printf("%5d %7d %5s %5d | %9.3f %8.3f | %9.1f %9.1f %9.3f | %6.1f%% %s\n", B, ctx,
+                      graphed ? "graph" : "eager", round, ms, ms / L, weights / 1e6, kv / 1e6, floor_ms,
+                      100 * floor_ms / ms, finite ? "finite" : "NOT FINITE");
+          if (out) {
+            std::fprintf(out,
+                         "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"batch\":%d,"
+                         "\"context\":%d,\"step_ms\":%.4f,\"ms_per_layer\":%.4f,\"weight_bytes\":%.0f,"
+                         "\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,"
+                         "\"floor_ms\":%.4f,\"reps\":%d,\"graphs\":%s,\"round\":%d,\"logits_finite\":%s}\n",
+                         config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, kv, gbps,
+                         floor_ms, reps, graphed ? "true" : "false", round, finite ? "true" : "false");
+            std::fflush(out);
+          }
+        }
       }
     }
   }

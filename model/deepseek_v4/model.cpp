@@ -96,6 +96,14 @@ DeepseekV4Model::DeepseekV4Model(DeepseekV4Config config, V4Weights weights, Bac
     }
     be_.synchronize();
   }
+  const int64_t K = config_.base.num_experts_per_tok;
+  for (const V4Layer& L : w_.layers) {
+    tid2eid_.emplace_back();
+    if (!L.hash) continue;
+    DI_CHECK(static_cast<int64_t>(L.tid2eid.size()) % K == 0, config_.base.source, ": tid2eid of ",
+             L.tid2eid.size(), " ids is not whole rows of ", K);
+    tid2eid_.back() = v4_family::upload_i32(be_, L.tid2eid);  // viewed [vocab, K] where used
+  }
 }
 
 void DeepseekV4Model::check_step(const StepBatch& batch, const KvCaches& kv) const {
@@ -153,8 +161,8 @@ void compress_groups(Backend& be, StepArena& arena, UploadStage& stage, DType ac
 }  // namespace
 
 void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh,
-                                KvCaches& kv, const Tensor& window_cache, int window_group, const Tensor& x,
-                                const Tensor& qr, const Tensor& q, Tensor& out) {
+                                const DecodeRows* dr, KvCaches& kv, const Tensor& window_cache, int window_group,
+                                const Tensor& x, const Tensor& qr, const Tensor& q, Tensor& out) {
   const DeepseekV4Config& c = config_;
   const V4KvLayout& lay = layout_;
   const int64_t T = x.size(0), D = c.head_dim, rd = c.rope_dim, W = c.sliding_window;
@@ -197,6 +205,10 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       be_.gemm(x, L.index_weights_proj, iw.tensor());
     }
     store_rows(be_, rows.tensor(), kv[pending][gl], batch.kv_groups[pending].slot_mapping);
+  }
+  if (dr != nullptr) {
+    decode_attention(L, l, batch, *dr, kv, window_cache, iq.tensor(), iw.tensor(), q, out);
+    return;
   }
 
   for (int64_t s = 0; s < batch.num_seqs; ++s) {
@@ -251,17 +263,21 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       Tensor dst = rows.tensor().slice_rows(nc, nc + nw);
       be_.embedding(ids.tensor(), cache_rows(window_cache), dst);
     }
-    // Each query's rows: its window, then the visible (HCA) or indexer-chosen (CSA) entries.
+    // Each query's rows (the layout decode_attention builds on the device, so both give the
+    // same bits): slot j < W its window row p - W + 1 + j, then the visible (HCA) or
+    // indexer-chosen (CSA) entries from slot W on; -1 where none.
     const int64_t topk = csa ? std::min<int64_t>(c.index_topk, nc) : 0;
-    const int64_t nwin = std::min(W, nw), slots = std::max<int64_t>(nwin + (csa ? topk : nc), 1);
+    const int64_t slots = W + (csa ? topk : nc);
     std::vector<int32_t> idx(static_cast<size_t>(nq * slots), -1);
     for (int64_t t = 0; t < nq; ++t) {
       const int64_t p = p0 + t;
       int32_t* r = idx.data() + t * slots;
-      int64_t n = 0;
-      for (int64_t a = std::max<int64_t>(w0, p - W + 1); a <= p; ++a) r[n++] = static_cast<int32_t>(nc + a - w0);
+      for (int64_t j = 0; j < W; ++j) {
+        const int64_t a = p - W + 1 + j;
+        if (a >= w0) r[j] = static_cast<int32_t>(nc + a - w0);
+      }
       if (hca)
-        for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[n++] = static_cast<int32_t>(i);
+        for (int64_t i = 0; i < std::min<int64_t>(nc, (p + 1) / ratio); ++i) r[W + i] = static_cast<int32_t>(i);
     }
     DeviceBuffer idxb = upload(idx);
     Tensor idx2 = idxb.tensor().view({nq, slots});
@@ -277,7 +293,7 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
       be_.indexer_topk(iq.tensor().slice_rows(t0, t1), key_rows.tensor(), iw.tensor().slice_rows(t0, t1),
                        positions.slice_rows(t0, t1), ratio, 1.0f / std::sqrt(static_cast<float>(di)),
                        1.0f / std::sqrt(static_cast<float>(nh)), sel.tensor());
-      Tensor chosen = columns(idx2, nwin, topk);
+      Tensor chosen = columns(idx2, W, topk);
       be_.copy(sel.tensor(), chosen);
     }
     Tensor out_s = out.slice_rows(t0, t1);
@@ -286,7 +302,146 @@ void DeepseekV4Model::attention(const V4Layer& L, int l, const StepBatch& batch,
   }
 }
 
-void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh,
+bool DeepseekV4Model::is_decode(const StepBatch& batch) const {
+  for (int64_t s = 0; s < batch.num_seqs; ++s)
+    if (batch.host_query_start[s + 1] - batch.host_query_start[s] != 1) return false;
+  return batch.num_seqs > 0;
+}
+
+DeepseekV4Model::DecodeRows DeepseekV4Model::decode_rows(const StepBatch& batch, KvCaches& kv) {
+  using Rule = Backend::V4RowRule;
+  using Kind = Rule::Kind;
+  const DeepseekV4Config& c = config_;
+  const V4KvLayout& lay = layout_;
+  DecodeRows dr;
+  const int64_t S = batch.num_seqs, W = c.sliding_window;
+  dr.S = S;
+  dr.W = W;
+  // Entries of group g's rows by `kind` into slots [S, n] (and index columns when defined).
+  auto rows = [&](Kind kind, int g, int ratio, bool overlap, int32_t fill, int64_t n, const Tensor& index = Tensor(),
+                  int64_t base = 0) {
+    DeviceBuffer out = alloc(DType::I32, {S, n});
+    Rule r;
+    r.kind = kind;
+    r.ratio = ratio;
+    r.window = static_cast<int>(W);
+    r.overlap = overlap;
+    r.fill = fill;
+    const Tensor& cache = kv[static_cast<size_t>(g)].front();  // every layer of a group has its geometry
+    r.num_blocks = cache.size(0);
+    r.block_size = cache.size(1);
+    r.index_base = base;
+    Tensor ix = index;
+    be_.v4_decode_rows(batch.seq_lens, Tensor(), batch.kv_groups[static_cast<size_t>(g)].block_tables, r, out.tensor(),
+                       ix);
+    return out;
+  };
+  auto window_part = [&](DeviceBuffer& idx, int64_t E) {
+    idx = alloc(DType::I32, {S, W + E});
+    return rows(Kind::Window, lay.window, 1, false, 0, W, columns(idx.tensor(), 0, W), 0);
+  };
+  dr.win_slots = window_part(dr.idx_win, 0);
+  const int64_t max_len = batch.max_seq_len;
+  if (lay.hca_entries != V4KvLayout::kNone) {
+    const int r = c.hca_rate;
+    dr.hca_entries = max_len / r;
+    window_part(dr.idx_hca, dr.hca_entries);
+    dr.hca_pool = rows(Kind::Group, lay.hca_pending, r, false, -1, r);
+    dr.hca_out = rows(Kind::Completed, lay.hca_entries, r, false, -1, 1);
+    dr.hca_pos = rows(Kind::GroupStart, lay.hca_entries, r, false, 0, 1);
+    if (dr.hca_entries > 0)
+      dr.hca_vis = rows(Kind::Visible, lay.hca_entries, r, false, 0, dr.hca_entries,
+                        columns(dr.idx_hca.tensor(), W, dr.hca_entries), S * W);
+  }
+  if (lay.csa_entries != V4KvLayout::kNone) {
+    const int r = c.csa_rate;
+    dr.csa_keys = max_len / r;
+    dr.topk = std::min<int64_t>(c.index_topk, dr.csa_keys);
+    window_part(dr.idx_csa, dr.topk);
+    dr.csa_pool = rows(Kind::Group, lay.csa_pending, r, true, -1, 2 * r);
+    dr.csa_out = rows(Kind::Completed, lay.csa_entries, r, false, -1, 1);
+    dr.key_out = rows(Kind::Completed, lay.indexer_keys, r, false, -1, 1);
+    dr.csa_pos = rows(Kind::GroupStart, lay.csa_entries, r, false, 0, 1);
+    if (dr.csa_keys > 0) dr.key_ids = rows(Kind::Visible, lay.indexer_keys, r, false, 0, dr.csa_keys);
+  }
+  return dr;
+}
+
+void DeepseekV4Model::decode_attention(const V4Layer& L, int l, const StepBatch& batch, const DecodeRows& dr,
+                                       KvCaches& kv, const Tensor& window_cache, const Tensor& iq, const Tensor& iw,
+                                       const Tensor& q, Tensor& out) {
+  const DeepseekV4Config& c = config_;
+  const V4KvLayout& lay = layout_;
+  const int64_t S = dr.S, W = dr.W, D = c.head_dim, rd = c.rope_dim, di = c.index_head_dim;
+  const int64_t nh = c.index_n_heads;
+  const float eps = static_cast<float>(c.base.rms_norm_eps);
+  const bool csa = L.kind == V4AttentionKind::Csa, hca = L.kind == V4AttentionKind::Hca;
+  const int ratio = c.ratio(l), gl = lay.layer_in_group[static_cast<size_t>(l)];
+  const Tensor& table = csa || hca ? rope_.compress.tensor() : rope_.main.tensor();
+  ArenaScope scope(arena_);
+  // The group this step completes (if any) of each sequence, pooled into the entry caches
+  // (slot -1: none completed, nothing stored).
+  if (csa || hca) {
+    const int pending = csa ? lay.csa_pending : lay.hca_pending, entries = csa ? lay.csa_entries : lay.hca_entries;
+    const Tensor pend = cache_rows(kv[static_cast<size_t>(pending)][static_cast<size_t>(gl)]);
+    auto pool = [&](const V4Compressor& cp, int64_t d, int64_t kv_col, int64_t gate_col, const DeviceBuffer& ids,
+                    const DeviceBuffer& pos, const DeviceBuffer& slots, const Tensor& dst) {
+      ArenaScope inner(arena_);
+      const int64_t width = csa ? 2 * d : d;
+      DeviceBuffer pooled = alloc(act_, {S, d}), normed = alloc(act_, {S, d});
+      be_.compressor_pool_rows(columns(pend, kv_col, width), columns(pend, gate_col, width), cp.ape, ids.tensor(),
+                               ratio, csa, pooled.tensor());
+      be_.rms_norm(pooled.tensor(), cp.norm, eps, normed.tensor());
+      be_.rope(normed.tensor(), pos.tensor().view({S}), table, static_cast<int>(d - rd), static_cast<int>(rd), true);
+      store_rows(be_, normed.tensor(), dst, slots.tensor().view({S}));
+    };
+    const DeviceBuffer& ids = csa ? dr.csa_pool : dr.hca_pool;
+    const DeviceBuffer& pos = csa ? dr.csa_pos : dr.hca_pos;
+    pool(L.compressor, D, csa ? lay.csa_kv : lay.hca_kv, csa ? lay.csa_gate : lay.hca_gate, ids, pos,
+         csa ? dr.csa_out : dr.hca_out, kv[static_cast<size_t>(entries)][static_cast<size_t>(gl)]);
+    if (csa)
+      pool(L.index_compressor, di, lay.csa_index_kv, lay.csa_index_gate, ids, pos, dr.key_out,
+           kv[static_cast<size_t>(lay.indexer_keys)][static_cast<size_t>(gl)]);
+  }
+  // Rows read: [S * W window rows | S * E entries], through the step's indices.
+  const int64_t E = hca ? dr.hca_entries : csa ? dr.topk : 0;
+  const Tensor& idx = hca ? dr.idx_hca.tensor() : csa ? dr.idx_csa.tensor() : dr.idx_win.tensor();
+  DeviceBuffer rows = alloc(act_, {S * (W + E), D});
+  {
+    Tensor dst = rows.tensor().slice_rows(0, S * W);
+    be_.embedding(dr.win_slots.tensor().view({S * W}), cache_rows(window_cache), dst);
+  }
+  if (E > 0) {
+    const int entries = csa ? lay.csa_entries : lay.hca_entries;
+    const Tensor& ent_cache = kv[static_cast<size_t>(entries)][static_cast<size_t>(gl)];
+    Tensor dst = rows.tensor().slice_rows(S * W, S * (W + E));
+    if (hca) {
+      be_.embedding(dr.hca_vis.tensor().view({S * E}), cache_rows(ent_cache), dst);
+    } else {
+      // The indexer's top entries among each sequence's visible keys, then their rows.
+      const int64_t K = dr.csa_keys;
+      const Tensor& key_cache = kv[static_cast<size_t>(lay.indexer_keys)][static_cast<size_t>(gl)];
+      DeviceBuffer keys = alloc(act_, {S * K, di}), sel = alloc(DType::I32, {S, E}), ent = alloc(DType::I32, {S, E});
+      be_.embedding(dr.key_ids.tensor().view({S * K}), cache_rows(key_cache), keys.tensor());
+      be_.indexer_topk(iq, keys.tensor().view({S, K, di}), iw, batch.positions, ratio,
+                       1.0f / std::sqrt(static_cast<float>(di)), 1.0f / std::sqrt(static_cast<float>(nh)),
+                       sel.tensor());
+      Backend::V4RowRule r;
+      r.kind = Backend::V4RowRule::Kind::Listed;
+      r.fill = 0;
+      r.num_blocks = ent_cache.size(0);
+      r.block_size = ent_cache.size(1);
+      r.index_base = S * W;
+      Tensor ix = columns(dr.idx_csa.tensor(), W, E);
+      be_.v4_decode_rows(batch.seq_lens, sel.tensor(), batch.kv_groups[static_cast<size_t>(entries)].block_tables, r,
+                         ent.tensor(), ix);
+      be_.embedding(ent.tensor().view({S * E}), cache_rows(ent_cache), dst);
+    }
+  }
+  be_.sink_attention(q, rows.tensor(), idx, L.sinks, 1.0f / std::sqrt(static_cast<float>(D)), out);
+}
+
+void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, const DecodeRows* dr,
                             KvCaches& kv, const Tensor& window_cache, int window_group, DeviceBuffer& streams,
                             DeviceBuffer& next) {
   const DeepseekV4Config& c = config_;
@@ -316,7 +471,7 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
   }
   be_.rope(qn.tensor(), batch.positions, table, static_cast<int>(D - rd), static_cast<int>(rd), true);
   DeviceBuffer attn = alloc(act_, {T, heads, D});
-  attention(L, l, batch, sh, kv, window_cache, window_group, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
+  attention(L, l, batch, sh, dr, kv, window_cache, window_group, x.tensor(), qr.tensor(), qn.tensor(), attn.tensor());
   be_.rope(attn.tensor(), batch.positions, inv, static_cast<int>(D - rd), static_cast<int>(rd), true);
   DeviceBuffer o = alloc(act_, {T, H});
   v4_family::grouped_output(be_, arena_, act_, c, attn.tensor().view({T, heads * D}), L.wo_a, L.wo_b, o.tensor());
@@ -327,7 +482,15 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
              comb.tensor());
   be_.rms_norm(collapsed.tensor(), L.ffn_norm, eps, x.tensor());
   DeviceBuffer y = alloc(act_, {T, H}), hash;
-  if (L.hash) {  // the tid2eid rows of the step's tokens
+  if (L.hash && dr != nullptr) {  // the tid2eid rows of the step's tokens, gathered on the device
+    hash = alloc(DType::I32, {T, K});
+    Backend::V4RowRule r;
+    r.kind = Backend::V4RowRule::Kind::TableRows;
+    r.fill = 0;
+    const Tensor& ids = tid2eid_[static_cast<size_t>(l)].tensor();
+    Tensor none;
+    be_.v4_decode_rows(batch.token_ids, Tensor(), ids.view({ids.numel() / K, K}), r, hash.tensor(), none);
+  } else if (L.hash) {  // the tid2eid rows of the step's tokens
     std::vector<int32_t> rows(static_cast<size_t>(T * K));
     for (int64_t t = 0; t < T; ++t)
       std::copy_n(L.tid2eid.data() + static_cast<size_t>(sh.token_ids[t]) * K, K, rows.data() + t * K);
@@ -341,7 +504,7 @@ void DeepseekV4Model::block(const V4Layer& L, int l, const StepBatch& batch, con
 
 // Logits of batch.logits_indices' rows of `streams` [T, hc, H]: hc_head, norm and head are per row.
 void DeepseekV4Model::head_logits(const StepBatch& batch, const Tensor& streams, const V4HyperConnection& hc_head,
-                                  const Tensor& norm, Tensor& logits) {
+                                  const Tensor& norm, Tensor& logits, bool check_rows) {
   const DeepseekV4Config& c = config_;
   const int64_t T = batch.num_tokens, H = c.base.hidden_size, hc = c.hc_mult, V = c.base.vocab_size;
   const int64_t R = batch.logits_indices.numel();
@@ -349,7 +512,7 @@ void DeepseekV4Model::head_logits(const StepBatch& batch, const Tensor& streams,
   DI_CHECK(logits.dims() == std::vector<int64_t>({R, V}), "deepseek_v4: logits must be [", R, ", ", V, "], got ",
            logits.describe());
   if (R == 0) return;
-  for (int32_t r : host_i32(be_, batch.logits_indices))
+  for (int32_t r : check_rows ? host_i32(be_, batch.logits_indices) : std::vector<int32_t>())
     DI_CHECK(r >= 0 && r < T, "deepseek_v4: logits index ", r, " outside the step's ", T, " tokens");
   Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
   DeviceBuffer picked = alloc(DType::F32, {R, hc, H}), h = alloc(act_, {R, H}), hn = alloc(act_, {R, H});
@@ -370,22 +533,37 @@ void DeepseekV4Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
              "deepseek_v4: hidden_out must be F32 [", T, ", ", hc * H,
              "] on the backend's device (the hyper-connection streams after the last layer), got ",
              hidden_out->describe());
+  // A decode step reads nothing back and uploads nothing (a CUDA graph replays it): its row
+  // lists are built on the device; other steps build theirs on the host (StepHost).
+  const bool decode = is_decode(batch);
   arena_.reset();
-  stage_.reset();
-  StepHost sh = StepHost::read(be_, batch, V, "deepseek_v4");
+  StepHost sh;
+  if (!decode) {
+    stage_.reset();
+    sh = StepHost::read(be_, batch, V, "deepseek_v4");
+  }
   rope_.grow(be_, config_, batch.max_seq_len);
   // Embedding, copied into every stream: row t * hc + k of the streams is token t's.
-  std::vector<int32_t> rep(static_cast<size_t>(T * hc));
-  for (int64_t i = 0; i < T * hc; ++i) rep[i] = sh.token_ids[i / hc];
-  DeviceBuffer rep_ids = upload(rep);
+  if (stream_rows_.tensor().numel() < T * hc) {
+    std::vector<int32_t> ids(static_cast<size_t>(std::max(T * hc, 2 * stream_rows_.tensor().numel())));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(static_cast<int64_t>(i) / hc);
+    stream_rows_ = v4_family::upload_i32(be_, ids);
+  }
   DeviceBuffer streams = alloc(DType::F32, {T, hc, H}), next = alloc(DType::F32, {T, hc, H});
-  Tensor s2 = streams.tensor().view({T * hc, H});
-  be_.embedding(rep_ids.tensor(), w_.embed, s2);
+  {
+    ArenaScope scope(arena_);
+    DeviceBuffer emb = alloc(DType::F32, {T, H});
+    be_.embedding(batch.token_ids, w_.embed, emb.tensor());
+    Tensor s2 = streams.tensor().view({T * hc, H});
+    be_.embedding(stream_rows_.tensor().slice_rows(0, T * hc), emb.tensor(), s2);
+  }
+  DecodeRows dr;
+  if (decode) dr = decode_rows(batch, kv);
   for (int l = 0; l < c.num_layers(); ++l)
-    block(w_.layers[static_cast<size_t>(l)], l, batch, sh, kv,
+    block(w_.layers[static_cast<size_t>(l)], l, batch, sh, decode ? &dr : nullptr, kv,
           kv[layout_.window][static_cast<size_t>(l)], layout_.window, streams, next);
   if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
-  head_logits(batch, streams.tensor(), w_.hc_head, w_.norm, logits);
+  head_logits(batch, streams.tensor(), w_.hc_head, w_.norm, logits, !decode);
 }
 
 void DeepseekV4Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
@@ -437,7 +615,7 @@ void DeepseekV4Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, 
   be_.embedding(rep_ids.tensor(), ep.tensor(), eps_rows.tensor());  // e_proj's row t for each stream
   be_.add(s2, eps_rows.tensor());
   KvCaches none;  // a window-only block reads no other group
-  block(B.block, -1, batch, sh, none, kv_cache, 0, streams, next);
+  block(B.block, -1, batch, sh, nullptr, none, kv_cache, 0, streams, next);
   be_.copy(streams.tensor().view({T * hc, H}), hidden_out);
   head_logits(batch, streams.tensor(), B.hc_head, B.norm, logits);
 }

@@ -49,12 +49,34 @@ class DeepseekV4Model : public Model {
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in, Tensor& hidden_out,
                    Tensor& logits) override;
   uint64_t workspace_epoch() const override { return arena_.epoch(); }
-  // Each step reads its token ids and block tables back and uploads row lists built from them
-  // (StepHost): not capturable until that addressing is computed on the device.
-  bool graph_capturable() const override { return false; }
+  // Decode steps (one new token per sequence) build their row lists on the device
+  // (DecodeRows) and read nothing back: the runner captures and replays them. Other steps
+  // (prefill, verify) and mtp_forward read their token ids and block tables back and upload
+  // row lists built from them (StepHost): they run eagerly.
+  bool graph_capturable() const override { return true; }
+  int max_graph_tokens_per_seq() const override { return 1; }
+  bool mtp_graph_capturable() const override { return false; }
 
  private:
   using StepHost = v4_family::StepHost;
+  // A decode step's addressing, built on the device once per step (Backend::v4_decode_rows)
+  // from the context lengths and block tables, for S sequences of one new token each. The
+  // attention of a layer reads rows [S * W window rows | S * E entries] gathered into one
+  // table, through indices [S, W + E]: slot j < W is the window row e - W + j, slot W + i entry
+  // i (HCA: every visible one; CSA: the indexer's i-th choice); -1 where none. E is fixed by the
+  // step's max_seq_len (a graph's context bucket), so the lists' shapes are the step shape's.
+  struct DecodeRows {
+    int64_t S = 0, W = 0, hca_entries = 0, csa_keys = 0, topk = 0;
+    DeviceBuffer win_slots;                  // I32 [S, W] window rows' slots (0 where none)
+    DeviceBuffer idx_win, idx_hca, idx_csa;  // I32 [S, W + E] per layer kind
+    DeviceBuffer hca_pool, hca_out, hca_pos, hca_vis;  // [S, ratio] pending rows, [S, 1] entry slot, position; [S, E]
+    DeviceBuffer csa_pool, csa_out, key_out, csa_pos, key_ids;  // [S, 2 ratio], [S, 1] x 3, [S, csa_keys]
+  };
+  bool is_decode(const StepBatch& batch) const;
+  DecodeRows decode_rows(const StepBatch& batch, KvCaches& kv);
+  // The decode path of attention() after this step's rows are stored (dr: the step's lists).
+  void decode_attention(const V4Layer& L, int l, const StepBatch& batch, const DecodeRows& dr, KvCaches& kv,
+                        const Tensor& window_cache, const Tensor& iq, const Tensor& iw, const Tensor& q, Tensor& out);
   void check_step(const StepBatch& batch, const KvCaches& kv) const;
   void check_positions(const StepBatch& batch) const;
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
@@ -63,15 +85,17 @@ class DeepseekV4Model : public Model {
   // output, q [T, heads, D] the rotated queries; out [T, heads, D] before the inverse RoPE.
   // l: the main layer's index, -1 for the MTP block (window-only); its window rows live in
   // window_cache, addressed by window group `window_group` of the step.
-  void attention(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
-                 const Tensor& window_cache, int window_group, const Tensor& x, const Tensor& qr, const Tensor& q,
-                 Tensor& out);
+  // dr: a decode step's device-built lists (sh unused), else null (sh's host addressing).
+  void attention(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, const DecodeRows* dr,
+                 KvCaches& kv, const Tensor& window_cache, int window_group, const Tensor& x, const Tensor& qr,
+                 const Tensor& q, Tensor& out);
   // One block (attention then MoE, each between hc_pre and hc_post) over streams [T, hc, H]
   // (F32) in place (next: scratch of the same shape).
-  void block(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, KvCaches& kv,
+  void block(const V4Layer& L, int l, const StepBatch& batch, const StepHost& sh, const DecodeRows* dr, KvCaches& kv,
              const Tensor& window_cache, int window_group, DeviceBuffer& streams, DeviceBuffer& next);
+  // check_rows: read logits_indices back to check them (not in a decode step: graph-safe).
   void head_logits(const StepBatch& batch, const Tensor& streams, const V4HyperConnection& hc_head,
-                   const Tensor& norm, Tensor& logits);
+                   const Tensor& norm, Tensor& logits, bool check_rows = true);
 
   DeepseekV4Config config_;
   V4Weights w_;
@@ -80,6 +104,11 @@ class DeepseekV4Model : public Model {
   V4KvLayout layout_;
   v4_family::RopeTables rope_;
   DeviceBuffer ones_;  // F32 [head_dim]: the unweighted per-head norm
+  std::vector<DeviceBuffer> tid2eid_;  // per layer: I32 [vocab, top_k] on the device (hash layers)
+  // I32 [n] with entry i = i / hc_mult: its first T * hc_mult entries map row t * hc + k of a
+  // step's streams to token t. Grown (doubling) outside captures (the uncaptured step of a shape
+  // comes first) and kept.
+  DeviceBuffer stream_rows_;
   StepArena arena_;    // every temporary of a forward / mtp_forward (step_arena.h)
   UploadStage stage_;  // their host-built I32 lists, uploaded without a wait each
 };

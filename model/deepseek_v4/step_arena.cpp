@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace deepinfer {
 
 namespace {
@@ -17,7 +19,9 @@ size_t StepArena::capacity_bytes() const {
 }
 
 void StepArena::reset() {
-  if (chunks_.size() > 1) {  // last step outgrew the first chunk: one chunk of its peak
+  // Last step outgrew the first chunk: one chunk of its peak (not while a graph is being
+  // captured: a capture follows an uncaptured step of its shape and keeps its chunks).
+  if (chunks_.size() > 1 && !be_.capturing()) {
     const size_t bytes = peak_;  // chunks before the last counted whole: enough for its pattern
     chunks_.clear();
     sizes_.clear();
@@ -38,6 +42,8 @@ DeviceBuffer StepArena::alloc(DType dtype, const std::vector<int64_t>& dims) {
     offset_ = 0;
   }
   if (current_ == chunks_.size()) {
+    DI_CHECK(!be_.capturing(), "step arena: must grow by ", bytes, " bytes during a graph capture (run the step's "
+             "shape uncaptured first)");
     const size_t size = std::max({bytes, kMinChunk, capacity_bytes()});
     chunks_.push_back(be_.alloc(DType::U8, {static_cast<int64_t>(size)}));
     sizes_.push_back(size);

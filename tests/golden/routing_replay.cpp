@@ -249,7 +249,9 @@ void RoutingReplayBackend::indexer_topk(const Tensor& q, const Tensor& keys, con
                                         const Tensor& positions, int ratio, float softmax_scale, float weights_scale,
                                         Tensor& out) {
   inner_.indexer_topk(q, keys, weights, positions, ratio, softmax_scale, weights_scale, out);
-  const int64_t T = out.size(0), K = out.size(1), S = keys.size(0);
+  // keys [S, d], or [T, S, d]: each query its own (a decode step's sequences).
+  const int64_t T = out.size(0), K = out.size(1), S = keys.size(keys.ndim - 2);
+  const int64_t key_stride = keys.ndim == 3 ? S * q.size(2) : 0;
   if (mode_ == Mode::Record) {
     // The recorded scores, from the recording backend's inputs (backend.h's formula, in double).
     const int64_t H = q.size(1), d = q.size(2);
@@ -266,7 +268,7 @@ void RoutingReplayBackend::indexer_topk(const Tensor& q, const Tensor& keys, con
         double total = 0;
         for (int64_t h = 0; h < H; ++h) {
           double dot = 0;
-          for (int64_t i = 0; i < d; ++i) dot += double(qv[(t * H + h) * d + i]) * kv[s * d + i];
+          for (int64_t i = 0; i < d; ++i) dot += double(qv[(t * H + h) * d + i]) * kv[t * key_stride + s * d + i];
           total += std::max(dot, 0.0) * softmax_scale * (double(wv[t * H + h]) * weights_scale);
         }
         call.scores[t * S + s] = static_cast<float>(total);

@@ -186,6 +186,14 @@ class RoutingReplayBackend final : public Backend {
     inner_.mla_attention_prefill_context(q, k, v, kv, softmax_scale, out);
   }
   void kv_gather(const PagedKV& kv, Tensor& rows) override { inner_.kv_gather(kv, rows); }
+  void compressor_pool_rows(const Tensor& kv, const Tensor& gate, const Tensor& ape, const Tensor& row_ids, int ratio,
+                            bool overlap, Tensor& out) override {
+    inner_.compressor_pool_rows(kv, gate, ape, row_ids, ratio, overlap, out);
+  }
+  void v4_decode_rows(const Tensor& keys, const Tensor& rows_in, const Tensor& table, const V4RowRule& rule,
+                      Tensor& slots, Tensor& index) override {
+    inner_.v4_decode_rows(keys, rows_in, table, rule, slots, index);
+  }
   void mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv, const Tensor& indices,
                                   float softmax_scale, int v_dim, Tensor& out) override {
     inner_.mla_attention_paged_sparse(q, kv, indices, softmax_scale, v_dim, out);

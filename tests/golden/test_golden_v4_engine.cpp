@@ -425,8 +425,7 @@ TEST(EngineV4Random, FpEightFpFourWeightsRunBatchedAsAlone) { random_weights_run
 
 // --- The engine on CUDA (DEEPINFER_ACCELERATOR=cuda, skipped otherwise). Batch-invariant
 // kernels make bits comparable: continuous batching with chunked prefill beside decodes,
-// decode steps the runner pads to its graph buckets (V4's forward reads its addressing on the
-// host, so their capture fails and they run eagerly; the step's result stands), and MTP
+// decode steps the runner pads to its graph buckets and replays as CUDA graphs, and MTP
 // drafts made from the hyper-connection streams, F32 on CUDA too (Model::mtp_hidden_dtype;
 // the runner's hidden rows were BF16 there before, which V4's forward refuses).
 bool engine_on_cuda() { return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda"; }
@@ -484,6 +483,37 @@ TEST(EngineV4Cuda, MtpDraftsKeepTheTokens) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(got[i].error.empty()) << got[i].error;
     expect_same(want[i].outputs[0], got[i].outputs[0], "mtp k = 2 on cuda: request " + std::to_string(i));
+  }
+}
+
+// V4 decode steps replay CUDA graphs (their row lists built on the device, padded to the
+// runner's batch and context buckets): the same tokens and logprob bits as eager decode, on
+// every layer kind (window-only, CSA ratio 4, HCA ratio 8 in v4_tiny and 128 in v4_fp8_fp4, a
+// hash-routed first layer), with contexts crossing compression-group boundaries while decoding
+// (past 4, 8, 128 and 256 tokens) and a batch padded with filler sequences (6 -> 8).
+TEST(EngineV4Cuda, GraphDecodeEqualsEagerDecode) {
+  if (!engine_on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+  for (const std::string name : {"v4_tiny", "v4_fp8_fp4"}) {
+    std::mt19937 rng(26);
+    std::vector<Prompt> prompts;
+    for (int len : {3, 11, 29, 118, 125, 250}) prompts.push_back(Prompt::from_tokens(random_ids(rng, len)));
+    const std::vector<SamplingParams> params(prompts.size(), greedy(24));
+    EngineConfig eager_cfg = v4_cuda_config(name);
+    eager_cfg.max_num_seqs = 8;
+    eager_cfg.enable_prefix_caching = false;
+    eager_cfg.enforce_eager = true;
+    Engine eager(eager_cfg);
+    const auto want = eager.generate(prompts, params);
+    EXPECT_EQ(eager.stats().num_graph_steps, 0);
+    EngineConfig graph_cfg = eager_cfg;
+    graph_cfg.enforce_eager = false;
+    Engine graphed(graph_cfg);
+    const auto got = graphed.generate(prompts, params);
+    EXPECT_GT(graphed.stats().num_graph_steps, 10) << name;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE(want[i].error.empty() && got[i].error.empty()) << want[i].error << got[i].error;
+      expect_same(want[i].outputs[0], got[i].outputs[0], name + " graphs vs eager: request " + std::to_string(i));
+    }
   }
 }
 

@@ -2,11 +2,13 @@
 // connections with Sinkhorn), moe_routing_sqrt_softplus (selection-only bias, hash routing,
 // exact ties), silu_mul_clamped, sink_attention (window + compressed rows, holes, an empty
 // query), compressor_pool (overlapping with and without prior rows, HCA-style, a tail that
-// waits) and the V4 indexer_topk (scores + top-k, best first). CUDA against the CPU reference
+// waits) and the V4 indexer_topk (scores + top-k, best first; keys per query too), and the
+// decode step's device-built addressing (v4_decode_rows, compressor_pool_rows). CUDA against the CPU reference
 // in the default and the batch-invariant configuration; outputs are NaN-poisoned inside guard
 // sentinels; shapes are odd on purpose (widths that are not multiples of 32, one token, a tail).
 // Every V4 op works per token (or per output), so rows computed alone must equal the same rows
 // in a batch bit for bit in both configurations.
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <tuple>
@@ -340,6 +342,135 @@ TEST_F(V4Ops, IndexerTopkV4) {
         expect_guards_intact(what);
       }
     }
+  }
+}
+
+// A decode step's addressing (v4_decode_rows, every rule) from random context lengths and
+// block tables with freed (-1) and out-of-range entries: CUDA writes the CPU's integers, slots
+// and index columns of a wider row (a strided view) alike.
+TEST_F(V4Ops, V4DecodeRows) {
+  using Rule = Backend::V4RowRule;
+  using Kind = Rule::Kind;
+  const int64_t S = 37, width = 9, bs = 16, nblocks = 50;
+  std::vector<int32_t> table(static_cast<size_t>(S * width)), keys(static_cast<size_t>(S));
+  for (int32_t& b : table) b = randint(-1, int(nblocks) + 2);
+  for (int32_t& e : keys) e = randint(0, int(width * bs) + 3);
+  keys[0] = 0;
+  keys[1] = 128;
+  struct Case {
+    Kind kind;
+    int ratio;
+    bool overlap;
+    int64_t n;
+  };
+  for (const Case& c : {Case{Kind::Window, 1, false, 24}, Case{Kind::Visible, 4, false, 40}, Case{Kind::Group, 4, true, 8},
+                        Case{Kind::Group, 8, false, 8}, Case{Kind::Completed, 4, false, 1},
+                        Case{Kind::GroupStart, 8, false, 1}, Case{Kind::Listed, 1, false, 11},
+                        Case{Kind::TableRows, 1, false, 6}}) {
+    Rule r;
+    r.kind = c.kind;
+    r.ratio = c.ratio;
+    r.window = 24;
+    r.overlap = c.overlap;
+    r.fill = c.kind == Kind::Visible ? 0 : -1;
+    r.block_size = bs;
+    r.num_blocks = nblocks;
+    r.index_base = 1000;
+    std::vector<int32_t> listed(static_cast<size_t>(S * c.n)), tid(static_cast<size_t>(300 * c.n)), tok(keys);
+    for (int32_t& x : listed) x = randint(-1, int(width * bs) + 5);
+    for (int32_t& x : tid) x = randint(0, 255);
+    for (int32_t& x : tok) x = randint(0, 299);
+    const bool rows_table = c.kind == Kind::TableRows;
+    Tensor kc = cpu_i32(rows_table ? tok : keys, {S}), tc = rows_table ? cpu_i32(tid, {300, c.n}) : cpu_i32(table, {S, width});
+    Tensor lc = c.kind == Kind::Listed ? cpu_i32(listed, {S, c.n}) : Tensor();
+    Tensor sc = cpu_i32(std::vector<int32_t>(static_cast<size_t>(S * c.n)), {S, c.n});
+    Tensor ic = cpu_i32(std::vector<int32_t>(static_cast<size_t>(S * (c.n + 3))), {S, c.n + 3});
+    Tensor icv = ic;
+    icv.shape[1] = c.n;
+    cpu_->v4_decode_rows(kc, lc, tc, r, sc, icv);
+    const std::vector<float> want_s(sc.ptr<int32_t>(), sc.ptr<int32_t>() + S * c.n);
+    const std::vector<float> want_i(ic.ptr<int32_t>(), ic.ptr<int32_t>() + S * (c.n + 3));
+    for (Backend* g : gpus()) {
+      const std::string what = "v4_decode_rows kind " + std::to_string(static_cast<int>(c.kind)) + tag(*g);
+      Tensor sg = gpu_guarded(*g, DType::I32, {S, c.n}), ig = gpu_copy(*g, ic);
+      Tensor igv = ig;
+      igv.shape[1] = c.n;
+      g->v4_decode_rows(gpu_copy(*g, kc), c.kind == Kind::Listed ? gpu_copy(*g, lc) : Tensor(), gpu_copy(*g, tc), r, sg,
+                        igv);
+      EXPECT_EQ(download(*g, sg), want_s) << what << ", seed " << seed_;
+      EXPECT_EQ(download(*g, ig), want_i) << what << " index, seed " << seed_;
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// compressor_pool_rows reads listed rows of a wider table (columns of a paged cache's rows,
+// -1 slots empty): CUDA against the CPU, and against its own compressor_pool over the same rows
+// laid out consecutively (the decode path must give the host-built path's bits).
+TEST_F(V4Ops, CompressorPoolRows) {
+  for (auto [D, ratio, overlap] : {std::tuple<int64_t, int, bool>{33, 4, true}, {40, 8, false}, {128, 128, false}}) {
+    const int64_t C = overlap ? 2 * D : D, W = 2 * C + 5, r = ratio, R = 3 * r + 7, slots = overlap ? 2 * r : r;
+    const std::vector<float> rows = randn(R * W, 1.5f), ape = randn(r * C, 1.0f, false);
+    // Window 0: a first group (no previous one); window 1: two groups; window 2: nothing to pool.
+    std::vector<int32_t> perm(static_cast<size_t>(R));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    std::vector<int32_t> ids(static_cast<size_t>(3 * slots), -1), order;
+    for (int64_t j = 0; j < r; ++j) ids[static_cast<size_t>(slots - r + j)] = perm[static_cast<size_t>((overlap ? r : 0) + j)];
+    for (int64_t j = 0; j < slots; ++j) ids[static_cast<size_t>(slots + j)] = perm[static_cast<size_t>(r + j)];
+    for (int64_t j = 0; j < 2 * r; ++j) order.push_back(perm[static_cast<size_t>(overlap ? r + j : j)]);
+    Tensor apec = cpu_f32(ape, {r, C});
+    auto cols = [](Tensor t, int64_t c0, int64_t width) {
+      t.data = static_cast<char*>(t.data) + c0 * static_cast<int64_t>(dtype_size(t.dtype));
+      t.shape[1] = width;
+      return t;
+    };
+    Tensor rc = cpu_f32(rows, {R, W}), oc = cpu_f32(std::vector<float>(static_cast<size_t>(3 * D)), {3, D});
+    Tensor idc = cpu_i32(ids, {3, slots});
+    cpu_->compressor_pool_rows(cols(rc, 1, C), cols(rc, C + 3, C), apec, idc, ratio, overlap, oc);
+    for (Backend* g : gpus()) {
+      const std::string what = "compressor_pool_rows D " + std::to_string(D) + " ratio " + std::to_string(ratio) + tag(*g);
+      Tensor rg = gpu_float(*g, rows, {R, W}, DType::BF16), og = gpu_guarded(*g, DType::F32, {3, D});
+      g->compressor_pool_rows(cols(rg, 1, C), cols(rg, C + 3, C), gpu_copy(*g, apec), gpu_copy(*g, idc), ratio, overlap,
+                              og);
+      const std::vector<float> got = download(*g, og);
+      expect_close(got, values(oc), kTolF32, what);
+      // The same rows consecutively through compressor_pool: windows 0 and 1 bit for bit.
+      std::vector<float> seq;
+      for (int32_t row : order) seq.insert(seq.end(), rows.begin() + row * W, rows.begin() + (row + 1) * W);
+      Tensor sg = gpu_float(*g, seq, {2 * r, W}, DType::BF16), pg = gpu_guarded(*g, DType::F32, {2, D});
+      g->compressor_pool(cols(sg, 1, C), cols(sg, C + 3, C), gpu_copy(*g, apec), ratio, overlap, Tensor(), Tensor(), pg);
+      const std::vector<float> ref = download(*g, pg);
+      expect_bits(slice(got, 0, 2, D), ref, what + " vs compressor_pool");
+      expect_guards_intact(what);
+    }
+  }
+}
+
+// The indexer with each query's own keys ([T, S, d], a decode step's sequences): CUDA against
+// the CPU with exact integer scores, as IndexerTopkV4.
+TEST_F(V4Ops, IndexerTopkV4PerQueryKeys) {
+  const int64_t T = 7, heads = 16, d = 64, S = 300, k = 64;
+  auto ints = [&](int64_t n, int lo, int hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = float(randint(lo, hi));
+    return v;
+  };
+  const std::vector<float> q = ints(T * heads * d, -2, 2), keys = ints(T * S * d, -2, 2), w = ints(T * heads, -2, 3);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int32_t& p : pos) p = randint(0, int(S * 4) + 5);
+  const float ss = 1.0f / 16, ws = 1.0f / 8;
+  Tensor oc = cpu_i32(std::vector<int32_t>(T * k), {T, k});
+  cpu_->indexer_topk(cpu_f32(q, {T, heads, d}), cpu_f32(keys, {T, S, d}), cpu_f32(w, {T, heads}), cpu_i32(pos, {T}), 4,
+                     ss, ws, oc);
+  std::vector<float> want(oc.ptr<int32_t>(), oc.ptr<int32_t>() + T * k);
+  for (Backend* g : gpus()) {
+    const std::string what = "indexer_topk (V4, per-query keys)" + tag(*g);
+    Tensor og = gpu_guarded(*g, DType::I32, {T, k});
+    g->indexer_topk(gpu_float(*g, q, {T, heads, d}, DType::BF16), gpu_float(*g, keys, {T, S, d}, DType::BF16),
+                    gpu_float(*g, w, {T, heads}, DType::F32), gpu_copy(*g, cpu_i32(pos, {T})), 4, ss, ws, og);
+    EXPECT_EQ(download(*g, og), want) << what << ", seed " << seed_;
+    expect_guards_intact(what);
   }
 }
 
