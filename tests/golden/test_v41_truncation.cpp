@@ -12,7 +12,8 @@
 //  3. chunked prefill (chunks below, across and above the floor) equals one-shot prefill, exact
 //     keep or not; every kept row's logits are finite (no read below the floor); several
 //     sequences with different floors in one step equal each alone;
-//  4. a keep below the floor, an unknown mode and Engram above the last KV source are refused
+//  4. a keep below the floor, an unknown mode, Engram above the last KV source and compact mode
+//     with the DSpark drafter loaded are refused
 //     naming the variable / field; logits asked below the floor are refused; mode off (and a
 //     prompt no longer than keep) leave the forward as it was.
 #include <gtest/gtest.h>
@@ -238,6 +239,40 @@ TEST_F(TruncationV41, BadSettingsAreRefusedNamingTheVariable) {
   }
   o.prefill_truncation_mode = "off";
   EXPECT_NO_THROW(load_model(fixture("v41_engram"), *backend_, o));
+}
+
+// Compact truncation computes a prompt's upper layers only on its last rows, the DSpark drafter's
+// taps need every row: the two together are refused by the model (not silently run untruncated).
+// v41_tiny's schedule with three random drafter stages added (taps at layers 0 and 1).
+TEST_F(TruncationV41, CompactWithTheDrafterIsRefused) {
+  std::ifstream in(fixture("v41_tiny") + "/config.json");
+  nlohmann::json root = nlohmann::json::parse(in);
+  nlohmann::json& t = root["text_config"];
+  t["dspark_block_size"] = 1;
+  t["num_nextn_predict_layers"] = 3;
+  t["dspark_target_layer_ids"] = {0, 1};
+  t["dspark_markov_rank"] = 8;
+  t["dspark_noise_token_id"] = 63;
+  t["dspark_n_routed_experts"] = 4;
+  t["dspark_num_experts_per_tok"] = 2;
+  const DeepseekV41Config c = parse_deepseek_v41_config(root, fixture("v41_tiny") + "/config.json");
+  auto build = [&](const std::string& mode) {
+    return std::make_unique<DeepseekV41Model>(c, random_v41_weights(c, 7, DType::F32), *backend_,
+                                              v41_prefill_truncation(c, mode, 140));
+  };
+  ASSERT_TRUE(v41_prefill_truncation(c, "compact", 140).active()) << "nothing to truncate: the test proves nothing";
+  try {
+    build("compact");
+    FAIL() << "compact truncation with the drafter accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact"), std::string::npos)
+        << e.what();
+  }
+  // Mode off: the model loads with its drafter (its context KV group is declared).
+  auto off = build("off");
+  bool drafter_kv = false;
+  for (const KvGroupSpec& g : off->kv_groups()) drafter_kv = drafter_kv || g.name == "dspark_context";
+  EXPECT_TRUE(drafter_kv);
 }
 
 TEST_F(TruncationV41, LogitsBelowTheFloorAreRefused) {
