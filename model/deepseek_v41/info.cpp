@@ -3,10 +3,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/error.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v4/info.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/kv_layout.h"
+#include "model/deepseek_v41/truncation.h"
 #include "model/deepseek_v41/weights.h"
 
 namespace deepinfer {
@@ -17,6 +19,23 @@ std::string ids(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return "[" + s + "]";
+}
+
+// What DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact would truncate (truncation.h), at the default keep.
+std::string replay_line(const DeepseekV41Config& c) {
+  V41PrefillTruncation t;
+  try {
+    t = v41_prefill_truncation(c, "compact", t.keep);
+  } catch (const Error& e) {
+    return std::string("compact mode refused for this config: ") + e.what();
+  }
+  if (!t.active()) return "nothing to truncate (no layer above the last KV source)";
+  std::ostringstream os;
+  os << "with DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact (default off): layers " << t.first_layer << "-"
+     << t.num_layers - 1 << " on a prompt's last DEEPINFER_YOCO_PREFILL_KEEP_TOKENS rows (default " << t.keep
+     << ", at least " << t.floor << "; equal to full prefill from " << t.exact_keep
+     << "); not with the DSpark drafter";
+  return os.str();
 }
 
 }  // namespace
@@ -98,6 +117,7 @@ std::string v41_summary(const DeepseekV41Config& c) {
      << "; compressed layers theta " << c.compress_rope_theta << ", " << c.compress_rope.type
      << "\n"
      << "max positions          " << b.max_position_embeddings << "\n"
+     << "prefill replay         " << replay_line(c) << "\n"
      << "weights                "
      << (b.quantization.is_fp8() ? "fp8 e4m3, block " + std::to_string(b.quantization.block_n) +
                                        "x" + std::to_string(b.quantization.block_k) +
@@ -121,6 +141,14 @@ void describe_deepseek_v41(const std::string& dir, std::shared_ptr<const Checkpo
   out["candidate_source_layer_id"] = c.candidate_source_layer;
   out["engram_layer_ids"] = c.engram_layers;
   out["num_nextn_predict_layers"] = c.base.num_nextn_predict_layers;
+  try {
+    const V41PrefillTruncation t = v41_prefill_truncation(c, "compact", V41PrefillTruncation{}.keep);
+    out["prefill_truncation"] = {{"first_layer", t.active() ? t.first_layer : -1},
+                                 {"keep_floor", t.floor},
+                                 {"exact_keep", t.exact_keep}};
+  } catch (const Error& e) {
+    out["prefill_truncation"] = {{"refused", e.what()}};
+  }
   out["hidden_size"] = c.base.hidden_size;
   out["vocab_size"] = c.base.vocab_size;
   out["num_attention_heads"] = c.base.num_attention_heads;

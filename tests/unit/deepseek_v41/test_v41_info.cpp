@@ -28,6 +28,12 @@ TEST(DeepseekV41Info, ParameterCountIsTheCheckpointsTensors) {
   describe_deepseek_v41(kDir, reader, out);
   EXPECT_EQ(out["parameters"]["total"].get<int64_t>(), total);
   EXPECT_EQ(out["kv_source_layer_ids"], nlohmann::json({1, 3, 4}));
+  // Compact prefill truncation: layers above the last KV source (5, 6); floor window 8 + 2 x (5 + 1),
+  // exact from 2 layers x (8 - 1) + 1 rows.
+  EXPECT_EQ(out["prefill_truncation"]["first_layer"], 5);
+  EXPECT_EQ(out["prefill_truncation"]["keep_floor"], 20);
+  EXPECT_EQ(out["prefill_truncation"]["exact_keep"], 15);
+  EXPECT_NE(out["summary"].get<std::string>().find("layers 5-6 on a prompt's last"), std::string::npos);
   EXPECT_NE(out["summary"].get<std::string>().find("index sources          [1, 3, 4, 6]"),
             std::string::npos)
       << out["summary"].get<std::string>();
