@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# deepinfer's CUDA backend against llama.cpp's CUDA build on the same card, the same day, the same
+# weights (issue 17 item 4): prefill 512 and 4096 at batch 1, decode at batch 1, 8 and 64 after a
+# 512-token prompt, rounds interleaved. Runs on the device machine in one call (~10 min):
+#   1. llama.cpp built from its source (a tar.xz of llama.cpp's tree, never committed; e.g. the copy
+#      inside the llama-cpp-python sdist from PyPI), CUDA for sm_90a, only llama-batched-bench;
+#   2. a random BF16 checkpoint of the bench config under the released names
+#      (bench/cuda/random_hf_checkpoint.py), the tokenizer beside it;
+#   3. the GGUF made by llama.cpp's own converter (bench/cpu/convert_for_llamacpp.py), BF16;
+#   4. ROUNDS rounds of `deepinfer bench` (--backend cuda, no speculation: kernels against kernels)
+#      and llama-batched-bench (all layers on the GPU, flash attention on), same model files;
+#   5. medians and ratios in $OUT/summary.txt; raw records deepinfer.jsonl and llamacpp.jsonl.
+#
+#   LLAMA_SRC_TAR=llama.tar.xz TOKENIZER_TAR=tok.tar.xz DEEPINFER=path/to/deepinfer \
+#   CONFIG=bench-v3-7b/config.json OUT=dir bench/cuda/vs_llamacpp_cuda.sh
+# (TOKENIZER_TAR holds one folder with tokenizer.json and tokenizer_config.json.)
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${OUT:-/tmp/vs_llamacpp_cuda}"
+work="${WORK:-/tmp/vsllama}"
+rounds="${ROUNDS:-3}"
+di="${DEEPINFER:?set DEEPINFER to a CUDA build of the deepinfer CLI}"
+config="${CONFIG:?set CONFIG to the bench config.json}"
+mkdir -p "$out" "$work/src" "$work/tok"
+log() { echo "[$(date -u +%T)] $*" | tee -a "$out/summary.txt"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$out/gpu.txt"
+
+log "1. build llama.cpp (CUDA, sm_90a)"
+tar -C "$work/src" -xJf "${LLAMA_SRC_TAR:?}" || exit 1
+# Only the two bench tools: the tree's own tools/CMakeLists.txt adds every tool (server, mtmd, ...).
+printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(batched-bench)\n' > "$work/src/tools/CMakeLists.txt"
+cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=ON -DGGML_CUDA_NCCL=OFF -DLLAMA_CURL=OFF \
+  -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+  > "$out/llama_cmake.log" 2>&1 || { tail -20 "$out/llama_cmake.log"; exit 1; }
+cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" > "$out/llama_build.log" 2>&1 ||
+  { tail -30 "$out/llama_build.log"; exit 1; }
+lb="$work/build/bin/llama-batched-bench"
+log "llama.cpp built"
+
+log "2. random BF16 checkpoint"
+tar -C "$work/tok" -xJf "${TOKENIZER_TAR:?}" || exit 1
+tokdir="$(dirname "$(find "$work/tok" -name tokenizer.json | head -1)")"
+python3 "$root/bench/cuda/random_hf_checkpoint.py" "$config" "$work/model" || exit 1
+cp "$tokdir/tokenizer.json" "$tokdir/tokenizer_config.json" "$work/model/"
+
+log "3. GGUF (llama.cpp's converter, BF16)"
+PYTHONPATH="$work/src/gguf-py:${PYTHONPATH:-}" python3 "$root/bench/cpu/convert_for_llamacpp.py" "$work/src" \
+  "$work/model" "$tokdir/tokenizer.json" "$work/model-bf16.gguf" bf16 > "$out/convert.log" 2>&1 ||
+  { tail -20 "$out/convert.log"; exit 1; }
+log "converted: $(du -h "$work/model-bf16.gguf" | cut -f1)"
+
+: > "$out/deepinfer.jsonl"
+: > "$out/llamacpp.jsonl"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+for r in $(seq 1 "$rounds"); do
+  "$di" bench --backend cuda --model "$work/model" --skip-weight-check --prefill 512,4096 --batch 1,8,64 \
+    --prompt-len 512 --gen-len 128 --num-speculative-tokens 0 --repeats 1 --warmup 1 --tag "round$r" \
+    >> "$out/deepinfer.jsonl" 2>> "$out/deepinfer.err"
+  "$lb" -m "$work/model-bf16.gguf" -ngl 99 -fa on -c 4608 -b 4096 -ub 4096 -npp 512,4096 -ntg 1 -npl 1 \
+    --output-format jsonl 2>> "$out/llamacpp.err" | grep '^{' | sed "s/^{/{\"round\": $r, \"kind\": \"prefill\", /" >> "$out/llamacpp.jsonl"
+  "$lb" -m "$work/model-bf16.gguf" -ngl 99 -fa on -c 41984 -b 4096 -ub 512 -npp 512 -ntg 128 -npl 1,8,64 \
+    --output-format jsonl 2>> "$out/llamacpp.err" | grep '^{' | sed "s/^{/{\"round\": $r, \"kind\": \"decode\", /" >> "$out/llamacpp.jsonl"
+  log "round $r done"
+done
+python3 - "$out" <<'PY' | tee -a "$out/summary.txt"
+import json, statistics, sys
+out = sys.argv[1]
+di = [json.loads(l) for l in open(f"{out}/deepinfer.jsonl") if l.startswith("{")]
+lc = [json.loads(l) for l in open(f"{out}/llamacpp.jsonl") if l.startswith("{")]
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+rows = []
+for n in (512, 4096):
+    ours = med([r["tokens_per_s"] for r in di if r["kind"] == "prefill" and r["tokens"] == n])
+    peer = med([r["speed_pp"] for r in lc if r["kind"] == "prefill" and r["pp"] == n])
+    rows.append((f"prefill {n}", ours, peer))
+for b in (1, 8, 64):
+    ours = med([r["tokens_per_s"] for r in di if r["kind"] == "decode" and r["batch"] == b])
+    peer = med([r["speed_tg"] for r in lc if r["kind"] == "decode" and r["pl"] == b])
+    rows.append((f"decode batch {b}", ours, peer))
+print("tok/s medians, bench config BF16, same weights (deepinfer safetensors / llama.cpp GGUF of them)")
+print(f"{'figure':16} {'deepinfer':>10} {'llama.cpp':>10} {'ratio':>7}")
+for name, a, b in rows:
+    print(f"{name:16} {a:10.1f} {b:10.1f} {a / b:7.2f}")
+PY
