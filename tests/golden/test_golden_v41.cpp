@@ -20,6 +20,18 @@
 //     number of blocks;
 //  3. the prompt in chunks (7, 1, 9, the rest): logits bit-equal to the one-shot prefill's;
 //  4. sequences of different lengths and chunkings in one step: bit-equal to each alone.
+// GoldenV41Cuda (DEEPINFER_ACCELERATOR=cuda; skipped otherwise): the same fixtures on the CUDA
+// backend, BF16 activations as V4's (the hyper-connection streams, router logits and indexer
+// scores F32; the FP8 32x32 linears dequantized to BF16 exactly, see DeepseekV41Model::
+// upload_weights), so the tolerance is V4's 3e-2 * max(1, max |oracle|); each step also runs on the
+// CPU reference, which records its MoE routing, indexer top-k (topk_finite) and candidate blocks,
+// and CUDA replays them where a near-tie flipped one (routing_replay.h; a larger difference fails):
+//  1. whole-prompt prefill vs the oracle, then the oracle's 32 greedy tokens fed one at a time
+//     through the paged cache: each one CUDA's argmax or within the tolerance of it, each step's
+//     logits within the tolerance of the CPU's;
+//  2. chunks 7 + 1 + 9 + rest vs the oracle;
+//  3. batch-invariant configuration (no replay): three sequences batched with different chunkings
+//     bit-equal to one-shot prefills of each alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +46,7 @@
 #include "model/deepseek_v41/model.h"
 #include "model/model.h"
 #include "paged_driver.h"
+#include "cuda_golden.h"
 
 namespace deepinfer {
 namespace {
@@ -60,6 +73,21 @@ Reference read(const std::string& dir) {
           j.at("logits").get<std::vector<std::vector<double>>>()};
 }
 
+double max_ref(const Reference& ref) {
+  double m = 1.0;
+  for (const auto& row : ref.logits)
+    for (double v : row) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// max |rows[r] - oracle[r]| over the rows.
+double worst_diff(const Rows& rows, const Reference& ref) {
+  double worst = 0.0;
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t v = 0; v < rows[r].size(); ++v) worst = std::max(worst, std::fabs(rows[r][v] - ref.logits[r][v]));
+  return worst;
+}
+
 class GoldenV41 : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -72,19 +100,8 @@ class GoldenV41 : public ::testing::TestWithParam<std::string> {
     test::PagedDriver driver(*model_, *backend_, kBlockSize);
     return driver.step({{driver.add_sequence(), ids, true}});
   }
-  double max_ref() const {
-    double m = 1.0;
-    for (const auto& row : ref_.logits)
-      for (double v : row) m = std::max(m, std::fabs(v));
-    return m;
-  }
-  double worst_diff(const Rows& rows) const {
-    double worst = 0.0;
-    for (size_t r = 0; r < rows.size(); ++r)
-      for (size_t v = 0; v < rows[r].size(); ++v)
-        worst = std::max(worst, std::fabs(rows[r][v] - ref_.logits[r][v]));
-    return worst;
-  }
+  double max_ref() const { return deepinfer::max_ref(ref_); }
+  double worst_diff(const Rows& rows) const { return deepinfer::worst_diff(rows, ref_); }
   static constexpr int kBlockSize = 4;  // several blocks per window and compressed group
   Reference ref_;
   std::unique_ptr<Backend> backend_;
@@ -173,6 +190,71 @@ TEST_P(GoldenV41, RandomWeightsLoadAndRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
+
+constexpr double kToleranceBf16 = 3e-2;
+constexpr double kTopkMargin = 0.1;  // as V4's CUDA golden (test_golden_v4.cpp says why)
+
+class GoldenV41Cuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_goldens_wanted()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    ref_ = read(fixture(GetParam()));
+    h_.open(fixture(GetParam()), kTopkMargin);
+    scale_ = max_ref(ref_);
+  }
+  void TearDown() override { h_.report("[golden v41] " + GetParam()); }
+  static constexpr int kBlockSize = 4;
+  Reference ref_;
+  test::CudaGolden h_;
+  double scale_ = 1;
+};
+
+TEST_P(GoldenV41Cuda, PrefillAndTeacherForcedDecodeMatch) {
+  auto p = h_.pair(kBlockSize);
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  const Rows logits = h_.step(*p, {{seq, ref_.prompt, true}});
+  const double worst = worst_diff(logits, ref_);
+  std::printf("[golden v41] %s on cuda: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+              GetParam().c_str(), ref_.prompt.size(), worst, scale_);
+  EXPECT_LE(worst, kToleranceBf16 * scale_);
+  h_.teacher_forced(*p, seq, logits.back(), ref_.greedy, kToleranceBf16 * scale_, "[golden v41] " + GetParam());
+}
+
+TEST_P(GoldenV41Cuda, ChunkedPrefillMatches) {
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size());
+  auto p = h_.pair(kBlockSize);
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  Rows chunked;
+  int64_t first = 0;
+  for (int64_t len : {int64_t{7}, int64_t{1}, int64_t{9}, T - 17}) {
+    std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
+    for (auto& r : h_.step(*p, {{seq, chunk, true}})) chunked.push_back(std::move(r));
+    first += len;
+  }
+  const double worst = worst_diff(chunked, ref_);
+  std::printf("[golden v41] %s on cuda: chunks 7 + 1 + 9 + rest, max |logit - oracle| = %.3g\n", GetParam().c_str(),
+              worst);
+  EXPECT_LE(worst, kToleranceBf16 * scale_);
+}
+
+TEST_P(GoldenV41Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
+  auto model = load_model(fixture(GetParam()), *h_.gpu_inv);
+  auto prefill = [&](const std::vector<int32_t>& ids) {
+    test::PagedDriver d(*model, *h_.gpu_inv, kBlockSize);
+    return d.step({{d.add_sequence(), ids, true}});
+  };
+  const std::vector<int32_t>& p = ref_.prompt;
+  const std::vector<std::vector<int32_t>> seqs = {
+      p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
+  test::PagedDriver driver(*model, *h_.gpu_inv, kBlockSize, /*num_blocks=*/96);
+  const std::vector<Rows> got = test::batched_steps(driver, seqs);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(seqs[i]), got[i], GetParam() + " on cuda (batch-invariant): sequence " + std::to_string(i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41Cuda, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
 
 }  // namespace
 }  // namespace deepinfer
