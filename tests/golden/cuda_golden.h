@@ -49,10 +49,11 @@ class CudaGolden {
   // The replay counts, prefixed by `tag` (e.g. "[golden v4] v4_tiny").
   void report(const std::string& tag) const {
     if (!rep) return;
-    std::printf("%s on cuda: routing of %lld tokens compared, %lld near-tie flips replayed; top-k / candidate rows "
-                "%lld compared, %lld replayed\n",
+    std::printf("%s on cuda: routing of %lld tokens compared, %lld near-tie flips replayed (largest gap %.3g); "
+                "top-k / candidate rows %lld compared, %lld replayed (largest relative gap %.3g)\n",
                 tag.c_str(), static_cast<long long>(log.compared_tokens), static_cast<long long>(log.flipped_tokens),
-                static_cast<long long>(log.compared_rows), static_cast<long long>(log.flipped_rows));
+                log.max_flip_margin, static_cast<long long>(log.compared_rows), static_cast<long long>(log.flipped_rows),
+                log.max_topk_margin);
   }
   struct Pair {
     PagedDriver cpu, gpu;
