@@ -31,8 +31,10 @@ inline bool cuda_goldens_wanted() { return env_settings().get_string("DEEPINFER_
 
 class CudaGolden {
  public:
-  // Backends and both models of `checkpoint`; throws / fails when CUDA is not built in.
-  void open(const std::string& checkpoint, double topk_margin) {
+  // Backends and both models of `checkpoint`; throws / fails when CUDA is not built in. The
+  // margins: the largest near-tie a replayed routing choice (choice-score units) and top-k choice
+  // (relative to the row's largest |score|) may differ by (routing_replay.h).
+  void open(const std::string& checkpoint, double topk_margin, double routing_margin = 0.02) {
     BackendOptions o;
     o.cuda = cuda_options(env_settings());
     o.cuda.fp8_act_min_rows = std::numeric_limits<int64_t>::max();
@@ -42,7 +44,8 @@ class CudaGolden {
     gpu_inv = make_cuda_backend(o);
     cpu = make_cpu_backend();
     rec = std::make_unique<RoutingReplayBackend>(*cpu, log, RoutingReplayBackend::Mode::Record);
-    rep = std::make_unique<RoutingReplayBackend>(*gpu, log, RoutingReplayBackend::Mode::Replay, 0.02, topk_margin);
+    rep = std::make_unique<RoutingReplayBackend>(*gpu, log, RoutingReplayBackend::Mode::Replay, routing_margin,
+                                                 topk_margin);
     cpu_model = load_model(checkpoint, *rec);
     gpu_model = load_model(checkpoint, *rep);
   }
