@@ -420,7 +420,9 @@ class Backend {
                               Tensor& slots, Tensor& index);
 
   // --- DeepSeek-V4.1 (model/deepseek_v41/): host references in backend/cpu/{fake_quant,
-  // hyper_connection, compressor}.cpp (F32 host tensors; fail on other devices, no CUDA yet). ---
+  // hyper_connection, compressor, engram}.cpp (F32 host tensors; fail on other devices); CUDA in
+  // backend/cuda/{fake_quant, hyper_connection, engram, indexer}.cu, where rows, streams and the
+  // collapse's output may also be BF16 (the formats' values are exact in BF16). ---
   // The cache formats' fake quantization, in place on rows x [R, C] (F32), per block of `block`
   // channels (C % block == 0): amax = max |x| of the block;
   //   Fp8Ue8m0x32: scale = 2^ceil(log2(max(amax, 1e-4) / 448)); x = e4m3(clamp(x / scale, +-448)) * scale

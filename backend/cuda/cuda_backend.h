@@ -112,6 +112,21 @@ class CudaBackend final : public Backend {
                             int ratio, bool overlap, Tensor& out) override;
   void v4_decode_rows(const Tensor& keys, const Tensor& rows_in, const Tensor& table, const V4RowRule& rule,
                       Tensor& slots, Tensor& index) override;  // v4_rows.cu
+  // DeepSeek-V4.1: fake_quant.cu (the cache formats), hyper_connection.cu (hc_mix, hc_collapse),
+  // engram.cu (engram_gate, embedding_fp8_rows), indexer.cu (scores, candidate blocks, top-k).
+  void fake_quant(Tensor& x, FakeQuant kind) override;
+  void store_packed_rows(const Tensor& x, FakeQuant kind, const PagedKV& kv) override;
+  void gather_packed_rows(const Tensor& ids, const Tensor& cache, FakeQuant kind, Tensor& out) override;
+  void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+              const HyperConnectionParams& params, Tensor& pre, Tensor& post, Tensor& comb) override;
+  void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override;
+  void engram_gate(const Tensor& streams, const Tensor& kv, const Tensor& weight, float eps, Tensor& out) override;
+  void embedding_fp8_rows(const Tensor& ids, const Tensor& table, const Tensor& scales, Tensor& out) override;
+  void indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                              int ratio, float softmax_scale, float weights_scale, Tensor& scores) override;
+  void candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
+                        int64_t block_size, Tensor& bias) override;
+  void topk_finite(const Tensor& scores, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
@@ -141,7 +156,7 @@ class CudaBackend final : public Backend {
   // contents are not kept across growth). Slots let one op hold several buffers.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
               kSlotMoeAct, kSlotMoeOut, kSlotMoeGather, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
-              kSlotCount };
+              kSlotV41, kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);

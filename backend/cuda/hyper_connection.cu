@@ -6,7 +6,8 @@
 //    sigmoid / softmax / Sinkhorn steps in the CPU's order, and the collapse sums the streams
 //    in ascending order. Nothing depends on the other tokens of the launch: batch-invariant
 //    by construction, and the grid depends on the shapes only (graph-safe).
-//  - hc_post: elementwise, each output sums the streams in ascending order.
+//  - hc_mix (V4.1): hc_pre's kernel writing pre instead of the collapse.
+//  - hc_post, hc_collapse (V4.1): elementwise, each output sums the streams in ascending order.
 // Streams and outputs F32 or BF16; fn, base, scale, post and comb F32.
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,7 @@ struct MixArgs {
   int c_kind;
   float* post;  // [T, hc] (hc_pre)
   float* comb;  // [T, hc, hc] (hc_pre)
+  float* pre_out = nullptr;  // [T, hc] (hc_mix: pre written, no collapse)
 };
 
 __device__ __forceinline__ float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -65,6 +67,8 @@ __global__ void __launch_bounds__(kThreads) hc_mix_kernel(MixArgs a) {
     const float* b = a.base;
     const float* sc = a.scale;
     for (int k = 0; k < hc; ++k) pre[k] = sigmoidf(mix[k] * sc[0] + b[k]) + a.hc_eps;
+    if (a.pre_out != nullptr)
+      for (int k = 0; k < hc; ++k) a.pre_out[int64_t{t} * hc + k] = pre[k];
     if (!a.head) {
       for (int k = 0; k < hc; ++k) a.post[int64_t{t} * hc + k] = 2.0f * sigmoidf(mix[hc + k] * sc[1] + b[hc + k]);
       float c[kMaxHc * kMaxHc];  // c[j * hc + k]: row j, column k
@@ -96,6 +100,7 @@ __global__ void __launch_bounds__(kThreads) hc_mix_kernel(MixArgs a) {
     }
   }
   __syncthreads();
+  if (a.collapsed == nullptr) return;
   for (int d = tid; d < a.H; d += kThreads) {
     float acc = 0.0f;
     for (int k = 0; k < hc; ++k) acc += pre[k] * ld(a.x, base_i + int64_t{k} * a.H + d, a.x_kind);
@@ -111,6 +116,18 @@ __global__ void hc_post_kernel(const void* x, int x_kind, const void* f, int f_k
     const float* c = comb + t * hc * hc;
     float acc = post[t * hc + k] * ld(f, t * H + d, f_kind);
     for (int j = 0; j < hc; ++j) acc += c[j * hc + k] * ld(x, (t * hc + j) * H + d, x_kind);
+    st(out, i, o_kind, acc);
+  }
+}
+
+// hc_collapse: out[t, d] = sum_k pre[t, k] streams[t, k, d], the streams in ascending order.
+__global__ void hc_collapse_kernel(const void* x, int x_kind, const float* pre, int64_t T, int hc, int64_t H,
+                                   void* out, int o_kind) {
+  const int64_t n = T * H;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / H, d = i % H;
+    float acc = 0.0f;
+    for (int k = 0; k < hc; ++k) acc += pre[t * hc + k] * ld(x, (t * hc + k) * H + d, x_kind);
     st(out, i, o_kind, acc);
   }
 }
@@ -143,6 +160,43 @@ void CudaBackend::hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& 
             p.hc_eps, p.norm_eps, collapsed.data, float_kind(collapsed.dtype), post.ptr<float>(),
             comb.ptr<float>()};
   launch_mix(*this, a, T, op, streams.describe());
+}
+
+void CudaBackend::hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+                         const HyperConnectionParams& p, Tensor& pre, Tensor& post, Tensor& comb) {
+  const char* op = "hc_mix";
+  check_device(streams, "hc_mix streams");
+  DI_CHECK(streams.ndim == 3, op, ": streams must be [T, hc, H], got ", streams.describe());
+  const int64_t T = streams.size(0), hc = p.hc_mult, H = streams.size(2), mixes = (2 + hc) * hc;
+  DI_CHECK(hc >= 1 && hc <= kMaxHc, op, ": CUDA takes hc_mult in [1, ", kMaxHc, "], got ", hc);
+  DI_CHECK(p.sinkhorn_iters >= 1, op, ": sinkhorn_iters must be >= 1, got ", p.sinkhorn_iters);
+  check_exact(streams, {DType::F32, DType::BF16}, {T, hc, H}, "hc_mix streams");
+  check_exact(fn, {DType::F32}, {mixes, hc * H}, "hc_mix fn");
+  check_exact(base, {DType::F32}, {mixes}, "hc_mix base");
+  check_exact(scale, {DType::F32}, {3}, "hc_mix scale");
+  check_exact(pre, {DType::F32}, {T, hc}, "hc_mix pre");
+  check_exact(post, {DType::F32}, {T, hc}, "hc_mix post");
+  check_exact(comb, {DType::F32}, {T, hc, hc}, "hc_mix comb");
+  MixArgs a{streams.data, float_kind(streams.dtype), fn.ptr<float>(), base.ptr<float>(), scale.ptr<float>(),
+            static_cast<int>(hc), static_cast<int>(H), static_cast<int>(mixes), p.sinkhorn_iters, false,
+            p.hc_eps, p.norm_eps, nullptr, 0, post.ptr<float>(), comb.ptr<float>(), pre.ptr<float>()};
+  launch_mix(*this, a, T, op, streams.describe());
+}
+
+void CudaBackend::hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) {
+  const char* op = "hc_collapse";
+  check_device(streams, "hc_collapse streams");
+  DI_CHECK(streams.ndim == 3, op, ": streams must be [T, hc, H], got ", streams.describe());
+  const int64_t T = streams.size(0), hc = streams.size(1), H = streams.size(2);
+  check_exact(streams, {DType::F32, DType::BF16}, {T, hc, H}, "hc_collapse streams");
+  check_exact(pre, {DType::F32}, {T, hc}, "hc_collapse pre");
+  check_exact(out, {DType::F32, DType::BF16}, {T, H}, "hc_collapse out");
+  const int64_t n = T * H;
+  if (n == 0) return;
+  const unsigned grid = std::min<unsigned>(ceil_div(n, 256), static_cast<unsigned>(num_sms_) * 8);
+  hc_collapse_kernel<<<grid, 256, 0, stream_>>>(streams.data, float_kind(streams.dtype), pre.ptr<float>(), T,
+                                                static_cast<int>(hc), H, out.data, float_kind(out.dtype));
+  check_launch(op, streams.describe());
 }
 
 void CudaBackend::hc_head(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,

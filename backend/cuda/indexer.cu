@@ -12,6 +12,9 @@
 //    (higher score first, then lower position; NaN ranks as -inf, -0 equals +0). A context of at
 //    most k positions keeps them all (-1 padded). The grid depends on the shapes only, so both
 //    ops replay in CUDA graphs.
+//  - V4.1: indexer_scores_visible is V4's score kernel alone (every visible score kept, -inf
+//    past); topk_finite the radix select over a row for min(k, entries above -inf), written best
+//    first; candidate_blocks a block-max kernel, topk_finite over the block scores and a bias fill.
 #include <mma.h>
 
 #include <algorithm>
@@ -254,6 +257,28 @@ __device__ __forceinline__ int row_context(const TopkRows& rows, int t, bool by_
   return pos + 1;
 }
 
+// The n_sel kept positions sel[0 .. n_sel) of a score row (any order) -> o[0 .. k) best first
+// (higher score, then lower position), -1 padded. sel has room for k positions then k keys.
+// Called by every thread of a block of kTopkThreads.
+__device__ void write_best_first(const float* row, int32_t* sel, int n_sel, int k, int32_t* o) {
+  const int tid = threadIdx.x;
+  __syncthreads();
+  uint32_t* keys = reinterpret_cast<uint32_t*>(sel + k);
+  for (int i = tid; i < n_sel; i += kTopkThreads) keys[i] = order_key(row[sel[i]]);
+  __syncthreads();
+  for (int i = tid; i < k; i += kTopkThreads) {
+    if (i >= n_sel) {
+      o[i] = -1;
+      continue;
+    }
+    const int p = sel[i];
+    const uint32_t key = keys[i];
+    int rank = 0;
+    for (int j = 0; j < n_sel; ++j) rank += keys[j] > key || (keys[j] == key && sel[j] < p);
+    o[rank] = p;
+  }
+}
+
 // Top-k of few long rows over more blocks (V3.2 decode at batch 1: 128k positions would be one
 // block's): grid (P, T), block (p, t) selects the k best of positions [p L, (p + 1) L) of row t
 // (all of them when fewer) into cand[t, p, 0 .. k), ascending, -1 padded. The k best of a row are
@@ -292,23 +317,53 @@ __global__ void __launch_bounds__(kTopkThreads) indexer_topk_kernel(const float*
     select_topk(row, 0, ctx, nullptr, k, false, dst, sh);
   }
   if (!kByScore) return;
-  // Best first: the output slot of a kept position is the number of kept ones that beat it.
+  write_best_first(row, sel, min(ctx, k), k, out + int64_t{t} * k);
+}
+
+// V4.1's topk_finite: grid (T), kTopkThreads threads, dynamic shared memory 8 k bytes. Row t of
+// scores [T, ld] (n columns): the min(k, finite) best of its entries above -inf (NaN ranks as
+// -inf: the CPU's `score > -inf`), best first, -1 padded. The radix select of the n_sel-th best
+// key over the whole row never reaches a -inf key while n_sel entries rank above it.
+__global__ void __launch_bounds__(kTopkThreads) topk_finite_kernel(const float* scores, int64_t ld, int n, int k,
+                                                                  int32_t* out) {
+  extern __shared__ int32_t sel[];
+  __shared__ TopkShared sh;
+  __shared__ float red[32];
+  const float* row = scores + int64_t{blockIdx.x} * ld;
+  float count = 0.0f;
+  for (int i = threadIdx.x; i < n; i += kTopkThreads) count += row[i] > -INFINITY ? 1.0f : 0.0f;
+  count = block_sum(count, red);
+  const int n_sel = min(k, static_cast<int>(count));
+  if (n_sel > 0) select_topk(row, 0, n, nullptr, n_sel, false, sel, sh);
+  write_best_first(row, sel, n_sel, k, out + int64_t{blockIdx.x} * k);
+}
+
+// candidate_blocks, step 1: grid (T), block scores [T, nb] = each block's max score (fmax: NaN
+// skipped, as the CPU's std::fmax), +inf for the block of the query's newest visible entry.
+__global__ void candidate_block_scores_kernel(const float* scores, int S, const int32_t* positions, int ratio,
+                                              int block_size, int nb, float* blocks) {
+  const int t = blockIdx.x;
+  const float* row = scores + int64_t{t} * S;
+  const int visible = (positions[t] + 1) / ratio;
+  for (int b = threadIdx.x; b < nb; b += blockDim.x) {
+    float m = -INFINITY;
+    for (int s = b * block_size; s < min(S, (b + 1) * block_size); ++s) m = fmaxf(m, row[s]);
+    if (visible > 0 && (visible - 1) / block_size == b) m = INFINITY;
+    blocks[int64_t{t} * nb + b] = m;
+  }
+}
+
+// candidate_blocks, step 3: grid (T): bias row = -inf, then 0 over the chosen blocks' entries.
+__global__ void candidate_bias_kernel(const int32_t* chosen, int kb, int S, int block_size, float* bias) {
+  const int t = blockIdx.x;
+  float* row = bias + int64_t{t} * S;
+  for (int s = threadIdx.x; s < S; s += blockDim.x) row[s] = -INFINITY;
   __syncthreads();
-  const int n_sel = min(ctx, k);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(sel + k);
-  for (int i = tid; i < n_sel; i += kTopkThreads) keys[i] = order_key(row[sel[i]]);
-  __syncthreads();
-  int32_t* o = out + int64_t{t} * k;
-  for (int i = tid; i < k; i += kTopkThreads) {
-    if (i >= n_sel) {
-      o[i] = -1;
-      continue;
-    }
-    const int p = sel[i];
-    const uint32_t key = keys[i];
-    int rank = 0;
-    for (int j = 0; j < n_sel; ++j) rank += keys[j] > key || (keys[j] == key && sel[j] < p);
-    o[rank] = p;
+  for (int j = 0; j < kb; ++j) {
+    const int b = chosen[int64_t{t} * kb + j];
+    if (b < 0) continue;
+    for (int s = b * block_size + static_cast<int>(threadIdx.x); s < min(S, (b + 1) * block_size); s += blockDim.x)
+      row[s] = 0.0f;
   }
 }
 
@@ -502,6 +557,91 @@ void CudaBackend::indexer_topk(const Tensor& q, const Tensor& keys, const Tensor
   indexer_topk_kernel<true><<<static_cast<unsigned>(T), kTopkThreads, smem, stream_>>>(
       scores, S, rows, static_cast<int>(k), out.ptr<int32_t>());
   check_launch("indexer_topk (V4 select)", shapes);
+}
+
+// --- DeepSeek-V4.1 -------------------------------------------------------------------------
+
+void CudaBackend::indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights,
+                                         const Tensor& positions, int ratio, float softmax_scale, float weights_scale,
+                                         Tensor& scores) {
+  const char* op = "indexer_scores_visible";
+  check_device(q, "indexer_scores_visible q");
+  DI_CHECK(q.ndim == 3 && (keys.ndim == 2 || keys.ndim == 3), op, ": q [T, heads, d], keys [S, d] or [T, S, d] expected, got ",
+           q.describe(), ", ", keys.describe());
+  const bool per_query = keys.ndim == 3;
+  const int64_t T = q.size(0), heads = q.size(1), d = q.size(2), S = keys.size(keys.ndim - 2);
+  DI_CHECK(ratio > 0, op, ": ratio must be > 0, got ", ratio);
+  check_exact(q, {DType::F32, DType::BF16}, {T, heads, d}, "indexer_scores_visible q");
+  if (per_query)
+    check_exact(keys, {DType::F32, DType::BF16}, {T, S, d}, "indexer_scores_visible keys");
+  else
+    check_exact(keys, {DType::F32, DType::BF16}, {S, d}, "indexer_scores_visible keys");
+  check_exact(weights, {DType::F32}, {T, heads}, "indexer_scores_visible weights");
+  check_exact(positions, {DType::I32}, {T}, "indexer_scores_visible positions");
+  check_exact(scores, {DType::F32}, {T, S}, "indexer_scores_visible scores");
+  constexpr int64_t kMaxQ = 16384;  // q as F32 [heads, d] in shared memory
+  DI_CHECK(heads * d <= kMaxQ, op, ": CUDA takes heads * d <= ", kMaxQ, ", got ", q.describe());
+  if (T == 0 || S == 0) return;
+  V4ScoreArgs a{q.data, float_kind(q.dtype), keys.data, float_kind(keys.dtype), per_query, weights.ptr<float>(),
+                positions.ptr<int32_t>(), static_cast<int>(heads), static_cast<int>(d), static_cast<int>(S),
+                ratio, softmax_scale, weights_scale, scores.ptr<float>()};
+  const size_t smem = static_cast<size_t>(heads * d + heads) * 4;
+  set_smem_limit(reinterpret_cast<const void*>(v4_index_scores_kernel), smem, op);
+  v4_index_scores_kernel<<<dim3(ceil_div(S, kV4Chunk), static_cast<unsigned>(T)), kV4Threads, smem, stream_>>>(a);
+  check_launch(op, q.describe() + " keys " + keys.describe());
+}
+
+namespace {
+
+void launch_topk_finite(CudaBackend& be, const float* scores, int64_t ld, int64_t T, int64_t n, int64_t k,
+                        int32_t* out, const char* op, const std::string& shapes) {
+  constexpr int64_t kMaxK = 8192;  // shared memory: 8 k bytes
+  DI_CHECK(k <= kMaxK, op, ": CUDA takes k <= ", kMaxK, ", got ", shapes);
+  const size_t smem = static_cast<size_t>(k) * 8;
+  be.set_smem_limit(reinterpret_cast<const void*>(topk_finite_kernel), smem, op);
+  topk_finite_kernel<<<static_cast<unsigned>(T), kTopkThreads, smem, be.stream()>>>(
+      scores, ld, static_cast<int>(n), static_cast<int>(k), out);
+  be.check_launch(op, shapes);
+}
+
+}  // namespace
+
+void CudaBackend::topk_finite(const Tensor& scores, Tensor& out) {
+  DI_CHECK(scores.ndim == 2 && out.ndim == 2, "topk_finite: scores [T, S], out [T, k] expected, got ",
+           scores.describe(), ", ", out.describe());
+  const int64_t T = scores.size(0), S = scores.size(1), k = out.size(1);
+  check_exact(scores, {DType::F32}, {T, S}, "topk_finite scores");
+  check_exact(out, {DType::I32}, {T, k}, "topk_finite out");
+  if (T == 0 || k == 0) return;
+  launch_topk_finite(*this, scores.ptr<float>(), S, T, S, k, out.ptr<int32_t>(), "topk_finite",
+                     scores.describe() + " -> " + out.describe());
+}
+
+void CudaBackend::candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
+                                   int64_t block_size, Tensor& bias) {
+  const char* op = "candidate_blocks";
+  DI_CHECK(scores.ndim == 2 && ratio > 0 && topk_blocks > 0 && block_size > 0,
+           "candidate_blocks: scores [T, S], ratio, topk_blocks and block_size > 0 expected, got ", scores.describe(),
+           ", ", ratio, ", ", topk_blocks, ", ", block_size);
+  const int64_t T = scores.size(0), S = scores.size(1), nb = (S + block_size - 1) / block_size;
+  check_exact(scores, {DType::F32}, {T, S}, "candidate_blocks scores");
+  check_exact(positions, {DType::I32}, {T}, "candidate_blocks positions");
+  check_exact(bias, {DType::F32}, {T, S}, "candidate_blocks bias");
+  if (T == 0 || S == 0) return;
+  const int64_t kb = std::min(topk_blocks, nb);
+  // Scratch: block scores F32 [T, nb], then the chosen blocks I32 [T, kb].
+  char* space = static_cast<char*>(scratch(kSlotV41, static_cast<size_t>(T * (nb + kb)) * 4, op));
+  float* blocks = reinterpret_cast<float*>(space);
+  int32_t* chosen = reinterpret_cast<int32_t*>(space + T * nb * 4);
+  const std::string shapes = scores.describe() + " blocks of " + std::to_string(block_size);
+  candidate_block_scores_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+      scores.ptr<float>(), static_cast<int>(S), positions.ptr<int32_t>(), ratio, static_cast<int>(block_size),
+      static_cast<int>(nb), blocks);
+  check_launch("candidate_blocks (block scores)", shapes);
+  launch_topk_finite(*this, blocks, nb, T, nb, kb, chosen, "candidate_blocks (top blocks)", shapes);
+  candidate_bias_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(chosen, static_cast<int>(kb), static_cast<int>(S),
+                                                                       static_cast<int>(block_size), bias.ptr<float>());
+  check_launch("candidate_blocks (bias)", shapes);
 }
 
 }  // namespace deepinfer::cuda

@@ -13,35 +13,10 @@ namespace deepinfer {
 
 namespace {
 
-// Every weight tensor of the model on a device backend: linears (F32 become BF16; BF16 and
-// FP8 with their F32 scales as they are) and the F32 small tensors (norms, hc, ape, sinks,
-// bias) as they are.
-class Uploader {
+// Every weight tensor of the model on a device backend (v4_family::DeviceUploader says how).
+class Uploader : public v4_family::DeviceUploader {
  public:
-  Uploader(Backend& be, std::vector<std::shared_ptr<void>>& owners) : be_(be), owners_(owners) {}
-  void tensor(Tensor& t) {
-    if (!t.defined() || t.device == be_.device()) return;
-    DI_CHECK(t.is_contiguous(), "deepseek_v4: cannot upload non-contiguous ", t.describe());
-    auto buf = std::make_shared<DeviceBuffer>(be_.alloc(t.dtype, t.dims()));
-    be_.copy(t, buf->tensor());
-    t = buf->tensor();
-    owners_.push_back(buf);
-  }
-  void linear(Weight& w) {
-    if (w.w.defined() && w.w.device == Device::CPU && w.w.dtype == DType::F32) {
-      auto h = std::make_shared<HostBuffer>(DType::BF16, w.w.dims());
-      for (int64_t i = 0; i < w.w.numel(); ++i) h->ptr<uint16_t>()[i] = float_to_bf16(w.w.ptr<const float>()[i]);
-      w.w = h->tensor();
-      owners_.push_back(h);
-    }
-    tensor(w.w);
-    tensor(w.scale_inv);
-  }
-  void hc(V4HyperConnection& h) {
-    tensor(h.fn);
-    tensor(h.base);
-    tensor(h.scale);
-  }
+  Uploader(Backend& be, std::vector<std::shared_ptr<void>>& owners) : DeviceUploader(be, owners, "deepseek_v4") {}
   void layer(V4Layer& L) {
     for (Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.kv_norm, &L.sinks, &L.gate_bias,
                       &L.compressor.ape, &L.compressor.norm, &L.index_compressor.ape, &L.index_compressor.norm})
@@ -55,10 +30,6 @@ class Uploader {
     for (ExpertWeights& e : L.experts)
       for (Weight* w : {&e.gate, &e.up, &e.down}) linear(*w);
   }
-
- private:
-  Backend& be_;
-  std::vector<std::shared_ptr<void>>& owners_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/layers/rope_table.h"
 
@@ -29,6 +30,53 @@ DeviceBuffer upload_i32(Backend& be, const std::vector<int32_t>& v) {
 
 Tensor cache_rows(const Tensor& cache) {
   return cache.view({cache.size(0) * cache.size(1), cache.size(2)});
+}
+
+void DeviceUploader::tensor(Tensor& t) {
+  if (!t.defined() || t.device == be_.device()) return;
+  DI_CHECK(t.is_contiguous(), model_, ": cannot upload non-contiguous ", t.describe());
+  auto buf = std::make_shared<DeviceBuffer>(be_.alloc(t.dtype, t.dims()));
+  be_.copy(t, buf->tensor());
+  t = buf->tensor();
+  owners_.push_back(buf);
+}
+
+void DeviceUploader::linear(Weight& w) {
+  if (!w.w.defined() || w.w.device != Device::CPU) return;
+  const bool fp8_other_blocks =
+      w.w.dtype == DType::F8_E4M3 && !(w.block_n == 128 && w.block_k == 128 && w.scale_inv.dtype == DType::F32);
+  if (w.w.dtype == DType::F32 || fp8_other_blocks) {
+    DI_CHECK(w.w.ndim == 2 && w.w.is_contiguous(), model_, ": cannot convert weight ", w.w.describe());
+    const int64_t N = w.w.size(0), K = w.w.size(1);
+    auto h = std::make_shared<HostBuffer>(DType::BF16, w.w.dims());
+    uint16_t* o = h->ptr<uint16_t>();
+    if (w.w.dtype == DType::F32) {
+      for (int64_t i = 0; i < N * K; ++i) o[i] = float_to_bf16(w.w.ptr<const float>()[i]);
+    } else {
+      DI_CHECK(w.scale_inv.dtype == DType::F32 && w.scale_inv.ndim == 2 && w.scale_inv.is_contiguous() &&
+                   w.scale_inv.size(0) == (N + w.block_n - 1) / w.block_n &&
+                   w.scale_inv.size(1) == (K + w.block_k - 1) / w.block_k,
+               model_, ": FP8 weight ", w.w.describe(), " with ", w.block_n, "x", w.block_k,
+               " blocks needs F32 scales, got ", w.scale_inv.describe());
+      const int64_t sk = w.scale_inv.size(1);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          o[n * K + k] = float_to_bf16(fp8_e4m3_to_float(w.w.ptr<const uint8_t>()[n * K + k]) *
+                                       w.scale_inv.ptr<const float>()[(n / w.block_n) * sk + k / w.block_k]);
+      w.scale_inv = Tensor();
+      w.block_n = w.block_k = 128;
+    }
+    w.w = h->tensor();
+    owners_.push_back(h);
+  }
+  tensor(w.w);
+  tensor(w.scale_inv);
+}
+
+void DeviceUploader::hc(V4HyperConnection& h) {
+  tensor(h.fn);
+  tensor(h.base);
+  tensor(h.scale);
 }
 
 void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const Tensor& slot_mapping) {

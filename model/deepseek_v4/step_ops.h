@@ -4,6 +4,7 @@
 // output projection. Every tensor op runs on the backend's device.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "core/kv_group_spec.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/step_arena.h"
+#include "model/deepseek_v4/weights.h"
 #include "model/model.h"
 #include "model/step_batch.h"
 
@@ -25,6 +27,24 @@ Tensor cache_rows(const Tensor& cache);
 void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const Tensor& slot_mapping);
 // Columns [c0, c0 + n) of rows [R, C] (a row-strided view).
 Tensor columns(const Tensor& rows, int64_t c0, int64_t n);
+
+// Host weights onto a device backend (the models' constructors; owners keeps the copies alive):
+// tensors as they are; linears F32 -> BF16, FP8 with the 128x128 block scales the CUDA GEMMs read
+// as they are, FP8 with other blocks (V4.1's 32x32) dequantized to BF16, which is exact for
+// power-of-two (E8M0) scales: e4m3 * 2^k has 4 significant bits.
+class DeviceUploader {
+ public:
+  DeviceUploader(Backend& be, std::vector<std::shared_ptr<void>>& owners, const char* model)
+      : be_(be), owners_(owners), model_(model) {}
+  void tensor(Tensor& t);
+  void linear(Weight& w);
+  void hc(V4HyperConnection& h);
+
+ private:
+  Backend& be_;
+  std::vector<std::shared_ptr<void>>& owners_;
+  const char* model_;
+};
 
 // The step's KV caches: one per group's layer, the group's row dtype (act for activation rows)
 // [blocks, block_size, row_dim] on the backend's device; then check_positions.

@@ -32,16 +32,23 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
       be_(backend),
       act_(backend.activation_dtype()),
       layout_(v41_kv_layout(config_, w_.dspark.loaded())), arena_(backend), trunc_(truncation) {
-  DI_CHECK(be_.device() == Device::CPU && act_ == DType::F32, config_.base.source,
-           ": deepseek_v41 runs on the CPU backend only so far (F32; its CUDA kernels are still to "
-           "come), not on ",
-           be_.name());
+  DI_CHECK(be_.device() != Device::CPU || act_ == DType::F32, config_.base.source,
+           ": deepseek_v41 on the CPU backend computes in F32");
+  if (be_.device() != Device::CPU) upload_weights();
   engram_index_.assign(static_cast<size_t>(config_.num_layers()), -1);
   if (!config_.engram_layers.empty()) {
     DI_CHECK(static_cast<int64_t>(w_.engram_token_map.size()) == config_.base.vocab_size,
              config_.base.source, ": Engram layers need the compressed token map (weights.h)");
     hashing_ = make_engram_hashing(
         config_, w_.engram_token_map[static_cast<size_t>(config_.engram_pad_id)]);
+    // The token map as an F32 [vocab, 1] table on the device (ids < 2^24: exact), gathered by
+    // the step's device token ids into the "engram_tokens" cache.
+    const int64_t V = config_.base.vocab_size;
+    HostBuffer map(DType::F32, {V, 1});
+    for (int64_t i = 0; i < V; ++i)
+      map.ptr<float>()[i] = static_cast<float>(w_.engram_token_map[static_cast<size_t>(i)]);
+    token_map_ = be_.alloc(DType::F32, {V, 1});
+    be_.copy(map.tensor(), token_map_.tensor());
     for (size_t e = 0; e < config_.engram_layers.size(); ++e)
       engram_index_[static_cast<size_t>(config_.engram_layers[e])] = static_cast<int>(e);
   }
@@ -62,6 +69,44 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
   std::fill(zeros.ptr<float>(), zeros.ptr<float>() + zeros.tensor().numel(), 0.0f);
   zero_ape_ = be_.alloc(DType::F32, {max_ratio, config_.head_dim});
   be_.copy(zeros.tensor(), zero_ape_.tensor());
+}
+
+void DeepseekV41Model::upload_weights() {
+  v4_family::DeviceUploader up(be_, w_.owners, kModel);
+  up.tensor(w_.embed);
+  up.tensor(w_.norm);
+  up.linear(w_.head);
+  for (V41Layer& L : w_.layers) {
+    for (Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.kv_norm, &L.sinks, &L.comp_norm, &L.index_k_norm,
+                      &L.gate_bias, &L.gate_bias_vl, &L.engram_table, &L.engram_scale, &L.engram_weight})
+      up.tensor(*t);
+    up.hc(L.hc_attn);
+    up.hc(L.hc_ffn);
+    for (Weight* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp_wkv, &L.comp_wgate, &L.index_wq_b,
+                      &L.index_weights_proj, &L.index_wk, &L.gate, &L.shared.gate, &L.shared.up, &L.shared.down,
+                      &L.engram_wkv})
+      up.linear(*w);
+    for (ExpertWeights& e : L.experts)
+      for (Weight* w : {&e.gate, &e.up, &e.down}) up.linear(*w);
+  }
+  be_.synchronize();
+}
+
+Tensor DeepseekV41Model::constant_pre(bool mean, int64_t T) {
+  const int64_t hc = config_.hc_mult;
+  if (T > const_rows_) {  // grown on the host once in a while; a step only copies on the device
+    const_rows_ = std::max<int64_t>({T, 2 * const_rows_, 64});
+    HostBuffer one(DType::F32, {const_rows_, hc}), avg(DType::F32, {const_rows_, hc});
+    for (int64_t i = 0; i < const_rows_ * hc; ++i) {
+      one.ptr<float>()[i] = i % hc == 0 ? 1.0f : 0.0f;
+      avg.ptr<float>()[i] = 1.0f / static_cast<float>(hc);
+    }
+    one_hot_ = be_.alloc(DType::F32, {const_rows_, hc});
+    mean_pre_ = be_.alloc(DType::F32, {const_rows_, hc});
+    be_.copy(one.tensor(), one_hot_.tensor());
+    be_.copy(avg.tensor(), mean_pre_.tensor());
+  }
+  return (mean ? mean_pre_ : one_hot_).tensor().slice_rows(0, T);
 }
 
 PrefillTruncation DeepseekV41Model::prefill_truncation() const {
@@ -277,13 +322,11 @@ DeviceBuffer DeepseekV41Model::engram_rows(const StepBatch& batch, const StepHos
   const int n = hashing_.max_ngram, cols = hashing_.cols();
   const Tensor& cache = kv[static_cast<size_t>(layout_.engram)][0];
   const std::string& name = layout_.groups[static_cast<size_t>(layout_.engram)].name;
+  // The step's compressed ids: on the host for the hashes, on the device for the cache.
   std::vector<int64_t> cid(static_cast<size_t>(T));
-  HostBuffer cid_f(DType::F32, {T, 1});
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < T; ++t)
     cid[static_cast<size_t>(t)] =
         w_.engram_token_map[static_cast<size_t>(sh.token_ids[static_cast<size_t>(t)])];
-    cid_f.ptr<float>()[t] = static_cast<float>(cid[static_cast<size_t>(t)]);
-  }
   // The look-back before each sequence's first new token: up to N - 1 cached ids.
   std::vector<int32_t> slots;
   std::vector<int64_t> first(static_cast<size_t>(batch.num_seqs) + 1, 0);
@@ -304,7 +347,7 @@ DeviceBuffer DeepseekV41Model::engram_rows(const StepBatch& batch, const StepHos
     be_.copy(got.tensor(), host);
   }
   DeviceBuffer step_ids = alloc(DType::F32, {T, 1});
-  be_.copy(cid_f.tensor(), step_ids.tensor());
+  be_.embedding(batch.token_ids, token_map_.tensor(), step_ids.tensor());
   v4_family::store_rows(be_, step_ids.tensor(), cache,
                         batch.kv_groups[static_cast<size_t>(layout_.engram)].slot_mapping);
   std::vector<int32_t> out(static_cast<size_t>(nE * T * cols));
@@ -424,29 +467,22 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   Tensor s2 = streams.tensor().view({T * hc, H});
   be_.embedding(rep_ids.tensor(), w_.embed, s2);
   DeviceBuffer pre = alloc(DType::F32, {T, hc});
-  {
-    HostBuffer one_hot(DType::F32, {T, hc});
-    for (int64_t i = 0; i < T * hc; ++i) one_hot.ptr<float>()[i] = i % hc == 0 ? 1.0f : 0.0f;
-    be_.copy(one_hot.tensor(), pre.tensor());
-  }
+  if (T > 0) be_.copy(constant_pre(false, T), pre.tensor());
   if (!c.engram_layers.empty()) engram_ids_ = engram_rows(batch, sh, kv);
   std::vector<SeqChoice> choice(static_cast<size_t>(batch.num_seqs));
   // The drafter's tap features: per tap layer, the mean over the hc streams of its output.
   const int64_t taps = drafter_ ? drafter_->num_taps() : 0;
-  HostBuffer features;
-  if (taps > 0) features = HostBuffer(DType::F32, {T, taps * H});
+  // (hc_collapse with pre = 1 / hc: the mean, bit-equal to sum / hc when hc is a power of two.)
+  DeviceBuffer features;
+  if (taps > 0) features = alloc(DType::F32, {T, taps * H});
   auto run_layer = [&](int l) {
     block(l, batch, sh, kv, choice, streams, next, pre);
     const int k = tap_index_[static_cast<size_t>(l)];
     if (k < 0 || T == 0) return;
-    HostBuffer s_host(DType::F32, {T, hc, H});
-    be_.copy(streams.tensor(), s_host.tensor());
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t d = 0; d < H; ++d) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < hc; ++j) acc += s_host.ptr<float>()[(t * hc + j) * H + d];
-        features.ptr<float>()[t * taps * H + k * H + d] = acc / static_cast<float>(hc);
-      }
+    DeviceBuffer mean = alloc(DType::F32, {T, H});
+    be_.hc_collapse(streams.tensor(), constant_pre(true, T), mean.tensor());
+    Tensor dst = columns(features.tensor(), k * H, H);
+    be_.copy(mean.tensor(), dst);
   };
   const int first = trunc_.active() ? trunc_.first_layer : c.num_layers();
   for (int l = 0; l < first; ++l) run_layer(l);
@@ -463,10 +499,8 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   }
   for (int l = first; l < c.num_layers(); ++l) run_layer(l);
   if (drafter_ && T > 0) {  // every token's context rows (a verify step's drafts too: see model.h)
-    DeviceBuffer f = alloc(DType::F32, {T, taps * H});
-    be_.copy(features.tensor(), f.tensor());
     std::vector<DeviceBuffer> rows;
-    drafter_->context_rows(f.tensor(), batch.positions, rows);
+    drafter_->context_rows(features.tensor(), batch.positions, rows);
     const KvCaches::value_type& caches = kv[static_cast<size_t>(layout_.dspark)];
     for (size_t st = 0; st < rows.size(); ++st)
       store_rows(be_, rows[st].tensor(), caches[st],

@@ -1,7 +1,8 @@
 // DeepSeek-V4.1 forward over the paged KV layer groups of kv_layout.h, on the CPU backend (the
-// reference; its ops are backend ops, CUDA kernels for the V4.1-only ones are still to come): any
-// number of sequences per step, each appending any number of tokens after its cached context
-// (prefill, chunked prefill and decode are one code path).
+// reference, F32) or CUDA (BF16 activations as V4's, the hyper-connection streams, router and
+// indexer scores F32; the weights uploaded by upload_weights; no CUDA graphs yet; the DSpark
+// drafter still refuses CUDA, dspark.h): any number of sequences per step, each appending any
+// number of tokens after its cached context (prefill, chunked prefill and decode are one code path).
 //
 //  per step:   single-pass hyper-connections: each site mixes its streams (pre, post, comb) but
 //              collapses them with the previous site's pre (the first site: stream 0); the last
@@ -91,7 +92,13 @@ class DeepseekV41Model : public Model {
   };
   // A forward's temporaries (step_arena.h; given back together when the next step starts).
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
-  // rows F32 [R, C] -> their slots of a cache in `format` (kv_layout.h).
+  // A device backend's copies of the host weights (v4_family::DeviceUploader: linears BF16, the
+  // 32x32-block FP8 ones dequantized exactly; Engram tables copied as they are).
+  void upload_weights();
+  // F32 [T, hc] rows on the device: one-hot on stream 0 (the first site's pre), or 1 / hc each (the
+  // drafter's mean over the streams); a view of buffers grown on the host when T outgrows them.
+  Tensor constant_pre(bool mean, int64_t T);
+  // rows [R, C] (activations) -> their slots of a cache in `format` (kv_layout.h).
   void store_packed(const Tensor& rows, Backend::FakeQuant format, const Tensor& cache,
                     const Tensor& slot_mapping);
   // Layer l's attention: x [T, H] its normed input, qr [T, q_lora] the q_norm output, q [T, heads,
@@ -126,6 +133,10 @@ class DeepseekV41Model : public Model {
   v4_family::RopeTables rope_;
   StepArena arena_;
   DeviceBuffer zero_ape_;  // F32 [max ratio, D]: compressor_pool's position bias (V4.1 has none)
+  DeviceBuffer token_map_;  // Engram: F32 [vocab, 1], token id -> compressed id
+  // F32 [const_rows_, hc] rows: one-hot on stream 0 (the first site's pre), 1 / hc (the mean).
+  DeviceBuffer one_hot_, mean_pre_;
+  int64_t const_rows_ = 0;
   EngramHashing hashing_;
   std::vector<int> engram_index_;  // per layer: its index in engram_layers, -1: none
   DeviceBuffer engram_ids_;        // this step's engram_rows

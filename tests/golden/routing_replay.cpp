@@ -164,6 +164,15 @@ double topk_flip_margin(const RoutingLog::TopkCall& call, int64_t t, const int32
 
 void RoutingReplayBackend::indexer_topk(const Tensor& scores, const PagedKV& kv, Tensor& indices) {
   inner_.indexer_topk(scores, kv, indices);
+  topk_of_scores(scores, indices, /*ordered=*/true, "indexer");
+}
+
+void RoutingReplayBackend::topk_finite(const Tensor& scores, Tensor& out) {
+  inner_.topk_finite(scores, out);
+  topk_of_scores(scores, out, /*ordered=*/false, "topk_finite");
+}
+
+void RoutingReplayBackend::topk_of_scores(const Tensor& scores, Tensor& indices, bool ordered, const char* op) {
   const int64_t T = indices.size(0), K = indices.size(1), N = scores.size(1);
   if (mode_ == Mode::Record) {
     RoutingLog::TopkCall call;
@@ -181,14 +190,14 @@ void RoutingReplayBackend::indexer_topk(const Tensor& scores, const PagedKV& kv,
     log_.topk_calls.push_back(std::move(call));
     return;
   }
-  DI_CHECK(log_.next_topk < log_.topk_calls.size(), "indexer replay: call ", log_.next_topk,
+  DI_CHECK(log_.next_topk < log_.topk_calls.size(), op, " replay: call ", log_.next_topk,
            " was never recorded (", log_.topk_calls.size(), " recorded)");
   const RoutingLog::TopkCall& want = log_.topk_calls[log_.next_topk++];
-  DI_CHECK(want.num_tokens == T && want.k == K && want.num_cols == N, "indexer replay: call ",
+  DI_CHECK(want.num_tokens == T && want.k == K && want.num_cols == N, op, " replay: call ",
            log_.next_topk - 1, " is [", T, ", top ", K, "] over ", N, " columns, the recorded one [",
            want.num_tokens, ", top ", want.k, "] over ", want.num_cols);
   std::vector<int32_t> got = download<int32_t>(indices);
-  replay_topk(want, got, indices, /*ordered=*/true);
+  replay_topk(want, got, indices, ordered);
 }
 
 void RoutingReplayBackend::replay_topk(const RoutingLog::TopkCall& want, std::vector<int32_t>& got, Tensor& indices,
@@ -286,6 +295,67 @@ void RoutingReplayBackend::indexer_topk(const Tensor& q, const Tensor& keys, con
            "] over ", want.num_cols);
   std::vector<int32_t> got = download<int32_t>(out);
   replay_topk(want, got, out, /*ordered=*/false);
+}
+
+void RoutingReplayBackend::candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio,
+                                            int64_t topk_blocks, int64_t block_size, Tensor& bias) {
+  inner_.candidate_blocks(scores, positions, ratio, topk_blocks, block_size, bias);
+  const int64_t T = scores.size(0), S = scores.size(1);
+  if (mode_ == Mode::Record) {
+    RoutingLog::BlockCall call;
+    call.num_tokens = T;
+    call.num_cols = S;
+    call.topk_blocks = topk_blocks;
+    call.block_size = block_size;
+    call.ratio = ratio;
+    call.scores = download<float>(scores);
+    call.bias = download<float>(bias);
+    call.positions = download<int32_t>(positions);
+    log_.block_calls.push_back(std::move(call));
+    return;
+  }
+  DI_CHECK(log_.next_block < log_.block_calls.size(), "candidate_blocks replay: call ", log_.next_block,
+           " was never recorded (", log_.block_calls.size(), " recorded)");
+  const RoutingLog::BlockCall& want = log_.block_calls[log_.next_block++];
+  DI_CHECK(want.num_tokens == T && want.num_cols == S && want.topk_blocks == topk_blocks &&
+               want.block_size == block_size && want.ratio == ratio,
+           "candidate_blocks replay: call ", log_.next_block - 1, " [", T, ", ", S, "] does not match the recorded one");
+  std::vector<float> got = download<float>(bias);
+  const int64_t nb = (S + block_size - 1) / block_size;
+  bool replaced = false;
+  for (int64_t t = 0; t < T; ++t) {
+    ++log_.compared_rows;
+    const float* g = got.data() + t * S;
+    const float* w = want.bias.data() + t * S;
+    if (std::equal(g, g + S, w)) continue;
+    // Block scores in the recorded scores (the newest visible block: +inf, always kept).
+    std::vector<double> block(static_cast<size_t>(nb), -INFINITY);
+    for (int64_t s = 0; s < S; ++s)
+      if (!std::isnan(want.scores[t * S + s]))
+        block[s / block_size] = std::max(block[s / block_size], double(want.scores[t * S + s]));
+    const int64_t visible = (want.positions[t] + 1) / ratio;
+    if (visible > 0 && (visible - 1) / block_size < nb) block[(visible - 1) / block_size] = INFINITY;
+    double kth = INFINITY, scale = 1e-30;
+    for (int64_t b = 0; b < nb; ++b) {
+      if (w[b * block_size] == 0.0f) kth = std::min(kth, block[b]);
+      if (std::isfinite(block[b])) scale = std::max(scale, std::fabs(block[b]));
+    }
+    double margin = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      if (g[b * block_size] != 0.0f || w[b * block_size] == 0.0f) continue;  // not kept instead
+      DI_CHECK(std::isfinite(block[b]), "candidate_blocks replay: call ", log_.next_block - 1, " row ", t,
+               " kept block ", b, " whose recorded score is ", block[b]);
+      margin = std::max(margin, (kth - block[b]) / scale);
+    }
+    DI_CHECK(margin <= max_topk_margin_, "candidate_blocks replay: call ", log_.next_block - 1, " row ", t,
+             " kept blocks scoring ", margin, " (relative) below the reference's k-th (more than the ",
+             max_topk_margin_, " a near-tie may explain)");
+    ++log_.flipped_rows;
+    log_.max_topk_margin = std::max(log_.max_topk_margin, margin);
+    std::copy(w, w + S, got.begin() + t * S);
+    replaced = true;
+  }
+  if (replaced) upload(got, bias);
 }
 
 }  // namespace deepinfer::test

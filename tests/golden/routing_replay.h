@@ -53,6 +53,18 @@ struct RoutingLog {
   };
   std::vector<TopkCall> topk_calls;
   size_t next_topk = 0;
+  // DeepSeek-V4.1's candidate source (Backend::candidate_blocks): the recording backend's scores
+  // and 0 / -inf bias per call; a replayed row may keep other blocks only where each one it kept
+  // instead has a block score (its max, in the recorded scores) within max_topk_margin of the
+  // reference's k-th kept block, relative to the row's largest |finite block score|.
+  struct BlockCall {
+    int64_t num_tokens = 0, num_cols = 0, topk_blocks = 0, block_size = 0;
+    int ratio = 1;
+    std::vector<float> scores, bias;  // [T, num_cols]
+    std::vector<int32_t> positions;   // [T]
+  };
+  std::vector<BlockCall> block_calls;
+  size_t next_block = 0;
   int64_t compared_rows = 0;
   int64_t flipped_rows = 0;
   double max_topk_margin = 0;  // largest accepted gap, relative to the row's largest |score|
@@ -62,6 +74,8 @@ struct RoutingLog {
     next = 0;
     topk_calls.clear();
     next_topk = 0;
+    block_calls.clear();
+    next_block = 0;
   }
 };
 
@@ -166,6 +180,36 @@ class RoutingReplayBackend final : public Backend {
                const HyperConnectionParams& params, Tensor& out) override {
     inner_.hc_head(streams, fn, base, scale, params, out);
   }
+  // DeepSeek-V4.1: topk_finite (its indexer's top-k) recorded / replayed as the paged
+  // indexer_topk (best first: ordered = false), candidate_blocks as BlockCall says; the other V4.1
+  // ops run on the inner backend.
+  void topk_finite(const Tensor& scores, Tensor& out) override;
+  void candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
+                        int64_t block_size, Tensor& bias) override;
+  void fake_quant(Tensor& x, FakeQuant kind) override { inner_.fake_quant(x, kind); }
+  void store_packed_rows(const Tensor& x, FakeQuant kind, const PagedKV& kv) override {
+    inner_.store_packed_rows(x, kind, kv);
+  }
+  void gather_packed_rows(const Tensor& ids, const Tensor& cache, FakeQuant kind, Tensor& out) override {
+    inner_.gather_packed_rows(ids, cache, kind, out);
+  }
+  void hc_mix(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
+              const HyperConnectionParams& params, Tensor& pre, Tensor& post, Tensor& comb) override {
+    inner_.hc_mix(streams, fn, base, scale, params, pre, post, comb);
+  }
+  void hc_collapse(const Tensor& streams, const Tensor& pre, Tensor& out) override {
+    inner_.hc_collapse(streams, pre, out);
+  }
+  void engram_gate(const Tensor& streams, const Tensor& kv, const Tensor& weight, float eps, Tensor& out) override {
+    inner_.engram_gate(streams, kv, weight, eps, out);
+  }
+  void embedding_fp8_rows(const Tensor& ids, const Tensor& table, const Tensor& scales, Tensor& out) override {
+    inner_.embedding_fp8_rows(ids, table, scales, out);
+  }
+  void indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
+                              int ratio, float softmax_scale, float weights_scale, Tensor& scores) override {
+    inner_.indexer_scores_visible(q, keys, weights, positions, ratio, softmax_scale, weights_scale, scores);
+  }
   void silu_mul_clamped(const Tensor& gate_up, float limit, Tensor& out) override {
     inner_.silu_mul_clamped(gate_up, limit, out);
   }
@@ -220,6 +264,9 @@ class RoutingReplayBackend final : public Backend {
   std::vector<T> download(const Tensor& t);
   template <typename T>
   void upload(const std::vector<T>& values, Tensor& t);
+  // The paged indexer_topk and topk_finite (ordered: the kept positions ascending, else best
+  // first): record the scores and indices, or replay them (op names the call in errors).
+  void topk_of_scores(const Tensor& scores, Tensor& indices, bool ordered, const char* op);
   // Replay of one top-k call (both indexer forms): rows of `got` that differ from the recorded
   // ones by a near-tie take the recorded positions (uploaded into indices).
   void replay_topk(const RoutingLog::TopkCall& want, std::vector<int32_t>& got, Tensor& indices, bool ordered);

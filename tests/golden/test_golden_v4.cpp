@@ -30,6 +30,7 @@
 #include "model/model.h"
 #include "golden_rows.h"
 #include "paged_driver.h"
+#include "cuda_golden.h"
 #include "routing_replay.h"
 
 namespace deepinfer {
@@ -239,95 +240,34 @@ constexpr double kToleranceBf16 = 3e-2;
 // far lower than that.
 constexpr double kTopkMargin = 0.1;
 
-bool on_cuda() { return env_settings().get_string("DEEPINFER_ACCELERATOR") == "cuda"; }
-
+// (cuda_golden.h: the CPU recording, CUDA replaying, both models, BF16 activations in every GEMM.)
 class GoldenV4Cuda : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!on_cuda()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    if (!test::cuda_goldens_wanted()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
     ref_ = read(fixture(GetParam()));
-    BackendOptions o;
-    o.cuda = cuda_options(env_settings());
-    // BF16 activations for every GEMM: FP8 weights would take FP8 (1x128) activations from 129
-    // rows on (CudaOptions::fp8_act_min_rows), whose error is another matter than these
-    // tolerances; on the H200 (2026-12-02) v4_fp8_fp4's 136-token prefill then had a routing
-    // near-tie 0.036 below the CPU's choice and 40 of 136 indexer rows replayed (chunks below
-    // 129 rows: at most 0.02 and 4 rows).
-    o.cuda.fp8_act_min_rows = std::numeric_limits<int64_t>::max();
-    gpu_ = make_cuda_backend(o);
-    ASSERT_NE(gpu_, nullptr) << "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA";
-    o.batch_invariant = true;
-    gpu_inv_ = make_cuda_backend(o);
-    cpu_ = make_cpu_backend();
-    rec_ = std::make_unique<test::RoutingReplayBackend>(*cpu_, log_, test::RoutingReplayBackend::Mode::Record);
-    rep_ = std::make_unique<test::RoutingReplayBackend>(*gpu_, log_, test::RoutingReplayBackend::Mode::Replay,
-                                                        0.02, kTopkMargin);
-    cpu_model_ = load_model(fixture(GetParam()), *rec_);
-    gpu_model_ = load_model(fixture(GetParam()), *rep_);
+    h_.open(fixture(GetParam()), kTopkMargin);
     scale_ = max_abs(ref_);
   }
-  void TearDown() override {
-    if (rep_)
-      std::printf("[golden v4] %s on cuda: routing of %lld tokens compared, %lld near-tie flips replayed; indexer "
-                  "top-k of %lld rows compared, %lld replayed\n",
-                  GetParam().c_str(), static_cast<long long>(log_.compared_tokens),
-                  static_cast<long long>(log_.flipped_tokens), static_cast<long long>(log_.compared_rows),
-                  static_cast<long long>(log_.flipped_rows));
-  }
-  struct Pair {
-    test::PagedDriver cpu, gpu;
-  };
-  std::unique_ptr<Pair> pair() {
-    return std::unique_ptr<Pair>(new Pair{{*cpu_model_, *rec_, kBlockSize}, {*gpu_model_, *rep_, kBlockSize}});
-  }
-  // One step on the CPU (recording) then on CUDA (replaying); CUDA's rows, the CPU's into *cpu.
-  Rows step(Pair& p, const std::vector<test::PagedDriver::Chunk>& chunks, Rows* cpu = nullptr) {
-    log_.clear_calls();
-    Rows c = p.cpu.step(chunks);
-    Rows g = p.gpu.step(chunks);
-    EXPECT_EQ(log_.next, log_.calls.size()) << "CUDA made fewer routing calls than the CPU";
-    EXPECT_EQ(log_.next_topk, log_.topk_calls.size()) << "CUDA made fewer indexer top-k calls than the CPU";
-    if (cpu != nullptr) *cpu = std::move(c);
-    return g;
-  }
+  void TearDown() override { h_.report("[golden v4] " + GetParam()); }
   void check_prefill_and_decode(const std::string& what);
   static constexpr int kBlockSize = 4;
   V4Reference ref_;
-  test::RoutingLog log_;  // before the backends that hold a reference to it
-  std::unique_ptr<Backend> gpu_, gpu_inv_, cpu_;
-  std::unique_ptr<test::RoutingReplayBackend> rec_, rep_;
-  std::unique_ptr<Model> cpu_model_, gpu_model_;
+  test::CudaGolden h_;
   double scale_ = 1;
 };
 
-// 1 + 2 on gpu_model_ (what: how its experts are held).
+// 1 + 2 on h_.gpu_model (what: how its experts are held).
 void GoldenV4Cuda::check_prefill_and_decode(const std::string& what) {
-  auto p = pair();
+  auto p = h_.pair(kBlockSize);
   const int seq = p->cpu.add_sequence();
   ASSERT_EQ(p->gpu.add_sequence(), seq);
-  const Rows logits = step(*p, {{seq, ref_.prompt, true}});
+  const Rows logits = h_.step(*p, {{seq, ref_.prompt, true}});
   const double worst = worst_diff(logits, ref_, 0);
   std::printf("[golden v4] %s on cuda: prefill max |logit - oracle| = %.3g (max |oracle| %.3g)\n", what.c_str(),
               worst, scale_);
   EXPECT_LE(worst, kToleranceBf16 * scale_) << what;
-  std::vector<float> row = logits.back();
-  int exact = 0;
-  double vs_cpu = 0;
-  for (size_t i = 0; i < ref_.greedy.size(); ++i) {
-    const int32_t want = ref_.greedy[i], got = argmax(row);
-    exact += got == want;
-    EXPECT_LE(row[got] - row[want], kToleranceBf16 * scale_)
-        << what << ": step " << i << " argmax " << got << " but the oracle chose " << want;
-    Rows cr;
-    const std::vector<float> gr = step(*p, {{seq, {want}, false}}, &cr)[0];
-    double e = 0;
-    for (size_t v = 0; v < gr.size(); ++v) e = std::max(e, double(std::fabs(gr[v] - cr[0][v])));
-    vs_cpu = std::max(vs_cpu, e);
-    EXPECT_LE(e, kToleranceBf16 * scale_) << what << ": decode step " << i + 1 << " differs from the CPU by " << e;
-    row = gr;
-  }
-  std::printf("[golden v4] %s on cuda: %d/%zu greedy tokens exact (teacher-forced), max |logit - CPU| %.3g\n",
-              what.c_str(), exact, ref_.greedy.size(), vs_cpu);
+  h_.teacher_forced(*p, seq, logits.back(), ref_.greedy, kToleranceBf16 * scale_, "[golden v4] " + what);
 }
 
 TEST_P(GoldenV4Cuda, PrefillAndTeacherForcedDecodeMatch) { check_prefill_and_decode(GetParam()); }
@@ -340,20 +280,20 @@ TEST_P(GoldenV4Cuda, PackedFp4ExpertsMatch) {
   V4Weights w = load_v4_weights(c, reader, true, /*packed_fp4=*/true);
   const DType dt = w.layers.front().experts.front().gate.w.dtype;
   if (dt != DType::I8 && dt != DType::U8) GTEST_SKIP() << GetParam() << " has no FP4 experts";
-  gpu_model_ = std::make_unique<DeepseekV4Model>(c, std::move(w), *rep_);
+  h_.gpu_model = std::make_unique<DeepseekV4Model>(c, std::move(w), *h_.rep);
   check_prefill_and_decode(GetParam() + " (packed FP4 experts)");
 }
 
 TEST_P(GoldenV4Cuda, ChunkedPrefillMatches) {
   const int64_t T = static_cast<int64_t>(ref_.prompt.size());
-  auto p = pair();
+  auto p = h_.pair(kBlockSize);
   const int seq = p->cpu.add_sequence();
   ASSERT_EQ(p->gpu.add_sequence(), seq);
   Rows chunked;
   int64_t first = 0;
   for (int64_t len : {int64_t{7}, int64_t{1}, T - 8}) {
     std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
-    for (auto& r : step(*p, {{seq, chunk, true}})) chunked.push_back(std::move(r));
+    for (auto& r : h_.step(*p, {{seq, chunk, true}})) chunked.push_back(std::move(r));
     first += len;
   }
   const double worst = worst_diff(chunked, ref_, 0);
@@ -362,15 +302,15 @@ TEST_P(GoldenV4Cuda, ChunkedPrefillMatches) {
 }
 
 TEST_P(GoldenV4Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
-  auto model = load_model(fixture(GetParam()), *gpu_inv_);
+  auto model = load_model(fixture(GetParam()), *h_.gpu_inv);
   auto prefill = [&](const std::vector<int32_t>& ids) {
-    test::PagedDriver d(*model, *gpu_inv_, kBlockSize);
+    test::PagedDriver d(*model, *h_.gpu_inv, kBlockSize);
     return d.step({{d.add_sequence(), ids, true}});
   };
   const std::vector<int32_t>& p = ref_.prompt;
   const std::vector<std::vector<int32_t>> seqs = {
       p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
-  test::PagedDriver driver(*model, *gpu_inv_, kBlockSize, /*num_blocks=*/160);
+  test::PagedDriver driver(*model, *h_.gpu_inv, kBlockSize, /*num_blocks=*/160);
   const std::vector<Rows> got = batched_steps(driver, seqs);
   for (size_t i = 0; i < seqs.size(); ++i)
     expect_same_bits(prefill(seqs[i]), got[i],

@@ -20,6 +20,19 @@
 //     number of blocks;
 //  3. the prompt in chunks (7, 1, 9, the rest): logits bit-equal to the one-shot prefill's;
 //  4. sequences of different lengths and chunkings in one step: bit-equal to each alone.
+// GoldenV41Cuda (DEEPINFER_ACCELERATOR=cuda; skipped otherwise): the same fixtures on the CUDA
+// backend, BF16 activations as V4's (the hyper-connection streams, router logits and indexer
+// scores F32; the FP8 32x32 linears dequantized to BF16 exactly, see DeepseekV41Model::
+// upload_weights), tolerance 6e-2 * max(1, max |oracle|) (twice V4's: kToleranceBf16 says why);
+// each step also runs on the CPU reference, which records its MoE routing, indexer top-k
+// (topk_finite) and candidate blocks, and CUDA replays them where a near-tie flipped one
+// (routing_replay.h; a larger difference fails):
+//  1. whole-prompt prefill vs the oracle, then the oracle's greedy tokens (32, 16, 24) fed one at a time
+//     through the paged cache: each one CUDA's argmax or within the tolerance of it, each step's
+//     logits within the tolerance of the CPU's;
+//  2. chunks 7 + 1 + 9 + rest vs the oracle;
+//  3. batch-invariant configuration (no replay): three sequences batched with different chunkings
+//     bit-equal to one-shot prefills of each alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +47,7 @@
 #include "model/deepseek_v41/model.h"
 #include "model/model.h"
 #include "paged_driver.h"
+#include "cuda_golden.h"
 
 namespace deepinfer {
 namespace {
@@ -60,6 +74,21 @@ Reference read(const std::string& dir) {
           j.at("logits").get<std::vector<std::vector<double>>>()};
 }
 
+double max_ref(const Reference& ref) {
+  double m = 1.0;
+  for (const auto& row : ref.logits)
+    for (double v : row) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// max |rows[r] - oracle[r]| over the rows.
+double worst_diff(const Rows& rows, const Reference& ref) {
+  double worst = 0.0;
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (size_t v = 0; v < rows[r].size(); ++v) worst = std::max(worst, std::fabs(rows[r][v] - ref.logits[r][v]));
+  return worst;
+}
+
 class GoldenV41 : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -72,19 +101,8 @@ class GoldenV41 : public ::testing::TestWithParam<std::string> {
     test::PagedDriver driver(*model_, *backend_, kBlockSize);
     return driver.step({{driver.add_sequence(), ids, true}});
   }
-  double max_ref() const {
-    double m = 1.0;
-    for (const auto& row : ref_.logits)
-      for (double v : row) m = std::max(m, std::fabs(v));
-    return m;
-  }
-  double worst_diff(const Rows& rows) const {
-    double worst = 0.0;
-    for (size_t r = 0; r < rows.size(); ++r)
-      for (size_t v = 0; v < rows[r].size(); ++v)
-        worst = std::max(worst, std::fabs(rows[r][v] - ref_.logits[r][v]));
-    return worst;
-  }
+  double max_ref() const { return deepinfer::max_ref(ref_); }
+  double worst_diff(const Rows& rows) const { return deepinfer::worst_diff(rows, ref_); }
   static constexpr int kBlockSize = 4;  // several blocks per window and compressed group
   Reference ref_;
   std::unique_ptr<Backend> backend_;
@@ -173,6 +191,89 @@ TEST_P(GoldenV41, RandomWeightsLoadAndRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
+
+// Tolerances of V4.1 on CUDA, from the H200 runs of 2026-12-03 (13:52 and 13:58 UTC,
+// bench/results/2026-12-03-v41cuda), twice V4's: BF16 GEMM inputs feed V4.1's fake-quantized formats
+// (FP8 window KV and FP4 compressed KV / indexer queries and keys with E8M0 or e4m3 block scales),
+// whose rounding steps turn BF16-level differences into whole FP4 / FP8 steps (a scale crossing a
+// power of two re-rounds a whole block). Measured: with routing and top-k replayed, prefill max
+// |logit - oracle| 0.543 (v41_fp8_fp4, max |oracle| 10.7) and 0.520 (v41_engram, 10.4), i.e. 5.1% and
+// 5.0%, each teacher-forced step within 0.588 of the CPU's, 16/16 and 22/24 oracle tokens CUDA's
+// argmax; the CPU with only its GEMM inputs and outputs rounded to BF16 (no replay) lands 2.65-5.32
+// from the oracle. V4's 3e-2 failed; 6e-2 is the measured 5.1% plus a little, not a derived bound.
+constexpr double kToleranceBf16 = 6e-2;
+// Largest top-k / candidate-block near-tie a replay accepts, relative to the row's largest |score|.
+// V4's 0.1 (test_golden_v4.cpp) is too tight here: with one E8M0 scale per 32-value key
+// (index_head_dim 32), a BF16-level change of a key's amax across a power of two halves or doubles
+// its scale; replayed gaps reached 0.395 (v41_tiny), 0.306, 0.337. A kept entry outside the CPU's
+// visible / candidate ones still fails at any margin.
+constexpr double kTopkMargin = 0.5;
+// Largest routing gap (choice-score units) a replay accepts: V4's 0.02 failed on v41_tiny (layer 5,
+// token 3: 0.0447, the expert scores moved by the FP4 / FP8 re-rounding above); the other fixtures'
+// largest was 0.0126. (v41_tiny's run past that point is not measured yet.)
+constexpr double kRoutingMargin = 0.05;
+
+class GoldenV41Cuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!test::cuda_goldens_wanted()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    ref_ = read(fixture(GetParam()));
+    h_.open(fixture(GetParam()), kTopkMargin, kRoutingMargin);
+    scale_ = max_ref(ref_);
+  }
+  void TearDown() override { h_.report("[golden v41] " + GetParam()); }
+  static constexpr int kBlockSize = 4;
+  Reference ref_;
+  test::CudaGolden h_;
+  double scale_ = 1;
+};
+
+TEST_P(GoldenV41Cuda, PrefillAndTeacherForcedDecodeMatch) {
+  auto p = h_.pair(kBlockSize);
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  const Rows logits = h_.step(*p, {{seq, ref_.prompt, true}});
+  const double worst = worst_diff(logits, ref_);
+  std::printf("[golden v41] %s on cuda: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+              GetParam().c_str(), ref_.prompt.size(), worst, scale_);
+  EXPECT_LE(worst, kToleranceBf16 * scale_);
+  h_.teacher_forced(*p, seq, logits.back(), ref_.greedy, kToleranceBf16 * scale_, "[golden v41] " + GetParam());
+}
+
+TEST_P(GoldenV41Cuda, ChunkedPrefillMatches) {
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size());
+  auto p = h_.pair(kBlockSize);
+  const int seq = p->cpu.add_sequence();
+  ASSERT_EQ(p->gpu.add_sequence(), seq);
+  Rows chunked;
+  int64_t first = 0;
+  for (int64_t len : {int64_t{7}, int64_t{1}, int64_t{9}, T - 17}) {
+    std::vector<int32_t> chunk(ref_.prompt.begin() + first, ref_.prompt.begin() + first + len);
+    for (auto& r : h_.step(*p, {{seq, chunk, true}})) chunked.push_back(std::move(r));
+    first += len;
+  }
+  const double worst = worst_diff(chunked, ref_);
+  std::printf("[golden v41] %s on cuda: chunks 7 + 1 + 9 + rest, max |logit - oracle| = %.3g\n", GetParam().c_str(),
+              worst);
+  EXPECT_LE(worst, kToleranceBf16 * scale_);
+}
+
+TEST_P(GoldenV41Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
+  auto model = load_model(fixture(GetParam()), *h_.gpu_inv);
+  auto prefill = [&](const std::vector<int32_t>& ids) {
+    test::PagedDriver d(*model, *h_.gpu_inv, kBlockSize);
+    return d.step({{d.add_sequence(), ids, true}});
+  };
+  const std::vector<int32_t>& p = ref_.prompt;
+  const std::vector<std::vector<int32_t>> seqs = {
+      p, std::vector<int32_t>(p.begin(), p.begin() + static_cast<long>(p.size() * 2 / 3)), {p.rbegin(), p.rend()}};
+  test::PagedDriver driver(*model, *h_.gpu_inv, kBlockSize, /*num_blocks=*/96);
+  const std::vector<Rows> got = test::batched_steps(driver, seqs);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    expect_same_bits(prefill(seqs[i]), got[i], GetParam() + " on cuda (batch-invariant): sequence " + std::to_string(i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41Cuda, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
 
 }  // namespace
 }  // namespace deepinfer

@@ -15,7 +15,8 @@
 //  4. a keep below the floor, an unknown mode, Engram above the last KV source and compact mode
 //     with the DSpark drafter loaded are refused
 //     naming the variable / field; logits asked below the floor are refused; mode off (and a
-//     prompt no longer than keep) leave the forward as it was.
+//     prompt no longer than keep) leave the forward as it was;
+//  5. (TruncationV41Cuda) 1. on CUDA, batch-invariant.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "golden_rows.h"
 #include "io/safetensors.h"
 #include "model/deepseek_v41/config.h"
@@ -67,6 +69,9 @@ class TruncationV41 : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_ = make_cpu_backend();
+    init();
+  }
+  void init() {
     config_ = tiny_config();
     reader_ = std::make_shared<const CheckpointReader>(CheckpointReader::open(fixture("v41_tiny")));
     full_ = make("off", 140);
@@ -105,6 +110,7 @@ class TruncationV41 : public ::testing::Test {
     }
     return out;
   }
+  void check_exact_keep();
   static constexpr int kBlockSize = 4;
   std::unique_ptr<Backend> backend_;
   DeepseekV41Config config_;
@@ -131,17 +137,37 @@ TEST_F(TruncationV41, SettingsResolveForTheTinySchedule) {
   EXPECT_EQ(rt.exact_keep, 19 * 127 + 1);
 }
 
-TEST_F(TruncationV41, ExactKeepEqualsFullPrefill) {
+void TruncationV41::check_exact_keep() {
   for (int n : {80, 96}) {
     const std::vector<int32_t> ids = prompt(n, static_cast<uint32_t>(n));
     const Rows want = run(*full_, ids, 0);
     for (int64_t keep : {15, 16, 23}) {
       auto m = make("compact", keep);
       expect_same_bits(want, run(*m, ids, keep),
-                       "prompt " + std::to_string(n) + ", keep " + std::to_string(keep));
+                       backend_->name() + ": prompt " + std::to_string(n) + ", keep " + std::to_string(keep));
     }
   }
 }
+
+TEST_F(TruncationV41, ExactKeepEqualsFullPrefill) { check_exact_keep(); }
+
+// The same on CUDA (DEEPINFER_ACCELERATOR=cuda; skipped otherwise) in the batch-invariant
+// configuration, whose rows do not depend on how many share a step: the truncated layers' compacted
+// steps then give full prefill's bits.
+class TruncationV41Cuda : public TruncationV41 {
+ protected:
+  void SetUp() override {
+    if (env_settings().get_string("DEEPINFER_ACCELERATOR") != "cuda") GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    BackendOptions o;
+    o.cuda = cuda_options(env_settings());
+    o.batch_invariant = true;
+    backend_ = make_cuda_backend(o);
+    ASSERT_NE(backend_, nullptr) << "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA";
+    init();
+  }
+};
+
+TEST_F(TruncationV41Cuda, ExactKeepEqualsFullPrefill) { check_exact_keep(); }
 
 TEST_F(TruncationV41, KeepBelowTheExactOneDiffersFromFullPrefill) {
   const std::vector<int32_t> ids = prompt(80, 80);

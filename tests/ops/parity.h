@@ -54,6 +54,10 @@ class Parity : public ::testing::Test {
     ::testing::Test::RecordProperty("seed", std::to_string(seed_));
   }
 
+  // Both CUDA configurations (default, batch-invariant), and the suffix naming one in messages.
+  std::vector<Backend*> gpus() { return {gpu_.get(), gpu_inv_.get()}; }
+  static std::string tag(const Backend& b) { return b.batch_invariant() ? " (batch-invariant)" : ""; }
+
   // Host values, rounded to BF16 when `bf16_exact`.
   std::vector<float> randn(int64_t n, float scale = 1.0f, bool bf16_exact = true) {
     std::normal_distribution<float> d(0.0f, scale);

@@ -23,8 +23,6 @@ constexpr double kTolF32 = 1e-4;
 
 class V4Ops : public Parity {
  protected:
-  std::vector<Backend*> gpus() { return {gpu_.get(), gpu_inv_.get()}; }
-  static std::string tag(const Backend& b) { return b.batch_invariant() ? " (batch-invariant)" : ""; }
   static std::vector<float> slice(const std::vector<float>& v, int64_t row0, int64_t row1, int64_t row_len) {
     return std::vector<float>(v.begin() + row0 * row_len, v.begin() + row1 * row_len);
   }
