@@ -268,6 +268,12 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   StepHostInfo info;
   const StepLayout l = build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr,
                                          host.ptr<int32_t>(), host.numel(), info, groups_);
+  if (leads()) {
+    DI_CHECK(!graph && !tokens_from_previous && spec.verify_q == 0 && spec.assumed < 0,
+             "runner: with several processes steps run eagerly with their tokens from the host "
+             "(no graphs, asynchronous tokens or drafts in flight)");
+    lead_step(l, info, host.ptr<int32_t>());
+  }
   const Tensor& dev = inputs_.tensor();
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);

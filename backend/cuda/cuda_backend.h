@@ -112,6 +112,7 @@ class CudaBackend final : public Backend {
                             int ratio, bool overlap, Tensor& out) override;
   void v4_decode_rows(const Tensor& keys, const Tensor& rows_in, const Tensor& table, const V4RowRule& rule,
                       Tensor& slots, Tensor& index) override;  // v4_rows.cu
+  void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
@@ -134,6 +135,7 @@ class CudaBackend final : public Backend {
 
   // --- for the op files -------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
+  void* native_stream() override { return stream_; }
   int num_sms() const { return num_sms_; }
   // Checks the launch just issued (and, with DEEPINFER_CUDA_SYNC=1, its completion).
   void check_launch(const char* op, const std::string& shapes);

@@ -4,6 +4,7 @@
 
 #include "model/layers/common.h"
 #include "model/layers/rope_table.h"
+#include "dist/communicator.h"
 
 namespace deepinfer {
 
@@ -41,9 +42,10 @@ std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
 }
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
-                                 std::vector<MlaAbsorbedWeights> absorbed, Backend& backend)
+                                 std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
+                                 ParallelPlan parallel)
     : config_(std::move(config)),
-      mla_dims_(config_.mla_dims()),
+      mla_dims_(local_model_config(config_, parallel).mla_dims()),
       ffn_dims_(config_.ffn_dims()),
       weights_(std::move(weights)),
       absorbed_(std::move(absorbed)),
@@ -53,6 +55,9 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
            config_.source, ": weights hold ", weights_.layers.size(), " layers, config says ",
            config_.num_hidden_layers);
   if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
+  parallel_ = parallel;
+  DI_CHECK(!parallel_.any() || (parallel_.comm != nullptr && weights_.mtp.empty()),
+           config_.source, ": several processes need a communicator and no MTP layer");
   const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
   HostBuffer table = rope_cos_sin_table(config_.rope_dims(), positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
@@ -160,11 +165,15 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     attention(l, batch, step, kv, xn, delta);
+    if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // heads split: sum of o_proj parts
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
     if (layer.is_moe) {
-      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta);
+      const int first = parallel_.experts_split ? parallel_.first_local_expert() : 0;
+      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta, first);
+      if (parallel_.moe_size > 1) parallel_.comm->all_reduce_sum(delta);  // experts / columns split
     } else {
       mlp_forward(backend_, layer.mlp, xn, ffn_ws_, delta);
+      if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // intermediate split
     }
     if (l + 1 < L) {
       backend_.add_rms_norm(x, delta, weights_.layers[l + 1].input_layernorm, eps, xn);
