@@ -42,7 +42,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+      // Serialized: the engine's thread (the server's engine loop) may be another than main.
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+      DI_CHECK(provided >= MPI_THREAD_SERIALIZED, "MPI: this MPI library does not provide MPI_THREAD_SERIALIZED");
       std::atexit([] {
         int finalized = 0;
         MPI_Finalized(&finalized);
