@@ -2,8 +2,13 @@
 // issued on the backend's stream. The unique id that joins the ranks travels over MPI when the
 // run came from mpirun, else over one TCP connection per rank to MASTER_ADDR:MASTER_PORT
 // (torchrun's convention): bootstrap only, every byte of data goes through NCCL.
+//
+// libnccl.so.2 is loaded when the first communicator is made (dlopen), not linked: a binary
+// that never runs on several GPUs does not need the 200 MB library where it runs (the CUDA
+// toolkit's lib64 or pip's nvidia-nccl-cu13 on LD_LIBRARY_PATH); nccl.h gives the types.
 #include <arpa/inet.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -12,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -20,8 +26,50 @@
 namespace deepinfer {
 namespace {
 
+// The NCCL entry points deepinfer calls, from libnccl.so.2.
+struct NcclApi {
+  decltype(&ncclGetErrorString) get_error_string = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
+};
+
+const NcclApi& nccl() {
+  static const NcclApi api = [] {
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    DI_CHECK(lib != nullptr, "NCCL: cannot load libnccl.so.2 (", dlerror(), "); put the CUDA toolkit's lib64 or "
+             "pip's nvidia-nccl-cu13 lib directory on LD_LIBRARY_PATH");
+    NcclApi a;
+    auto load = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      DI_CHECK(fn != nullptr, "NCCL: libnccl.so.2 has no ", name);
+    };
+    load(a.get_error_string, "ncclGetErrorString");
+    load(a.get_unique_id, "ncclGetUniqueId");
+    load(a.comm_init_rank, "ncclCommInitRank");
+    load(a.comm_destroy, "ncclCommDestroy");
+    load(a.all_reduce, "ncclAllReduce");
+    load(a.all_gather, "ncclAllGather");
+    load(a.broadcast, "ncclBroadcast");
+    load(a.send, "ncclSend");
+    load(a.recv, "ncclRecv");
+    load(a.group_start, "ncclGroupStart");
+    load(a.group_end, "ncclGroupEnd");
+    return a;
+  }();
+  return api;
+}
+
 void check_nccl(ncclResult_t rc, const char* what) {
-  DI_CHECK(rc == ncclSuccess, "NCCL ", what, ": ", ncclGetErrorString(rc));
+  DI_CHECK(rc == ncclSuccess, "NCCL ", what, ": ", nccl().get_error_string(rc));
 }
 void check_cuda(cudaError_t rc, const char* what) {
   DI_CHECK(rc == cudaSuccess, "CUDA (NCCL communicator) ", what, ": ", cudaGetErrorString(rc));
@@ -97,7 +145,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const ProcessLayout& l, void* stream)
       : rank_(l.rank), size_(l.world_size), stream_(static_cast<cudaStream_t>(stream)) {
     ncclUniqueId id{};
-    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "get unique id");
+    if (rank_ == 0) check_nccl(nccl().get_unique_id(&id), "get unique id");
     if (l.launcher == "mpirun") {
       bootstrap_ = make_mpi_communicator();
       DI_CHECK(bootstrap_ != nullptr, "NCCL under mpirun: this build has no MPI to pass the unique id; "
@@ -106,11 +154,11 @@ class NcclCommunicator final : public Communicator {
     } else {
       tcp_exchange_id(l, id);
     }
-    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "comm init");
+    check_nccl(nccl().comm_init_rank(&comm_, size_, id, rank_), "comm init");
   }
   ~NcclCommunicator() override {
     if (staging_ != nullptr) cudaFree(staging_);
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (comm_ != nullptr) nccl().comm_destroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -119,7 +167,7 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(Tensor& t) override {
     check_device(t, "all_reduce_sum");
     contiguous_bytes(t, "all_reduce_sum");
-    check_nccl(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype, "all_reduce_sum"),
+    check_nccl(nccl().all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype, "all_reduce_sum"),
                              ncclSum, comm_, stream_),
                "all_reduce_sum");
   }
@@ -129,7 +177,7 @@ class NcclCommunicator final : public Communicator {
     const int64_t bytes = contiguous_bytes(in, "all_gather in");
     DI_CHECK(contiguous_bytes(out, "all_gather out") == bytes * size_, "all_gather: out ", out.describe(),
              " must hold ", size_, " x ", in.describe());
-    check_nccl(ncclAllGather(in.data, out.data, static_cast<size_t>(bytes), ncclInt8, comm_, stream_), "all_gather");
+    check_nccl(nccl().all_gather(in.data, out.data, static_cast<size_t>(bytes), ncclInt8, comm_, stream_), "all_gather");
   }
   void all_to_all_v(const Tensor& in, std::span<const int64_t> send_rows, Tensor& out,
                     std::span<const int64_t> recv_rows) override {
@@ -139,21 +187,21 @@ class NcclCommunicator final : public Communicator {
              "all_to_all_v: one send and one receive count per rank (", size_, ")");
     const int64_t row = row_bytes(in, "all_to_all_v in");
     int64_t so = 0, ro = 0;
-    check_nccl(ncclGroupStart(), "group start");
+    check_nccl(nccl().group_start(), "group start");
     for (int r = 0; r < size_; ++r) {
       const size_t sb = static_cast<size_t>(send_rows[r] * row), rb = static_cast<size_t>(recv_rows[r] * row);
-      if (sb > 0) check_nccl(ncclSend(static_cast<const char*>(in.data) + so, sb, ncclInt8, r, comm_, stream_), "send");
-      if (rb > 0) check_nccl(ncclRecv(static_cast<char*>(out.data) + ro, rb, ncclInt8, r, comm_, stream_), "recv");
+      if (sb > 0) check_nccl(nccl().send(static_cast<const char*>(in.data) + so, sb, ncclInt8, r, comm_, stream_), "send");
+      if (rb > 0) check_nccl(nccl().recv(static_cast<char*>(out.data) + ro, rb, ncclInt8, r, comm_, stream_), "recv");
       so += static_cast<int64_t>(sb);
       ro += static_cast<int64_t>(rb);
     }
-    check_nccl(ncclGroupEnd(), "group end");
+    check_nccl(nccl().group_end(), "group end");
     DI_CHECK(so <= static_cast<int64_t>(in.num_bytes()) && ro <= static_cast<int64_t>(out.num_bytes()),
              "all_to_all_v: counts exceed in ", in.describe(), " or out ", out.describe());
   }
   void broadcast(Tensor& t, int root) override {
     check_device(t, "broadcast");
-    check_nccl(ncclBroadcast(t.data, t.data, contiguous_bytes(t, "broadcast"), ncclInt8, root, comm_, stream_),
+    check_nccl(nccl().broadcast(t.data, t.data, contiguous_bytes(t, "broadcast"), ncclInt8, root, comm_, stream_),
                "broadcast");
   }
   // Host bytes: over the bootstrap MPI when there is one, else staged through the device.
@@ -166,7 +214,7 @@ class NcclCommunicator final : public Communicator {
     }
     const size_t n = static_cast<size_t>(num_bytes);
     if (rank_ == root) check_cuda(cudaMemcpyAsync(staging_, data, n, cudaMemcpyHostToDevice, stream_), "copy");
-    check_nccl(ncclBroadcast(staging_, staging_, n, ncclInt8, root, comm_, stream_), "broadcast_bytes");
+    check_nccl(nccl().broadcast(staging_, staging_, n, ncclInt8, root, comm_, stream_), "broadcast_bytes");
     check_cuda(cudaMemcpyAsync(data, staging_, n, cudaMemcpyDeviceToHost, stream_), "copy");
     check_cuda(cudaStreamSynchronize(stream_), "synchronize");
   }
