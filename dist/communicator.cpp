@@ -82,6 +82,10 @@ ProcessLayout process_layout_from(const char* (*get)(const char* name)) {
     const char* addr = get("MASTER_ADDR");
     l.master_addr = addr != nullptr ? addr : "";
     read("MASTER_PORT", l.master_port);
+    // torchrun's agent hosts its own store on MASTER_PORT (workers reuse it): the NCCL id
+    // rendezvous takes the next port then.
+    const char* agent_store = get("TORCHELASTIC_USE_AGENT_STORE");
+    if (l.master_port > 0 && agent_store != nullptr && std::string(agent_store) == "True") ++l.master_port;
   }
   DI_CHECK(l.world_size >= 1 && l.rank < l.world_size && l.local_rank <= l.rank,
            "environment (", l.launcher, "): rank ", l.rank, " / local rank ", l.local_rank,

@@ -25,7 +25,7 @@ struct ProcessLayout {
   int local_rank = 0;  // this process's GPU on its host
   std::string launcher = "none";  // "mpirun" | "torchrun" | "none"
   std::string master_addr;        // torchrun: rendezvous host (NCCL's unique id, bootstrap only)
-  int master_port = 0;
+  int master_port = 0;             // + 1 under torchrun's agent store (its own server is there)
 };
 // Reads the environment; throws Error naming the variable when one is malformed or
 // inconsistent (rank outside [0, world_size)).

@@ -51,6 +51,8 @@ TEST(ProcessLayout, LaunchersAndErrors) {
   EXPECT_EQ(l.launcher, "torchrun");
   EXPECT_EQ(l.master_addr, "127.0.0.1");
   EXPECT_EQ(l.master_port, 29500);
+  g_env["TORCHELASTIC_USE_AGENT_STORE"] = "True";  // torchrun's own store holds MASTER_PORT
+  EXPECT_EQ(process_layout_from(fake_env).master_port, 29501);
   g_env = {{"WORLD_SIZE", "2"}, {"RANK", "2"}};
   EXPECT_NE(error_of([] { process_layout_from(fake_env); }).find("outside a world of 2"), std::string::npos);
   g_env = {{"WORLD_SIZE", "two"}, {"RANK", "0"}};
