@@ -78,6 +78,7 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   RunnerConfig rc = runner_config(cfg, *model, num_blocks, max_model_len);
   rc.sample_vocab = sample_vocab;
   rc.comm = comm.get();
+  rc.dp_size = comm ? cfg.dp : 1;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   for (int g = 0; g < blocks_->num_groups(); ++g)
     DI_CHECK(runner_->group_num_blocks(g) == blocks_->num_blocks(g), "engine: KV group ", g, " has ",

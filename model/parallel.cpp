@@ -41,8 +41,8 @@ void check_host(const Weight& w, const std::string& what) {
 
 ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, int rank, int world) {
   DI_CHECK(tp >= 1 && ep >= 1 && dp >= 1, "--tp ", tp, ", --ep ", ep, ", --dp ", dp, ": each must be >= 1");
-  DI_CHECK(dp == 1, "--dp ", dp, ": attention data parallelism is not built yet (bench/NOTES.md \"tp20\"); "
-           "use --tp (heads split) or --tp 1 --ep ", world, " (attention replicated)");
+  DI_CHECK(dp == 1 || tp == 1, "--dp ", dp, " with --tp ", tp, ": attention data parallelism runs with --tp 1 "
+           "(heads split inside a data-parallel rank is not built yet)");
   ParallelPlan p;
   if (world == 1) {
     DI_CHECK(tp == 1 && ep == 1, "--tp ", tp, " --ep ", ep, ": one process; start ", std::max(tp, ep),
@@ -62,6 +62,8 @@ ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, in
              c.source, " is not divisible by it");
   p.tp_size = tp;
   p.tp_rank = rank % tp;
+  p.dp_size = dp;
+  p.dp_rank = rank / tp;
   if (c.n_routed_experts > 0) {
     p.moe_size = world;
     p.moe_rank = rank;

@@ -13,7 +13,10 @@
 //          intermediate instead (the MoE layer is tensor parallel like the dense MLP);
 //          shared experts are split by intermediate over the W ranks in both cases;
 //  --tp 1 --ep W: attention and dense layers replicated, the MoE layers expert-parallel.
-//  --dp D (attention data parallelism) is refused for now (bench/NOTES.md "tp20").
+//  --dp W (attention data parallelism, --tp 1): each rank runs attention and dense layers on its
+//          own sequences (their KV lives there); the MoE layers see every rank's tokens: an
+//          all_gather of the step's rows (padded to the largest rank's), the rank's experts or
+//          columns over all of them, an all_reduce_sum, the rank's own rows taken back.
 #pragma once
 #include <cstdint>
 
@@ -27,6 +30,7 @@ class Communicator;
 struct ParallelPlan {
   int tp_rank = 0, tp_size = 1;    // attention heads, dense MLP intermediate
   int moe_rank = 0, moe_size = 1;  // the MoE layers' ranks (all W)
+  int dp_rank = 0, dp_size = 1;    // attention data parallelism (--dp; tp_size 1 then)
   bool experts_split = false;      // EP: each MoE rank holds n_routed_experts / moe_size experts
   int num_local_experts = 0;       // with experts_split
   // The FP8 GEMMs of non-CPU backends take 128x128 blocks only: shards must fall on block edges
@@ -34,7 +38,7 @@ struct ParallelPlan {
   bool block_aligned = false;
   Communicator* comm = nullptr;    // the W ranks; nullptr when W == 1
 
-  bool any() const { return tp_size > 1 || moe_size > 1; }
+  bool any() const { return tp_size > 1 || moe_size > 1 || dp_size > 1; }
   int first_local_expert() const { return moe_rank * num_local_experts; }
 };
 

@@ -58,6 +58,12 @@ struct RunnerConfig {
   // then run eagerly and synchronously (no graphs, no tokens from the device, no drafts).
   // nullptr or one rank: nothing is broadcast.
   Communicator* comm = nullptr;
+  // Attention data parallelism over comm's ranks (model/parallel.h): the leader gives each
+  // sequence to rank block_ids[0] % dp_size (sticky: its KV lives there; a prefix shares its
+  // first block, so with it its rank), every rank runs its sequences (a filler step when it has
+  // none: the MoE layers need every rank), and the logits rows come back to the leader in the
+  // step's order. 1: every rank runs the whole step.
+  int dp_size = 1;
 };
 
 // Speculative decoding with drafts in flight (Runner::submit's `spec`, Runner::draft_ahead).
@@ -224,6 +230,19 @@ class Runner {
   bool leads() const;
   void lead_step(const StepLayout& l, const StepHostInfo& info, const int32_t* host);
   void lead_copies(std::span<const BlockCopy> copies);
+  // Data parallelism: splits the step among the ranks, broadcasts every rank's part, leaves rank
+  // 0's inputs in host[0, capacity) and returns its layout; dp_ then describes the step.
+  StepLayout lead_dp_step(std::span<const RunSeq> seqs, int32_t* host, int64_t capacity, StepHostInfo& info);
+  // After a data-parallel step's forward (own rows in the logits buffer): gathers every rank's
+  // rows; the leader's come back in the step's order ([rows, vocab]), the others' are dropped.
+  Tensor gather_dp_logits(int64_t vocab);
+  struct DpStep {
+    bool active = false;
+    std::vector<int32_t> num_tokens;  // [dp] tokens of each rank's part
+    std::vector<int64_t> num_rows;    // [dp] logits rows of each rank's part (a filler's too)
+    std::vector<int64_t> row_src;     // leader: row i of the step = gathered row row_src[i]
+  } dp_;
+  DeviceBuffer dp_logits_;  // [dp x max_rows, vocab] F32
   bool followers_stopped_ = false;
 
   Model& model_;

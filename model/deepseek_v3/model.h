@@ -80,6 +80,12 @@ class DeepseekV3Model : public Model {
   int64_t capacity_ = 0;
   uint64_t workspace_epoch_ = 0;  // bumped by each reallocation
   FfnWorkspace ffn_ws_;
+  // Attention data parallelism: the MoE over every rank's rows (moe_over_ranks).
+  void moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn, Tensor& delta);
+  FfnWorkspace dp_ffn_ws_;
+  std::vector<DeviceBuffer> dp_buffers_;
+  Tensor dp_send_, dp_in_, dp_out_;  // [cap, H], [dp x cap, H] x 2
+  int64_t dp_capacity_ = 0;
   std::vector<DeviceBuffer> buffers_;
   Tensor x_, xn_, delta_;  // [cap, hidden]: residual, normed input, block output
   Tensor gathered_, final_;  // [cap, hidden]: rows at logits_indices, after the final norm

@@ -64,7 +64,8 @@ def logprobs(rows):
 with tempfile.TemporaryDirectory() as tmp:
     ref, r = generate(tmp, "single", [])
     check(ref is not None, f"single process: {r}")
-    layouts = {"tp2": ["--tp", "2"], "tp2_ep2": ["--tp", "2", "--ep", "2"], "ep2": ["--ep", "2"]}
+    layouts = {"tp2": ["--tp", "2"], "tp2_ep2": ["--tp", "2", "--ep", "2"], "ep2": ["--ep", "2"],
+               "dp2": ["--dp", "2"], "dp2_ep2": ["--dp", "2", "--ep", "2"]}
     for name, flags in layouts.items():
         if only_layouts and name not in only_layouts:
             continue
@@ -91,7 +92,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Impossible layouts: errors that name the flag.
     for flags, np, needle in [(["--tp", "2"], 0, "mpirun"), (["--tp", "4"], 2, "--tp 4"),
-                              (["--dp", "2"], 2, "--dp 2"), (["--ep", "3"], 2, "--ep 3")]:
+                              (["--dp", "2", "--tp", "2"], 2, "--dp 2"), (["--ep", "3"], 2, "--ep 3")]:
         rows, r = generate(tmp, "bad", flags, np=np)
         err = r.stderr.decode()
         check(rows is None and needle in err, f"{flags} on {np or 1} process(es): expected an error naming "

@@ -86,7 +86,8 @@ TEST(ParallelPlan, ImpossibleLayoutsNameTheFlag) {
   };
   EXPECT_NE(err(4, 1, 1, 4).find("--tp 4: num_attention_heads 6"), std::string::npos);
   EXPECT_NE(err(2, 1, 1, 4).find("--tp 2 x --dp 1 must equal the 4 processes"), std::string::npos);
-  EXPECT_NE(err(1, 1, 2, 2).find("--dp 2"), std::string::npos);
+  EXPECT_NE(err(2, 1, 2, 4).find("--dp 2 with --tp 2"), std::string::npos);
+  EXPECT_NE(err(1, 1, 2, 4).find("--tp 1 x --dp 2 must equal the 4 processes"), std::string::npos);
   EXPECT_NE(err(2, 1, 1, 1).find("one process"), std::string::npos);
   EXPECT_NE(err(1, 3, 1, 3).find("--ep 3: n_routed_experts 16"), std::string::npos);
   EXPECT_NE(err(2, 3, 1, 2).find("--ep 3"), std::string::npos);

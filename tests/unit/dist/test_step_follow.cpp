@@ -1,7 +1,8 @@
 // Two ranks in one process (threads, a test communicator over shared memory): rank 0's runner
 // leads steps of the tiny model, rank 1's follows (runner/step_follow.cpp), each with its shard
 // of the weights (model/parallel.h). Rank 0's logits match one process's to fp32 rounding and
-// its greedy tokens are the same, for --tp 2, --tp 2 --ep 2 and --ep 2. The same path as
+// its greedy tokens are the same, for --tp 2, --tp 2 --ep 2, --ep 2, --dp 2 and --dp 2 --ep 2 (each
+// rank attends its own sequence there). The same path as
 // e2e_parallel's mpirun runs, here without MPI, so the sanitizer build covers it too.
 #include <gtest/gtest.h>
 
@@ -88,7 +89,7 @@ class ThreadCommunicator final : public Communicator {
 
 const std::string kTiny = DEEPINFER_SOURCE_DIR "/models/deepseek-v3-tiny-code";
 
-RunnerConfig runner_config(Communicator* comm) {
+RunnerConfig runner_config(Communicator* comm, int dp) {
   RunnerConfig rc;
   rc.num_kv_blocks = 8;
   rc.kv_block_size = 16;
@@ -97,6 +98,7 @@ RunnerConfig runner_config(Communicator* comm) {
   rc.max_model_len = 64;
   rc.use_graphs = false;
   rc.comm = comm;
+  rc.dp_size = dp;
   return rc;
 }
 
@@ -105,26 +107,27 @@ struct Rank {
   std::unique_ptr<Model> model;
   std::unique_ptr<Runner> runner;
   ParallelPlan plan;
-  Rank(Communicator* comm, int tp, int ep) {
+  Rank(Communicator* comm, int tp, int ep, int dp) {
     BackendOptions bo;
     bo.num_threads = 1;
     backend = make_cpu_backend(bo);
     LoadOptions lo;
     lo.load_mtp = false;
     if (comm != nullptr) {
-      plan = make_parallel_plan(load_model_config(kTiny), tp, ep, 1, comm->rank(), comm->size());
+      plan = make_parallel_plan(load_model_config(kTiny), tp, ep, dp, comm->rank(), comm->size());
       plan.comm = comm;
       lo.parallel = &plan;
     }
     model = load_model(kTiny, *backend, lo);
-    runner = std::make_unique<Runner>(*model, *backend, runner_config(comm));
+    runner = std::make_unique<Runner>(*model, *backend, runner_config(comm, dp));
   }
 };
 
 // A prefill of two sequences, then 3 greedy decode steps: every step's logits rows.
 std::vector<std::vector<float>> greedy_steps(Runner& runner, int vocab) {
   std::vector<std::vector<int32_t>> tokens = {{5, 17, 300, 42, 7, 99}, {11, 23, 1000, 4}};
-  const std::vector<int32_t> blocks_a = {2, 5}, blocks_b = {0, 7};
+  // Under --dp 2 sequence A runs on rank 0 (first block even), B on rank 1.
+  const std::vector<int32_t> blocks_a = {2, 5}, blocks_b = {1, 7};
   std::vector<std::vector<float>> out;
   for (int step = 0; step < 4; ++step) {
     std::vector<RunSeq> seqs;
@@ -144,17 +147,20 @@ std::vector<std::vector<float>> greedy_steps(Runner& runner, int vocab) {
 }
 
 TEST(StepFollow, TwoRanksGiveTheOneProcessLogits) {
-  Rank single(nullptr, 1, 1);
+  Rank single(nullptr, 1, 1, 1);
   const int vocab = single.model->vocab_size();
   const auto want = greedy_steps(*single.runner, vocab);
-  for (auto [tp, ep] : {std::pair{2, 1}, {2, 2}, {1, 2}}) {
+  struct Layout {
+    int tp, ep, dp;
+  };
+  for (auto [tp, ep, dp] : {Layout{2, 1, 1}, {2, 2, 1}, {1, 2, 1}, {1, 1, 2}, {1, 2, 2}}) {
     ThreadGroup group(2);
     ThreadCommunicator c0(group, 0), c1(group, 1);
     std::string follower_error;
     int64_t followed = 0;
     std::thread follower([&] {
       try {
-        Rank r1(&c1, tp, ep);
+        Rank r1(&c1, tp, ep, dp);
         followed = r1.runner->follow();
       } catch (const std::exception& e) {
         follower_error = e.what();
@@ -162,16 +168,16 @@ TEST(StepFollow, TwoRanksGiveTheOneProcessLogits) {
     });
     std::vector<std::vector<float>> got;
     {
-      Rank r0(&c0, tp, ep);
+      Rank r0(&c0, tp, ep, dp);
       got = greedy_steps(*r0.runner, vocab);
     }  // rank 0's runner stops the follower
     follower.join();
-    ASSERT_EQ(follower_error, "") << "--tp " << tp << " --ep " << ep;
-    EXPECT_EQ(followed, 4) << "--tp " << tp << " --ep " << ep << ": steps the follower ran";
+    ASSERT_EQ(follower_error, "") << "--tp " << tp << " --ep " << ep << " --dp " << dp;
+    EXPECT_EQ(followed, 4) << "--tp " << tp << " --ep " << ep << " --dp " << dp << ": steps the follower ran";
     for (size_t s = 0; s < want.size(); ++s)
       for (size_t i = 0; i < want[s].size(); ++i)
         ASSERT_NEAR(got[s][i], want[s][i], 2e-4f * (1.0f + std::fabs(want[s][i])))
-            << "--tp " << tp << " --ep " << ep << ", step " << s << ", logit " << i;
+            << "--tp " << tp << " --ep " << ep << " --dp " << dp << ", step " << s << ", logit " << i;
   }
 }
 
