@@ -59,7 +59,8 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
                  "(= the number of processes)")->check(CLI::PositiveNumber);
   app.add_option("--ep", c.ep, "expert parallel ranks: routed experts split over them (= the number of "
                  "processes; 1: every expert's intermediate split under --tp)")->check(CLI::PositiveNumber);
-  app.add_option("--dp", c.dp, "attention data parallel ranks (not built yet: 1)")->check(CLI::PositiveNumber);
+  app.add_option("--dp", c.dp, "attention data parallel ranks (with --tp 1): each its own sequences and KV, "
+                 "the MoE over every rank's rows")->check(CLI::PositiveNumber);
   app.add_flag("!--host-sampling", c.device_sampling,
                "sample every non-greedy row on the host (default: on the device when the row allows)");
   app.add_flag("!--no-async-scheduling", c.async_scheduling,

@@ -84,7 +84,8 @@ struct EngineConfig {
   // Several processes (one per GPU, started by mpirun or with torchrun's RANK/WORLD_SIZE;
   // model/parallel.h): attention heads and dense MLPs split over tp ranks (--tp), routed experts
   // split over the ranks (--ep = the number of processes; 1: every expert's intermediate split),
-  // attention data parallelism (--dp; not built yet). Rank 0 owns the scheduler and the outputs;
+  // attention data parallelism (--dp, with --tp 1: each rank its own sequences and KV, the MoE
+  // over every rank's rows). Rank 0 owns the scheduler and the outputs;
   // the others run Engine::follow. Steps then run synchronously, eagerly, without drafts.
   int tp = 1;
   int ep = 1;
