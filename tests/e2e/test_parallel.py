@@ -1,10 +1,11 @@
 """Several processes on the CPU backend (issue 20): `mpirun -np 2 deepinfer generate` with
 --tp 2 (heads and dense MLP split, MoE experts' intermediate split), --tp 2 --ep 2 (experts split
-by expert) and --tp 1 --ep 2 (attention replicated, experts split) on the embedded tiny model
-give the single-process greedy tokens; logprobs agree to fp32 rounding (the cross-rank sums
+by expert), --tp 1 --ep 2 (attention replicated, experts split), --dp 2 and --dp 2 --ep 2 (each
+rank attends its own requests) on the embedded tiny model give the single-process greedy tokens; logprobs agree to fp32 rounding (the cross-rank sums
 reassociate o_proj's, down_proj's and the MoE combine's reductions, so they are not bitwise);
-under DEEPINFER_BATCH_INVARIANT=1 a parallel run's logprobs are bitwise the same whether its
-requests share steps or run one at a time; impossible layouts fail naming the flag."""
+under DEEPINFER_BATCH_INVARIANT=1 a --tp 2 or --dp 2 run's logprobs are bitwise the same whether its
+requests share steps or run one at a time (under --dp the MoE rows of the other rank's requests
+share the step too); impossible layouts fail naming the flag."""
 import json
 import os
 import subprocess
@@ -80,15 +81,17 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Batch invariance under --tp 2: the same bits whether the requests share steps or not.
     bi = {"DEEPINFER_BATCH_INVARIANT": "1"}
-    bi_layout = ["--tp", "2"] if not only_layouts or "tp2" in only_layouts else ["--ep", "2"]
-    batched, r = generate(tmp, "bi_batched", bi_layout, np=2, extra_env=bi)
-    check(batched is not None, f"--tp 2 batch-invariant: {r}")
-    alone, r = generate(tmp, "bi_alone", bi_layout, np=2, extra_env=bi, max_num_seqs=1)
-    check(alone is not None, f"--tp 2 batch-invariant, one sequence per step: {r}")
-    if batched and alone:
-        check(logprobs(batched) == logprobs(alone), "--tp 2 under DEEPINFER_BATCH_INVARIANT=1: logprobs depend "
-              "on which requests share a step")
-        check(tokens(batched) == tokens(ref), "--tp 2 batch-invariant: tokens differ from the single process")
+    bi_layouts = [["--tp", "2"], ["--dp", "2"]] if not only_layouts else [["--ep", "2"], ["--dp", "2", "--ep", "2"]]
+    for bi_layout in bi_layouts:
+        name = " ".join(bi_layout)
+        batched, r = generate(tmp, "bi_batched", bi_layout, np=2, extra_env=bi)
+        check(batched is not None, f"{name} batch-invariant: {r}")
+        alone, r = generate(tmp, "bi_alone", bi_layout, np=2, extra_env=bi, max_num_seqs=1)
+        check(alone is not None, f"{name} batch-invariant, one sequence per step: {r}")
+        if batched and alone:
+            check(logprobs(batched) == logprobs(alone), f"{name} under DEEPINFER_BATCH_INVARIANT=1: logprobs depend "
+                  "on which requests share a step")
+            check(tokens(batched) == tokens(ref), f"{name} batch-invariant: tokens differ from the single process")
 
     # Impossible layouts: errors that name the flag.
     for flags, np, needle in [(["--tp", "2"], 0, "mpirun"), (["--tp", "4"], 2, "--tp 4"),
