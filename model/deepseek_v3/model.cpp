@@ -154,8 +154,11 @@ void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCa
 // back. (A dispatch by all_to_all_v of each row to its experts' ranks moves k / dp of this.)
 void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn,
                                      Tensor& delta) {
-  const std::vector<int32_t>& counts = batch.host_dp_num_tokens;
   const int W = parallel_.dp_size, r = parallel_.dp_rank;
+  // No counts: every rank runs this same step (the engine's memory profile step, on all ranks).
+  const std::vector<int32_t> counts = batch.host_dp_num_tokens.empty()
+                                          ? std::vector<int32_t>(static_cast<size_t>(W), batch.num_tokens)
+                                          : batch.host_dp_num_tokens;
   DI_CHECK(static_cast<int>(counts.size()) == W && counts[r] == batch.num_tokens, "forward: a data-parallel "
            "step needs every rank's token count (", counts.size(), " of ", W, ")");
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
