@@ -226,6 +226,11 @@ int cmd_bench(int argc, char** argv) {
     config.num_kv_blocks = static_cast<int>(needed) + 1;
   }
   const auto t_load = Clock::now();
+  if (process_rank() != 0) {  // several processes: rank 0 runs and reports the benchmark
+    Engine follower(config);
+    follower.follow();
+    return kExitOk;
+  }
   Engine engine(config);
   const double load_s = seconds_since(t_load);
   const double bytes_per_param = config.random_weights_config.empty() ? (mc.quantization.is_fp8() ? 1.0 : 2.0)
@@ -273,10 +278,14 @@ int cmd_bench(int argc, char** argv) {
     rec["speculator"] = config.speculator;
     rec["spec_varlen"] = engine.stats().spec_varlen;
     if (!engine.stats().spec_step_times.empty()) rec["spec_step_times"] = spec_step_times_json(engine.stats().spec_step_times);
-    rec["parallel"] = "single-device";  // the layout a plot must not mix (no tensor/expert parallelism yet)
-    rec["enforce_eager"] = config.enforce_eager;
+    // The layout a plot must not mix; several processes run eagerly, one step at a time.
+    const bool several = engine.world_size() > 1;
+    rec["parallel"] = several ? "tp" + std::to_string(config.tp) + "-ep" + std::to_string(config.ep) + "-dp" +
+                                    std::to_string(config.dp) + "-" + std::to_string(engine.world_size()) + "proc"
+                              : "single-device";
+    rec["enforce_eager"] = config.enforce_eager || several;
     rec["graph_steps_total"] = engine.stats().num_graph_steps;  // since the engine started
-    rec["async_scheduling"] = config.async_scheduling;
+    rec["async_scheduling"] = config.async_scheduling && !several;
     rec["spec_steps_ahead_total"] = engine.stats().num_spec_steps_ahead;  // verify steps issued with drafts in flight
     rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
     const std::string line = rec.dump();

@@ -66,6 +66,11 @@ int cmd_generate(int argc, char** argv) {
     std::fprintf(stderr, "deepinfer generate: defaults from %s (flags override; --generation-config none: off)\n",
                  applied.c_str());
 
+  if (process_rank() != 0) {  // several processes: rank 0 reads, schedules and writes
+    Engine engine(config);
+    engine.follow();
+    return kExitOk;
+  }
   if (!input.empty()) {
     // Input read and output opened before the model loads: bad paths fail at once.
     BatchJob job({input, output, resume}, p);

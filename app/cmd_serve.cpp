@@ -91,6 +91,11 @@ int cmd_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  if (process_rank() != 0) {  // several processes: rank 0 serves, the others run its steps
+    Engine follower(config);
+    follower.follow();
+    return kExitOk;
+  }
   server::EngineLoop loop(config, step_log);
   server::Server srv(opts, loop);
   std::unique_ptr<server::HttpServer> listener;

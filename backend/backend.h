@@ -158,6 +158,9 @@ class Backend {
   // True when BackendOptions::batch_invariant was set. Models read it to keep one
   // code path for every batch shape (e.g. always the absorbed MLA form).
   virtual bool batch_invariant() const { return false; }
+  // The stream ops are issued on, for a communicator that issues its collectives there
+  // (dist/: NCCL takes the cudaStream_t); nullptr on backends without one (CPU).
+  virtual void* native_stream() { return nullptr; }
 
   // --- memory -------------------------------------------------------------
   virtual DeviceBuffer alloc(DType dtype, const std::vector<int64_t>& dims) = 0;
@@ -310,8 +313,13 @@ class Backend {
                            Tensor& topk_ids, Tensor& topk_weights) = 0;
   // --- moe (permute, grouped_gemm, combine) ---------------------------------
   // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]). out is overwritten.
+  // A slot whose id is -1 is skipped (contributes nothing): an expert another rank holds
+  // (moe_localize_ids).
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const std::vector<ExpertWeights>& experts, Tensor& out) = 0;
+  // Expert parallelism (model/parallel.h): in place on topk_ids I32 [T, k], an id in
+  // [first, first + count) becomes id - first (this rank's experts vector), any other -1.
+  virtual void moe_localize_ids(Tensor& topk_ids, int first, int count) = 0;
 
   // --- DeepSeek-V4 (issue 16; MODELS.md V4-Flash). Defaults in backend/cpu/{hyper_connection,
   // v4_routing, sink_attention, compressor}.cpp compute on host memory (CPU tensors, F32

@@ -29,9 +29,10 @@ grammar::GrammarSpec grammar_spec(const StructuredOutputArgs& so) {
 }  // namespace
 
 Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
-                   std::unique_ptr<Model> model_in, std::unique_ptr<Tokenizer> tokenizer_in)
+                   std::unique_ptr<Model> model_in, std::unique_ptr<Tokenizer> tokenizer_in,
+                   std::unique_ptr<Communicator> comm_in)
     : config(cfg), backend(std::move(backend_in)), model(std::move(model_in)),
-      tokenizer(std::move(tokenizer_in)) {
+      tokenizer(std::move(tokenizer_in)), comm(std::move(comm_in)) {
   const ModelConfig& mc = model->config();
   max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len
                                         : static_cast<int>(std::min<int64_t>(
@@ -76,6 +77,8 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
   RunnerConfig rc = runner_config(cfg, *model, num_blocks, max_model_len);
   rc.sample_vocab = sample_vocab;
+  rc.comm = comm.get();
+  rc.dp_size = comm ? cfg.dp : 1;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   for (int g = 0; g < blocks_->num_groups(); ++g)
     DI_CHECK(runner_->group_num_blocks(g) == blocks_->num_blocks(g), "engine: KV group ", g, " has ",

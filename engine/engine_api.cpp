@@ -33,6 +33,16 @@ void SpecDecodeStats::add(const SpecDecodeStats& o) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+int process_rank() { return process_layout_from_env().rank; }
+
+int Engine::rank() const { return impl_->comm ? impl_->comm->rank() : 0; }
+int Engine::world_size() const { return impl_->comm ? impl_->comm->size() : 1; }
+
+int64_t Engine::follow() {
+  DI_CHECK(rank() != 0, "Engine::follow: rank 0 owns the scheduler; only the other ranks follow");
+  return impl_->runner().follow();
+}
+
 std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params,
                                 std::string request_id) {
   return impl_->add_request(prompt, params, std::move(request_id));

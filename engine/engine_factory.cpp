@@ -13,6 +13,7 @@
 #include "core/settings.h"
 #include "engine/engine_impl.h"
 #include "kv/kv_sizing.h"
+#include "model/parallel.h"
 
 namespace deepinfer {
 namespace {
@@ -106,8 +107,27 @@ Engine::Engine(const EngineConfig& config_in) {
            "EngineConfig.gpu_memory_utilization: expected a fraction in (0, 1], got ",
            config.gpu_memory_utilization);
 
+  // Several processes (EngineConfig::tp/ep/dp): where this one sits, from the launcher's
+  // environment; its shard of the model is planned (and impossible layouts refused) before
+  // anything loads. Steps then run one at a time, eagerly, without drafts (rank 0 broadcasts
+  // each step's inputs: runner/step_follow.cpp).
+  const ProcessLayout layout = process_layout_from_env();
+  const bool several = layout.world_size > 1 || config.tp > 1 || config.ep > 1 || config.dp > 1;
+  ParallelPlan plan;
+  if (several) {
+    plan = make_parallel_plan(load_model_config(!config.random_weights_config.empty() ? config.random_weights_config
+                                                                                      : config.model_dir),
+                              config.tp, config.ep, config.dp, layout.rank, layout.world_size);
+    DI_CHECK(config.num_speculative_tokens <= 0, "--tp/--ep/--dp: speculative decoding with several processes "
+             "is not built yet; run with 0 drafts (--num-speculative-tokens 0)");
+    config.num_speculative_tokens = 0;
+    config.async_scheduling = false;
+    config.enforce_eager = true;
+  }
+
   BackendOptions bo;
   bo.batch_invariant = config.batch_invariant;
+  bo.device_index = layout.local_rank;
   bo.num_threads = config.num_threads;
   bo.cuda = cuda_options(env);
   std::unique_ptr<Backend> backend;
@@ -136,6 +156,13 @@ Engine::Engine(const EngineConfig& config_in) {
   lo.prefill_keep_tokens = config.prefill_keep_tokens != 0
                                ? config.prefill_keep_tokens
                                : env.get_int("DEEPINFER_YOCO_PREFILL_KEEP_TOKENS");
+  std::unique_ptr<Communicator> comm;
+  if (several) {
+    comm = make_communicator(layout, backend->device(), backend->native_stream());
+    plan.comm = comm.get();
+    lo.parallel = &plan;
+    lo.load_mtp = false;
+  }
   std::unique_ptr<Model> model;
   if (!config.random_weights_config.empty()) {
     lo.random_weights = true;
@@ -159,8 +186,11 @@ Engine::Engine(const EngineConfig& config_in) {
   config.max_model_len = resolve_max_model_len(config, model->config());
   if (config.num_kv_blocks <= 0 && config.kv_cache_num_bytes <= 0 && backend->memory_info().total_bytes > 0)
     config.num_kv_blocks = kv_blocks_from_device_memory(config, config.max_model_len, *model, *backend);
+  // Every rank's KV cache has rank 0's blocks (its block tables address them).
+  if (comm) comm->broadcast_bytes(&config.num_kv_blocks, sizeof(config.num_kv_blocks), 0);
 
-  impl_ = std::make_unique<Impl>(config, std::move(backend), std::move(model), std::move(tokenizer));
+  impl_ = std::make_unique<Impl>(config, std::move(backend), std::move(model), std::move(tokenizer),
+                                 std::move(comm));
 }
 
 }  // namespace deepinfer

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "deepinfer/engine.h"
+#include "dist/communicator.h"
 #include "engine/request_state.h"
 #include "grammar/grammar.h"
 #include "kv/block_manager.h"
@@ -72,8 +73,9 @@ void check_speculation_config(const EngineConfig& config);
 
 struct Engine::Impl {
   // `tokenizer` may be null (token-id prompts only, empty text).
+  // `comm`: the processes of a run of several (EngineConfig::tp/ep/dp), null for one.
   Impl(const EngineConfig& config, std::unique_ptr<Backend> backend, std::unique_ptr<Model> model,
-       std::unique_ptr<Tokenizer> tokenizer);
+       std::unique_ptr<Tokenizer> tokenizer, std::unique_ptr<Communicator> comm = nullptr);
 
   std::string add_request(const Prompt& prompt, const SamplingParams& params,
                           std::string request_id);
@@ -87,6 +89,7 @@ struct Engine::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Communicator> comm;  // after backend (NCCL uses its stream), before the runner
   int max_model_len = 0;
   // Ids the engine samples from: the model's vocabulary, or the tokenizer's when it is smaller
   // (a model's padding rows, e.g. DeepSeek-V3's 129,280 for a 128,815-id tokenizer, are never
@@ -196,6 +199,11 @@ struct Engine::Impl {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Runner> runner_;
+
+ public:
+  Runner& runner() { return *runner_; }
+
+ private:
   std::unique_ptr<Sampler> sampler_;
   std::shared_ptr<const grammar::Vocabulary> grammar_vocab_;
   std::unique_ptr<grammar::GrammarCache> grammar_cache_;

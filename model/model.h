@@ -19,6 +19,8 @@ struct ModelConfig;  // model/config.h
 // Every KV layer group's caches: kv[g][l] = layer l of group g (Model::kv_groups).
 using KvCaches = std::vector<std::vector<Tensor>>;
 
+struct ParallelPlan;  // model/parallel.h
+
 struct LoadOptions {
   // Progress callback for large checkpoints: (bytes done, bytes total).
   void (*progress)(uint64_t done, uint64_t total, void* user) = nullptr;
@@ -42,6 +44,9 @@ struct LoadOptions {
   // runs the layers above the last KV source on a prompt's last keep rows only; "off" on all.
   std::string prefill_truncation_mode = "off";
   int64_t prefill_keep_tokens = 140;
+  // Several processes (model/parallel.h): this rank's shard of the model and its communicator;
+  // nullptr: one process, every weight.
+  const ParallelPlan* parallel = nullptr;
 };
 
 // A model's prefill truncation as the engine sees it (Model::prefill_truncation): a prompt's rows

@@ -41,6 +41,9 @@ struct StepBatch {
   // layers a model's prefill truncation skips (Model::prefill_truncation); those layers compute
   // no row below it and read none. Host-only (decided on the host, like the KV addressing).
   std::vector<int32_t> host_replay_floor;
+  // Attention data parallelism (model/parallel.h): the tokens of each data-parallel rank's step
+  // this step ([dp]); empty with one rank. This batch is this rank's.
+  std::vector<int32_t> host_dp_num_tokens;
   // Every KV group's tables, in Model::kv_groups() order ([0]: block_tables, slot_mapping).
   std::vector<KvGroupTables> kv_groups;
 };

@@ -9,6 +9,7 @@
 namespace deepinfer {
 
 void Runner::copy_blocks(std::span<const BlockCopy> copies) {
+  if (leads() && !copies.empty()) lead_copies(copies);
   for (const BlockCopy& c : copies) {
     DI_CHECK(c.group >= 0 && c.group < static_cast<int>(kv_.size()), "runner: KV block copy in group ", c.group,
              " of ", kv_.size());

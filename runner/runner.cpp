@@ -148,8 +148,9 @@ Tensor Runner::forward(const StepLayout& l, const StepHostInfo& info, const Deco
     hidden_rows_ = l.num_tokens;
   }
   if (graph_shape == nullptr) {
+    if (dp_.active) batch.host_dp_num_tokens = dp_.num_tokens;
     model_.forward(batch, kv_, logits, hidden_out);
-    return logits;
+    return dp_.active ? gather_dp_logits(model_.vocab_size()) : logits;
   }
   if (run_graphed(graphs_, *graph_shape, [&] { model_.forward(batch, kv_, logits, hidden_out); }))
     ++stats_.num_graph_steps;
@@ -266,8 +267,19 @@ void Runner::submit(std::span<const RunSeq> seqs, bool argmax_only, bool tokens_
   next_slot_ ^= 1;
   Tensor& host = staging_[slot].tensor();
   StepHostInfo info;
-  const StepLayout l = build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr,
-                                         host.ptr<int32_t>(), host.numel(), info, groups_);
+  DI_CHECK(!leads() || (!graph && !tokens_from_previous && spec.verify_q == 0 && spec.assumed < 0 &&
+                        (config_.dp_size == 1 || !wide)),
+           "runner: with several processes steps run eagerly with their tokens from the host "
+           "(no graphs, asynchronous tokens, drafts in flight or prompt logprobs beyond max_num_seqs rows)");
+  dp_.active = false;
+  StepLayout l;
+  if (leads() && config_.dp_size > 1) {
+    l = lead_dp_step(seqs, host.ptr<int32_t>(), host.numel(), info);
+  } else {
+    l = build_step_inputs(seqs, config_.kv_block_size, graph ? &pad : nullptr, host.ptr<int32_t>(), host.numel(),
+                          info, groups_);
+    if (leads()) lead_step(l, info, host.ptr<int32_t>());
+  }
   const Tensor& dev = inputs_.tensor();
   Tensor src(host.data, DType::I32, {l.total}, host.device);
   Tensor dst(dev.data, DType::I32, {l.total}, dev.device);

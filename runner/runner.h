@@ -31,6 +31,8 @@
 
 namespace deepinfer {
 
+class Communicator;  // dist/communicator.h
+
 struct RunnerConfig {
   int num_kv_blocks = 0;
   int kv_block_size = 16;
@@ -51,6 +53,17 @@ struct RunnerConfig {
   // group Model::mtp_kv_group() / num_mtp_kv_groups() name, same blocks). With one, every target step also keeps each
   // row's final hidden state (MTP drafting reads them).
   int num_mtp_kv_layers = 0;
+  // Several processes (runner/step_follow.cpp): rank 0 of `comm` (the leader) broadcasts each
+  // step's inputs and KV block copies before running them; the other ranks run follow(). Steps
+  // then run eagerly and synchronously (no graphs, no tokens from the device, no drafts).
+  // nullptr or one rank: nothing is broadcast.
+  Communicator* comm = nullptr;
+  // Attention data parallelism over comm's ranks (model/parallel.h): the leader gives each
+  // sequence to rank block_ids[0] % dp_size (sticky: its KV lives there; a prefix shares its
+  // first block, so with it its rank), every rank runs its sequences (a filler step when it has
+  // none: the MoE layers need every rank), and the logits rows come back to the leader in the
+  // step's order. 1: every rank runs the whole step.
+  int dp_size = 1;
 };
 
 // Speculative decoding with drafts in flight (Runner::submit's `spec`, Runner::draft_ahead).
@@ -124,6 +137,13 @@ class Runner {
   int num_in_flight() const { return static_cast<int>(in_flight_.size()); }
 
   const RunnerStats& stats() const { return stats_; }
+  // Several processes: on a rank other than the leader, runs every step the leader broadcasts
+  // (the model's collectives pair with the leader's) until it stops (the leader's runner is
+  // destroyed or calls stop_followers). Returns the number of steps followed.
+  int64_t follow();
+  // The leader: tells the followers that no step follows (once; the destructor calls it).
+  void stop_followers();
+  ~Runner();
   // KV copy-on-write: copies every layer's rows of each src block to its dst block,
   // in order, before the next submitted step (runner/block_copy.cpp).
   void copy_blocks(std::span<const BlockCopy> copies);
@@ -204,6 +224,26 @@ class Runner {
   bool run_graphed(DecodeGraphs& graphs, const DecodePadding& shape, const std::function<void()>& body);
   // The StepBatch over inputs_ (device views at the layout's offsets).
   StepBatch step_batch(const StepLayout& layout, const StepHostInfo& info) const;
+
+  // The leader's half of step following: sends the step's layout, host info and inputs
+  // (host[0, l.total)) / a block copy list to the followers (runner/step_follow.cpp).
+  bool leads() const;
+  void lead_step(const StepLayout& l, const StepHostInfo& info, const int32_t* host);
+  void lead_copies(std::span<const BlockCopy> copies);
+  // Data parallelism: splits the step among the ranks, broadcasts every rank's part, leaves rank
+  // 0's inputs in host[0, capacity) and returns its layout; dp_ then describes the step.
+  StepLayout lead_dp_step(std::span<const RunSeq> seqs, int32_t* host, int64_t capacity, StepHostInfo& info);
+  // After a data-parallel step's forward (own rows in the logits buffer): gathers every rank's
+  // rows; the leader's come back in the step's order ([rows, vocab]), the others' are dropped.
+  Tensor gather_dp_logits(int64_t vocab);
+  struct DpStep {
+    bool active = false;
+    std::vector<int32_t> num_tokens;  // [dp] tokens of each rank's part
+    std::vector<int64_t> num_rows;    // [dp] logits rows of each rank's part (a filler's too)
+    std::vector<int64_t> row_src;     // leader: row i of the step = gathered row row_src[i]
+  } dp_;
+  DeviceBuffer dp_logits_;  // [dp x max_rows, vocab] F32
+  bool followers_stopped_ = false;
 
   Model& model_;
   Backend& backend_;

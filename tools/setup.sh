@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip
-      python3-jsonschema libboost1.81-dev prometheus-cpp-dev)
+      python3-jsonschema libboost1.81-dev prometheus-cpp-dev
+      libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

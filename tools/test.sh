@@ -38,8 +38,9 @@ fi
 if command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   step "CUDA backend compile (sm_90a)"
   export PATH="$PATH:/usr/local/cuda/bin"
-  # The backend library holds every CUDA source; the rest is the same host code built above.
-  TARGETS="deepinfer_backend_cuda deepinfer_backend" BUILD_DIR="$root/build/cuda" \
+  # The backend library holds every CUDA source, dist/ the NCCL communicator; the rest is the
+  # same host code built above.
+  TARGETS="deepinfer_backend_cuda deepinfer_backend deepinfer_dist" BUILD_DIR="$root/build/cuda" \
     "$root/tools/build.sh" -DDEEPINFER_WERROR=ON -DDEEPINFER_CUDA=ON -DDEEPINFER_TESTS=OFF \
     -DDEEPINFER_BENCH=OFF
 fi

@@ -55,6 +55,7 @@ class CpuBackend final : public Backend {
                    Tensor& topk_ids, Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
+  void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   // Speculative decoding's fix-ups (spec_fixup.cpp).
   void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last) override;

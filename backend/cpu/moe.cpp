@@ -34,6 +34,7 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
   // Permute: rows of each expert in (token, slot) order. lists[e] holds t * K + j.
   std::vector<std::vector<int64_t>> lists(static_cast<size_t>(E));
   for (int64_t p = 0; p < T * K; ++p) {
+    if (ids[p] == -1) continue;  // another rank's expert: its row of y stays 0
     DI_CHECK(ids[p] >= 0 && ids[p] < E, "moe_experts: expert id ", ids[p], " of token ", p / K,
              " slot ", p % K, " outside [0, ", E, ")");
     lists[ids[p]].push_back(p);
@@ -115,9 +116,19 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
     for (int64_t t = b; t < e; ++t) {
       float* dst = o.f32(t);
       std::fill(dst, dst + H, 0.0f);
-      for (int64_t j = 0; j < K; ++j) axpy(weights[t * K + j], y.data() + (t * K + j) * H, dst, H);
+      for (int64_t j = 0; j < K; ++j)
+        if (ids[t * K + j] != -1) axpy(weights[t * K + j], y.data() + (t * K + j) * H, dst, H);
     }
   });
+}
+
+void CpuBackend::moe_localize_ids(Tensor& topk_ids, int first, int count) {
+  check_cpu(topk_ids, DType::I32, "moe_localize_ids topk_ids");
+  DI_CHECK(topk_ids.is_contiguous() && first >= 0 && count >= 0, "moe_localize_ids: ", topk_ids.describe(),
+           " must be contiguous, first ", first, " and count ", count, " >= 0");
+  int32_t* ids = topk_ids.ptr<int32_t>();
+  for (int64_t i = 0; i < topk_ids.numel(); ++i)
+    ids[i] = ids[i] >= first && ids[i] < first + count ? ids[i] - first : -1;
 }
 
 }  // namespace deepinfer::cpu

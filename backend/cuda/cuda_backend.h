@@ -127,6 +127,7 @@ class CudaBackend final : public Backend {
   void candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
                         int64_t block_size, Tensor& bias) override;
   void topk_finite(const Tensor& scores, Tensor& out) override;
+  void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
@@ -149,6 +150,7 @@ class CudaBackend final : public Backend {
 
   // --- for the op files -------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
+  void* native_stream() override { return stream_; }
   int num_sms() const { return num_sms_; }
   // Checks the launch just issued (and, with DEEPINFER_CUDA_SYNC=1, its completion).
   void check_launch(const char* op, const std::string& shapes);

@@ -81,6 +81,15 @@ struct EngineConfig {
   // spec_varlen: the step times to schedule from; empty (default): measured at start-up on
   // the shapes the engine's steps run as (EngineStats::spec_step_times shows them).
   SpecStepTimes spec_step_times;
+  // Several processes (one per GPU, started by mpirun or with torchrun's RANK/WORLD_SIZE;
+  // model/parallel.h): attention heads and dense MLPs split over tp ranks (--tp), routed experts
+  // split over the ranks (--ep = the number of processes; 1: every expert's intermediate split),
+  // attention data parallelism (--dp, with --tp 1: each rank its own sequences and KV, the MoE
+  // over every rank's rows). Rank 0 owns the scheduler and the outputs;
+  // the others run Engine::follow. Steps then run synchronously, eagerly, without drafts.
+  int tp = 1;
+  int ep = 1;
+  int dp = 1;
 };
 
 // A tool call of an assistant turn, rendered back into the prompt in the checkpoint's format.
@@ -214,6 +223,10 @@ struct EngineStats {
   int num_waiting_seqs = 0;
 };
 
+// This process's rank among several started by mpirun or torchrun (0 for one process): a
+// program runs Engine::follow instead of its requests on every rank but 0.
+int process_rank();
+
 class Engine {
  public:
   explicit Engine(const EngineConfig& config);
@@ -259,6 +272,13 @@ class Engine {
   // SamplingParams::prompt_logprobs instead), or the prompt has fewer than 2 tokens or does not
   // leave room for one token in max_model_len (engine/engine_score.cpp).
   std::vector<double> prompt_logprobs(const Prompt& prompt);
+
+  // Several processes (EngineConfig::tp/ep/dp): this process's rank and their number.
+  int rank() const;
+  int world_size() const;
+  // On a rank other than 0: runs the steps rank 0's engine broadcasts until that engine is
+  // destroyed, then returns the number of steps run. Throws Error on rank 0.
+  int64_t follow();
 
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);  // engine/engine_impl.h (tests: fake models)

@@ -9,17 +9,28 @@
 #include "model/deepseek_v3/model.h"
 #include "model/layers/mla.h"
 #include "model/model.h"
+#include "model/parallel.h"
 
 namespace deepinfer {
 namespace {
 
-std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& backend) {
+// Several processes: the rank's shard of the host weights (model/parallel.h) is what the model
+// gets; absorbed MLA weights come from its heads.
+std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& backend,
+                             const LoadOptions& options) {
+  ParallelPlan plan;
+  if (options.parallel != nullptr) {
+    plan = *options.parallel;
+    plan.block_aligned = backend.device() != Device::CPU;
+    host = shard_weights(host, config, plan);
+  }
   // Derived absorbed-MLA weights come from the host view, before any upload.
-  std::vector<MlaAbsorbedWeights> absorbed = make_absorbed_weights(config, host, backend);
+  std::vector<MlaAbsorbedWeights> absorbed =
+      make_absorbed_weights(local_model_config(config, plan), host, backend);
   ModelWeights weights =
       backend.device() == Device::CPU ? std::move(host) : upload_weights(host, backend);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
-                                           std::move(absorbed), backend);
+                                           std::move(absorbed), backend, plan);
 }
 
 // Random weights on a device backend: made there from the seed (fill_random kernels for the big
@@ -38,17 +49,19 @@ std::unique_ptr<Model> build_random_on_device(ModelConfig config, const LoadOpti
 std::unique_ptr<Model> build_random(ModelConfig config, const LoadOptions& options,
                                     Backend& backend) {
   const DType dt = options.random_weight_dtype;
-  if (backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3))
+  // Several processes shard host weights (the device path makes every tensor on the device).
+  const bool sharded = options.parallel != nullptr && options.parallel->any();
+  if (backend.device() != Device::CPU && (dt == DType::BF16 || dt == DType::F8_E4M3) && !sharded)
     return build_random_on_device(std::move(config), options, backend);
   ModelWeights host = make_random_weights(config, options.seed, dt, options.load_mtp);
-  return build(std::move(config), std::move(host), backend);
+  return build(std::move(config), std::move(host), backend, options);
 }
 
 std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend& backend,
                             const LoadOptions& options) {
   if (options.random_weights) return build_random(std::move(config), options, backend);
   ModelWeights host = load_weights(dir, config, options);
-  return build(std::move(config), std::move(host), backend);
+  return build(std::move(config), std::move(host), backend, options);
 }
 
 }  // namespace

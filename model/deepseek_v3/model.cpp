@@ -1,9 +1,11 @@
 #include "model/deepseek_v3/model.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "model/layers/common.h"
 #include "model/layers/rope_table.h"
+#include "dist/communicator.h"
 
 namespace deepinfer {
 
@@ -41,9 +43,10 @@ std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
 }
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
-                                 std::vector<MlaAbsorbedWeights> absorbed, Backend& backend)
+                                 std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
+                                 ParallelPlan parallel)
     : config_(std::move(config)),
-      mla_dims_(config_.mla_dims()),
+      mla_dims_(local_model_config(config_, parallel).mla_dims()),
       ffn_dims_(config_.ffn_dims()),
       weights_(std::move(weights)),
       absorbed_(std::move(absorbed)),
@@ -53,6 +56,9 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
            config_.source, ": weights hold ", weights_.layers.size(), " layers, config says ",
            config_.num_hidden_layers);
   if (config_.n_routed_experts > 0) routing_ = config_.moe_routing();
+  parallel_ = parallel;
+  DI_CHECK(!parallel_.any() || (parallel_.comm != nullptr && weights_.mtp.empty()),
+           config_.source, ": several processes need a communicator and no MTP layer");
   const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
   HostBuffer table = rope_cos_sin_table(config_.rope_dims(), positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
@@ -143,6 +149,48 @@ void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCa
               out);
 }
 
+// Every rank's rows, padded to the largest rank's T_max: [dp x T_max, H] gathered, the rank's
+// experts (or intermediate columns) over all of them, summed over the ranks, the rank's own rows
+// back. (A dispatch by all_to_all_v of each row to its experts' ranks moves k / dp of this.)
+void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn,
+                                     Tensor& delta) {
+  const int W = parallel_.dp_size, r = parallel_.dp_rank;
+  // No counts: every rank runs this same step (the engine's memory profile step, on all ranks).
+  const std::vector<int32_t> counts = batch.host_dp_num_tokens.empty()
+                                          ? std::vector<int32_t>(static_cast<size_t>(W), batch.num_tokens)
+                                          : batch.host_dp_num_tokens;
+  DI_CHECK(static_cast<int>(counts.size()) == W && counts[r] == batch.num_tokens, "forward: a data-parallel "
+           "step needs every rank's token count (", counts.size(), " of ", W, ")");
+  const int64_t T = batch.num_tokens, H = config_.hidden_size;
+  const int64_t t_max = *std::max_element(counts.begin(), counts.end());
+  if (t_max > dp_capacity_) {
+    const int64_t cap = std::max<int64_t>(t_max, 2 * dp_capacity_);
+    const DType dt = backend_.activation_dtype();
+    dp_buffers_.clear();
+    HostBuffer zeros(dt, {cap, H});  // padding rows stay finite (routed, then dropped)
+    std::memset(zeros.tensor().data, 0, zeros.tensor().num_bytes());
+    dp_buffers_.push_back(backend_.alloc(dt, {cap, H}));
+    dp_send_ = dp_buffers_.back().tensor();
+    backend_.copy(zeros.tensor(), dp_send_);
+    for (Tensor* t : {&dp_in_, &dp_out_}) {
+      dp_buffers_.push_back(backend_.alloc(dt, {W * cap, H}));
+      *t = dp_buffers_.back().tensor();
+    }
+    dp_ffn_ws_ = make_ffn_workspace(ffn_dims_, backend_, W * cap);
+    dp_capacity_ = cap;
+    ++workspace_epoch_;
+  }
+  Tensor send = dp_send_.slice_rows(0, t_max);  // [T_max, H]: rows [0, T) this rank's
+  Tensor own = send.slice_rows(0, T);
+  backend_.copy(xn, own);
+  Tensor in = dp_in_.slice_rows(0, W * t_max), out = dp_out_.slice_rows(0, W * t_max);
+  parallel_.comm->all_gather(send, in);
+  const int first = parallel_.experts_split ? parallel_.first_local_expert() : 0;
+  moe_forward(backend_, routing_, layer.moe, in, dp_ffn_ws_, out, first);
+  parallel_.comm->all_reduce_sum(out);
+  backend_.copy(out.slice_rows(r * t_max, r * t_max + T), delta);
+}
+
 void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logits, Tensor* hidden_out) {
   check_batch(batch, kv, logits);
   const int64_t T = batch.num_tokens, H = config_.hidden_size;
@@ -160,11 +208,17 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     attention(l, batch, step, kv, xn, delta);
+    if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // heads split: sum of o_proj parts
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
-    if (layer.is_moe) {
-      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta);
+    if (layer.is_moe && parallel_.dp_size > 1) {
+      moe_over_ranks(batch, layer, xn, delta);
+    } else if (layer.is_moe) {
+      const int first = parallel_.experts_split ? parallel_.first_local_expert() : 0;
+      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta, first);
+      if (parallel_.moe_size > 1) parallel_.comm->all_reduce_sum(delta);  // experts / columns split
     } else {
       mlp_forward(backend_, layer.mlp, xn, ffn_ws_, delta);
+      if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // intermediate split
     }
     if (l + 1 < L) {
       backend_.add_rms_norm(x, delta, weights_.layers[l + 1].input_layernorm, eps, xn);

@@ -19,6 +19,7 @@
 #include "model/layers/moe.h"
 #include "model/layers/mtp.h"
 #include "model/model.h"
+#include "model/parallel.h"
 #include "model/weights.h"
 
 namespace deepinfer {
@@ -28,8 +29,11 @@ class DeepseekV3Model : public Model {
  public:
   // `weights` live on `backend`; `absorbed[l]` are layer l's derived MLA weights (then one
   // per loaded MTP layer, when the caller derived them: model/layers/mtp.h).
+  // Several processes: `weights` and `absorbed` are the rank's shard (model/parallel.h); forward
+  // sums the partial outputs of attention and of the feed-forward blocks over the ranks.
   DeepseekV3Model(ModelConfig config, ModelWeights weights,
-                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend);
+                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
+                  ParallelPlan parallel = {});
 
   const ModelConfig& config() const override { return config_; }
   // One group: every layer's MLA latent [c_kv | k_rope] (576 per token in V3), in the
@@ -69,12 +73,19 @@ class DeepseekV3Model : public Model {
   void check_batch(const StepBatch& batch, const KvCaches& kv, const Tensor& logits) const;
 
   MoeRouting routing_;
+  ParallelPlan parallel_;
   std::unique_ptr<MtpLayer> mtp_;  // weights_.mtp[0] when loaded
 
   // Workspaces, grown to the largest step seen (allocated once per capacity).
   int64_t capacity_ = 0;
   uint64_t workspace_epoch_ = 0;  // bumped by each reallocation
   FfnWorkspace ffn_ws_;
+  // Attention data parallelism: the MoE over every rank's rows (moe_over_ranks).
+  void moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn, Tensor& delta);
+  FfnWorkspace dp_ffn_ws_;
+  std::vector<DeviceBuffer> dp_buffers_;
+  Tensor dp_send_, dp_in_, dp_out_;  // [cap, H], [dp x cap, H] x 2
+  int64_t dp_capacity_ = 0;
   std::vector<DeviceBuffer> buffers_;
   Tensor x_, xn_, delta_;  // [cap, hidden]: residual, normed input, block output
   Tensor gathered_, final_;  // [cap, hidden]: rows at logits_indices, after the final norm

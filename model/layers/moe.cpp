@@ -50,7 +50,7 @@ void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnW
 }
 
 void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
-                 FfnWorkspace& ws, Tensor& out) {
+                 FfnWorkspace& ws, Tensor& out, int first_expert) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "moe_forward: ", T, " tokens exceed the workspace");
   Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
@@ -58,6 +58,8 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
   Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
   Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
   backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
+  const int num_local = static_cast<int>(w.experts.size());
+  if (first_expert > 0 || num_local < routing.num_experts) backend.moe_localize_ids(ids, first_expert, num_local);
   backend.moe_experts(x, ids, weights, w.experts, out);
   if (w.has_shared()) swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
 }

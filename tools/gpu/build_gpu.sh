@@ -4,7 +4,8 @@
 # 64 MiB limit). GPU_TREE names the CMake build tree (default build-cuda); give each engineer
 # their own GPU_TREE and GPU_BIN so concurrent builds do not overwrite each other.
 # libstdc++/libgcc are linked statically; cudart statically; cuBLASLt dynamically (the
-# H200 image has the same CUDA 13.0 toolkit). Targets that do not build are reported and
+# H200 image has the same CUDA 13.0 toolkit); no MPI (the image has no Open MPI: several GPUs
+# start with torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, NCCL loaded at run time). Targets that do not build are reported and
 # skipped, so a broken module elsewhere does not block the parity run.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -13,7 +14,7 @@ gpu_bin="${GPU_BIN:-build-gpu}"
 out="$root/$gpu_bin/bin"
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S "$root" -B "$tree" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_CUDA=ON \
-  -DDEEPINFER_CUDA_ARCHS=90a -DDEEPINFER_TESTS=ON -DDEEPINFER_BENCH=OFF -DDEEPINFER_WERROR=ON \
+  -DDEEPINFER_CUDA_ARCHS=90a -DDEEPINFER_TESTS=ON -DDEEPINFER_BENCH=OFF -DDEEPINFER_WERROR=ON -DDEEPINFER_MPI=OFF \
   -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" > "$tree.configure.log" 2>&1 ||
   { echo "configure failed: see $tree.configure.log"; tail -20 "$tree.configure.log"; exit 1; }
 mkdir -p "$out"

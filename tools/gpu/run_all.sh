@@ -29,6 +29,9 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-lin
 # pip's cuBLAS as a fallback location for libcublasLt.so.13
 py_cublas="$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)"
 [[ -n "$py_cublas" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_cublas"
+# pip's NCCL as a fallback location for libnccl.so.2 (several GPUs; dist/ loads it at run time)
+py_nccl="$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)"
+[[ -n "$py_nccl" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$py_nccl"
 
 # STAGES: space-separated subset of "parity golden bench_bf16 bench_fp8 bench_inv
 # deepinfer_bench throughput" (default: all but throughput);
