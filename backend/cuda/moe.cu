@@ -1,6 +1,8 @@
 // moe_routing (sigmoid/softmax scores, correction bias, group limit, top-k, fused in one
 // kernel: one warp per token) and moe_experts (stable permutation of (token, slot) pairs
-// by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine).
+// by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine). The grouped
+// GEMMs: the stream / pipeline kernels in decode, CUTLASS (BF16) or FP8 activations in prefill,
+// moe_qgemm.cu for FP4 (and FP8 when chosen) weights, the own tiles otherwise.
 //
 // Determinism: the permutation is stable (rank = order of the pair in the batch), every
 // expert row is computed on its own with a fixed K order (gemm.cu), and the combine sums
@@ -430,8 +432,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
                                         tiles, num_tiles, tile_rows, max_tiles, limit, shapes);
     moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
-        yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data,
-        float_kind(ov.dtype), ov.row_stride);
+        yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
   }

@@ -9,7 +9,9 @@
 //  - silu_mul_clamped on the F32 pair rows (the limit: +inf for the plain SwiGLU);
 //  - down: the same kernel over the activations; then each token sums its k slots in slot
 //    order. Every (pair, column) is computed on its own in a fixed order: batch-invariant.
-// CUDA cores only (no tensor-core MMA yet): correct for any row count, fast only for few.
+// CUDA cores: correct for any row count, fast only for few. Used for steps of one token and in
+// the batch-invariant configuration; from CudaOptions::moe_qgemm_min_tokens tokens moe.cu takes
+// the tensor-core grouped GEMM of moe_qgemm.cu instead (BF16 gate | up outputs and activations).
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"

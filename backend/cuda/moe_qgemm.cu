@@ -19,6 +19,7 @@
 // Not batch-invariant by construction of the callers (moe.cu keeps the own kernels in that mode).
 #include <cmath>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
@@ -30,23 +31,11 @@ namespace {
 constexpr int kBN = 128, kBK = 64, kStages = 3, kThreads = 256;
 constexpr int kLds = kBK + 8;  // BF16 row stride of the A and converted B tiles (ldmatrix conflict-free)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+using acp::cp_async16;
+using acp::cp_async_commit;
+using acp::cp_async_wait;
+using acp::ldmatrix_x4;
+using acp::smem_addr;
 
 // One packed byte (two e2m1 codes) -> a BF16 pair of code x 2^-126 (bit placement: the 3 code
 // bits become the low two exponent bits and the top mantissa bit; code 1 = 0.5 is subnormal).
@@ -121,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
       const int r = c / (kBK / 8), kc = (c % (kBK / 8)) * 8, k = kt + kc;
       const int64_t off = arow[r];
       const bool ok = off >= 0 && k < K;
-      cp16(smem_u32(as + r * kLds + kc), ok ? a + off + k : a, ok);
+      cp_async16(smem_addr(as + r * kLds + kc), ok ? a + off + k : a, ok);
     }
     uint8_t* bs = Braw + stage * kBN * RB;
 #pragma unroll
@@ -130,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
       const int k = kt + (WK == kWeightFP4 ? bc * 2 : bc);
       const bool ok = n < N && k < K;
       const int64_t row_bytes = WK == kWeightFP4 ? K / 2 : K;
-      cp16(smem_u32(bs + r * RB + bc), ok ? w + n * row_bytes + (WK == kWeightFP4 ? k / 2 : k) : w, ok);
+      cp_async16(smem_addr(bs + r * RB + bc), ok ? w + n * row_bytes + (WK == kWeightFP4 ? k / 2 : k) : w, ok);
     }
   };
 
@@ -149,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < KT) load_stage(s, s * kBK);
-    cp_commit();
+    cp_async_commit();
   }
   for (int it = 0; it < KT; ++it) {
     const int kt = it * kBK, stage = it % kStages;
@@ -159,10 +148,10 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
       const int r = tid >> 1, k = kt + (tid & 1) * 32, n = n0 + r;
       if (n < N && k < K) sbyte = static_cast<const uint8_t*>(sv)[static_cast<int64_t>(n) * (K / 32) + k / 32];
     }
-    cp_wait<kStages - 2>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();
     if (it + kStages - 1 < KT) load_stage((it + kStages - 1) % kStages, kt + (kStages - 1) * kBK);
-    cp_commit();
+    cp_async_commit();
     // Raw weight tile -> BF16 tile.
     const uint8_t* bs = Braw + stage * kBN * RB;
     if constexpr (WK == kWeightFP4) {
@@ -191,10 +180,10 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
       uint32_t af[MI][4], bfr[2][4];
 #pragma unroll
       for (int i = 0; i < MI; ++i)
-        ldsm_x4(af[i], smem_u32(as + (wm * (BM / 2) + i * 16 + (lane & 15)) * kLds + kk + (lane >> 4) * 8));
+        ldmatrix_x4(af[i], smem_addr(as + (wm * (BM / 2) + i * 16 + (lane & 15)) * kLds + kk + (lane >> 4) * 8));
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        ldsm_x4(bfr[j], smem_u32(Bs + (wn * 32 + j * 16 + (lane & 7) + (lane >> 4) * 8) * kLds + kk +
+        ldmatrix_x4(bfr[j], smem_addr(Bs + (wn * 32 + j * 16 + (lane & 7) + (lane >> 4) * 8) * kLds + kk +
                                  ((lane >> 3) & 1) * 8));
 #pragma unroll
       for (int i = 0; i < MI; ++i)
