@@ -136,9 +136,10 @@ struct CudaOptions {
   int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256); 0: by load
   // Routed experts with quantized weights on the tensor-core grouped GEMM (moe_qgemm.cu) from
   // moe_qgemm_min_tokens tokens, never batch-invariant: FP4 (false: the CUDA-core kernel of
-  // moe_fp4.cu always) and FP8 in prefill (false: FP8 activations / the own tiles).
+  // moe_fp4.cu always) and FP8 in prefill where FP8 activations do not take the step (false: the
+  // own tiles there). H200 (bench/NOTES.md "mixq"): FP4 prefill 512 8x, FP8 prefill 512 1.56x.
   bool moe_qgemm_fp4 = true;
-  bool moe_qgemm_fp8 = false;
+  bool moe_qgemm_fp8 = true;
   int64_t moe_qgemm_min_tokens = 2;
 };
 
