@@ -134,6 +134,13 @@ struct CudaOptions {
   int64_t fp8_moe_min_rows = 128; // fewest average rows per expert for them
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
   int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256); 0: by load
+  // Routed experts with quantized weights on the tensor-core grouped GEMM (moe_qgemm.cu) from
+  // moe_qgemm_min_tokens tokens, never batch-invariant: FP4 (false: the CUDA-core kernel of
+  // moe_fp4.cu always) and FP8 in prefill where FP8 activations do not take the step (false: the
+  // own tiles there). H200 (bench/NOTES.md "mixq"): FP4 prefill 512 8x, FP8 prefill 512 1.56x.
+  bool moe_qgemm_fp4 = true;
+  bool moe_qgemm_fp8 = true;
+  int64_t moe_qgemm_min_tokens = 2;
 };
 
 struct BackendOptions {

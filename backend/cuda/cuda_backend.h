@@ -182,6 +182,17 @@ class CudaBackend final : public Backend {
   // routed_experts for packed FP4 e2m1 experts with E8M0 scales per 32 along K (moe_fp4.cu).
   void moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                        const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
+  // The packed FP4 expert weights' shapes and dtypes (moe_fp4.cu); clear errors otherwise.
+  static void check_fp4_experts(const std::vector<ExpertWeights>& experts, int64_t H, int64_t I, const char* op);
+  // Routed experts with FP4 or FP8 weights on the tensor-core grouped GEMM of moe_qgemm.cu, called by
+  // routed_experts after the permutation (row_token, offsets, tiles of tile_rows 64 or 128 rows,
+  // all on the device): gate | up, SiLU-mul (clamped at a finite limit), down. x BF16 rows (lda).
+  // Returns the down outputs F32 [P, H] in permuted order for the combine.
+  float* moe_experts_qgemm(const void* x, int64_t lda, int P, int E, int64_t H, int64_t I, int w_kind,
+                           const void* const* ptrs, const int32_t* row_token, const int32_t* offsets,
+                           const int2* tiles, const int32_t* num_tiles, int tile_rows, int max_tiles, float limit,
+                           const std::string& shapes);
+  void launch_qgemm(const GemmProblem& p, int halves, const char* op, const std::string& shapes);
   // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
   void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
                        float softmax_scale, int v_dim, Tensor& out, const char* op);

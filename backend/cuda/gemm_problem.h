@@ -12,7 +12,8 @@
 
 namespace deepinfer::cuda {
 
-enum WeightKind : int { kWeightBF16 = 0, kWeightFP8 = 1 };
+// kWeightFP4: e2m1 packed two per byte with E8M0 scale bytes per 32 along K (moe_qgemm.cu only).
+enum WeightKind : int { kWeightBF16 = 0, kWeightFP8 = 1, kWeightFP4 = 2 };
 
 struct GemmProblem {
   const void* a = nullptr;  // BF16 rows, K contiguous, row stride lda (elements)
@@ -85,6 +86,10 @@ bool pipe_gemm_supported(const GemmProblem& p);
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
 void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, cudaStream_t stream);
+
+// Grouped GEMM with FP4 / FP8 weights converted in the kernel (moe_qgemm.cu): the shapes it
+// takes (N output columns, K, A row stride lda in elements).
+bool qgemm_supported(int w_kind, int64_t N, int64_t K, int64_t lda);
 
 // Rows per tile of the tensor-core kernel for a problem with about rows_per_group rows.
 inline int tc_tile_rows(int64_t rows_per_group) { return rows_per_group > 48 ? 128 : 32; }

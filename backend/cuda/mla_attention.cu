@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/stream_mma.cuh"
@@ -282,29 +283,12 @@ namespace fa {
 constexpr int kBr = 128, kBc = 64, kWarps = 8, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read then).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+using acp::cp_async16;
+using acp::cp_async_commit;
+using acp::cp_async_wait;
+using acp::ldmatrix_x4;
+using acp::ldmatrix_x4_trans;
+using acp::smem_addr;
 __device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf -> 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

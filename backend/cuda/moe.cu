@@ -1,6 +1,8 @@
 // moe_routing (sigmoid/softmax scores, correction bias, group limit, top-k, fused in one
 // kernel: one warp per token) and moe_experts (stable permutation of (token, slot) pairs
-// by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine).
+// by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine). The grouped
+// GEMMs: the stream / pipeline kernels in decode, CUTLASS (BF16) or FP8 activations in prefill,
+// moe_qgemm.cu for FP4 (and FP8 when chosen) weights, the own tiles otherwise.
 //
 // Determinism: the permutation is stable (rank = order of the pair in the batch), every
 // expert row is computed on its own with a fixed K order (gemm.cu), and the combine sums
@@ -342,18 +344,36 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
            topk_weights.describe(), ", out ", out.describe(), " do not match");
   const int E = static_cast<int>(experts.size());
   const int K = static_cast<int>(topk_ids.shape[1]);
-  if (experts[0].gate.w.dtype == DType::U8 || experts[0].gate.w.dtype == DType::I8) {
-    moe_experts_fp4(x, topk_ids, topk_weights, experts, limit, out, op);  // moe_fp4.cu
-    return;
-  }
-  for (size_t e = 0; e < experts.size(); ++e) {
-    check_expert_weight(experts[e].gate, experts[0].gate, I, H, "gate", e);
-    check_expert_weight(experts[e].up, experts[0].gate, I, H, "up", e);
-    check_expert_weight(experts[e].down, experts[0].gate, H, I, "down", e);
+  const bool fp4 = experts[0].gate.w.dtype == DType::U8 || experts[0].gate.w.dtype == DType::I8;
+  const bool x_aligned = xv.dtype == DType::F32 ||
+                         (xv.row_stride % 8 == 0 && (reinterpret_cast<uintptr_t>(xv.data) & 15) == 0);
+  const int P = static_cast<int>(T * K);
+  // Quantized weights (FP4 always, FP8 in prefill when CudaOptions::moe_qgemm_fp8 and FP8
+  // activations do not take the step) on the tensor-core grouped GEMM of moe_qgemm.cu from
+  // moe_qgemm_min_tokens tokens; never batch-invariant (that mode keeps the kernels below and
+  // moe_fp4.cu's, which are).
+  const auto qgemm_takes = [&](int kind) {
+    return !options_.batch_invariant && T >= options_.cuda.moe_qgemm_min_tokens && x_aligned &&
+           qgemm_supported(kind, I, H, H) && qgemm_supported(kind, H, I, I);
+  };
+  bool qgemm = false;
+  if (fp4) {
+    check_fp4_experts(experts, H, I, op);  // moe_fp4.cu
+    qgemm = options_.cuda.moe_qgemm_fp4 && qgemm_takes(kWeightFP4);
+    if (!qgemm) {
+      moe_experts_fp4(x, topk_ids, topk_weights, experts, limit, out, op);  // CUDA cores
+      return;
+    }
+  } else {
+    for (size_t e = 0; e < experts.size(); ++e) {
+      check_expert_weight(experts[e].gate, experts[0].gate, I, H, "gate", e);
+      check_expert_weight(experts[e].up, experts[0].gate, I, H, "up", e);
+      check_expert_weight(experts[e].down, experts[0].gate, H, I, "down", e);
+    }
   }
   if (T == 0) return;
   const bool fp8 = experts[0].gate.w.dtype == DType::F8_E4M3;
-  const int P = static_cast<int>(T * K);
+  if (fp8 && options_.cuda.moe_qgemm_fp8 && P > 16 * E) qgemm = qgemm_takes(kWeightFP8);
   const ExpertTable& table = expert_table(experts);
   const void* const* ptrs = static_cast<const void* const*>(table.ptrs.tensor().data);
 
@@ -364,11 +384,9 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   // (gemm_pipe.cu; same bits as the stream kernel), whose row entries are 16-row tiles.
   // (Shapes it takes: K of both GEMMs a multiple of 64, aligned rows; otherwise the 16-row
   // tiles only reach the stream kernel or the gemv, which do not read them.)
-  const bool x_aligned = xv.dtype == DType::F32 ||
-                         (xv.row_stride % 8 == 0 && (reinterpret_cast<uintptr_t>(xv.data) & 15) == 0);
-  const bool pipe = pipe_stages_ > 0 && (!fp8 || pipe_fp8_) && stream_gemm_ && T <= pipe_max_tokens_ && few_rows &&
+  const bool pipe = !qgemm && pipe_stages_ > 0 && (!fp8 || pipe_fp8_) && stream_gemm_ && T <= pipe_max_tokens_ && few_rows &&
                     H % 64 == 0 && I % 64 == 0 && x_aligned;
-  const int tile_rows = pipe ? 16 : tc_tile_rows(P / E);
+  const int tile_rows = qgemm ? (P / E > 48 ? 128 : 64) : pipe ? 16 : tc_tile_rows(P / E);
   const int max_tiles = (P + tile_rows - 1) / tile_rows + E;
   const size_t index_ints = size_t{3} * P + 2 * E + 4 + 2 * static_cast<size_t>(max_tiles) + E + 2;
   int32_t* ib = static_cast<int32_t*>(scratch(kSlotMoeIndex, index_ints * 4, "moe_experts"));
@@ -419,6 +437,17 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
       moe_fp8_act(a, lda, T, K, topk_ids.ptr<int32_t>(), experts, row_token, offsets, entry_pos, &y_fp8, &y_fp8_pos)) {
     moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
         y_fp8, H, y_fp8_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+    check_launch("moe_experts (combine)", shapes);
+    return;
+  }
+  // FP4, and FP8 where FP8 activations did not take the step (H200, bench/NOTES.md "mixq": the
+  // bench model's prefill 4096 ran 99.7k tok/s on FP8 activations against 80.0k here; at 512, 48
+  // rows per expert, FP8 activations do not take it and this gives 55.0k against the own tiles' 35.3k).
+  if (qgemm) {
+    const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
+                                        tiles, num_tiles, tile_rows, max_tiles, limit, shapes);
+    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+        yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
   }

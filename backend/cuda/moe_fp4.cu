@@ -9,7 +9,9 @@
 //  - silu_mul_clamped on the F32 pair rows (the limit: +inf for the plain SwiGLU);
 //  - down: the same kernel over the activations; then each token sums its k slots in slot
 //    order. Every (pair, column) is computed on its own in a fixed order: batch-invariant.
-// CUDA cores only (no tensor-core MMA yet): correct for any row count, fast only for few.
+// CUDA cores: correct for any row count, fast only for few. Used for steps of one token and in
+// the batch-invariant configuration; from CudaOptions::moe_qgemm_min_tokens tokens moe.cu takes
+// the tensor-core grouped GEMM of moe_qgemm.cu instead (BF16 gate | up outputs and activations).
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
@@ -35,10 +37,11 @@ struct Fp4Args {
   float* out;  // [P, N]
 };
 
+// The code's 3 magnitude bits placed as a float's low two exponent bits and top mantissa bit give
+// code x 2^-126 (code 1 = 0.5 as the subnormal 2^-127); x 2^126 is exact. (A local table indexed
+// per nibble went through local memory: bench/NOTES.md "mixq".)
 __device__ __forceinline__ float e2m1(uint32_t nibble) {
-  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = m[nibble & 7u];
-  return (nibble & 8u) ? -v : v;
+  return __uint_as_float(((nibble & 7u) << 22) | ((nibble & 8u) << 28)) * 0x1p126f;
 }
 
 // grid (ceil(N / kWarps), P); dynamic shared memory: K floats (the pair's row).
@@ -101,11 +104,7 @@ void check_fp4(const Weight& w, int64_t n, int64_t k, const char* what, size_t e
 
 }  // namespace
 
-void CudaBackend::moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
-                                  const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op) {
-  // x, out, topk_ids and topk_weights are checked by routed_experts (moe.cu), the caller.
-  const RowView xv = rows_of(x, "moe_experts x"), ov = rows_of(out, "moe_experts out");
-  const int64_t T = xv.rows, H = xv.cols, I = experts[0].gate.w.shape[0];
+void CudaBackend::check_fp4_experts(const std::vector<ExpertWeights>& experts, int64_t H, int64_t I, const char* op) {
   DI_CHECK(H % 32 == 0 && I % 32 == 0 && H <= 16384 && I <= 16384, op,
            ": FP4 experts need hidden and intermediate sizes that are multiples of 32 (<= 16384), got H ", H, ", I ", I);
   for (size_t e = 0; e < experts.size(); ++e) {
@@ -113,6 +112,14 @@ void CudaBackend::moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const
     check_fp4(experts[e].up, I, H, "up", e);
     check_fp4(experts[e].down, H, I, "down", e);
   }
+}
+
+void CudaBackend::moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
+                                  const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op) {
+  // x, out, topk_ids and topk_weights are checked by routed_experts (moe.cu), the caller, and
+  // the expert weights by check_fp4_experts.
+  const RowView xv = rows_of(x, "moe_experts x"), ov = rows_of(out, "moe_experts out");
+  const int64_t T = xv.rows, H = xv.cols, I = experts[0].gate.w.shape[0];
   if (T == 0) return;
   const int E = static_cast<int>(experts.size()), K = static_cast<int>(topk_ids.shape[1]);
   const int64_t P = T * K;

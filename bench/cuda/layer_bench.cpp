@@ -436,7 +436,7 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
 
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
-       profile_prefill = false, unfused_mla = false, prefill_context = false;
+       profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false;
   std::string out_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -447,12 +447,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
+    else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
   }
   try {
     BackendOptions opts;  // the DEEPINFER_* settings table, read once (core/settings.h)
     opts.batch_invariant = env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
     opts.cuda = cuda_options(env_settings());
+    if (no_qgemm) opts.cuda.moe_qgemm_fp8 = false;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -18,6 +18,8 @@
 // Usage: deepinfer_v4_model_bench --config CFG.json [--experts fp4|fp8] [--batches 1,8,32,64]
 //        [--contexts 4096,32768] [--prefill 4096,32768] [--reps 5] [--gbps 4800]
 //        [--peak-tflops 790] [--graphs 0|1] [--rounds 3] [--out results.jsonl]
+//        [--qgemm 0|1]  (routed FP4 / FP8 experts on the tensor-core grouped GEMM of moe_qgemm.cu:
+//                        CudaOptions::moe_qgemm_fp4 and moe_qgemm_fp8; default: the options' defaults)
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -159,7 +161,7 @@ double time_graph(Backend& b, Model& m, Step& st, int reps, bool* finite) {
 
 int run(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 32, 64}, contexts = {4096, 32768}, prefills = {4096, 32768};
-  int reps = 5, graphs = 0, rounds = 3;
+  int reps = 5, graphs = 0, rounds = 3, qgemm = -1;
   double gbps = 4800, peak_tflops = 790;
   const char* out_path = nullptr;
   std::string config_path, experts = "fp4";
@@ -175,12 +177,15 @@ int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out")) out_path = argv[i + 1];
     else if (!std::strcmp(argv[i], "--graphs")) graphs = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--qgemm")) qgemm = std::atoi(argv[i + 1]);
     else fail("v4_model_bench: unknown flag ", argv[i]);
   }
   DI_CHECK(!config_path.empty(), "v4_model_bench: --config CFG.json is required");
   DI_CHECK(experts == "fp4" || experts == "fp8", "v4_model_bench: --experts must be fp4 or fp8, got ", experts);
   if (argc % 2 == 0) fail("v4_model_bench: flag ", argv[argc - 1], " has no value");
-  std::unique_ptr<Backend> b = make_cuda_backend(BackendOptions{});
+  BackendOptions backend_options;
+  if (qgemm >= 0) backend_options.cuda.moe_qgemm_fp4 = backend_options.cuda.moe_qgemm_fp8 = qgemm != 0;
+  std::unique_ptr<Backend> b = make_cuda_backend(backend_options);
   DI_CHECK(b != nullptr, "v4_model_bench: built without CUDA");
   LoadOptions options;
   options.seed = 1;
@@ -261,11 +266,11 @@ int run(int argc, char** argv) {
                       100 * floor_ms / ms, finite ? "finite" : "NOT FINITE");
           if (out) {
             std::fprintf(out,
-                         "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"batch\":%d,"
+                         "{\"bench\":\"v4_decode_step\",\"config\":\"%s\",\"experts\":\"%s\",\"qgemm\":%d,\"layers\":%d,\"batch\":%d,"
                          "\"context\":%d,\"step_ms\":%.4f,\"ms_per_layer\":%.4f,\"weight_bytes\":%.0f,"
                          "\"kv_bytes\":%.0f,\"roofline_gbps\":%.0f,"
                          "\"floor_ms\":%.4f,\"reps\":%d,\"graphs\":%s,\"round\":%d,\"logits_finite\":%s}\n",
-                         config_path.c_str(), experts.c_str(), L, B, ctx, ms, ms / L, weights, kv, gbps,
+                         config_path.c_str(), experts.c_str(), qgemm, L, B, ctx, ms, ms / L, weights, kv, gbps,
                          floor_ms, reps, graphed ? "true" : "false", round, finite ? "true" : "false");
             std::fflush(out);
           }
@@ -287,10 +292,10 @@ int run(int argc, char** argv) {
                 finite ? "finite" : "NOT FINITE");
     if (out) {
       std::fprintf(out,
-                   "{\"bench\":\"v4_prefill\",\"config\":\"%s\",\"experts\":\"%s\",\"layers\":%d,\"tokens\":%d,"
+                   "{\"bench\":\"v4_prefill\",\"config\":\"%s\",\"experts\":\"%s\",\"qgemm\":%d,\"layers\":%d,\"tokens\":%d,"
                    "\"ms\":%.3f,\"ms_per_layer\":%.4f,\"tok_s\":%.1f,\"flops\":%.0f,\"weight_bytes\":%.0f,"
                    "\"peak_tflops\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,\"logits_finite\":%s}\n",
-                   config_path.c_str(), experts.c_str(), L, T, ms, ms / L, T / (ms / 1e3), flops, bytes, peak_tflops,
+                   config_path.c_str(), experts.c_str(), qgemm, L, T, ms, ms / L, T / (ms / 1e3), flops, bytes, peak_tflops,
                    gbps, floor_ms, finite ? "true" : "false");
       std::fflush(out);
     }

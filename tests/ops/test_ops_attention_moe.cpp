@@ -1,6 +1,7 @@
 // Parity of MLA attention (paged absorbed and direct prefill), MoE routing and MoE experts,
 // and the batch-invariance property of the CUDA kernels: a row's result is bit-identical
 // whether it runs alone or inside a larger batch (batch-invariant configuration).
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -48,6 +49,7 @@ class AttentionMoe : public Parity {
   struct MoeCase {
     int64_t T, H, I, E, K;
     bool fp8;
+    bool fp4 = false;  // packed FP4 e2m1 with E8M0 scales per 32 along K (fp8 ignored)
   };
   struct MoeData {
     std::vector<ExpertWeights> cpu, gpu, gpu_inv;
@@ -77,13 +79,34 @@ class AttentionMoe : public Parity {
     }
     return c;
   }
+  // Random packed FP4 bytes (every code) with scales 2^-(4..7) / sqrt(K / 64).
+  Weight fp4_weight(int64_t N, int64_t K, Weight* gpu, Weight* gpu_inv) {
+    std::vector<uint8_t> w(static_cast<size_t>(N * K / 2)), sc(static_cast<size_t>(N * K / 32));
+    for (uint8_t& b : w) b = static_cast<uint8_t>(randint(0, 255));
+    const int shift = static_cast<int>(std::lround(0.5 * std::log2(double(K) / 64)));
+    for (uint8_t& b : sc) b = static_cast<uint8_t>(127 - shift - randint(4, 7));
+    Weight c;
+    c.w = cpu_raw(DType::U8, w.data(), {N, K / 2});
+    c.scale_inv = cpu_raw(DType::F8_E8M0, sc.data(), {N, K / 32});
+    c.block_n = 1;
+    c.block_k = 32;
+    for (auto [dst, b] : {std::pair<Weight*, Backend*>{gpu, gpu_.get()}, {gpu_inv, gpu_inv_.get()}}) {
+      *dst = c;
+      dst->w = gpu_copy(*b, c.w);
+      dst->scale_inv = gpu_copy(*b, c.scale_inv);
+    }
+    return c;
+  }
   MoeData make_moe(const MoeCase& c) {
     MoeData d;
+    auto weight = [&](int64_t n, int64_t k, Weight* gpu, Weight* gpu_inv) {
+      return c.fp4 ? fp4_weight(n, k, gpu, gpu_inv) : expert_weight(n, k, c.fp8, gpu, gpu_inv);
+    };
     for (int64_t e = 0; e < c.E; ++e) {
       ExpertWeights wc, wg, wi;
-      wc.gate = expert_weight(c.I, c.H, c.fp8, &wg.gate, &wi.gate);
-      wc.up = expert_weight(c.I, c.H, c.fp8, &wg.up, &wi.up);
-      wc.down = expert_weight(c.H, c.I, c.fp8, &wg.down, &wi.down);
+      wc.gate = weight(c.I, c.H, &wg.gate, &wi.gate);
+      wc.up = weight(c.I, c.H, &wg.up, &wi.up);
+      wc.down = weight(c.H, c.I, &wg.down, &wi.down);
       d.cpu.push_back(wc);
       d.gpu.push_back(wg);
       d.gpu_inv.push_back(wi);
@@ -100,6 +123,20 @@ class AttentionMoe : public Parity {
   }
   // mode "cutlass:64" | "cutlass:256" | "own" against the CPU (CutlassExpertsMatchCpu).
   void cutlass_experts_match_cpu(const char* mode);
+  // K distinct experts per token, skewed: expert 0 gets none, expert E - 1 only token 0's
+  // first slot, expert 1 about half the tokens.
+  std::vector<int32_t> skewed_ids(const MoeCase& c) {
+    std::vector<int32_t> ids;
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> e;
+      for (int32_t i = 2; i < c.E - 1; ++i) e.push_back(i);
+      std::shuffle(e.begin(), e.end(), rng_);
+      if (t == 0) e.insert(e.begin(), static_cast<int32_t>(c.E - 1));
+      if (std::uniform_int_distribution<int>(0, 1)(rng_)) e.insert(e.begin(), 1);
+      ids.insert(ids.end(), e.begin(), e.begin() + c.K);
+    }
+    return ids;
+  }
   // limit: moe_experts_clamped's SwiGLU limit (+inf: moe_experts).
   std::vector<float> run_moe_gpu(Backend& g, const std::vector<ExpertWeights>& experts, const MoeData& d,
                                  const MoeCase& c, int64_t t0, int64_t t1,
@@ -507,20 +544,6 @@ void AttentionMoe::cutlass_experts_match_cpu(const char* mode) {
   options.cuda.moe_cutlass = m != "own";
   options.cuda.moe_cutlass_tile = m == "own" ? 0 : std::stoi(m.substr(8));
   const auto cut = make_cuda_backend(options);
-  // K distinct experts per token, skewed: expert 0 gets none, expert E - 1 only token 0's
-  // first slot, expert 1 about half the tokens.
-  auto skewed_ids = [&](const MoeCase& c) {
-    std::vector<int32_t> ids;
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::vector<int32_t> e;
-      for (int32_t i = 2; i < c.E - 1; ++i) e.push_back(i);
-      std::shuffle(e.begin(), e.end(), rng_);
-      if (t == 0) e.insert(e.begin(), static_cast<int32_t>(c.E - 1));
-      if (std::uniform_int_distribution<int>(0, 1)(rng_)) e.insert(e.begin(), 1);
-      ids.insert(ids.end(), e.begin(), e.begin() + c.K);
-    }
-    return ids;
-  };
   auto cpu_ref = [&](const MoeData& d, const MoeCase& c, const std::vector<int32_t>& ids) {
     Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
     cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
@@ -580,6 +603,105 @@ void AttentionMoe::cutlass_experts_match_cpu(const char* mode) {
   cut->graph_replay(g);
   expect_close(download(*cut, out), cpu_ref(d, c, ids_b), kTolBF16, std::string(mode) + " moe_experts graph replay, new routing");
   cut->graph_release(g);
+}
+
+}  // namespace
+}  // namespace deepinfer::ops_test
+
+namespace deepinfer::ops_test {
+namespace {
+
+// Routed experts with quantized weights on the tensor-core grouped GEMM (moe_qgemm.cu: FP4 e2m1
+// with E8M0 scales per 32 along K, FP8 e4m3 with 128x128 scales, converted to BF16 in the kernel)
+// against the CPU reference: 64-row tiles (under 48 rows per expert) and 128-row ones, uneven
+// loads with an expert of no rows, one of a single row and one of more than a 128-row tile; K past
+// the last 64-wide step and N past the last 128-wide tile; the SwiGLU clamp on and off; BF16 and F32
+// outputs inside a wider buffer whose guard rows and columns must keep their sentinel bits,
+// NaN-poisoned; and a CUDA graph captured on one routing and replayed on another.
+TEST_F(AttentionMoe, QuantizedExpertsMatchCpu) {
+  BackendOptions options;
+  options.cuda.moe_qgemm_fp4 = options.cuda.moe_qgemm_fp8 = true;
+  options.cuda.moe_qgemm_min_tokens = 2;
+  const auto q = make_cuda_backend(options);
+  auto cpu_ref = [&](const MoeData& d, const MoeCase& c, const std::vector<int32_t>& ids, float limit) {
+    Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+    cpu_->moe_experts_clamped(cpu_f32(d.x, {c.T, c.H}), cpu_i32(ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu,
+                              limit, oc);
+    return values(oc);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Run {
+    MoeCase c;
+    float limit;
+    DType out;
+  };
+  // (FP8 takes the quantized path only in prefill: more than 16 rows per expert on average.)
+  for (const Run& r : {Run{{300, 320, 160, 8, 3, false, true}, 0.75f, DType::F32},
+                       Run{{300, 256, 96, 32, 4, false, true}, inf, DType::BF16},
+                       Run{{5, 256, 96, 16, 6, false, true}, 0.75f, DType::F32},
+                       Run{{2, 64, 32, 8, 3, false, true}, inf, DType::F32},
+                       Run{{300, 320, 160, 8, 3, true}, inf, DType::BF16},
+                       Run{{300, 256, 160, 32, 4, true}, 0.75f, DType::F32}}) {
+    const MoeCase& c = r.c;
+    MoeData d = make_moe(c);
+    const std::vector<int32_t> ids = skewed_ids(c);
+    const std::string what = std::string(c.fp4 ? "FP4" : "FP8") + " quantized moe_experts T " + std::to_string(c.T) +
+                             " H " + std::to_string(c.H) + " I " + std::to_string(c.I) + " E " + std::to_string(c.E) +
+                             " limit " + std::to_string(r.limit) + " out " + std::string(dtype_name(r.out));
+    // Output rows [1, T + 1) of a [T + 2, H + 8] buffer of sentinels; the rest must stay.
+    const int64_t W = c.H + 8, n = (c.T + 2) * W;
+    const bool f32 = r.out == DType::F32;
+    const uint32_t sentinel = f32 ? 0x42424242u : 0x4242u;
+    DeviceBuffer buf = q->alloc(r.out, {c.T + 2, W});
+    Tensor all = buf.tensor();
+    HostBuffer h(r.out, {c.T + 2, W});
+    auto at = [&](int64_t i) { return f32 ? h.ptr<uint32_t>()[i] : uint32_t{h.ptr<uint16_t>()[i]}; };
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = i / W, col = i % W;
+      const bool inside = row >= 1 && row <= c.T && col < c.H;
+      const uint32_t v = inside ? (f32 ? 0x7fc00000u : 0x7fc0u) : sentinel;
+      if (f32)
+        h.ptr<uint32_t>()[i] = v;
+      else
+        h.ptr<uint16_t>()[i] = static_cast<uint16_t>(v);
+    }
+    q->copy(h.tensor(), all);
+    Tensor view = all.slice_rows(1, c.T + 1);
+    view.shape[1] = c.H;  // row stride stays W
+    q->moe_experts_clamped(gpu_float(*q, d.x, {c.T, c.H}, DType::BF16), gpu_copy(*q, cpu_i32(ids, {c.T, c.K})),
+                           gpu_float(*q, d.w, {c.T, c.K}, DType::F32), d.gpu, r.limit, view);
+    q->copy(all, h.tensor());
+    std::vector<float> got;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = i / W, col = i % W;
+      if (row >= 1 && row <= c.T && col < c.H) {
+        const uint32_t b = at(i);
+        got.push_back(f32 ? std::bit_cast<float>(b) : bf16_to_float(static_cast<uint16_t>(b)));
+      } else {
+        ASSERT_EQ(at(i), sentinel) << what << ": guard element row " << row << " col " << col << " overwritten";
+      }
+    }
+    expect_close(got, cpu_ref(d, c, ids, r.limit), kTolBF16, what);
+  }
+  // Graph: captured with one routing, replayed after the ids change in place (FP4).
+  ASSERT_TRUE(q->supports_graphs());
+  const MoeCase c{260, 256, 128, 8, 4, false, true};
+  MoeData d = make_moe(c);
+  const std::vector<int32_t> ids_b = skewed_ids(c);
+  Tensor x = gpu_float(*q, d.x, {c.T, c.H}, DType::BF16);
+  Tensor ids = gpu_copy(*q, cpu_i32(d.ids, {c.T, c.K}));
+  Tensor w = gpu_float(*q, d.w, {c.T, c.K}, DType::F32);
+  Tensor out = gpu_poisoned(*q, DType::F32, {c.T, c.H});
+  q->moe_experts_clamped(x, ids, w, d.gpu, 0.75f, out);
+  expect_close(download(*q, out), cpu_ref(d, c, d.ids, 0.75f), kTolBF16, "FP4 quantized moe_experts before capture");
+  q->graph_capture_begin();
+  q->moe_experts_clamped(x, ids, w, d.gpu, 0.75f, out);
+  const int g = q->graph_capture_end();
+  q->copy(cpu_i32(ids_b, {c.T, c.K}), ids);
+  poison(*q, out);
+  q->graph_replay(g);
+  expect_close(download(*q, out), cpu_ref(d, c, ids_b, 0.75f), kTolBF16, "FP4 quantized moe_experts graph replay, new routing");
+  q->graph_release(g);
 }
 
 }  // namespace

@@ -474,7 +474,11 @@ TEST_F(V4Ops, IndexerTopkV4PerQueryKeys) {
 
 // Routed experts kept packed as DeepSeek-V4 ships them (FP4 e2m1, two per byte, E8M0 scale per
 // 32 along K): CUDA reads the bytes, the reference dequantizes them first. F32 outputs; the
-// clamp on and off; a row alone equals itself in the batch in both configurations.
+// clamp on and off. The batch-invariant configuration (and one token anywhere) keeps the CUDA-core
+// kernel of moe_fp4.cu, F32 throughout: within F32 rounding, and a row alone equals itself in the
+// batch. From 2 tokens the default configuration takes the tensor-core grouped GEMM of
+// moe_qgemm.cu, whose gate | up outputs and activations are BF16 as for BF16 / FP8 experts: within
+// the BF16 tolerance (QuantizedExpertsMatchCpu in test_ops_attention_moe.cpp tests it further).
 TEST_F(V4Ops, MoeExpertsFp4) {
   struct Case {
     int64_t T, H, I, E, K;
@@ -532,8 +536,10 @@ TEST_F(V4Ops, MoeExpertsFp4) {
           return v;
         };
         const std::vector<float> got = run(0, c.T);
-        expect_close(got, values(oc), kTolF32, what);
-        expect_bits(run(c.T - 1, c.T), slice(got, c.T - 1, c.T, c.H), what + " last row alone vs in batch");
+        const bool cuda_cores = g == gpu_inv_.get() || c.T == 1;
+        expect_close(got, values(oc), cuda_cores ? kTolF32 : kTolBF16, what);
+        if (g == gpu_inv_.get())
+          expect_bits(run(c.T - 1, c.T), slice(got, c.T - 1, c.T, c.H), what + " last row alone vs in batch");
       }
     }
   }
