@@ -8,7 +8,10 @@
 //          only their last window's blocks, table entries before them -1) and filled with
 //          random values instead of a prefill (step time does not depend on them, but for the
 //          indexer's choice, which random keys scatter);
-//  prefill: one sequence of T tokens from position 0 in one forward.
+//  prefill: one sequence of T tokens from position 0 in one forward, or (--prefill-chunk N) in
+//           chunks of N, each a forward over its N tokens after the positions before it (held in
+//           the cache, random like decode's): the step times summed, as the engine's chunked
+//           prefill runs a prompt too long for one step's scratch.
 // Counted by the project's count of V4 (model/deepseek_v4/step_counts.h, also `deepinfer
 // bench`'s): the decode floor is (weight bytes a step reads + the KV rows it attends and the
 // indexer keys it scores, BF16 on CUDA) / --gbps, with the routed experts a step touches
@@ -16,10 +19,11 @@
 // and its weight bytes / --gbps.
 //
 // Usage: deepinfer_v4_model_bench --config CFG.json [--experts fp4|fp8] [--batches 1,8,32,64]
-//        [--contexts 4096,32768] [--prefill 4096,32768] [--reps 5] [--gbps 4800]
+//        [--contexts 4096,32768] [--prefill 4096,32768] [--prefill-chunk 0] [--reps 5] [--gbps 4800]
 //        [--peak-tflops 790] [--graphs 0|1] [--rounds 3] [--out results.jsonl]
 //        [--qgemm 0|1]  (routed FP4 / FP8 experts on the tensor-core grouped GEMM of moe_qgemm.cu:
 //                        CudaOptions::moe_qgemm_fp4 and moe_qgemm_fp8; default: the options' defaults)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -161,7 +165,7 @@ double time_graph(Backend& b, Model& m, Step& st, int reps, bool* finite) {
 
 int run(int argc, char** argv) {
   std::vector<int> batches = {1, 8, 32, 64}, contexts = {4096, 32768}, prefills = {4096, 32768};
-  int reps = 5, graphs = 0, rounds = 3, qgemm = -1;
+  int reps = 5, graphs = 0, rounds = 3, qgemm = -1, prefill_chunk = 0;
   double gbps = 4800, peak_tflops = 790;
   const char* out_path = nullptr;
   std::string config_path, experts = "fp4";
@@ -178,6 +182,7 @@ int run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--graphs")) graphs = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--qgemm")) qgemm = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--prefill-chunk")) prefill_chunk = std::atoi(argv[i + 1]);
     else fail("v4_model_bench: unknown flag ", argv[i]);
   }
   DI_CHECK(!config_path.empty(), "v4_model_bench: --config CFG.json is required");
@@ -279,23 +284,30 @@ int run(int argc, char** argv) {
     }
   }
   for (int T : prefills) {
-    Step st;
-    make_step(*b, *v4, 1, T - 1, T, st);
-    bool finite = false;
-    const double ms = time_forward(*b, *model, st, T > 8192 ? 1 : 2, &finite);
+    bool finite = true;
+    double ms = 0;
+    const int chunk = prefill_chunk > 0 && prefill_chunk < T ? prefill_chunk : T;
+    for (int done = 0; done < T; done += chunk) {
+      const int q = std::min(chunk, T - done);
+      Step st;
+      make_step(*b, *v4, 1, done + q - 1, q, st);
+      bool chunk_finite = false;
+      ms += time_forward(*b, *model, st, T > 8192 ? 1 : 2, &chunk_finite);
+      finite = finite && chunk_finite;
+    }
     const StepCounts n = count(StepKind::Prefill, 1, T, (T + 1) / 2.0);
     const double flops = n.flops, bytes = n.weight_bytes;
     const double floor_ms = std::max(flops / (peak_tflops * 1e9), bytes / (gbps * 1e6));
-    std::printf("prefill %6d tokens: %9.1f ms (%8.3f ms/layer), %9.0f tok/s, %6.1f TFLOP/s, floor %.1f ms "
+    std::printf("prefill %6d tokens (chunks of %d): %9.1f ms (%8.3f ms/layer), %9.0f tok/s, %6.1f TFLOP/s, floor %.1f ms "
                 "(%.1f%% of roofline), logits %s\n",
-                T, ms, ms / L, T / (ms / 1e3), flops / (ms * 1e9), floor_ms, 100 * floor_ms / ms,
+                T, chunk, ms, ms / L, T / (ms / 1e3), flops / (ms * 1e9), floor_ms, 100 * floor_ms / ms,
                 finite ? "finite" : "NOT FINITE");
     if (out) {
       std::fprintf(out,
-                   "{\"bench\":\"v4_prefill\",\"config\":\"%s\",\"experts\":\"%s\",\"qgemm\":%d,\"layers\":%d,\"tokens\":%d,"
+                   "{\"bench\":\"v4_prefill\",\"config\":\"%s\",\"experts\":\"%s\",\"qgemm\":%d,\"layers\":%d,\"tokens\":%d,\"chunk\":%d,"
                    "\"ms\":%.3f,\"ms_per_layer\":%.4f,\"tok_s\":%.1f,\"flops\":%.0f,\"weight_bytes\":%.0f,"
                    "\"peak_tflops\":%.0f,\"roofline_gbps\":%.0f,\"floor_ms\":%.4f,\"logits_finite\":%s}\n",
-                   config_path.c_str(), experts.c_str(), qgemm, L, T, ms, ms / L, T / (ms / 1e3), flops, bytes, peak_tflops,
+                   config_path.c_str(), experts.c_str(), qgemm, L, T, chunk, ms, ms / L, T / (ms / 1e3), flops, bytes, peak_tflops,
                    gbps, floor_ms, finite ? "true" : "false");
       std::fflush(out);
     }
