@@ -519,6 +519,16 @@ class Backend {
   // then hold stale pointers and must be released (runner/).
   virtual uint64_t workspace_epoch() const { return 0; }
 
+  // --- a second line of ops (optional; CUDA: a second stream, joined in graphs too) ------
+  // Ops issued between side_begin() and side_end() start after everything issued before
+  // side_begin() and may overlap the ops issued after side_end(), until side_join(): from
+  // then on everything waits for them. The caller keeps the two lines independent (neither
+  // touches a buffer the other writes). One side line at a time; each op's results are
+  // the same as in issue order. Defaults: nothing to do (ops run in issue order).
+  virtual void side_begin() {}
+  virtual void side_end() {}
+  virtual void side_join() {}
+
   // --- asynchronous steps (runner/; the defaults are synchronous, as the CPU is) -------
   // Host memory that copy_async may read or fill while the host goes on (CUDA: page-locked).
   // The tensor's device is CPU. Default: plain host memory (backend/backend.cpp).

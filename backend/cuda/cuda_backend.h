@@ -120,6 +120,10 @@ class CudaBackend final : public Backend {
   void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids, Tensor& out_rows) override;
   void spec_shift(const SpecShift& shift) override;
 
+  void side_begin() override;
+  void side_end() override;
+  void side_join() override;
+
   bool supports_graphs() const override { return true; }
   void graph_capture_begin() override;
   int graph_capture_end() override;
@@ -241,6 +245,14 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_bytes_ = 0;
+  // The side line (Backend::side_begin): while it is open, stream_ and lt_workspace_ are the
+  // side stream and its own cuBLASLt workspace (swapped with these), so every op launches
+  // there unchanged. side_fork_ / side_done_: the events that start and join it.
+  cudaStream_t side_stream_ = nullptr;
+  void* side_lt_workspace_ = nullptr;
+  cudaEvent_t side_fork_ = nullptr, side_done_ = nullptr;
+  bool on_side_ = false, side_pending_ = false;
+  void side_swap();
   struct Scratch {
     void* ptr = nullptr;
     size_t num_bytes = 0;

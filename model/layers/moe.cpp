@@ -53,13 +53,29 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
                  FfnWorkspace& ws, Tensor& out) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "moe_forward: ", T, " tokens exceed the workspace");
+  // The shared experts on the backend's side line (CUDA: a second stream), overlapping the
+  // routing and the routed experts; out += shared(x) after both, with the same ops and
+  // roundings as the in-line `accumulate` form (gemm into a buffer of out's dtype, then add).
+  const bool side = w.has_shared() && ws.shared.dtype == out.dtype;
+  Tensor shared;
+  if (side) {
+    shared = cols_view(ws.shared, T, out.size(1));
+    backend.side_begin();
+    swiglu_mlp(backend, w.shared, x, ws, shared, false);
+    backend.side_end();
+  }
   Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
   backend.gemm(x, w.gate, logits);
   Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
   Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
   backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
   backend.moe_experts(x, ids, weights, w.experts, out);
-  if (w.has_shared()) swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
+  if (side) {
+    backend.side_join();
+    backend.add(out, shared);
+  } else if (w.has_shared()) {
+    swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
+  }
 }
 
 }  // namespace deepinfer
