@@ -9,7 +9,8 @@
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
-//                             [--no-side] [--ncu-steps B1,B2,...] [--out FILE.jsonl]
+//                             [--no-side] [--pipe-tokens N] [--ncu-steps B1,B2,...]
+//                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -20,6 +21,8 @@
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
 // --no-side: the shared experts in line after the routed ones (A/B of the side line).
+// --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
+// pipe_max_tokens, default 16; A/B).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -458,6 +461,7 @@ int main(int argc, char** argv) {
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_side = false;
   std::string out_path;
   std::vector<int64_t> ncu_batches;
+  int pipe_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -469,6 +473,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       for (const char* c = argv[++i]; *c;) {
         char* end = nullptr;
@@ -486,6 +491,7 @@ int main(int argc, char** argv) {
     BackendOptions opts;  // the DEEPINFER_* settings table, read once (core/settings.h)
     opts.batch_invariant = env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
     opts.cuda = cuda_options(env_settings());
+    if (pipe_tokens > 0) opts.cuda.pipe_max_tokens = pipe_tokens;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
