@@ -523,6 +523,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
     BackendOptions options;
     options.cuda.pipe_stages = pipe_stages;
     options.cuda.pipe_fp8 = true;
+    options.cuda.pipe_max_tokens = 64;
     return make_cuda_backend(options);
   };
   const auto stream = backend_with(0);
@@ -532,7 +533,11 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   const auto four = backend_with(4);
   for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
                     MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
-                    MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true}}) {
+                    MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true},
+                    // up to 64 tokens take the pipe by default (dec17): several 16-row entries
+                    // per expert
+                    MoeCase{40, 256, 192, 16, 6, false}, MoeCase{64, 512, 128, 64, 6, false},
+                    MoeCase{64, 256, 128, 16, 4, true}}) {
     MoeData d = make_moe(c);
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
                              std::to_string(c.I) + " E " + std::to_string(c.E) + (c.fp8 ? " fp8" : " bf16");
