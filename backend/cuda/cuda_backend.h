@@ -231,10 +231,12 @@ class CudaBackend final : public Backend {
   // stages gave fewer resident warps and less). FP8 experts too (pipe_fp8_; H200 2026-12-03:
   // bs1 +5.4%, bs8 +26% over the stream kernel, bench/NOTES.md v32c);
   // pipe_max_tokens: moe_experts calls of at most this many tokens use it (as many
-  // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md).
+  // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md). Default 64 (H200
+  // 2026-12-03, dec17: 16 tokens, the stream kernel above, was 1.34x / 1.44x slower at
+  // batch 32 / 64 bf16, 1.35x / 1.43x FP8).
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
-  int64_t pipe_max_tokens_ = 16;
+  int64_t pipe_max_tokens_ = 64;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256
