@@ -22,7 +22,7 @@
 // mla_rope_store (A/B of the fused MLA ops).
 // --no-side: the shared experts in line after the routed ones (A/B of the side line).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
-// pipe_max_tokens, default 16; A/B).
+// pipe_max_tokens, default 64; A/B).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
