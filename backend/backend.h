@@ -127,7 +127,7 @@ struct CudaOptions {
   int64_t stream_max_rows = 0;    // dense BF16 GEMMs of at most this many rows on the stream kernel (0: cuBLASLt)
   int pipe_stages = 2;            // MoE expert pipeline stages (0: the stream kernel)
   bool pipe_fp8 = true;           // FP8 experts on the pipeline too
-  int64_t pipe_max_tokens = 16;   // most tokens of a step for the pipeline
+  int64_t pipe_max_tokens = 64;   // most tokens of a step for the pipeline (16 lost 30-44% at 32-64)
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps
@@ -535,6 +535,16 @@ class Backend {
   // Changes whenever the backend reallocates a scratch workspace: graphs captured before
   // then hold stale pointers and must be released (runner/).
   virtual uint64_t workspace_epoch() const { return 0; }
+
+  // --- a second line of ops (optional; CUDA: a second stream, joined in graphs too) ------
+  // Ops issued between side_begin() and side_end() start after everything issued before
+  // side_begin() and may overlap the ops issued after side_end(), until side_join(): from
+  // then on everything waits for them. The caller keeps the two lines independent (neither
+  // touches a buffer the other writes). One side line at a time; each op's results are
+  // the same as in issue order. Defaults: nothing to do (ops run in issue order).
+  virtual void side_begin() {}
+  virtual void side_end() {}
+  virtual void side_join() {}
 
   // --- asynchronous steps (runner/; the defaults are synchronous, as the CPU is) -------
   // Host memory that copy_async may read or fill while the host goes on (CUDA: page-locked).

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "backend/cuda/gemm_problem.h"
 
@@ -104,10 +105,24 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   lt_workspace_bytes_ = size_t{32} << 20;
   DI_CUDA(cudaMalloc(&lt_workspace_, lt_workspace_bytes_), "cuda backend init (cuBLASLt workspace ",
           lt_workspace_bytes_, " bytes)");
+  DI_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
+          "cuda backend init (side stream)");
+  DI_CUDA(cudaMalloc(&side_lt_workspace_, lt_workspace_bytes_),
+          "cuda backend init (side cuBLASLt workspace)");
+  DI_CUDA(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming),
+          "cuda backend init (side events)");
+  DI_CUDA(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming),
+          "cuda backend init (side events)");
 }
 
 CudaBackend::~CudaBackend() {
+  if (on_side_) side_swap();
+  cudaStreamSynchronize(side_stream_);
   cudaStreamSynchronize(stream_);
+  if (side_fork_) cudaEventDestroy(side_fork_);
+  if (side_done_) cudaEventDestroy(side_done_);
+  cudaFree(side_lt_workspace_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   for (cudaEvent_t e : fence_events_) cudaEventDestroy(e);
   for (cudaGraphExec_t g : graphs_) {
     if (g) cudaGraphExecDestroy(g);
@@ -227,6 +242,7 @@ void* CudaBackend::scratch(Slot slot, size_t num_bytes, const char* op) {
   DI_CHECK(!capturing(), op, ": workspace must grow to ", num_bytes,
            " bytes during a graph capture; run the step once uncaptured first");
   DI_CUDA(cudaStreamSynchronize(stream_), op, " (workspace growth)");
+  DI_CUDA(cudaStreamSynchronize(side_stream_), op, " (workspace growth: the other line)");
   cudaFree(s.ptr);
   s.ptr = nullptr;
   s.num_bytes = 0;
@@ -278,11 +294,43 @@ void CudaBackend::set_smem_limit(const void* kernel, size_t num_bytes, const cha
   current = num_bytes;
 }
 
+void CudaBackend::side_swap() {
+  std::swap(stream_, side_stream_);
+  std::swap(lt_workspace_, side_lt_workspace_);
+  on_side_ = !on_side_;
+}
+
+void CudaBackend::side_begin() {
+  DI_CHECK(!on_side_ && !side_pending_, "side_begin: a side line is already open or not joined");
+  DI_CUDA(cudaEventRecord(side_fork_, stream_), "side_begin");
+  DI_CUDA(cudaStreamWaitEvent(side_stream_, side_fork_, 0), "side_begin");
+  side_swap();
+}
+
+void CudaBackend::side_end() {
+  DI_CHECK(on_side_, "side_end without side_begin");
+  side_swap();
+  DI_CUDA(cudaEventRecord(side_done_, side_stream_), "side_end");
+  side_pending_ = true;
+}
+
+void CudaBackend::side_join() {
+  DI_CHECK(!on_side_, "side_join: the side line is still open (side_end first)");
+  if (!side_pending_) return;
+  side_pending_ = false;
+  DI_CUDA(cudaStreamWaitEvent(stream_, side_done_, 0), "side_join");
+}
+
 void CudaBackend::graph_capture_begin() {
+  // A side line left open by an error in an earlier step is closed and joined here.
+  if (on_side_) side_swap();
+  side_join();
   DI_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph_capture_begin");
 }
 
 int CudaBackend::graph_capture_end() {
+  if (on_side_) side_swap();  // an error inside a side line: join it so the capture can end
+  side_join();
   cudaGraph_t graph = nullptr;
   DI_CUDA(cudaStreamEndCapture(stream_, &graph), "graph_capture_end");
   cudaGraphExec_t exec = nullptr;

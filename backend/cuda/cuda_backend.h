@@ -136,6 +136,10 @@ class CudaBackend final : public Backend {
   void spec_select_rows(const Tensor& ids, const Tensor& accepted, int q, Tensor& out_ids, Tensor& out_rows) override;
   void spec_shift(const SpecShift& shift) override;
 
+  void side_begin() override;
+  void side_end() override;
+  void side_join() override;
+
   bool supports_graphs() const override { return true; }
   void graph_capture_begin() override;
   int graph_capture_end() override;
@@ -255,10 +259,12 @@ class CudaBackend final : public Backend {
   // stages gave fewer resident warps and less). FP8 experts too (pipe_fp8_; H200 2026-12-03:
   // bs1 +5.4%, bs8 +26% over the stream kernel, bench/NOTES.md v32c);
   // pipe_max_tokens: moe_experts calls of at most this many tokens use it (as many
-  // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md).
+  // resident blocks per SM as fit: a cap of 1 lost 10%, bench/NOTES.md). Default 64 (H200
+  // 2026-12-03, dec17: 16 tokens, the stream kernel above, was 1.34x / 1.44x slower at
+  // batch 32 / 64 bf16, 1.35x / 1.43x FP8).
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
-  int64_t pipe_max_tokens_ = 16;
+  int64_t pipe_max_tokens_ = 64;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256
@@ -269,6 +275,14 @@ class CudaBackend final : public Backend {
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;
   size_t lt_workspace_bytes_ = 0;
+  // The side line (Backend::side_begin): while it is open, stream_ and lt_workspace_ are the
+  // side stream and its own cuBLASLt workspace (swapped with these), so every op launches
+  // there unchanged. side_fork_ / side_done_: the events that start and join it.
+  cudaStream_t side_stream_ = nullptr;
+  void* side_lt_workspace_ = nullptr;
+  cudaEvent_t side_fork_ = nullptr, side_done_ = nullptr;
+  bool on_side_ = false, side_pending_ = false;
+  void side_swap();
   struct Scratch {
     void* ptr = nullptr;
     size_t num_bytes = 0;

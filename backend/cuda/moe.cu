@@ -221,20 +221,45 @@ __global__ void moe_scatter_kernel(const int32_t* ids, int P, int K, int E, cons
   entry_pos[i] = pos;
 }
 
-// out[t, c] = sum_j w[t, j] * y[pos(t, j), c], slots in order, fp32.
+// out[t, c] = sum_j w[t, j] * y[pos(t, j), c], slots in order, fp32. One block per token;
+// per pass a thread owns kCombineCols columns (blockDim apart) and loads the rows of
+// kCombineSlots slots before adding them in slot order (dec17: one dependent load per slot
+// and column took ~14 us per call at batch 1, cold, on the H200).
+constexpr int kCombineCols = 4, kCombineSlots = 8;
 __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* entry_pos,
                                    const float* w, int K, void* out, int out_kind, int64_t ldo) {
   const int t = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < K; ++j) {
-      const int pos = entry_pos[t * K + j];
-      if (pos >= 0) acc += w[t * K + j] * y[pos * H + c];
+  for (int64_t c0 = threadIdx.x; c0 < H; c0 += int64_t{kCombineCols} * blockDim.x) {
+    float acc[kCombineCols] = {};
+    for (int j0 = 0; j0 < K; j0 += kCombineSlots) {
+      float v[kCombineSlots][kCombineCols];
+      int pos[kCombineSlots];
+#pragma unroll
+      for (int u = 0; u < kCombineSlots; ++u) {
+        pos[u] = j0 + u < K ? entry_pos[t * K + j0 + u] : -1;
+#pragma unroll
+        for (int i = 0; i < kCombineCols; ++i) {
+          const int64_t c = c0 + int64_t{i} * blockDim.x;
+          v[u][i] = pos[u] >= 0 && c < H ? y[pos[u] * H + c] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineSlots; ++u) {
+        if (pos[u] < 0) continue;
+        const float wj = w[t * K + j0 + u];
+#pragma unroll
+        for (int i = 0; i < kCombineCols; ++i) acc[i] += wj * v[u][i];
+      }
     }
-    if (out_kind)
-      static_cast<bf16*>(out)[t * ldo + c] = __float2bfloat16_rn(acc);
-    else
-      static_cast<float*>(out)[t * ldo + c] = acc;
+#pragma unroll
+    for (int i = 0; i < kCombineCols; ++i) {
+      const int64_t c = c0 + int64_t{i} * blockDim.x;
+      if (c >= H) break;
+      if (out_kind)
+        static_cast<bf16*>(out)[t * ldo + c] = __float2bfloat16_rn(acc[i]);
+      else
+        static_cast<float*>(out)[t * ldo + c] = acc[i];
+    }
   }
 }
 

@@ -9,13 +9,20 @@
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
+//                             [--no-side] [--pipe-tokens N] [--ncu-steps B1,B2,...]
 //                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
 // the same for prefill of 512 and 4096 tokens.
+// --ncu-steps: one eager decode step per listed batch (context 576) between
+// cudaProfilerStart/Stop, after an unprofiled warm-up step, then exits: run it under
+// `ncu --profile-from-start off` for every kernel's time and DRAM bytes.
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
+// --no-side: the shared experts in line after the routed ones (A/B of the side line).
+// --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
+// pipe_max_tokens, default 64; A/B).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -30,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <map>
@@ -104,6 +112,7 @@ struct Bench {
   Backend& b;
   bool fp8;
   bool fused_mla = true;
+  bool side = true;            // shared experts on the backend's side line (--no-side: in line)
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
   uint64_t seed = 1;
   std::vector<DeviceBuffer> keep;
@@ -295,6 +304,14 @@ void forward(Bench& B, Step& s) {
       OP("dense gate|up", b.gemm_pair(s.x, L.dense_gate, L.dense_up, g, u));
       OP("dense down (swiglu)", b.gemm_swiglu(cols(s.gate_up, T, 2 * kDenseI), L.dense_down, s.o, false));
     } else {
+      // The shared experts on the side line (model/layers/moe.cpp), unless --no-side.
+      Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
+      if (B.side) {
+        b.side_begin();
+        b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u);
+        b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.shared_out, false);
+        b.side_end();
+      }
       OP("router gemm", b.gemm(s.x, L.gate, s.logits_router));
       MoeRouting r;
       r.num_experts = kExperts;
@@ -303,9 +320,14 @@ void forward(Bench& B, Step& s) {
       r.scaling = 2.446f;
       OP("moe_routing", b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w));
       OP("moe_experts", b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o));
-      Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
-      OP("shared gate|up", b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u));
-      OP("shared down (swiglu+add)", b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true));
+      if (B.side) {
+        b.side_join();
+        OP("shared add", b.add(s.o, s.shared_out));
+      } else {
+        OP("shared gate|up", b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u));
+        OP("shared down (swiglu+add)",
+           b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true));
+      }
     }
   }
   // Last position only (prefill) or every row (decode) goes through the head.
@@ -436,8 +458,11 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
 
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
-       profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false;
+       profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
+       no_side = false;
   std::string out_path;
+  std::vector<int64_t> ncu_batches;
+  int pipe_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -446,15 +471,30 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) do_profile = true;
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
+    else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
+      for (const char* c = argv[++i]; *c;) {
+        char* end = nullptr;
+        const long v = std::strtol(c, &end, 10);
+        if (end == c || v < 1) {
+          std::fprintf(stderr, "--ncu-steps: expected a comma-separated list of batch sizes\n");
+          return 2;
+        }
+        ncu_batches.push_back(v);
+        c = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   try {
     BackendOptions opts;  // the DEEPINFER_* settings table, read once (core/settings.h)
     opts.batch_invariant = env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
     opts.cuda = cuda_options(env_settings());
     if (no_qgemm) opts.cuda.moe_qgemm_fp8 = false;
+    if (pipe_tokens > 0) opts.cuda.pipe_max_tokens = pipe_tokens;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
@@ -462,6 +502,7 @@ int main(int argc, char** argv) {
     }
     Bench B(*backend, fp8);
     B.fused_mla = !unfused_mla;
+    B.side = !no_side && !do_profile;  // --profile times ops on the main stream only
     const auto t0 = std::chrono::steady_clock::now();
     B.build();
     std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",
@@ -470,6 +511,19 @@ int main(int argc, char** argv) {
       auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
       DI_CHECK(cuda_backend != nullptr, "layer_bench --profile: not the CUDA backend");
       profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16", profile_prefill);
+      return 0;
+    }
+    if (!ncu_batches.empty()) {
+      for (int64_t batch : ncu_batches) {
+        auto s = make_step(B, batch, 1, 576, false);
+        forward(B, *s);  // warm-up, outside the profiled range
+        B.b.synchronize();
+        cudaProfilerStart();
+        forward(B, *s);
+        B.b.synchronize();
+        cudaProfilerStop();
+        std::printf("ncu step: %s batch %lld done\n", fp8 ? "fp8" : "bf16", (long long)batch);
+      }
       return 0;
     }
     std::ofstream jsonl;

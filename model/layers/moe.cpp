@@ -53,6 +53,17 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
                  FfnWorkspace& ws, Tensor& out, int first_expert) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "moe_forward: ", T, " tokens exceed the workspace");
+  // The shared experts on the backend's side line (CUDA: a second stream), overlapping the
+  // routing and the routed experts; out += shared(x) after both, with the same ops and
+  // roundings as the in-line `accumulate` form (gemm into a buffer of out's dtype, then add).
+  const bool side = w.has_shared() && ws.shared.dtype == out.dtype;
+  Tensor shared;
+  if (side) {
+    shared = cols_view(ws.shared, T, out.size(1));
+    backend.side_begin();
+    swiglu_mlp(backend, w.shared, x, ws, shared, false);
+    backend.side_end();
+  }
   Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
   backend.gemm(x, w.gate, logits);
   Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
@@ -61,7 +72,12 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
   const int num_local = static_cast<int>(w.experts.size());
   if (first_expert > 0 || num_local < routing.num_experts) backend.moe_localize_ids(ids, first_expert, num_local);
   backend.moe_experts(x, ids, weights, w.experts, out);
-  if (w.has_shared()) swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
+  if (side) {
+    backend.side_join();
+    backend.add(out, shared);
+  } else if (w.has_shared()) {
+    swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
+  }
 }
 
 }  // namespace deepinfer

@@ -40,7 +40,7 @@ class AttentionMoe : public Parity {
   }
   std::vector<float> run_paged_gpu(Backend& g, const PagedData& d, const PagedCase& c, float scale) {
     PagedKV kv = paged_kv(&g, d, c, gpu_float(g, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16));
-    Tensor out = gpu_poisoned(g, DType::BF16, {d.T, c.heads, c.v_dim});
+    Tensor out = gpu_guarded(g, DType::BF16, {d.T, c.heads, c.v_dim});
     g.mla_attention_paged(gpu_float(g, d.q, {d.T, c.heads, c.row_dim}, DType::BF16), kv, scale,
                           static_cast<int>(c.v_dim), out);
     return download(g, out);
@@ -163,6 +163,10 @@ TEST_F(AttentionMoe, MlaPaged) {
       {{1, 1, 1, 1}, {640, 129, 64, 65}, 16, 576, 512, 64},
       {{2, 1}, {300, 1000}, 20, 576, 512, 64},
       {{70}, {130}, 16, 576, 512, 16},
+      // more chunks than the combine stages at once (256): 8,300 positions in chunks of 32
+      // (one token: the small chunk), and a v_dim of 24 (6 of the combine's 128 threads)
+      {{1}, {8300}, 16, 576, 512, 64},
+      {{1, 2}, {9000, 40}, 3, 72, 24, 16},
   };
   for (const PagedCase& c : cases) {
     PagedData d = make_paged(c);
@@ -174,6 +178,7 @@ TEST_F(AttentionMoe, MlaPaged) {
                              std::to_string(c.heads) + " row " + std::to_string(c.row_dim) +
                              " max_seq " + std::to_string(d.max_seq_len);
     expect_close(run_paged_gpu(*gpu_, d, c, scale), values(oc), kTolAttention, what);
+    expect_guards_intact(what);
   }
 }
 
@@ -344,14 +349,17 @@ TEST_F(AttentionMoe, MoeRouting) {
 TEST_F(AttentionMoe, MoeExperts) {
   // Shapes with H % 64 == 0 and I % 16 == 0 take the weight-streaming kernel (gate|up in one
   // launch); 130 tokens x 4 of 8 experts averages 65 rows per expert (tensor-core tile path).
-  for (MoeCase c : {MoeCase{1, 64, 48, 8, 3, false}, MoeCase{5, 64, 48, 8, 3, false}, MoeCase{70, 72, 40, 8, 3, false},
-                    MoeCase{3, 256, 136, 6, 2, true}, MoeCase{90, 256, 136, 6, 2, true},
-                    MoeCase{1, 256, 128, 16, 6, false}, MoeCase{40, 256, 192, 16, 6, false},
-                    MoeCase{2, 256, 128, 16, 6, true}, MoeCase{40, 512, 256, 16, 6, true},
-                    MoeCase{130, 256, 128, 8, 4, false},
+  for (MoeCase c : {MoeCase{1, 64, 48, 8, 3, false}, MoeCase{5, 64, 48, 8, 3, false},
+                    MoeCase{70, 72, 40, 8, 3, false}, MoeCase{3, 256, 136, 6, 2, true},
+                    MoeCase{90, 256, 136, 6, 2, true}, MoeCase{1, 256, 128, 16, 6, false},
+                    MoeCase{40, 256, 192, 16, 6, false}, MoeCase{2, 256, 128, 16, 6, true},
+                    MoeCase{40, 512, 256, 16, 6, true}, MoeCase{130, 256, 128, 8, 4, false},
                     // shapes the pipeline kernel takes when on (<= 16 tokens, K % 64): one warp
                     // (K 192), 5 experts, 16 tokens at bench-like K
-                    MoeCase{7, 192, 64, 5, 4, false}, MoeCase{16, 1024, 704, 8, 6, false}}) {
+                    MoeCase{7, 192, 64, 5, 4, false}, MoeCase{16, 1024, 704, 8, 6, false},
+                    // the combine: top-10 (two batches of 8 slots), 1,088 columns (two passes of a
+                    // 256-thread block, the second partial)
+                    MoeCase{3, 72, 40, 16, 10, false}, MoeCase{2, 1088, 64, 12, 9, false}}) {
     MoeData d = make_moe(c);
     Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
     cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
@@ -359,6 +367,60 @@ TEST_F(AttentionMoe, MoeExperts) {
                              (c.fp8 ? " fp8" : " bf16");
     expect_close(run_moe_gpu(*gpu_, d.gpu, d, c, 0, c.T), values(oc), kTolBF16, what);
     expect_close(run_moe_gpu(*gpu_inv_, d.gpu_inv, d, c, 0, c.T), values(oc), kTolBF16, what + " (batch-invariant)");
+  }
+}
+
+// Backend::side_begin / side_end / side_join as model/layers/moe.cpp uses them (the shared
+// expert on the side line while the routed experts run): the same bits as the ops in line,
+// eager and replayed from a graph (where the side stream is forked and joined by events).
+TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
+  for (MoeCase c : {MoeCase{1, 256, 128, 16, 6, false}, MoeCase{3, 256, 128, 6, 2, true}}) {
+    MoeData d = make_moe(c);
+    Weight sg, su, sd, unused;
+    const int64_t Is = 2 * c.I;  // the shared expert: 2 experts wide, as in the bench model
+    expert_weight(Is, c.H, c.fp8, &sg, &unused);
+    expert_weight(Is, c.H, c.fp8, &su, &unused);
+    expert_weight(c.H, Is, c.fp8, &sd, &unused);
+    Backend& g = *gpu_;
+    const Tensor x = gpu_float(g, d.x, {c.T, c.H}, DType::BF16);
+    const Tensor ids = gpu_copy(g, cpu_i32(d.ids, {c.T, c.K}));
+    const Tensor w = gpu_float(g, d.w, {c.T, c.K}, DType::F32);
+    Tensor gate_up = gpu_poisoned(g, DType::BF16, {c.T, 2 * Is});
+    Tensor gate = gate_up, up = gate_up;
+    gate.shape[1] = up.shape[1] = Is;
+    up.data = static_cast<uint16_t*>(up.data) + Is;
+    Tensor shared = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    auto in_line = [&](Tensor& out) {
+      g.moe_experts(x, ids, w, d.gpu, out);
+      g.gemm_pair(x, sg, su, gate, up);
+      g.gemm_swiglu(gate_up, sd, out, true);
+    };
+    auto side = [&](Tensor& out) {
+      g.side_begin();
+      g.gemm_pair(x, sg, su, gate, up);
+      g.gemm_swiglu(gate_up, sd, shared, false);
+      g.side_end();
+      g.moe_experts(x, ids, w, d.gpu, out);
+      g.side_join();
+      g.add(out, shared);
+    };
+    Tensor a = gpu_poisoned(g, DType::BF16, {c.T, c.H}),
+           b = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    in_line(a);
+    side(b);
+    const std::vector<float> ref = download(g, a), got = download(g, b);
+    const std::string what = "side line T " + std::to_string(c.T) + (c.fp8 ? " fp8" : " bf16");
+    ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)), 0)
+        << what << " (eager)";
+    poison(g, b);
+    g.graph_capture_begin();
+    side(b);
+    const int graph = g.graph_capture_end();
+    g.graph_replay(graph);
+    const std::vector<float> replayed = download(g, b);
+    g.graph_release(graph);
+    EXPECT_EQ(std::memcmp(ref.data(), replayed.data(), ref.size() * sizeof(float)), 0)
+        << what << " (graph)";
   }
 }
 
@@ -498,6 +560,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
     BackendOptions options;
     options.cuda.pipe_stages = pipe_stages;
     options.cuda.pipe_fp8 = true;
+    options.cuda.pipe_max_tokens = 64;
     return make_cuda_backend(options);
   };
   const auto stream = backend_with(0);
@@ -507,7 +570,11 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   const auto four = backend_with(4);
   for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
                     MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
-                    MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true}}) {
+                    MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true},
+                    // up to 64 tokens take the pipe by default (dec17): several 16-row entries
+                    // per expert
+                    MoeCase{40, 256, 192, 16, 6, false}, MoeCase{64, 512, 128, 64, 6, false},
+                    MoeCase{64, 256, 128, 16, 4, true}}) {
     MoeData d = make_moe(c);
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
                              std::to_string(c.I) + " E " + std::to_string(c.E) + (c.fp8 ? " fp8" : " bf16");

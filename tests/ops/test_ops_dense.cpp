@@ -65,7 +65,15 @@ TEST_F(DenseOps, Embedding) {
 }
 
 TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
-  for (auto [R, H] : {std::pair<int64_t, int64_t>{1, 64}, {5, 100}, {33, 2048}, {3, 512}}) {
+  // H up to 8 x threads keeps the row in registers (2048 at 256 threads: the model's rows;
+  // 1000 at 128 threads: a partial last pass); 2050 and 4099 take the two-pass loop.
+  for (auto [R, H] : {std::pair<int64_t, int64_t>{1, 64},
+                      {5, 100},
+                      {33, 2048},
+                      {3, 512},
+                      {2, 1000},
+                      {3, 2050},
+                      {2, 4099}}) {
     const std::string what = "rows " + std::to_string(R) + " H " + std::to_string(H);
     std::vector<float> x = randn(R * H), w = randn(H), res = randn(R * H);
     Tensor oc = cpu_f32(std::vector<float>(R * H), {R, H});
