@@ -371,9 +371,6 @@ TEST_F(DenseOps, FillRandomMatchesCpuBitForBit) {
   }
 }
 
-}  // namespace
-}  // namespace deepinfer::ops_test
-
 // Expert parallelism's id localisation (model/parallel.h): ids in [first, first + count) are
 // shifted to the rank's experts, all others become -1; the CPU reference written out here.
 TEST_F(DenseOps, MoeLocalizeIds) {
@@ -392,3 +389,6 @@ TEST_F(DenseOps, MoeLocalizeIds) {
     EXPECT_EQ(static_cast<int32_t>(got[i]), want) << "CUDA, entry " << i;
   }
 }
+
+}  // namespace
+}  // namespace deepinfer::ops_test
