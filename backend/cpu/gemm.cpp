@@ -347,6 +347,9 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// The register-array loops below unrolled in full, so the accumulators stay in zmm registers
+// (otherwise GCC kept them in memory: a store and a reload in every FMA's dependency chain).
+#define DI_UNROLL _Pragma("GCC unroll 16")
 
 // The direct FP8 path on AVX-512 (chosen at run time where the CPU has it): 2 * P weight rows
 // at once, each zmm holding the 8 lanes of two rows (low half: row 2p, high half: row 2p + 1),
@@ -374,12 +377,15 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
   for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
     const int64_t kb = std::min(kBlockK, K - k0);
     __m512 a[M][P];
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) a[m][p] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kb;) {
       const int64_t kk = k0 + k;
       const int64_t k_end = std::min(kb, (kk / w.block_k + 1) * w.block_k - k0);
       __m512 sc[P];
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
         const float s0 = scales[2 * p][kk / w.block_k], s1 = scales[2 * p + 1][kk / w.block_k];
         if (!(std::fabs(s0) < 0x1p7f && std::fabs(s1) < 0x1p7f)) return false;
@@ -389,9 +395,12 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
       // Four chunks (32 codes) of every row per step.
       for (; k + 32 <= k_end; k += 32) {
         __m512 xv[M][4];
+        DI_UNROLL
         for (int m = 0; m < M; ++m)
+          DI_UNROLL
           for (int q = 0; q < 4; ++q)
             xv[m][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k + 8 * q));
+        DI_UNROLL
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
           const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
@@ -401,18 +410,22 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
           nan |= _mm512_cmpeq_epi8_mask(_mm512_or_si512(both, high), ones);
           const __m128i ch[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
                                  _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
+          DI_UNROLL
           for (int q = 0; q < 4; ++q) {
             const __m512i bits =
                 _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(ch[q]), 20), mask);
             const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+            DI_UNROLL
             for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m][q], wv, a[m][p]);
           }
         }
       }
       for (; k < k_end; k += 8) {  // single chunks
         __m512 xv[M];
+        DI_UNROLL
         for (int m = 0; m < M; ++m)
           xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+        DI_UNROLL
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
           const __m128i c = _mm_unpacklo_epi64(
@@ -423,12 +436,15 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
           const __m512i bits =
               _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 20), mask);
           const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+          DI_UNROLL
           for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
         }
       }
       if (nan != 0) return false;
     }
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
         // Through memory, not hsum(v8f): a v8f argument to a function built for the base ISA
         // is passed another way where that ISA has no AVX (Debug builds; cpu_backend.h).
@@ -454,6 +470,7 @@ DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx
   const __m512i zero = _mm512_setzero_si512();
   const __m512 wl = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t));
   const __m512 wh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t));
+  DI_UNROLL
   for (int m = 0; m < M; ++m) {
     lo[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx)), wl, lo[m][g]);
     hi[m][g] =
@@ -472,10 +489,13 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
   for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
     const int64_t kb = std::min(kBlockK, K - k0);
     __m512 lo[M][Q], hi[M][Q];
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) lo[m][g] = hi[m][g] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= kb; k += 32) {  // four chunks of every row per step
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         const __m512i A = _mm512_loadu_si512(r), B = _mm512_loadu_si512(r + row_stride);
@@ -490,6 +510,7 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
       }
     }
     for (; k < kb; k += 8) {  // single chunks
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         __m512i t = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
@@ -502,7 +523,9 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
         bf16_chunk_fma<M, Q>(t, x, k0 + k, lo, hi, g);  // chunk t into group g
       }
     }
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         alignas(64) float l[16], h[16];
         _mm512_store_ps(l, lo[m][g]);
@@ -529,19 +552,26 @@ DI_AVX512_TARGET void f32_rows_avx512(const Rows& x, const Weight& w, const Rows
   for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
     const int64_t kb = std::min(kBlockK, K - k0);
     __m512 a[M][P];
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) a[m][p] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kb; k += 8) {
       __m512 xv[M];
+      DI_UNROLL
       for (int m = 0; m < M; ++m) xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
         const float* r0 = base + 2 * p * row_stride + k0 + k;
         const __m512 wv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(r0)),
                                              _mm256_loadu_ps(r0 + row_stride), 1);
+        DI_UNROLL
         for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
       }
     }
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
         alignas(64) float l[16];  // through memory, as fp8_rows_avx512 sums
         _mm512_store_ps(l, a[m][p]);
