@@ -7,6 +7,7 @@
 // shape of one row/token, never by how many rows share the call, so every op is
 // batch-invariant by construction (batch_invariant() only reports the option).
 #pragma once
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -111,6 +112,10 @@ void fp8_row_to_float(const uint8_t* src, int64_t n, float scale, float* dst);
 
 // Eight fp32 lanes (AVX2 with -march=x86-64-v3; emulated without it). Used inside inline
 // functions only, never passed by value across a call, so the psabi note does not apply.
+// (A function compiled for another ISA, e.g. gemm.cpp's AVX-512 paths, must not call these
+// helpers with a v8f_lanes argument either: where the base build has no AVX (Debug), an
+// out-of-line copy takes it in memory while the AVX-512 caller passes it in %ymm0, and the
+// callee reads garbage. That is why those paths sum through hsum8_floats.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float v8f_lanes __attribute__((vector_size(32)));
@@ -120,8 +125,26 @@ inline v8f_lanes load8_lanes(const float* p) {
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline float hsum8_lanes(v8f_lanes v) {
+// The fixed horizontal sum of eight lanes: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
+inline float hsum8_floats(const float* v) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+inline float hsum8_lanes(v8f_lanes v) {
+  float f[8];
+  std::memcpy(f, &v, sizeof(f));
+  return hsum8_floats(f);
+}
+// acc + a * b in every lane, rounded once (fused), in every build: the AVX-512 paths use FMA
+// instructions, so every path that must give their bits fuses too, explicitly, never through
+// the compiler's contraction of `acc += a * b` (GCC contracts only when optimizing for an FMA
+// target, so a Debug build got mul + add there: other bits than the AVX-512 paths').
+inline v8f_lanes fma8_lanes(v8f_lanes a, v8f_lanes b, v8f_lanes acc) {
+#if defined(__FMA__)
+  return __builtin_ia32_vfmaddps256(a, b, acc);
+#else
+  for (int i = 0; i < 8; ++i) acc[i] = std::fma(a[i], b[i], acc[i]);
+  return acc;
+#endif
 }
 
 // Dot product of a and b with eight fp32 lanes (lane i takes elements i, i+8, ...)
@@ -130,8 +153,8 @@ inline float hsum8_lanes(v8f_lanes v) {
 inline float dot8(const float* a, const float* b, int64_t n) {
   v8f_lanes acc = {};
   int64_t k = 0;
-  for (; k + 8 <= n; k += 8) acc += load8_lanes(a + k) * load8_lanes(b + k);
-  for (int64_t i = 0; k + i < n; ++i) acc[i] += a[k + i] * b[k + i];  // tail into lanes 0..
+  for (; k + 8 <= n; k += 8) acc = fma8_lanes(load8_lanes(a + k), load8_lanes(b + k), acc);
+  for (int64_t i = 0; k + i < n; ++i) acc[i] = std::fma(a[k + i], b[k + i], acc[i]);  // tail into lanes 0..
   return hsum8_lanes(acc);
 }
 // dot8(a, b_j, n) for four b rows at once (n a multiple of 8): the same four results.
@@ -140,10 +163,10 @@ inline void dot8x4_rows(const float* a, const float* b0, const float* b1, const 
   v8f_lanes c0 = {}, c1 = {}, c2 = {}, c3 = {};
   for (int64_t k = 0; k < n; k += 8) {
     const v8f_lanes av = load8_lanes(a + k);
-    c0 += av * load8_lanes(b0 + k);
-    c1 += av * load8_lanes(b1 + k);
-    c2 += av * load8_lanes(b2 + k);
-    c3 += av * load8_lanes(b3 + k);
+    c0 = fma8_lanes(av, load8_lanes(b0 + k), c0);
+    c1 = fma8_lanes(av, load8_lanes(b1 + k), c1);
+    c2 = fma8_lanes(av, load8_lanes(b2 + k), c2);
+    c3 = fma8_lanes(av, load8_lanes(b3 + k), c3);
   }
   out4[0] = hsum8_lanes(c0);
   out4[1] = hsum8_lanes(c1);
@@ -158,9 +181,9 @@ inline void dot8x4x3_rows(const float* const* a, const float* const* b, int64_t 
     const v8f_lanes a0 = load8_lanes(a[0] + k), a1 = load8_lanes(a[1] + k), a2 = load8_lanes(a[2] + k);
     for (int j = 0; j < 4; ++j) {
       const v8f_lanes v = load8_lanes(b[j] + k);
-      c[0][j] += a0 * v;
-      c[1][j] += a1 * v;
-      c[2][j] += a2 * v;
+      c[0][j] = fma8_lanes(a0, v, c[0][j]);
+      c[1][j] = fma8_lanes(a1, v, c[1][j]);
+      c[2][j] = fma8_lanes(a2, v, c[2][j]);
     }
   }
   for (int r = 0; r < 3; ++r)
@@ -168,9 +191,9 @@ inline void dot8x4x3_rows(const float* const* a, const float* const* b, int64_t 
 }
 #pragma GCC diagnostic pop
 
-// y[0..n) += alpha * x[0..n)  (elementwise, no reassociation).
+// y[0..n) += alpha * x[0..n)  (elementwise, fused: y[i] = fma(alpha, x[i], y[i])).
 inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 // axpy with a0, x0 then a1, x1, ... a3, x3, each element updated in that order: the bits of
 // four axpy calls, with y loaded and stored once.
@@ -178,13 +201,23 @@ inline void axpy4(const float* alpha, const float* x0, const float* x1, const fl
                   const float* x3, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float v = y[i];
-    v += alpha[0] * x0[i];
-    v += alpha[1] * x1[i];
-    v += alpha[2] * x2[i];
-    v += alpha[3] * x3[i];
+    v = std::fma(alpha[0], x0[i], v);
+    v = std::fma(alpha[1], x1[i], v);
+    v = std::fma(alpha[2], x2[i], v);
+    v = std::fma(alpha[3], x3[i], v);
     y[i] = v;
   }
 }
+
+// AVX-512 (F, BW, VL, DQ) at run time: where the CPU has it, the kernels below and gemm's
+// one/two-row paths take 16-lane forms that keep every lane and every sum of the 8-lane forms
+// (the same bits). simd_avx512.cpp.
+bool cpu_has_avx512();
+// dot8x4x3_rows with two b rows per 16-lane register: the same twelve results, bit for bit.
+void dot8x4x3_rows_avx512(const float* const* a, const float* const* b, int64_t n, float* const* out);
+// axpy4 in 16 lanes (elementwise, the same fused steps per element): the same bits.
+void axpy4_avx512(const float* alpha, const float* x0, const float* x1, const float* x2,
+                  const float* x3, float* y, int64_t n);
 
 // Single-threaded blocked GEMM over output columns [n_begin, n_end):
 // out[m, n] = sum_k x[m, k] * W[n, k]. Used by gemm() and by the MoE experts.

@@ -32,7 +32,8 @@ namespace deepinfer::cpu {
 namespace {
 
 // 8 x fp32 lanes: cpu_backend.h's v8f_lanes (AVX2 with -march=x86-64-v3; emulated without
-// it). The helpers taking v8f are internal to this file, so the psabi note is moot.
+// it). The helpers taking v8f are internal to this file and never called with one from the
+// AVX-512 functions (cpu_backend.h says why), so the psabi note is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef v8f_lanes v8f;
 
@@ -41,6 +42,7 @@ constexpr int64_t kBlockK = 256;  // reduction block; a multiple of 8
 
 inline v8f load8(const float* p) { return load8_lanes(p); }
 inline float hsum(v8f v) { return hsum8_lanes(v); }
+inline v8f fma8(v8f a, v8f b, v8f acc) { return fma8_lanes(a, b, acc); }
 
 // Four dot products of x with w0..w3 (n a multiple of 8); each equals dot8(x, wi, n).
 inline void dot8x4(const float* x, const float* w0, const float* w1, const float* w2,
@@ -126,14 +128,14 @@ inline void dot8x4x2(const float* x0, const float* x1, const float* w0, const fl
   for (int64_t k = 0; k < n; k += 8) {
     const v8f xv = load8(x0 + k), yv = load8(x1 + k);
     const v8f v0 = load8(w0 + k), v1 = load8(w1 + k), v2 = load8(w2 + k), v3 = load8(w3 + k);
-    a0 += xv * v0;
-    b0 += yv * v0;
-    a1 += xv * v1;
-    b1 += yv * v1;
-    a2 += xv * v2;
-    b2 += yv * v2;
-    a3 += xv * v3;
-    b3 += yv * v3;
+    a0 = fma8(xv, v0, a0);
+    b0 = fma8(yv, v0, b0);
+    a1 = fma8(xv, v1, a1);
+    b1 = fma8(yv, v1, b1);
+    a2 = fma8(xv, v2, a2);
+    b2 = fma8(yv, v2, b2);
+    a3 = fma8(xv, v3, a3);
+    b3 = fma8(yv, v3, b3);
   }
   out0[0] = hsum(a0);
   out0[1] = hsum(a1);
@@ -245,12 +247,8 @@ inline void direct_chunks(const float* const* xr, const char* const* rows, int64
       for (int j = 0; j < 4; ++j) {
         v8f lo, hi;
         fp8x16_to_float_f16c(reinterpret_cast<const uint8_t*>(rows[j]) + k0 + k, sc256[j], lo, hi);
-        a[j] += x0 * lo;
-        a[j] += x1 * hi;
-        if constexpr (M == 2) {
-          a[4 + j] += y0 * lo;
-          a[4 + j] += y1 * hi;
-        }
+        a[j] = fma8(x1, hi, fma8(x0, lo, a[j]));
+        if constexpr (M == 2) a[4 + j] = fma8(y1, hi, fma8(y0, lo, a[4 + j]));
       }
     }
   }
@@ -261,16 +259,16 @@ inline void direct_chunks(const float* const* xr, const char* const* rows, int64
     const v8f w2 = direct_weight8<D, kF16c>(rows[2], k0 + k, sc[2], sc256[2]);
     const v8f w3 = direct_weight8<D, kF16c>(rows[3], k0 + k, sc[3], sc256[3]);
     const v8f xv = load8(xr[0] + k);
-    a[0] += xv * w0;
-    a[1] += xv * w1;
-    a[2] += xv * w2;
-    a[3] += xv * w3;
+    a[0] = fma8(xv, w0, a[0]);
+    a[1] = fma8(xv, w1, a[1]);
+    a[2] = fma8(xv, w2, a[2]);
+    a[3] = fma8(xv, w3, a[3]);
     if constexpr (M == 2) {
       const v8f yv = load8(xr[1] + k);
-      a[4] += yv * w0;
-      a[5] += yv * w1;
-      a[6] += yv * w2;
-      a[7] += yv * w3;
+      a[4] = fma8(yv, w0, a[4]);
+      a[5] = fma8(yv, w1, a[5]);
+      a[6] = fma8(yv, w2, a[6]);
+      a[7] = fma8(yv, w3, a[7]);
     }
   }
 }
@@ -337,7 +335,7 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
           weight_row_block(w, n0 + std::min<int64_t>(j, nr - 1), k0 + k, kb - k, 8, wtail + 8 * j);
         for (int m = 0; m < M; ++m) {
           const v8f xv = load8(xr[m] + k);
-          for (int j = 0; j < 4; ++j) a[4 * m + j] += xv * load8(wtail + 8 * j);
+          for (int j = 0; j < 4; ++j) a[4 * m + j] = fma8(xv, load8(wtail + 8 * j), a[4 * m + j]);
         }
       }
       for (int m = 0; m < M; ++m)
@@ -349,6 +347,9 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+// The register-array loops below unrolled in full, so the accumulators stay in zmm registers
+// (otherwise GCC kept them in memory: a store and a reload in every FMA's dependency chain).
+#define DI_UNROLL _Pragma("GCC unroll 16")
 
 // The direct FP8 path on AVX-512 (chosen at run time where the CPU has it): 2 * P weight rows
 // at once, each zmm holding the 8 lanes of two rows (low half: row 2p, high half: row 2p + 1),
@@ -376,12 +377,15 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
   for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
     const int64_t kb = std::min(kBlockK, K - k0);
     __m512 a[M][P];
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) a[m][p] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kb;) {
       const int64_t kk = k0 + k;
       const int64_t k_end = std::min(kb, (kk / w.block_k + 1) * w.block_k - k0);
       __m512 sc[P];
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
         const float s0 = scales[2 * p][kk / w.block_k], s1 = scales[2 * p + 1][kk / w.block_k];
         if (!(std::fabs(s0) < 0x1p7f && std::fabs(s1) < 0x1p7f)) return false;
@@ -391,9 +395,12 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
       // Four chunks (32 codes) of every row per step.
       for (; k + 32 <= k_end; k += 32) {
         __m512 xv[M][4];
+        DI_UNROLL
         for (int m = 0; m < M; ++m)
+          DI_UNROLL
           for (int q = 0; q < 4; ++q)
             xv[m][q] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k + 8 * q));
+        DI_UNROLL
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
           const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
@@ -403,18 +410,22 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
           nan |= _mm512_cmpeq_epi8_mask(_mm512_or_si512(both, high), ones);
           const __m128i ch[4] = {_mm256_castsi256_si128(lo), _mm256_castsi256_si128(hi),
                                  _mm256_extracti128_si256(lo, 1), _mm256_extracti128_si256(hi, 1)};
+          DI_UNROLL
           for (int q = 0; q < 4; ++q) {
             const __m512i bits =
                 _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(ch[q]), 20), mask);
             const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+            DI_UNROLL
             for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m][q], wv, a[m][p]);
           }
         }
       }
       for (; k < k_end; k += 8) {  // single chunks
         __m512 xv[M];
+        DI_UNROLL
         for (int m = 0; m < M; ++m)
           xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+        DI_UNROLL
         for (int p = 0; p < P; ++p) {
           const uint8_t* r0 = base + 2 * p * row_stride + k0 + k;
           const __m128i c = _mm_unpacklo_epi64(
@@ -425,19 +436,22 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
           const __m512i bits =
               _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(c), 20), mask);
           const __m512 wv = _mm512_mul_ps(_mm512_castsi512_ps(bits), sc[p]);
+          DI_UNROLL
           for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
         }
       }
       if (nan != 0) return false;
     }
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int p = 0; p < P; ++p) {
-        v8f lo, hi;
-        const __m256 l = _mm512_castps512_ps256(a[m][p]), h = _mm512_extractf32x8_ps(a[m][p], 1);
-        std::memcpy(&lo, &l, sizeof(lo));
-        std::memcpy(&hi, &h, sizeof(hi));
-        acc[m][2 * p] += hsum(lo);
-        acc[m][2 * p + 1] += hsum(hi);
+        // Through memory, not hsum(v8f): a v8f argument to a function built for the base ISA
+        // is passed another way where that ISA has no AVX (Debug builds; cpu_backend.h).
+        alignas(64) float l[16];
+        _mm512_store_ps(l, a[m][p]);
+        acc[m][2 * p] += hsum8_floats(l);
+        acc[m][2 * p + 1] += hsum8_floats(l + 8);
       }
   }
   for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
@@ -456,6 +470,7 @@ DI_AVX512_TARGET inline void bf16_chunk_fma(__m512i t, const Rows& x, int64_t kx
   const __m512i zero = _mm512_setzero_si512();
   const __m512 wl = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t));
   const __m512 wh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t));
+  DI_UNROLL
   for (int m = 0; m < M; ++m) {
     lo[m][g] = _mm512_fmadd_ps(_mm512_broadcast_f32x4(_mm_loadu_ps(x.f32(m) + kx)), wl, lo[m][g]);
     hi[m][g] =
@@ -474,10 +489,13 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
   for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
     const int64_t kb = std::min(kBlockK, K - k0);
     __m512 lo[M][Q], hi[M][Q];
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) lo[m][g] = hi[m][g] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= kb; k += 32) {  // four chunks of every row per step
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         const __m512i A = _mm512_loadu_si512(r), B = _mm512_loadu_si512(r + row_stride);
@@ -492,6 +510,7 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
       }
     }
     for (; k < kb; k += 8) {  // single chunks
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         const uint16_t* r = base + 4 * g * row_stride + k0 + k;
         __m512i t = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
@@ -504,7 +523,9 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
         bf16_chunk_fma<M, Q>(t, x, k0 + k, lo, hi, g);  // chunk t into group g
       }
     }
+    DI_UNROLL
     for (int m = 0; m < M; ++m)
+      DI_UNROLL
       for (int g = 0; g < Q; ++g) {
         alignas(64) float l[16], h[16];
         _mm512_store_ps(l, lo[m][g]);
@@ -517,18 +538,48 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
   for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
 }
 
-bool cpu_has_avx512() {
-#ifdef __OPTIMIZE__
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-  // The AVX-512 paths reproduce the AVX2 paths' bits as an optimizing build emits them; an
-  // unoptimized build (Debug, the ASan + UBSan stage) gave other bits for batch sizes that
-  // cross paths (and a NaN in the V4.1 FP8/FP4 chunked golden, not yet understood), so it
-  // takes the AVX2 paths alone. Found 2026-12-03 by the ASan stage of merged main.
-  static const bool has = false;
-#endif
-  return has;
+// The direct F32 path on AVX-512 (the absorbed attention heads): 2 * P weight rows at once,
+// each zmm holding the 8 lanes of two rows (low half: row 2p, high half: row 2p + 1), so every
+// 8-lane accumulator of the AVX2 path is kept lane for lane and takes the same chunks in the
+// same order: the same bits. K % 8 == 0 (no zero-padded tail chunk).
+template <int P, int M>
+DI_AVX512_TARGET void f32_rows_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n0) {
+  constexpr int R = 2 * P;
+  const int64_t K = x.cols;
+  const int64_t row_stride = w.w.stride[0];
+  const float* base = static_cast<const float*>(w.w.data) + n0 * row_stride;
+  float acc[M][R] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kb = std::min(kBlockK, K - k0);
+    __m512 a[M][P];
+    DI_UNROLL
+    for (int m = 0; m < M; ++m)
+      DI_UNROLL
+      for (int p = 0; p < P; ++p) a[m][p] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kb; k += 8) {
+      __m512 xv[M];
+      DI_UNROLL
+      for (int m = 0; m < M; ++m) xv[m] = _mm512_broadcast_f32x8(_mm256_loadu_ps(x.f32(m) + k0 + k));
+      DI_UNROLL
+      for (int p = 0; p < P; ++p) {
+        const float* r0 = base + 2 * p * row_stride + k0 + k;
+        const __m512 wv = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(r0)),
+                                             _mm256_loadu_ps(r0 + row_stride), 1);
+        DI_UNROLL
+        for (int m = 0; m < M; ++m) a[m][p] = _mm512_fmadd_ps(xv[m], wv, a[m][p]);
+      }
+    }
+    DI_UNROLL
+    for (int m = 0; m < M; ++m)
+      DI_UNROLL
+      for (int p = 0; p < P; ++p) {
+        alignas(64) float l[16];  // through memory, as fp8_rows_avx512 sums
+        _mm512_store_ps(l, a[m][p]);
+        acc[m][2 * p] += hsum8_floats(l);
+        acc[m][2 * p + 1] += hsum8_floats(l + 8);
+      }
+  }
+  for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
 }
 
 // Rows [n_begin, n_end) of the FP8 direct path on AVX-512 where it applies, in groups of
@@ -549,15 +600,14 @@ int64_t fp8_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64
   return n0;
 }
 
-// Rows [n_begin, n_end) of the BF16 direct path on AVX-512 in groups of 16 rows (8 with two x
-// rows); returns the first row left to the AVX2 path.
-template <int M>
-int64_t bf16_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
-                           int64_t n_end) {
+// Rows [n_begin, n_end) of the BF16 / F32 direct path on AVX-512, `group` on each R rows (16,
+// or 8 with two x rows); returns the first row left to the AVX2 path.
+template <int R>
+int64_t rows_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                           int64_t n_end, void (*group)(const Rows&, const Weight&, const Rows&, int64_t)) {
   if (!cpu_has_avx512() || x.cols % 8 != 0) return n_begin;
-  constexpr int Q = M == 1 ? 4 : 2;
   int64_t n0 = n_begin;
-  for (; n0 + 4 * Q <= n_end; n0 += 4 * Q) bf16_rows_avx512<Q, M>(x, w, out, n0);
+  for (; n0 + R <= n_end; n0 += R) group(x, w, out, n0);
   return n0;
 }
 #endif
@@ -573,8 +623,13 @@ void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int6
     if (n_begin >= n_end) return;
   }
   if constexpr (D == DType::BF16) {
-    if (x.rows == 2) n_begin = bf16_direct_avx512<2>(x, w, out, n_begin, n_end);
-    if (x.rows == 1) n_begin = bf16_direct_avx512<1>(x, w, out, n_begin, n_end);
+    if (x.rows == 2) n_begin = rows_direct_avx512<8>(x, w, out, n_begin, n_end, bf16_rows_avx512<2, 2>);
+    if (x.rows == 1) n_begin = rows_direct_avx512<16>(x, w, out, n_begin, n_end, bf16_rows_avx512<4, 1>);
+    if (n_begin >= n_end) return;
+  }
+  if constexpr (D == DType::F32) {
+    if (x.rows == 2) n_begin = rows_direct_avx512<8>(x, w, out, n_begin, n_end, f32_rows_avx512<4, 2>);
+    if (x.rows == 1) n_begin = rows_direct_avx512<16>(x, w, out, n_begin, n_end, f32_rows_avx512<8, 1>);
     if (n_begin >= n_end) return;
   }
 #endif

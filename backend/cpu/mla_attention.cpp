@@ -149,6 +149,7 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
                             ? Selection{}
                             : check_indices(*indices, qv.T, [&](int64_t t) { return pv.ctx(t); }, op);
   const bool bf16 = kv.cache.dtype == DType::BF16;
+  const bool avx512 = cpu_has_avx512();  // 16-lane forms, the same bits
   const int64_t per_task = heads_per_task(qv.T, qv.H, pool.num_threads());
   const int64_t head_tasks = (qv.H + per_task - 1) / per_task;
   pool.parallel_for(qv.T * head_tasks, 1, [&](int64_t b, int64_t e) {
@@ -179,7 +180,8 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
             const float* qs3[3] = {qv.at(t, h), qv.at(t, h + 1), qv.at(t, h + 2)};
             float* out3[3] = {scores + (h - h0) * n + j, scores + (h + 1 - h0) * n + j,
                               scores + (h + 2 - h0) * n + j};
-            dot8x4x3_rows(qs3, ks, row_dim, out3);
+            if (avx512) dot8x4x3_rows_avx512(qs3, ks, row_dim, out3);
+            else dot8x4x3_rows(qs3, ks, row_dim, out3);
           }
           for (; h < h1; ++h)
             dot8x4_rows(qv.at(t, h), ks[0], ks[1], ks[2], ks[3], row_dim,
@@ -202,8 +204,10 @@ void paged_attention(ThreadPool& pool, const Tensor& q, const PagedKV& kv, const
       // Values (V = r[0, v_dim)): four keys per axpy4, the bits of one axpy per key in order.
       for (j = 0; j + 4 <= n; j += 4) {
         const float* vs[4] = {row(j, 0), row(j + 1, 1), row(j + 2, 2), row(j + 3, 3)};
-        for (int64_t h = h0; h < h1; ++h)
-          axpy4(scores + (h - h0) * n + j, vs[0], vs[1], vs[2], vs[3], ov.at(t, h), v_dim);
+        for (int64_t h = h0; h < h1; ++h) {
+          if (avx512) axpy4_avx512(scores + (h - h0) * n + j, vs[0], vs[1], vs[2], vs[3], ov.at(t, h), v_dim);
+          else axpy4(scores + (h - h0) * n + j, vs[0], vs[1], vs[2], vs[3], ov.at(t, h), v_dim);
+        }
       }
       for (; j < n; ++j) {
         const float* r = row(j, 0);
@@ -250,6 +254,7 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
   auto ctx = [&](int64_t t) { return q_pos0[seq_of[t]] + t - qs[seq_of[t]] + 1; };
   const Selection sel = indices == nullptr ? Selection{} : check_indices(*indices, qv.T, ctx, op);
   const int64_t v_dim = vv.D;
+  const bool avx512 = cpu_has_avx512();  // 16-lane forms, the same bits
   // Normalizes one query's scores and sums the values: axpy4 / axpy, the same products and
   // sums in the same order as one axpy per key.
   auto finish = [&](int64_t t, int64_t h, float* scores, int64_t n, auto value) {
@@ -257,7 +262,10 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
     float* o = ov.at(t, h);
     std::fill(o, o + v_dim, 0.0f);
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4) axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
+    for (; j + 4 <= n; j += 4) {
+      if (avx512) axpy4_avx512(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
+      else axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
+    }
     for (; j < n; ++j) axpy(scores[j], value(j), o, v_dim);
     for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
   };
@@ -284,7 +292,8 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
         for (; j + 4 <= n0; j += 4) {
           const float* ks[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
           float* out3[3] = {srow[0] + j, srow[1] + j, srow[2] + j};
-          dot8x4x3_rows(qr, ks, qv.D, out3);
+          if (avx512) dot8x4x3_rows_avx512(qr, ks, qv.D, out3);
+          else dot8x4x3_rows(qr, ks, qv.D, out3);
         }
         for (int64_t r = 0; r < cnt; ++r) {
           const int64_t n = n0 + r;

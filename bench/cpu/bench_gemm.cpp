@@ -62,6 +62,9 @@ BENCHMARK_CAPTURE(BM_gemm, fp8_down_384x1024, DType::F8_E4M3, 384, 1024)->Arg(1)
 BENCHMARK_CAPTURE(BM_gemm, fp8_expert_128x384, DType::F8_E4M3, 128, 384)->Arg(1)->Arg(2);
 BENCHMARK_CAPTURE(BM_gemm, bf16_lm_head_8192x384, DType::BF16, 8192, 384)->Arg(1)->Arg(2)->Arg(8)->Arg(64);
 BENCHMARK_CAPTURE(BM_gemm, f32_576x192, DType::F32, 576, 192)->Arg(1)->Arg(8);
+// The absorbed attention heads (gemm_heads: W_UK 128x64 and W_UV 64x128 per head, F32).
+BENCHMARK_CAPTURE(BM_gemm, f32_head_128x64, DType::F32, 128, 64)->Arg(1)->Arg(2);
+BENCHMARK_CAPTURE(BM_gemm, f32_head_64x128, DType::F32, 64, 128)->Arg(1)->Arg(2);
 
 }  // namespace
 

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <utility>
 
+#include "backend/cpu/cpu_backend.h"
 #include "op_test_util.h"
 
 namespace deepinfer {
@@ -186,6 +188,32 @@ TEST(CpuKvStore, WritesSlotsAndSkipsMinusOne) {
   HostBuffer bad = test::i32_buffer({6, -1, 1});
   kv.slot_mapping = bad.tensor();
   EXPECT_THROW(backend->kv_store(rows.tensor(), kv), Error);
+}
+
+// The AVX-512 forms of attention's helpers (where the CPU has them) against the 8-lane forms,
+// bit for bit: scores of three queries against four keys (n = 160, the tiny model's row, and
+// n = 8), and four value rows summed into 128 and 133 outputs (the masked tail). Values with
+// mixed signs and magnitudes, so a fused and an unfused step, or another lane order, differ.
+TEST(CpuAttention, Avx512HelpersMatchTheEightLaneForms) {
+  if (!cpu::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  HostBuffer src = test::random_f32({8, 160}, 91, 3.0f);
+  const float* r[8];
+  for (int i = 0; i < 8; ++i) r[i] = src.ptr<float>() + i * 160;
+  for (int64_t n : {int64_t{160}, int64_t{8}}) {
+    float want[3][4], got[3][4];
+    float* pw[3] = {want[0], want[1], want[2]};
+    float* pg[3] = {got[0], got[1], got[2]};
+    cpu::dot8x4x3_rows(r, r + 3, n, pw);
+    cpu::dot8x4x3_rows_avx512(r, r + 3, n, pg);
+    EXPECT_EQ(std::memcmp(want, got, sizeof(want)), 0) << "n = " << n;
+  }
+  const float alpha[4] = {0.37f, -1.91f, 0.0041f, 12.5f};
+  for (int64_t n : {int64_t{128}, int64_t{133}}) {
+    std::vector<float> want(r[7], r[7] + n), got(want);
+    cpu::axpy4(alpha, r[0], r[1], r[2], r[3], want.data(), n);
+    cpu::axpy4_avx512(alpha, r[0], r[1], r[2], r[3], got.data(), n);
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), n * 4), 0) << "n = " << n;
+  }
 }
 
 }  // namespace

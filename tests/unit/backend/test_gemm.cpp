@@ -248,6 +248,15 @@ TEST(CpuGemm, Bf16DirectRowGroupsMatchBufferedBits) {
   expect_direct_matches_buffered(tw, M, N, K, 73, "bf16");
 }
 
+// The F32 direct path's AVX-512 row groups (16 rows, 8 with two x rows; two rows per zmm; the
+// absorbed attention heads): the buffered path's bits. K = 392: a full 256 block and a
+// partial one; N = 53: three groups of 16 plus five rows on the AVX2 path.
+TEST(CpuGemm, F32DirectRowGroupsMatchBufferedBits) {
+  const int64_t N = 53, K = 392, M = 5;
+  TestWeight tw = make_weight(DType::F32, N, K, 81);
+  expect_direct_matches_buffered(tw, M, N, K, 83, "f32");
+}
+
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
 // Backend default, one gemm per head, on strided [T, heads, D] views (T = 1, 2 and 5).
 TEST(CpuGemm, GemmHeadsMatchesOneGemmPerHead) {

@@ -1,0 +1,72 @@
+// AVX-512 forms of the 8-lane helpers (cpu_backend.h), chosen at run time where the CPU has
+// AVX-512F/BW/VL/DQ; each keeps every lane and every sum of its 8-lane form, so the results
+// are the same bits. The 8-lane forms' vectors never cross a call into or out of these
+// functions (built for another ISA than the rest: cpu_backend.h says why).
+// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as maybe uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+#define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+
+namespace deepinfer::cpu {
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
+
+// Keys b[0], b[1] share one register (low half: b[0]'s 8 lanes, high half: b[1]'s), as do
+// b[2], b[3]: accumulator (r, pair) holds the 8-lane accumulators of (r, 2 pair) and
+// (r, 2 pair + 1) lane for lane, each taking the same chunks in the same order.
+DI_AVX512_TARGET void dot8x4x3_rows_avx512(const float* const* a, const float* const* b, int64_t n,
+                                           float* const* out) {
+  __m512 c[3][2];
+  for (int r = 0; r < 3; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n; k += 8) {
+    const __m512 b01 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(b[0] + k)),
+                                          _mm256_loadu_ps(b[1] + k), 1);
+    const __m512 b23 = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(b[2] + k)),
+                                          _mm256_loadu_ps(b[3] + k), 1);
+    for (int r = 0; r < 3; ++r) {
+      const __m512 ar = _mm512_broadcast_f32x8(_mm256_loadu_ps(a[r] + k));
+      c[r][0] = _mm512_fmadd_ps(ar, b01, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(ar, b23, c[r][1]);
+    }
+  }
+  for (int r = 0; r < 3; ++r)
+    for (int p = 0; p < 2; ++p) {
+      alignas(64) float l[16];
+      _mm512_store_ps(l, c[r][p]);
+      out[r][2 * p] = hsum8_floats(l);
+      out[r][2 * p + 1] = hsum8_floats(l + 8);
+    }
+}
+
+DI_AVX512_TARGET void axpy4_avx512(const float* alpha, const float* x0, const float* x1,
+                                   const float* x2, const float* x3, float* y, int64_t n) {
+  const __m512 a0 = _mm512_set1_ps(alpha[0]), a1 = _mm512_set1_ps(alpha[1]);
+  const __m512 a2 = _mm512_set1_ps(alpha[2]), a3 = _mm512_set1_ps(alpha[3]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(y + i);
+    v = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x0 + i), v);
+    v = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x1 + i), v);
+    v = _mm512_fmadd_ps(a2, _mm512_loadu_ps(x2 + i), v);
+    v = _mm512_fmadd_ps(a3, _mm512_loadu_ps(x3 + i), v);
+    _mm512_storeu_ps(y + i, v);
+  }
+  if (i < n) {  // the tail in masked lanes: the same fused steps per element
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(m, y + i);
+    v = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x0 + i), v);
+    v = _mm512_fmadd_ps(a1, _mm512_maskz_loadu_ps(m, x1 + i), v);
+    v = _mm512_fmadd_ps(a2, _mm512_maskz_loadu_ps(m, x2 + i), v);
+    v = _mm512_fmadd_ps(a3, _mm512_maskz_loadu_ps(m, x3 + i), v);
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+
+}  // namespace deepinfer::cpu
