@@ -229,8 +229,8 @@ TEST(SpecEngine, ConfidenceScheduledLengthsNeverChangeOutput) {
   EXPECT_EQ(t.verify_s.size(), t.batches.size() * 5);
   EXPECT_EQ(t.mtp_first_s.size(), t.batches.size());
   EXPECT_TRUE(t.mixed_s.empty());
-  EXPECT_GT(t.measure_s, 0.0);
-  EXPECT_LT(t.measure_s, 10.0);
+  EXPECT_GT(t.measure_s, 0.0);  // (no bound on it: wall time is not asserted in tests; the ASan
+                                // build on a loaded 2-core box took 17 s)
 }
 
 // A table on which drafting pays at batch <= 2 only (verify steps of 4 sequences cost 10x
