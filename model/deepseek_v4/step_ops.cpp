@@ -42,7 +42,11 @@ void DeviceUploader::tensor(Tensor& t) {
 }
 
 void DeviceUploader::linear(Weight& w) {
-  if (!w.w.defined() || w.w.device != Device::CPU) return;
+  if (!w.w.defined()) return;
+  if (w.w.device != Device::CPU) {  // made on the device (random FP8 weights): its scales may not be
+    tensor(w.scale_inv);
+    return;
+  }
   const bool fp8_other_blocks =
       w.w.dtype == DType::F8_E4M3 && !(w.block_n == 128 && w.block_k == 128 && w.scale_inv.dtype == DType::F32);
   if (w.w.dtype == DType::F32 || fp8_other_blocks) {
