@@ -280,7 +280,10 @@ def test_version_and_embedded_model():
 
 def test_ctrl_c_stops_a_long_generate_cleanly():
     code = (
-        "import sys, deepinfer\n"
+        "import signal, sys, deepinfer\n"
+        # a process started in the background by a non-interactive shell inherits SIGINT ignored,
+        # and Python then installs no KeyboardInterrupt handler: install it, as a terminal has it
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "e = deepinfer.OfflineEngine(num_threads=1)\n"
         "sp = deepinfer.SamplingParams(temperature=0, max_tokens=100000, ignore_eos=True)\n"
         "print('ready', flush=True)\n"
