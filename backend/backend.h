@@ -486,6 +486,19 @@ class Backend {
   // out I32 [T, k] = the k entries of highest finite score per row of scores F32 [T, S] (ties:
   // lowest index), -1 where fewer are finite.
   virtual void topk_finite(const Tensor& scores, Tensor& out);
+  // --- V4.1's DSpark drafter (model/deepseek_v41/dspark.h): its Markov and confidence heads. ---
+  // One step of the Markov head's sequential drafts: for block n, the sums s[v] = logits[n, step, v]
+  // + bias[n, v] (bias undefined: no Markov head, s = logits) over ids v in [0, vocab); drafts[n, step]
+  // = the id of the largest sum (lowest id on ties, NaN sums skipped; -1 when every sum is NaN) and
+  // next[n] = max(drafts[n, step], 0) (the next step's previous token). logits F32 [N, B, V] (the
+  // backbone's rows, block-major), bias F32 [N, V], drafts I32 [N, B] (only column `step` written),
+  // next I32 [N]; 0 <= step < B, 1 <= vocab <= V.
+  virtual void markov_argmax(const Tensor& logits, int64_t step, const Tensor& bias, int64_t vocab, Tensor& drafts,
+                             Tensor& next);
+  // The confidence head, P(draft accepted | the drafts before it were):
+  //   out[t] = sigmoid(sum_j w[j] h[t, j] + sum_k w[H + k] e[t, k]);
+  // h [T, H] and e [T, R] F32 or BF16 (e undefined: R = 0), w F32 [H + R], out F32 [T].
+  virtual void dspark_confidence(const Tensor& h, const Tensor& e, const Tensor& w, Tensor& out);
 
   // --- sampling -------------------------------------------------------------
   // ids I32 [R] = argmax over logits [R, V] (lowest index wins ties).

@@ -127,6 +127,10 @@ class CudaBackend final : public Backend {
   void candidate_blocks(const Tensor& scores, const Tensor& positions, int ratio, int64_t topk_blocks,
                         int64_t block_size, Tensor& bias) override;
   void topk_finite(const Tensor& scores, Tensor& out) override;
+  // dspark.cu: the DSpark drafter's Markov argmax and confidence head.
+  void markov_argmax(const Tensor& logits, int64_t step, const Tensor& bias, int64_t vocab, Tensor& drafts,
+                     Tensor& next) override;
+  void dspark_confidence(const Tensor& h, const Tensor& e, const Tensor& w, Tensor& out) override;
   void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu

@@ -206,6 +206,13 @@ class RoutingReplayBackend final : public Backend {
   void embedding_fp8_rows(const Tensor& ids, const Tensor& table, const Tensor& scales, Tensor& out) override {
     inner_.embedding_fp8_rows(ids, table, scales, out);
   }
+  void markov_argmax(const Tensor& logits, int64_t step, const Tensor& bias, int64_t vocab, Tensor& drafts,
+                     Tensor& next) override {
+    inner_.markov_argmax(logits, step, bias, vocab, drafts, next);
+  }
+  void dspark_confidence(const Tensor& h, const Tensor& e, const Tensor& w, Tensor& out) override {
+    inner_.dspark_confidence(h, e, w, out);
+  }
   void indexer_scores_visible(const Tensor& q, const Tensor& keys, const Tensor& weights, const Tensor& positions,
                               int ratio, float softmax_scale, float weights_scale, Tensor& scores) override {
     inner_.indexer_scores_visible(q, keys, weights, positions, ratio, softmax_scale, weights_scale, scores);
