@@ -11,17 +11,32 @@ using v4_family::host_i32;
 using v4_family::upload_i32;
 
 DsparkDrafter::DsparkDrafter(const DeepseekV41Config& c, const V41Weights& w, Backend& backend)
-    : c_(dspark_stage_config(c)), w_(w), be_(backend), arena_(backend) {
+    : c_(dspark_stage_config(c)), w_(w), be_(backend), act_(backend.activation_dtype()), arena_(backend) {
   DI_CHECK(w.dspark.loaded(), c.base.source, ": the DSpark drafter needs its weights (mtp.0.main_proj ...)");
-  DI_CHECK(be_.device() == Device::CPU && be_.activation_dtype() == DType::F32, c.base.source,
-           ": the DSpark drafter runs on the CPU backend only so far (F32), not on ", be_.name());
+  DI_CHECK(be_.device() != Device::CPU || act_ == DType::F32, c.base.source,
+           ": the DSpark drafter on the CPU backend computes in F32");
+  if (!has_confidence()) return;
+  // The confidence head's [1, H (+ rank)] row as the F32 vector dspark_confidence reads (read where
+  // it lies: host weights, or the device copy the model uploaded).
+  const Tensor& cw = w.dspark.confidence.w;
+  DI_CHECK(cw.ndim == 2 && cw.size(0) == 1 && (cw.dtype == DType::F32 || cw.dtype == DType::BF16) &&
+               cw.is_contiguous(),
+           c.base.source, ": DSpark confidence head weight must be F32 or BF16 [1, n], got ", cw.describe());
+  const int64_t n = cw.size(1);
+  HostBuffer raw(cw.dtype, {n}), f(DType::F32, {n});
+  be_.copy(cw.view({n}), raw.tensor());
+  for (int64_t i = 0; i < n; ++i)
+    f.ptr<float>()[i] = cw.dtype == DType::F32 ? raw.ptr<float>()[i] : bf16_to_float(raw.ptr<uint16_t>()[i]);
+  confidence_w_ = be_.alloc(DType::F32, {n});
+  be_.copy(f.tensor(), confidence_w_.tensor());
 }
 
 void DsparkDrafter::context_rows(const Tensor& features, const Tensor& positions, std::vector<DeviceBuffer>& rows) {
   const int64_t T = features.ndim == 2 ? features.size(0) : -1, H = c_.base.hidden_size, D = c_.head_dim,
                 rd = c_.rope_dim;
-  DI_CHECK(features.dtype == DType::F32 && features.dims() == std::vector<int64_t>({T, num_taps() * H}),
-           "DSpark context_rows: features must be F32 [T, ", num_taps(), " * ", H, "], got ", features.describe());
+  DI_CHECK(features.dtype == act_ && features.dims() == std::vector<int64_t>({T, num_taps() * H}),
+           "DSpark context_rows: features must be ", dtype_name(act_), " [T, ", num_taps(), " * ", H,
+           "] (the activation dtype), got ", features.describe());
   DI_CHECK(positions.dtype == DType::I32 && positions.dims() == std::vector<int64_t>({T}),
            "DSpark context_rows: positions must be I32 [", T, "], got ", positions.describe());
   const float eps = static_cast<float>(c_.base.rms_norm_eps);
@@ -32,12 +47,12 @@ void DsparkDrafter::context_rows(const Tensor& features, const Tensor& positions
     max_pos = std::max<int64_t>(max_pos, p);
   }
   rope_.grow(be_, c_, max_pos + 1);
-  DeviceBuffer proj = alloc(DType::F32, {T, H}), fused = alloc(DType::F32, {T, H}), kv = alloc(DType::F32, {T, D});
+  DeviceBuffer proj = alloc(act_, {T, H}), fused = alloc(act_, {T, H}), kv = alloc(act_, {T, D});
   be_.gemm(features, w_.dspark.main_proj, proj.tensor());
   be_.rms_norm(proj.tensor(), w_.dspark.main_norm, eps, fused.tensor());
   rows.clear();
   for (const V41Layer& L : w_.dspark.stages) {
-    DeviceBuffer out = be_.alloc(DType::F32, {T, D});
+    DeviceBuffer out = be_.alloc(act_, {T, D});
     be_.gemm(fused.tensor(), L.wkv, kv.tensor());
     be_.rms_norm(kv.tensor(), L.kv_norm, eps, out.tensor());
     Tensor r3 = out.tensor().view({T, 1, D});
@@ -82,10 +97,12 @@ void DsparkDrafter::propose(std::span<const Block> blocks, int64_t vocab, std::v
     be_.embedding(rep_ids.tensor(), w_.embed, s2);
   }
   const Backend::HyperConnectionParams hp{c.hc_mult, c.hc_sinkhorn_iters, static_cast<float>(c.hc_eps), eps};
-  DeviceBuffer collapsed = alloc(DType::F32, {T, H}), x = alloc(DType::F32, {T, H}), post = alloc(DType::F32, {T, hc});
-  DeviceBuffer comb = alloc(DType::F32, {T, hc, hc}), qa = alloc(DType::F32, {T, ql}), qr = alloc(DType::F32, {T, ql});
-  DeviceBuffer q = alloc(DType::F32, {T, heads, D}), kvt = alloc(DType::F32, {T, D}), kv = alloc(DType::F32, {T, D});
-  DeviceBuffer attn = alloc(DType::F32, {T, heads, D}), y = alloc(DType::F32, {T, H});
+  // As the V4.1 forward's blocks: the streams, pre / post / comb and the collapse F32, the rest in the
+  // activation dtype (F32 on the CPU, BF16 on CUDA).
+  DeviceBuffer collapsed = alloc(DType::F32, {T, H}), x = alloc(act_, {T, H}), post = alloc(DType::F32, {T, hc});
+  DeviceBuffer comb = alloc(DType::F32, {T, hc, hc}), qa = alloc(act_, {T, ql}), qr = alloc(act_, {T, ql});
+  DeviceBuffer q = alloc(act_, {T, heads, D}), kvt = alloc(act_, {T, D}), kv = alloc(act_, {T, D});
+  DeviceBuffer attn = alloc(act_, {T, heads, D}), y = alloc(act_, {T, H});
   for (int s = 0; s < num_stages(); ++s) {
     const V41Layer& L = dw.stages[static_cast<size_t>(s)];
     // --- attention site
@@ -109,12 +126,14 @@ void DsparkDrafter::propose(std::span<const Block> blocks, int64_t vocab, std::v
     for (int64_t b = 0; b < nb; ++b) {
       const Tensor& ctx = blocks[static_cast<size_t>(b)].context[static_cast<size_t>(s)];
       const int64_t n = ctx.ndim == 2 ? ctx.size(0) : 0;
-      DI_CHECK(ctx.ndim == 0 || ctx.numel() == 0 || (ctx.dtype == DType::F32 && ctx.dims() == std::vector<int64_t>({n, D})),
-               "DSpark propose: block ", b, " stage ", s, " context must be F32 [n, ", D, "], got ", ctx.describe());
+      DI_CHECK(ctx.ndim == 0 || ctx.numel() == 0 ||
+                   (ctx.dtype == act_ && ctx.device == be_.device() && ctx.dims() == std::vector<int64_t>({n, D})),
+               "DSpark propose: block ", b, " stage ", s, " context must be ", dtype_name(act_), " [n, ", D,
+               "] on the backend's device, got ", ctx.describe());
       // Query i (position anchor_pos + i) sees context row j (position anchor_pos - n + j) iff
       // j > n + i - W: only the last W - 1 rows are ever read.
       const int64_t use = std::min<int64_t>(n, std::max<int64_t>(W - 1, 0)), first = n - use;
-      DeviceBuffer rows = alloc(DType::F32, {use + B, D});
+      DeviceBuffer rows = alloc(act_, {use + B, D});
       if (use > 0) {
         Tensor dst = rows.tensor().slice_rows(0, use);
         be_.copy(ctx.slice_rows(first, n), dst);
@@ -138,7 +157,7 @@ void DsparkDrafter::propose(std::span<const Block> blocks, int64_t vocab, std::v
     }
     Tensor at = attn.tensor();
     be_.rope(at, positions.tensor(), rope_.main_inv.tensor(), static_cast<int>(D - rd), static_cast<int>(rd), true);
-    v4_family::grouped_output(be_, arena_, DType::F32, c, attn.tensor().view({T, heads * D}), L.wo_a, L.wo_b,
+    v4_family::grouped_output(be_, arena_, act_, c, attn.tensor().view({T, heads * D}), L.wo_a, L.wo_b,
                               y.tensor());
     be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
     std::swap(streams, next);
@@ -146,70 +165,65 @@ void DsparkDrafter::propose(std::span<const Block> blocks, int64_t vocab, std::v
     be_.hc_pre(streams.tensor(), L.hc_ffn.fn, L.hc_ffn.base, L.hc_ffn.scale, hp, collapsed.tensor(), post.tensor(),
                comb.tensor());
     be_.rms_norm(collapsed.tensor(), L.ffn_norm, eps, x.tensor());
-    v4_family::moe_site(be_, arena_, DType::F32, c, x.tensor(), L.gate, L.gate_bias, Tensor(), L.experts, L.shared,
+    v4_family::moe_site(be_, arena_, act_, c, x.tensor(), L.gate, L.gate_bias, Tensor(), L.experts, L.shared,
                         y.tensor());
     be_.hc_post(streams.tensor(), y.tensor(), post.tensor(), comb.tensor(), next.tensor());
     std::swap(streams, next);
   }
   // h_i (the confidence head's input), then norm and the shared head.
-  DeviceBuffer h = alloc(DType::F32, {T, H}), logits = alloc(DType::F32, {T, V});
+  DeviceBuffer h = alloc(act_, {T, H}), logits = alloc(DType::F32, {T, V});
   be_.hc_head(streams.tensor(), dw.hc_head.fn, dw.hc_head.base, dw.hc_head.scale, hp, h.tensor());
   be_.rms_norm(h.tensor(), dw.norm, eps, x.tensor());
   be_.gemm(x.tensor(), w_.head, logits.tensor());
-  HostBuffer lg(DType::F32, {T, V}), hh(DType::F32, {T, H});
-  be_.copy(logits.tensor(), lg.tensor());
-  be_.copy(h.tensor(), hh.tensor());
   if (base_logits != nullptr) {
     *base_logits = HostBuffer(DType::F32, {T, V});
-    std::copy(lg.ptr<float>(), lg.ptr<float>() + T * V, base_logits->ptr<float>());
+    be_.copy(logits.tensor(), base_logits->tensor());
   }
-  // Sequential drafts: the Markov bias of each block's previous token, then the argmax.
-  HostBuffer prev_emb(DType::F32, {T, std::max<int64_t>(r, 1)});
-  std::vector<int32_t> prev(static_cast<size_t>(nb));
-  std::vector<char> alive(static_cast<size_t>(nb), 1);
-  for (int64_t b = 0; b < nb; ++b) prev[static_cast<size_t>(b)] = blocks[static_cast<size_t>(b)].anchor;
-  DeviceBuffer emb = alloc(DType::F32, {nb, std::max<int64_t>(r, 1)}), bias = alloc(DType::F32, {nb, V});
-  HostBuffer eh(DType::F32, {nb, std::max<int64_t>(r, 1)}), bh(DType::F32, {nb, V});
+  // Sequential drafts on the device: the Markov bias of each block's previous token (its anchor,
+  // then its last draft), then the argmax (markov_argmax).
+  std::vector<int32_t> anchors(static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) anchors[static_cast<size_t>(b)] = blocks[static_cast<size_t>(b)].anchor;
+  DeviceBuffer prev = upload_i32(be_, anchors), drafts = alloc(DType::I32, {nb, B});
+  DeviceBuffer emb, bias;
+  if (r > 0) {
+    emb = alloc(act_, {nb, r});
+    bias = alloc(DType::F32, {nb, V});
+  }
+  const Tensor lg3 = logits.tensor().view({nb, B, V});
   for (int64_t i = 0; i < B; ++i) {
     if (r > 0) {
-      DeviceBuffer ids = upload_i32(be_, prev);
-      be_.embedding(ids.tensor(), dw.markov_w1, emb.tensor());
+      be_.embedding(prev.tensor(), dw.markov_w1, emb.tensor());
       be_.gemm(emb.tensor(), dw.markov_w2, bias.tensor());
-      be_.copy(emb.tensor(), eh.tensor());
-      be_.copy(bias.tensor(), bh.tensor());
     }
-    for (int64_t b = 0; b < nb; ++b) {
-      float* row = lg.ptr<float>() + (b * B + i) * V;
-      if (r > 0) {
-        const float* add = bh.ptr<float>() + b * V;
-        for (int64_t v = 0; v < V; ++v) row[v] += add[v];
-        std::copy(eh.ptr<float>() + b * r, eh.ptr<float>() + (b + 1) * r, prev_emb.ptr<float>() + (b * B + i) * r);
-      }
-      int32_t best = -1;
-      for (int64_t v = 0; v < vocab; ++v)
-        if (!std::isnan(row[v]) && (best < 0 || row[v] > row[best])) best = static_cast<int32_t>(v);
-      if (best < 0) alive[static_cast<size_t>(b)] = 0;  // a NaN row: this block's drafts end
-      if (alive[static_cast<size_t>(b)]) out[static_cast<size_t>(b)].drafts.push_back(best);
-      prev[static_cast<size_t>(b)] = best < 0 ? 0 : best;
-    }
+    Tensor d = drafts.tensor(), p = prev.tensor();
+    be_.markov_argmax(lg3, i, r > 0 ? bias.tensor() : Tensor(), vocab, d, p);
   }
+  const std::vector<int32_t> got = host_i32(be_, drafts.tensor());
+  // A block's drafts end at its first row without an id (every sum NaN).
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t i = 0; i < B && got[static_cast<size_t>(b * B + i)] >= 0; ++i)
+      out[static_cast<size_t>(b)].drafts.push_back(got[static_cast<size_t>(b * B + i)]);
   if (!has_confidence()) return;
-  // c_i = sigmoid(proj · [h_i ; markov_w1[prev_i]]).
-  const int64_t F = H + (c.dspark_confidence_with_markov ? r : 0);
-  HostBuffer feat(DType::F32, {T, F});
-  for (int64_t t = 0; t < T; ++t) {
-    std::copy(hh.ptr<float>() + t * H, hh.ptr<float>() + (t + 1) * H, feat.ptr<float>() + t * F);
-    if (F > H) std::copy(prev_emb.ptr<float>() + t * r, prev_emb.ptr<float>() + (t + 1) * r, feat.ptr<float>() + t * F + H);
+  // c_i = sigmoid(proj · [h_i ; markov_w1[prev_i]]) (dspark_confidence), prev_i as the Markov head
+  // read it: the anchor, then max(draft_{i-1}, 0).
+  DeviceBuffer pe, conf = alloc(DType::F32, {T});
+  if (c.dspark_confidence_with_markov && r > 0) {
+    std::vector<int32_t> prevs(static_cast<size_t>(T));
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t i = 0; i < B; ++i)
+        prevs[static_cast<size_t>(b * B + i)] =
+            i == 0 ? anchors[static_cast<size_t>(b)] : std::max(got[static_cast<size_t>(b * B + i - 1)], 0);
+    DeviceBuffer ids = upload_i32(be_, prevs);
+    pe = alloc(act_, {T, r});
+    be_.embedding(ids.tensor(), dw.markov_w1, pe.tensor());
   }
-  DeviceBuffer fd = alloc(DType::F32, {T, F}), cl = alloc(DType::F32, {T, 1});
-  be_.copy(feat.tensor(), fd.tensor());
-  be_.gemm(fd.tensor(), dw.confidence, cl.tensor());
-  HostBuffer ch(DType::F32, {T, 1});
-  be_.copy(cl.tensor(), ch.tensor());
+  Tensor ct = conf.tensor();
+  be_.dspark_confidence(h.tensor(), pe.tensor(), confidence_w_.tensor(), ct);
+  HostBuffer ch(DType::F32, {T});
+  be_.copy(conf.tensor(), ch.tensor());
   for (int64_t b = 0; b < nb; ++b)
     for (size_t i = 0; i < out[static_cast<size_t>(b)].drafts.size(); ++i)
-      out[static_cast<size_t>(b)].confidences.push_back(
-          1.0f / (1.0f + std::exp(-ch.ptr<float>()[b * B + static_cast<int64_t>(i)])));
+      out[static_cast<size_t>(b)].confidences.push_back(ch.ptr<float>()[b * B + static_cast<int64_t>(i)]);
 }
 
 }  // namespace deepinfer

@@ -34,6 +34,8 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
       layout_(v41_kv_layout(config_, w_.dspark.loaded())), arena_(backend), trunc_(truncation) {
   DI_CHECK(be_.device() != Device::CPU || act_ == DType::F32, config_.base.source,
            ": deepseek_v41 on the CPU backend computes in F32");
+  // The drafter reads its confidence head's row from the host weights, before the upload.
+  if (w_.dspark.loaded()) drafter_ = std::make_unique<DsparkDrafter>(config_, w_, be_);
   if (be_.device() != Device::CPU) upload_weights();
   engram_index_.assign(static_cast<size_t>(config_.num_layers()), -1);
   if (!config_.engram_layers.empty()) {
@@ -54,7 +56,6 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
   }
   tap_index_.assign(static_cast<size_t>(config_.num_layers()), -1);
   if (w_.dspark.loaded()) {
-    drafter_ = std::make_unique<DsparkDrafter>(config_, w_, be_);
     for (size_t k = 0; k < config_.dspark_target_layers.size(); ++k)
       tap_index_[static_cast<size_t>(config_.dspark_target_layers[k])] = static_cast<int>(k);
   }
@@ -76,7 +77,12 @@ void DeepseekV41Model::upload_weights() {
   up.tensor(w_.embed);
   up.tensor(w_.norm);
   up.linear(w_.head);
-  for (V41Layer& L : w_.layers) {
+  // The drafter's stages carry the same kinds of weights as the text model's layers.
+  std::vector<V41Layer*> blocks;
+  for (std::vector<V41Layer>* v : {&w_.layers, &w_.dspark.stages})
+    for (V41Layer& L : *v) blocks.push_back(&L);
+  for (V41Layer* block : blocks) {
+    V41Layer& L = *block;
     for (Tensor* t : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.kv_norm, &L.sinks, &L.comp_norm, &L.index_k_norm,
                       &L.gate_bias, &L.gate_bias_vl, &L.engram_table, &L.engram_scale, &L.engram_weight})
       up.tensor(*t);
@@ -89,6 +95,10 @@ void DeepseekV41Model::upload_weights() {
     for (ExpertWeights& e : L.experts)
       for (Weight* w : {&e.gate, &e.up, &e.down}) up.linear(*w);
   }
+  DsparkWeights& d = w_.dspark;  // the drafter's own (its confidence row: DsparkDrafter's copy)
+  for (Tensor* t : {&d.main_norm, &d.norm, &d.markov_w1}) up.tensor(*t);
+  up.hc(d.hc_head);
+  for (Weight* w : {&d.main_proj, &d.markov_w2}) up.linear(*w);
   be_.synchronize();
 }
 
@@ -470,16 +480,17 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   if (T > 0) be_.copy(constant_pre(false, T), pre.tensor());
   if (!c.engram_layers.empty()) engram_ids_ = engram_rows(batch, sh, kv);
   std::vector<SeqChoice> choice(static_cast<size_t>(batch.num_seqs));
-  // The drafter's tap features: per tap layer, the mean over the hc streams of its output.
+  // The drafter's tap features (activation dtype): per tap layer, the mean over the hc streams of its
+  // output.
   const int64_t taps = drafter_ ? drafter_->num_taps() : 0;
   // (hc_collapse with pre = 1 / hc: the mean, bit-equal to sum / hc when hc is a power of two.)
   DeviceBuffer features;
-  if (taps > 0) features = alloc(DType::F32, {T, taps * H});
+  if (taps > 0) features = alloc(act_, {T, taps * H});
   auto run_layer = [&](int l) {
     block(l, batch, sh, kv, choice, streams, next, pre);
     const int k = tap_index_[static_cast<size_t>(l)];
     if (k < 0 || T == 0) return;
-    DeviceBuffer mean = alloc(DType::F32, {T, H});
+    DeviceBuffer mean = alloc(act_, {T, H});
     be_.hc_collapse(streams.tensor(), constant_pre(true, T), mean.tensor());
     Tensor dst = columns(features.tensor(), k * H, H);
     be_.copy(mean.tensor(), dst);
@@ -531,7 +542,7 @@ void DeepseekV41Model::head(const Tensor& streams, const Tensor& pre, const Tens
 }
 
 void DeepseekV41Model::propose_blocks(std::span<const BlockSeq> seqs, KvCaches& kv, int64_t vocab,
-                                      std::vector<DsparkDrafter::Output>& out) {
+                                      std::vector<DsparkDrafter::Output>& out, HostBuffer* base_logits) {
   DI_CHECK(drafter_ != nullptr, config_.base.source, ": propose_blocks without a DSpark drafter loaded");
   const int g = layout_.dspark;
   const KvCaches::value_type& caches = kv[static_cast<size_t>(g)];
@@ -559,13 +570,13 @@ void DeepseekV41Model::propose_blocks(std::span<const BlockSeq> seqs, KvCaches& 
         continue;
       }
       DeviceBuffer ids = v4_family::upload_i32(be_, slots);
-      DeviceBuffer rows = be_.alloc(DType::F32, {static_cast<int64_t>(slots.size()), D});
+      DeviceBuffer rows = be_.alloc(act_, {static_cast<int64_t>(slots.size()), D});
       be_.embedding(ids.tensor(), cache_rows(cache), rows.tensor());
       b.context.push_back(rows.tensor());
       keep.push_back(std::move(rows));
     }
   }
-  drafter_->propose(blocks, vocab, out);
+  drafter_->propose(blocks, vocab, out, base_logits);
 }
 
 void DeepseekV41Model::truncated_layers(const StepBatch& batch, const StepHost& sh, KvCaches& kv,

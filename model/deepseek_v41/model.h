@@ -1,7 +1,7 @@
 // DeepSeek-V4.1 forward over the paged KV layer groups of kv_layout.h, on the CPU backend (the
 // reference, F32) or CUDA (BF16 activations as V4's, the hyper-connection streams, router and
-// indexer scores F32; the weights uploaded by upload_weights; no CUDA graphs yet; the DSpark
-// drafter still refuses CUDA, dspark.h): any number of sequences per step, each appending any
+// indexer scores F32; the weights uploaded by upload_weights, the DSpark drafter's too; no CUDA
+// graphs yet): any number of sequences per step, each appending any
 // number of tokens after its cached context (prefill, chunked prefill and decode are one code path).
 //
 //  per step:   single-pass hyper-connections: each site mixes its streams (pre, post, comb) but
@@ -77,9 +77,9 @@ class DeepseekV41Model : public Model {
     std::span<const int32_t> block_ids;  // its table in draft_kv_group()
   };
   // Drafts (and confidences) of one block per sequence from the context rows in kv; drafts are
-  // ids in [0, vocab).
+  // ids in [0, vocab). base_logits (tests): DsparkDrafter::propose's.
   void propose_blocks(std::span<const BlockSeq> seqs, KvCaches& kv, int64_t vocab,
-                      std::vector<DsparkDrafter::Output>& out);
+                      std::vector<DsparkDrafter::Output>& out, HostBuffer* base_logits = nullptr);
 
  private:
   using StepHost = v4_family::StepHost;
