@@ -19,14 +19,19 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${OUT:-/tmp/vs_llamacpp_cuda}"
 work="${WORK:-/tmp/vsllama}"
 rounds="${ROUNDS:-3}"
-di="${DEEPINFER:?set DEEPINFER to a CUDA build of the deepinfer CLI}"
+# PREP_ONLY=1 stops after step 3 (no DEEPINFER needed): a first call can prepare while a second,
+# on the same warm machine, carries the CLI (the two would not fit one call's carry limit).
+if [[ "${PREP_ONLY:-0}" == 1 ]]; then di=""; else di="${DEEPINFER:?set DEEPINFER to a CUDA build of the deepinfer CLI}"; fi
 config="${CONFIG:?set CONFIG to the bench config.json}"
 mkdir -p "$out" "$work/src" "$work/tok"
 log() { echo "[$(date -u +%T)] $*" | tee -a "$out/summary.txt"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$out/gpu.txt"
 
+# Each step is skipped when its product is already in $work, so a call that ran out of time can
+# be resumed by a second one on the same (still warm) machine with WORK inside the checkout.
+lb="$work/build/bin/llama-batched-bench"
 log "1. build llama.cpp (CUDA, sm_90a)"
-tar -C "$work/src" -xJf "${LLAMA_SRC_TAR:?}" || exit 1
+[[ -f "$work/src/CMakeLists.txt" ]] || tar -C "$work/src" -xJf "${LLAMA_SRC_TAR:?}" || exit 1
 # Only the two bench tools: the tree's own tools/CMakeLists.txt adds every tool (server, mtmd, ...).
 printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(batched-bench)\n' > "$work/src/tools/CMakeLists.txt"
 cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
@@ -35,20 +40,22 @@ cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML
   > "$out/llama_cmake.log" 2>&1 || { tail -20 "$out/llama_cmake.log"; exit 1; }
 cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" > "$out/llama_build.log" 2>&1 ||
   { tail -30 "$out/llama_build.log"; exit 1; }
-lb="$work/build/bin/llama-batched-bench"
 log "llama.cpp built"
 
 log "2. random BF16 checkpoint"
-tar -C "$work/tok" -xJf "${TOKENIZER_TAR:?}" || exit 1
+[[ -n "$(find "$work/tok" -name tokenizer.json)" ]] || tar -C "$work/tok" -xJf "${TOKENIZER_TAR:?}" || exit 1
 tokdir="$(dirname "$(find "$work/tok" -name tokenizer.json | head -1)")"
-python3 "$root/bench/cuda/random_hf_checkpoint.py" "$config" "$work/model" || exit 1
+[[ -f "$work/model/.complete" ]] || { python3 "$root/bench/cuda/random_hf_checkpoint.py" "$config" "$work/model" &&
+  touch "$work/model/.complete"; } || exit 1
 cp "$tokdir/tokenizer.json" "$tokdir/tokenizer_config.json" "$work/model/"
 
 log "3. GGUF (llama.cpp's converter, BF16)"
-PYTHONPATH="$work/src/gguf-py:${PYTHONPATH:-}" python3 "$root/bench/cpu/convert_for_llamacpp.py" "$work/src" \
-  "$work/model" "$tokdir/tokenizer.json" "$work/model-bf16.gguf" bf16 > "$out/convert.log" 2>&1 ||
-  { tail -20 "$out/convert.log"; exit 1; }
+[[ -f "$work/model-bf16.gguf.complete" ]] || {
+  PYTHONPATH="$work/src/gguf-py:${PYTHONPATH:-}" python3 "$root/bench/cpu/convert_for_llamacpp.py" "$work/src" \
+    "$work/model" "$tokdir/tokenizer.json" "$work/model-bf16.gguf" bf16 > "$out/convert.log" 2>&1 &&
+    touch "$work/model-bf16.gguf.complete"; } || { tail -20 "$out/convert.log"; exit 1; }
 log "converted: $(du -h "$work/model-bf16.gguf" | cut -f1)"
+[[ "${PREP_ONLY:-0}" == 1 ]] && { log "prepared (PREP_ONLY=1)"; exit 0; }
 
 : > "$out/deepinfer.jsonl"
 : > "$out/llamacpp.jsonl"
