@@ -12,9 +12,11 @@
 // partials: H200 2026-11-30, graphs: chunk 32 for launches of <= 4 items: bs1 +1.6% over 64
 // (bench/NOTES.md; a chunk of 16 lost 1.5-3.5% at bs8-64 and was removed).
 //
-// Prefill (direct, per head): FlashAttention-2 style on mma.sync (fa::prefill_kernel below):
-// a block takes 128 queries of one sequence and one head and walks the causal key tiles of 64
-// through cp.async double buffers with an online softmax in registers.
+// Prefill (direct, per head): the model's head dims (192 / 128) on wgmma, FlashAttention-3
+// style (mla_prefill_wgmma.cu); the other dims FlashAttention-2 style on mma.sync
+// (fa::prefill_kernel below): a block takes 128 queries of one sequence and one head and
+// walks the causal key tiles of 64 through cp.async double buffers with an online softmax in
+// registers.
 #include <mma.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/mla_prefill.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -292,24 +295,6 @@ __global__ void __launch_bounds__(128)
 }
 
 // ------------------------------------------------------------------------------------
-struct PrefillArgs {
-  const bf16* q;
-  const bf16* k;
-  const bf16* v;
-  int64_t q_s0, q_s1, k_s0, k_s1, v_s0, v_s1;
-  const int32_t* query_start;
-  // Context (mla_attention_prefill_context): sequence s has seq_lens[s] positions, k/v rows c_s ..
-  // (c_s: the sum of the earlier seq_lens) and its queries are the last ones. nullptr: each
-  // sequence's context is its own tokens (k/v rows = q rows).
-  const int32_t* seq_lens;
-  int num_seqs;
-  int T, N;  // q rows, k/v rows
-  int H, Dq, Dv;
-  float scale;
-  void* out;
-  int out_kind;
-  int64_t o_s0, o_s1;
-};
 
 // Direct causal prefill, FlashAttention-2 style on mma.sync m16n8k16 (bf16 in, fp32 accumulate).
 // A block takes kBr = 128 queries of one sequence and one head; its 8 warps own 16 query rows
@@ -335,16 +320,6 @@ using acp::cp_async_wait;
 using acp::ldmatrix_x4;
 using acp::ldmatrix_x4_trans;
 using acp::smem_addr;
-__device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf -> 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi, float& sum) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
-  sum += __low2float(p) + __high2float(p);  // the row sum counts P as P·V sees it (bf16)
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
 
 // Rows first .. first + kRows - 1 of one head (row i of the sequence at tensor row s0 + i), kCols
 // (padded) columns, into dst (row stride ld elements); rows >= len or past the tensor's `rows`
@@ -381,22 +356,9 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
   bf16* Ks = Qs + kBr * LDQ;       // [2][kBc][LDQ]
   bf16* Vs = Ks + 2 * kBc * LDQ;   // [2][kBc][LDV]
 
-  int b = blockIdx.y, seq = -1, tile = 0, c0 = 0;  // c0: the sequence's first k/v row
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int q_len = a.query_start[s + 1] - a.query_start[s], tiles = (q_len + kBr - 1) / kBr;
-    if (b < tiles) {
-      seq = s;
-      tile = tiles - 1 - b;
-      break;
-    }
-    b -= tiles;
-    c0 += a.seq_lens != nullptr ? a.seq_lens[s] : q_len;
-  }
-  if (seq < 0) return;
-  const int h = blockIdx.x;
-  const int s0 = a.query_start[seq], len = a.query_start[seq + 1] - s0, q0 = tile * kBr;
-  const int ctx = a.seq_lens != nullptr ? a.seq_lens[seq] : len, off = ctx - len;  // off: query 0's position
-  if (a.seq_lens == nullptr) c0 = s0;
+  PrefillTile pt;
+  if (!prefill_tile<kBr>(a, pt)) return;
+  const int h = blockIdx.x, s0 = pt.s0, len = pt.len, q0 = pt.q0, ctx = pt.ctx, off = pt.off, c0 = pt.c0;
   const int num_kt = max(0, off + min(q0 + kBr, len) + kBc - 1) / kBc;  // key tiles with a causal key
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two query rows
@@ -513,31 +475,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_kernel(PrefillArgs a) {
     __syncthreads();  // every warp is done with this stage before the next load refills it
   }
 
-  // Row sums over the 4 lanes of each row, then O / l (a row past the sequence is not written).
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-#pragma unroll
-  for (int n = 0; n < kOTiles; ++n) {
-    const int c = n * 8 + 2 * t4;
-    if (c >= a.Dv) continue;  // Dv % 8 == 0: c + 1 < Dv too
-    if (row0 < len) {
-      const int64_t i = int64_t{s0 + row0} * a.o_s0 + int64_t{h} * a.o_s1 + c;
-      st(a.out, i, a.out_kind, o[n][0] * inv0);
-      st(a.out, i + 1, a.out_kind, o[n][1] * inv0);
-    }
-    if (row1 < len) {
-      const int64_t i = int64_t{s0 + row1} * a.o_s0 + int64_t{h} * a.o_s1 + c;
-      st(a.out, i, a.out_kind, o[n][2] * inv1);
-      st(a.out, i + 1, a.out_kind, o[n][3] * inv1);
-    }
-  }
+  store_rows<kOTiles>(a, &o[0][0], l0, l1, s0, len, row0, h, t4);
 }
 
-// The kernel for a's head dims (one per padded pair; the bench model's 192 / 128 has its own),
-// its shared memory and grid.
+// The kernel for a's head dims (one per padded pair: 64 / 64, 128 / 128, 256 / 256; dims that
+// pad to 192 / 128 take the wgmma kernel, fa3::fits), its shared memory and grid.
 struct Launch {
   void (*kernel)(PrefillArgs);
   size_t smem;
@@ -551,9 +493,6 @@ inline Launch launch_for(const PrefillArgs& a) {
   } else if (a.Dq <= 128 && a.Dv <= 128) {
     l.kernel = prefill_kernel<128, 128>;
     l.smem = smem_bytes(128, 128);
-  } else if (a.Dq <= 192 && a.Dv <= 128) {
-    l.kernel = prefill_kernel<192, 128>;
-    l.smem = smem_bytes(192, 128);
   }
   return l;
 }
@@ -803,6 +742,19 @@ PrefillArgs prefill_args(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return a;
 }
 
+// The direct prefill kernel for a's head dims: the wgmma one for the model's 192 / 128
+// (mla_prefill_wgmma.cu), the mma.sync one (fa::prefill_kernel) for the others.
+void launch_prefill(CudaBackend& be, const PrefillArgs& a, cudaStream_t stream, const char* op) {
+  if (fa3::fits(a)) {
+    be.set_smem_limit(fa3::kernel(), fa3::smem_bytes(), op);
+    fa3::launch(a, stream);
+    return;
+  }
+  const fa::Launch l = fa::launch_for(a);
+  be.set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, op);
+  l.kernel<<<l.grid, fa::kThreads, l.smem, stream>>>(a);
+}
+
 }  // namespace
 
 void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -811,9 +763,7 @@ void CudaBackend::mla_attention_prefill(const Tensor& q, const Tensor& k, const 
   const PrefillArgs a =
       prefill_args(q, k, v, query_start, num_seqs, softmax_scale, out, "mla_attention_prefill");
   if (a.T == 0) return;
-  const fa::Launch l = fa::launch_for(a);
-  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, "mla_attention_prefill");
-  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
+  launch_prefill(*this, a, stream_, "mla_attention_prefill");
   check_launch("mla_attention_prefill", q.describe() + " " + v.describe());
 }
 
@@ -826,9 +776,7 @@ void CudaBackend::mla_attention_prefill_context(const Tensor& q, const Tensor& k
   PrefillArgs a = prefill_args(q, k, v, kv.query_start, kv.num_seqs, softmax_scale, out, op, true);
   a.seq_lens = kv.seq_lens.ptr<int32_t>();
   if (a.T == 0) return;
-  const fa::Launch l = fa::launch_for(a);
-  set_smem_limit(reinterpret_cast<const void*>(l.kernel), l.smem, op);
-  l.kernel<<<l.grid, fa::kThreads, l.smem, stream_>>>(a);
+  launch_prefill(*this, a, stream_, op);
   check_launch(op, q.describe() + " " + k.describe() + " " + v.describe());
 }
 

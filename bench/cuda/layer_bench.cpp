@@ -10,11 +10,13 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--ncu-steps B1,B2,...]
+//                             [--prefill-lens L1,L2,...]
 //                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
-// the same for prefill of 512 and 4096 tokens.
+// the same for prefill of 512 and 4096 tokens (or --prefill-lens L1,L2,...: also the timed
+// prefill steps' lengths).
 // --ncu-steps: one eager decode step per listed batch (context 576) between
 // cudaProfilerStart/Stop, after an unprofiled warm-up step, then exits: run it under
 // `ncu --profile-from-start off` for every kernel's time and DRAM bytes.
@@ -421,8 +423,8 @@ double time_steps(Bench& B, Step& s, int reps, int graph_id) {
 }
 
 // Eager decode steps with every op between events; prints us per step by op site.
-void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
-  for (int64_t n : prefill ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{1, 8}) {
+void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill, const std::vector<int64_t>& prefill_lens) {
+  for (int64_t n : prefill ? prefill_lens : std::vector<int64_t>{1, 8}) {
     // prefill: one sequence of n tokens (direct MLA); decode: n sequences at context 576.
     const int64_t batch = prefill ? 1 : n;
     auto s = prefill ? make_step(B, 1, n, n, true) : make_step(B, batch, 1, 576, false);
@@ -454,6 +456,21 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
   }
 }
 
+// A comma-separated list of positive counts into out; false (after a message) when malformed.
+bool parse_counts(const char* text, const char* flag, const char* what, std::vector<int64_t>& out) {
+  for (const char* c = text; *c;) {
+    char* end = nullptr;
+    const long v = std::strtol(c, &end, 10);
+    if (end == c || v < 1 || (*end != ',' && *end != 0)) {
+      std::fprintf(stderr, "%s: expected a comma-separated list of %s\n", flag, what);
+      return false;
+    }
+    out.push_back(v);
+    c = *end == ',' ? end + 1 : end;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -461,7 +478,7 @@ int main(int argc, char** argv) {
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
        no_side = false;
   std::string out_path;
-  std::vector<int64_t> ncu_batches;
+  std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -477,16 +494,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
-      for (const char* c = argv[++i]; *c;) {
-        char* end = nullptr;
-        const long v = std::strtol(c, &end, 10);
-        if (end == c || v < 1) {
-          std::fprintf(stderr, "--ncu-steps: expected a comma-separated list of batch sizes\n");
-          return 2;
-        }
-        ncu_batches.push_back(v);
-        c = *end == ',' ? end + 1 : end;
-      }
+      if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
+    } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
+      prefill_lens.clear();
+      if (!parse_counts(argv[++i], "--prefill-lens", "prompt lengths", prefill_lens)) return 2;
     }
   }
   try {
@@ -510,7 +521,7 @@ int main(int argc, char** argv) {
     if (do_profile) {
       auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(backend.get());
       DI_CHECK(cuda_backend != nullptr, "layer_bench --profile: not the CUDA backend");
-      profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16", profile_prefill);
+      profile(B, cuda_backend->stream(), fp8 ? "fp8" : "bf16", profile_prefill, prefill_lens);
       return 0;
     }
     if (!ncu_batches.empty()) {
@@ -548,7 +559,7 @@ int main(int argc, char** argv) {
               << ",\"floor_s\":" << floor_s << ",\"batch_invariant\":" << (opts.batch_invariant ? "true" : "false") << "}\n";
     };
     const double active_params = 1.28e9;
-    for (int64_t T : {512, 4096}) {
+    for (int64_t T : prefill_lens) {
       if (decode_only) break;
       auto s = make_step(B, 1, T, T, true);
       forward(B, *s);  // warm-up

@@ -34,7 +34,7 @@ std::string replay_line(const DeepseekV41Config& c) {
   os << "with DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact (default off): layers " << t.first_layer << "-"
      << t.num_layers - 1 << " on a prompt's last DEEPINFER_YOCO_PREFILL_KEEP_TOKENS rows (default " << t.keep
      << ", at least " << t.floor << "; equal to full prefill from " << t.exact_keep
-     << "); not with the DSpark drafter";
+     << "; the DSpark drafter's context rows are written for the kept rows)";
   return os.str();
 }
 

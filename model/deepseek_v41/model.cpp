@@ -59,11 +59,9 @@ DeepseekV41Model::DeepseekV41Model(DeepseekV41Config config, V41Weights weights,
     for (size_t k = 0; k < config_.dspark_target_layers.size(); ++k)
       tap_index_[static_cast<size_t>(config_.dspark_target_layers[k])] = static_cast<int>(k);
   }
-  // The truncated layers compute only a prompt's last rows, the drafter's taps need every row's
-  // (its context rows are written per token): the two do not run together yet.
-  DI_CHECK(!(drafter_ && trunc_.active()), config_.base.source,
-           ": DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact with the DSpark drafter (mtp.* weights) is not "
-           "supported yet; set it to off, or load without the drafter");
+  // With prefill truncation the drafter's context rows are written for the kept rows only: a block
+  // reads the rows of its last sliding_window positions, and the truncation floor keeps at least
+  // those (v41_prefill_truncation refuses a keep below window + backtracking).
   int max_ratio = 1;
   for (const V41KvLayout::Ratio& r : layout_.ratios) max_ratio = std::max(max_ratio, r.ratio);
   HostBuffer zeros(DType::F32, {max_ratio, config_.head_dim});
@@ -488,41 +486,51 @@ void DeepseekV41Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& log
   if (taps > 0) features = alloc(act_, {T, taps * H});
   auto run_layer = [&](int l) {
     block(l, batch, sh, kv, choice, streams, next, pre);
-    const int k = tap_index_[static_cast<size_t>(l)];
-    if (k < 0 || T == 0) return;
-    DeviceBuffer mean = alloc(act_, {T, H});
-    be_.hc_collapse(streams.tensor(), constant_pre(true, T), mean.tensor());
-    Tensor dst = columns(features.tensor(), k * H, H);
-    be_.copy(mean.tensor(), dst);
+    tap(l, streams.tensor(), features.tensor());
   };
   const int first = trunc_.active() ? trunc_.first_layer : c.num_layers();
   for (int l = 0; l < first; ++l) run_layer(l);
   const bool floored =
       std::any_of(batch.host_replay_floor.begin(), batch.host_replay_floor.end(),
                   [](int32_t f) { return f > 0; });
-  if (first < c.num_layers() && floored) {  // (no drafter: the constructor refuses both)
+  if (first < c.num_layers() && floored) {
     DI_CHECK(static_cast<int64_t>(batch.host_replay_floor.size()) == batch.num_seqs,
              "deepseek_v41: host_replay_floor has ", batch.host_replay_floor.size(),
              " entries for ", batch.num_seqs, " sequences");
-    truncated_layers(batch, sh, kv, choice, streams, next, pre, logits, hidden_out);
+    truncated_layers(batch, sh, kv, choice, streams, next, pre, features.tensor(), logits, hidden_out);
     window_floor_.clear();
     return;
   }
   for (int l = first; l < c.num_layers(); ++l) run_layer(l);
-  if (drafter_ && T > 0) {  // every token's context rows (a verify step's drafts too: see model.h)
-    std::vector<DeviceBuffer> rows;
-    drafter_->context_rows(features.tensor(), batch.positions, rows);
-    const KvCaches::value_type& caches = kv[static_cast<size_t>(layout_.dspark)];
-    for (size_t st = 0; st < rows.size(); ++st)
-      store_rows(be_, rows[st].tensor(), caches[st],
-                 batch.kv_groups[static_cast<size_t>(layout_.dspark)].slot_mapping);
-  }
+  // Every token's context rows (a verify step's drafts too: see model.h).
+  store_drafter_rows(features.tensor(), batch.positions, batch, kv);
   if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
   if (R == 0) return;
   for (int32_t r : v4_family::host_i32(be_, batch.logits_indices))
     DI_CHECK(r >= 0 && r < T, "deepseek_v41: logits index ", r, " outside the step's ", T,
              " tokens");
   head(streams.tensor(), pre.tensor(), batch.logits_indices, logits);
+}
+
+void DeepseekV41Model::tap(int l, const Tensor& streams, const Tensor& features) {
+  const int k = tap_index_[static_cast<size_t>(l)];
+  const int64_t T = streams.ndim > 0 ? streams.size(0) : 0, H = config_.base.hidden_size;
+  if (k < 0 || T == 0) return;
+  DeviceBuffer mean = alloc(act_, {T, H});
+  be_.hc_collapse(streams, constant_pre(true, T), mean.tensor());
+  Tensor dst = columns(features, k * H, H);
+  be_.copy(mean.tensor(), dst);
+}
+
+void DeepseekV41Model::store_drafter_rows(const Tensor& features, const Tensor& positions,
+                                          const StepBatch& batch, KvCaches& kv) {
+  if (!drafter_ || !features.defined() || features.size(0) == 0) return;
+  std::vector<DeviceBuffer> rows;
+  drafter_->context_rows(features, positions, rows);
+  const KvCaches::value_type& caches = kv[static_cast<size_t>(layout_.dspark)];
+  for (size_t st = 0; st < rows.size(); ++st)
+    store_rows(be_, rows[st].tensor(), caches[st],
+               batch.kv_groups[static_cast<size_t>(layout_.dspark)].slot_mapping);
 }
 
 void DeepseekV41Model::head(const Tensor& streams, const Tensor& pre, const Tensor& rows,
@@ -581,7 +589,8 @@ void DeepseekV41Model::propose_blocks(std::span<const BlockSeq> seqs, KvCaches& 
 
 void DeepseekV41Model::truncated_layers(const StepBatch& batch, const StepHost& sh, KvCaches& kv,
                                         std::vector<SeqChoice>& choice, DeviceBuffer& streams,
-                                        DeviceBuffer& next, DeviceBuffer& pre, Tensor& logits,
+                                        DeviceBuffer& next, DeviceBuffer& pre,
+                                        const Tensor& features, Tensor& logits,
                                         Tensor* hidden_out) {
   const DeepseekV41Config& c = config_;
   const int64_t T = batch.num_tokens, S = batch.num_seqs, hc = c.hc_mult, H = c.base.hidden_size;
@@ -615,8 +624,11 @@ void DeepseekV41Model::truncated_layers(const StepBatch& batch, const StepHost& 
   }
   const int64_t K = static_cast<int64_t>(kept.size());
   if (K == T) {  // nothing skipped (decode, or a chunk past the floor): only the window floor
-    for (int l = trunc_.first_layer; l < c.num_layers(); ++l)
+    for (int l = trunc_.first_layer; l < c.num_layers(); ++l) {
       block(l, batch, sh, kv, choice, streams, next, pre);
+      tap(l, streams.tensor(), features);
+    }
+    store_drafter_rows(features, batch.positions, batch, kv);
     if (hidden_out != nullptr) be_.copy(streams.tensor().view({T, hc * H}), *hidden_out);
     if (batch.logits_indices.numel() > 0)
       head(streams.tensor(), pre.tensor(), batch.logits_indices, logits);
@@ -672,8 +684,18 @@ void DeepseekV41Model::truncated_layers(const StepBatch& batch, const StepHost& 
     Tensor ks2 = ks.tensor().view({K, hc * H});
     be_.embedding(kept_ids, streams.tensor().view({T, hc * H}), ks2);
     be_.embedding(kept_ids, pre.tensor(), kp.tensor());
-    for (int l = trunc_.first_layer; l < c.num_layers(); ++l)
+    // The drafter's taps of the kept rows: the lower layers' from the whole step's, the truncated
+    // layers' as they run; their context rows go to the kept rows' slots only.
+    DeviceBuffer kf;
+    if (features.defined()) {
+      kf = alloc(features.dtype, {K, features.size(1)});
+      be_.embedding(kept_ids, features, kf.tensor());
+    }
+    for (int l = trunc_.first_layer; l < c.num_layers(); ++l) {
       block(l, sub, sh, kv, choice, ks, kn, kp);
+      tap(l, ks.tensor(), kf.tensor());
+    }
+    store_drafter_rows(kf.tensor(), sub.positions, sub, kv);
   }
   if (!rows.empty()) head(ks.tensor(), kp.tensor(), sub.logits_indices, logits);
 }

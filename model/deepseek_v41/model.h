@@ -31,6 +31,8 @@
 //              layers' outputs) into the "dspark_context" group; propose_blocks drafts from them.
 //              A verify step writes rows of drafts that may be rejected: only rows before a
 //              block's anchor are read, and those are verified (the next step rewrites the rest).
+//              With prefill truncation only the kept rows' context rows are written (a block
+//              reads its last sliding_window positions, all at or above the floor).
 #pragma once
 #include <memory>
 #include <span>
@@ -121,7 +123,14 @@ class DeepseekV41Model : public Model {
   // hidden_out only when no row is skipped).
   void truncated_layers(const StepBatch& batch, const StepHost& sh, KvCaches& kv,
                         std::vector<SeqChoice>& choice, DeviceBuffer& streams, DeviceBuffer& next,
-                        DeviceBuffer& pre, Tensor& logits, Tensor* hidden_out);
+                        DeviceBuffer& pre, const Tensor& features, Tensor& logits,
+                        Tensor* hidden_out);
+  // The drafter's taps: layer l's mean over the hc streams into its columns of features (the
+  // activation dtype, [rows, taps * H]; nothing when l is no tap layer or no drafter is loaded).
+  void tap(int l, const Tensor& streams, const Tensor& features);
+  // The drafter's context rows of `features` at `positions` into batch's "dspark_context" slots.
+  void store_drafter_rows(const Tensor& features, const Tensor& positions, const StepBatch& batch,
+                          KvCaches& kv);
   // Logits of `rows` (I32 on the device) of streams [T, hc, H] collapsed by pre [T, hc].
   void head(const Tensor& streams, const Tensor& pre, const Tensor& rows, Tensor& logits);
 

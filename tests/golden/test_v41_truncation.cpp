@@ -12,13 +12,14 @@
 //  3. chunked prefill (chunks below, across and above the floor) equals one-shot prefill, exact
 //     keep or not; every kept row's logits are finite (no read below the floor); several
 //     sequences with different floors in one step equal each alone;
-//  4. a keep below the floor, an unknown mode, Engram above the last KV source and compact mode
-//     with the DSpark drafter loaded are refused
+//  4. a keep below the floor, an unknown mode and Engram above the last KV source are refused
 //     naming the variable / field; logits asked below the floor are refused; mode off (and a
-//     prompt no longer than keep) leave the forward as it was;
+//     prompt no longer than keep) leave the forward as it was; with the DSpark drafter loaded,
+//     compact truncation drafts what full prefill drafts (exact keep);
 //  5. (TruncationV41Cuda) 1. on CUDA, batch-invariant.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -267,37 +268,70 @@ TEST_F(TruncationV41, BadSettingsAreRefusedNamingTheVariable) {
   EXPECT_NO_THROW(load_model(fixture("v41_engram"), *backend_, o));
 }
 
-// Compact truncation computes a prompt's upper layers only on its last rows, the DSpark drafter's
-// taps need every row: the two together are refused by the model (not silently run untruncated).
-// v41_tiny's schedule with three random drafter stages added (taps at layers 0 and 1).
-TEST_F(TruncationV41, CompactWithTheDrafterIsRefused) {
+// Compact truncation with the DSpark drafter: the drafter's context rows are written for the kept
+// rows only, and a block reads its last window - 1 positions, all above the floor. v41_tiny's
+// schedule with three random drafter stages added, tapping layer 1 (below the truncation) and layer
+// 5 (the first truncated layer: its rows from floor + 7 on are exact at keep 15). After an 80-token
+// prompt (one shot, and in chunks below / across / above the floor 65), the drafts and confidences
+// equal those of the untruncated model's bit for bit; at keep 12 (inexact) they are still finite
+// (no NaN context row read: the caches start as NaN). The layout still declares the drafter's group.
+TEST_F(TruncationV41, CompactWithTheDrafterDraftsAsFullPrefill) {
   std::ifstream in(fixture("v41_tiny") + "/config.json");
   nlohmann::json root = nlohmann::json::parse(in);
   nlohmann::json& t = root["text_config"];
   t["dspark_block_size"] = 1;
   t["num_nextn_predict_layers"] = 3;
-  t["dspark_target_layer_ids"] = {0, 1};
+  t["dspark_target_layer_ids"] = {1, 5};
   t["dspark_markov_rank"] = 8;
   t["dspark_noise_token_id"] = 63;
   t["dspark_n_routed_experts"] = 4;
   t["dspark_num_experts_per_tok"] = 2;
   const DeepseekV41Config c = parse_deepseek_v41_config(root, fixture("v41_tiny") + "/config.json");
-  auto build = [&](const std::string& mode) {
-    return std::make_unique<DeepseekV41Model>(c, random_v41_weights(c, 7, DType::F32), *backend_,
-                                              v41_prefill_truncation(c, mode, 140));
+  const V41Weights w = random_v41_weights(c, 7, DType::F32);
+  auto build = [&](const std::string& mode, int64_t keep) {
+    return std::make_unique<DeepseekV41Model>(c, w, *backend_, v41_prefill_truncation(c, mode, keep));
   };
-  ASSERT_TRUE(v41_prefill_truncation(c, "compact", 140).active()) << "nothing to truncate: the test proves nothing";
-  try {
-    build("compact");
-    FAIL() << "compact truncation with the drafter accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("DEEPINFER_YOCO_PREFILL_TRUNCATION_MODE=compact"), std::string::npos)
-        << e.what();
+  ASSERT_TRUE(v41_prefill_truncation(c, "compact", 15).active()) << "nothing to truncate: the test proves nothing";
+  ASSERT_EQ(v41_prefill_truncation(c, "compact", 15).first_layer, 5);
+  const std::vector<int32_t> ids = prompt(80, 33);
+  // Prefill in chunks (the rest last), then one block of drafts after the greedy anchor.
+  auto drafts = [&](DeepseekV41Model& m, int floor, std::vector<int> sizes) {
+    PagedDriver d(m, *backend_, kBlockSize, 192);
+    d.fill_nan();
+    const int seq = d.add_sequence();
+    sizes.push_back(80);
+    int first = 0;
+    Rows last;
+    for (int len : sizes) {
+      len = std::min(len, 80 - first);
+      if (len <= 0) break;
+      const bool end = first + len == 80;
+      Rows r = d.step({{seq, {ids.begin() + first, ids.begin() + first + len}, false, end, floor}});
+      if (end) last = r;
+      first += len;
+    }
+    const DeepseekV41Model::BlockSeq q{argmax(last.at(0)), 80, d.table(seq, m.draft_kv_group())};
+    std::vector<DsparkDrafter::Output> out;
+    m.propose_blocks(std::span(&q, 1), d.caches(), c.base.vocab_size, out);
+    EXPECT_EQ(out.size(), 1u);
+    return out.empty() ? DsparkDrafter::Output{} : out[0];
+  };
+  auto full = build("off", 140);
+  const DsparkDrafter::Output want = drafts(*full, 0, {});
+  ASSERT_FALSE(want.drafts.empty());
+  auto compact = build("compact", 15);
+  for (const std::vector<int>& sizes : {std::vector<int>{}, {30, 36, 1, 5}, {64, 2}}) {
+    const DsparkDrafter::Output got = drafts(*compact, 65, sizes);
+    EXPECT_EQ(got.drafts, want.drafts) << "chunks " << sizes.size();
+    ASSERT_EQ(got.confidences.size(), want.confidences.size());
+    for (size_t i = 0; i < want.confidences.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(got.confidences[i]), std::bit_cast<uint32_t>(want.confidences[i]))
+          << "draft " << i << ", chunks " << sizes.size();
   }
-  // Mode off: the model loads with its drafter (its context KV group is declared).
-  auto off = build("off");
+  auto rough = build("compact", 12);
+  for (float p : drafts(*rough, 68, {}).confidences) EXPECT_TRUE(std::isfinite(p)) << p;
   bool drafter_kv = false;
-  for (const KvGroupSpec& g : off->kv_groups()) drafter_kv = drafter_kv || g.name == "dspark_context";
+  for (const KvGroupSpec& g : compact->kv_groups()) drafter_kv = drafter_kv || g.name == "dspark_context";
   EXPECT_TRUE(drafter_kv);
 }
 

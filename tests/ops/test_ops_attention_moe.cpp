@@ -182,9 +182,10 @@ TEST_F(AttentionMoe, MlaPaged) {
   }
 }
 
-// Direct prefill (fa::prefill_kernel): odd lengths, one-row and multi-tile sequences (query
-// tiles of 128, key tiles of 64), every padded head-dim pair, v read from inside a wider row as
-// the model does (kv_b's [nope | v] per head), outputs NaN-poisoned inside guard sentinels.
+// Direct prefill: odd lengths, one-row and multi-tile sequences (query tiles of 128, key tiles
+// of 64 on fa::prefill_kernel and of 128 on the wgmma kernel that takes dims 192 / 128), every
+// padded head-dim pair, v read from inside a wider row as the model does (kv_b's [nope | v]
+// per head), outputs NaN-poisoned inside guard sentinels.
 TEST_F(AttentionMoe, MlaPrefill) {
   struct Case {
     std::vector<int32_t> lens;
