@@ -47,8 +47,13 @@ void DeviceUploader::linear(Weight& w) {
     tensor(w.scale_inv);
     return;
   }
+  // FP8 stays FP8 with its F32 block scales: 128x128 (the FP8 GEMMs) or blocks whose K side is a
+  // multiple of 16 (V4.1's 32x32: the scale folded into the GEMMs' weight tiles, kWeightFP8Fold);
+  // other blocks are dequantized to BF16 here.
   const bool fp8_other_blocks =
-      w.w.dtype == DType::F8_E4M3 && !(w.block_n == 128 && w.block_k == 128 && w.scale_inv.dtype == DType::F32);
+      w.w.dtype == DType::F8_E4M3 &&
+      !(w.scale_inv.dtype == DType::F32 && w.block_n > 0 && w.block_k > 0 &&
+        ((w.block_n == 128 && w.block_k == 128) || w.block_k % 16 == 0));
   if (w.w.dtype == DType::F32 || fp8_other_blocks) {
     DI_CHECK(w.w.ndim == 2 && w.w.is_contiguous(), model_, ": cannot convert weight ", w.w.describe());
     const int64_t N = w.w.size(0), K = w.w.size(1);
