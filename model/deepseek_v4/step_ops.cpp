@@ -236,9 +236,17 @@ void grouped_output(Backend& be, StepArena& arena, DType act, const V4FamilyConf
   const int64_t gin = heads * D / G, ol = c.o_lora_rank;
   ArenaScope scope(arena);
   DeviceBuffer grouped = arena.alloc(act, {T, G * ol});
+  const bool fp8 = wo_a.scale_inv.defined();  // FP8: each group takes its rows of block scales
+  DI_CHECK(!fp8 || (wo_a.block_n > 0 && ol % wo_a.block_n == 0), c.base.source, ": FP8 wo_a with ", wo_a.block_n,
+           "-row scale blocks cannot be cut into groups of o_lora_rank = ", ol, " rows");
   for (int64_t g = 0; g < G; ++g) {
     Weight wg;
     wg.w = wo_a.w.slice_rows(g * ol, (g + 1) * ol);
+    if (fp8) {
+      wg.scale_inv = wo_a.scale_inv.slice_rows(g * ol / wo_a.block_n, (g + 1) * ol / wo_a.block_n);
+      wg.block_n = wo_a.block_n;
+      wg.block_k = wo_a.block_k;
+    }
     Tensor og = columns(grouped.tensor(), g * ol, ol);
     be.gemm(columns(attn, g * gin, gin), wg, og);
   }

@@ -39,8 +39,11 @@ V41Layer load_block(const DeepseekV41Config& c, V4TensorLoader& ld, const std::s
   L.wq_b = ld.linear(a + "wq_b", heads * D, ql, "query up-projection");
   L.wkv = ld.linear(a + "wkv", D, H, "K=V projection");
   L.kv_norm = ld.f32(a + "kv_norm.weight", {D}, "K=V norm");
+  // wo_a is cut into its groups' rows (v4_family::grouped_output): FP8 where device formats are
+  // asked for and the groups fall on whole scale blocks, else dequantized.
+  const bool wo_a_fp8 = packed_fp4 && c.base.quantization.block_n > 0 && c.o_lora_rank % c.base.quantization.block_n == 0;
   L.wo_a = ld.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups,
-                     "grouped output wo_a", true);
+                     "grouped output wo_a", !wo_a_fp8);
   L.wo_b = ld.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank, "output wo_b");
   L.sinks = ld.f32(a + "attn_sink", {heads}, "attention sinks");
   if (l >= 0 && c.is_kv_source(l)) {
