@@ -201,6 +201,9 @@ class CudaBackend final : public Backend {
                            const int2* tiles, const int32_t* num_tiles, int tile_rows, int max_tiles, float limit,
                            const std::string& shapes);
   void launch_qgemm(const GemmProblem& p, int halves, const char* op, const std::string& shapes);
+  // gemm() on FP8 weights with blocks other than 128x128 (kWeightFP8Fold): a BF16 [M, K] rows
+  // (stride lda) into ov.
+  void gemm_fp8_fold(const void* a, int64_t lda, int64_t M, const Weight& w, const RowView& ov);
   // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
   void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
                        float softmax_scale, int v_dim, Tensor& out, const char* op);

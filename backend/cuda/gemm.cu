@@ -431,14 +431,16 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   DI_CHECK(w.w.shape[1] == K && ov.rows == M && ov.cols == N, "gemm: x ", x.describe(), " · W ",
            w.w.describe(), "^T does not fit out ", out.describe());
   const bool fp8 = w.w.dtype == DType::F8_E4M3;
+  // FP8 with blocks other than 128x128 (V4.1's 32x32 E8M0): scales folded into the weight tiles.
+  const bool fold = fp8 && !(w.block_n == 128 && w.block_k == 128);
   if (fp8) {
     check_dtype(w.scale_inv, DType::F32, "gemm weight scale_inv");
-    DI_CHECK(w.block_n == 128 && w.block_k == 128 && w.scale_inv.ndim == 2 &&
-                 w.scale_inv.is_contiguous() && w.scale_inv.shape[0] == (N + 127) / 128 &&
-                 w.scale_inv.shape[1] == (K + 127) / 128,
-             "gemm: FP8 weight ", w.w.describe(), " needs 128x128 blocks and scale_inv F32 [",
-             (N + 127) / 128, ", ", (K + 127) / 128, "], got ", w.scale_inv.describe(), " blocks ",
-             w.block_n, "x", w.block_k);
+    const int64_t bn = w.block_n, bk = w.block_k;
+    DI_CHECK(bn > 0 && bk > 0 && (!fold || bk % 16 == 0) && w.scale_inv.ndim == 2 && w.scale_inv.is_contiguous() &&
+                 w.scale_inv.shape[0] == (N + bn - 1) / bn && w.scale_inv.shape[1] == (K + bk - 1) / bk,
+             "gemm: FP8 weight ", w.w.describe(), " with ", bn, "x", bk, " blocks needs scale_inv F32 [",
+             bn > 0 ? (N + bn - 1) / bn : 0, ", ", bk > 0 ? (K + bk - 1) / bk : 0,
+             "] (blocks 128x128, or block_k a multiple of 16), got ", w.scale_inv.describe());
   }
   if (M == 0 || N == 0) return;
   const void* a = xv.data;
@@ -452,6 +454,10 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
     check_launch("gemm (x to bf16)", x.describe());
     a = tmp;
     lda = K;
+  }
+  if (fold) {
+    gemm_fp8_fold(a, lda, M, w, ov);
+    return;
   }
   // FP8 weight, many rows (prefill): FP8 activations on cuBLASLt when it takes the shape.
   if (fp8 && gemm_fp8_act(a, lda, M, w, ov)) return;
@@ -478,6 +484,38 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
   launch_gemm(p, "gemm", M <= 8 || M <= stream_max_rows_ || (small && stream_gemm_supported(p)));
+}
+
+void CudaBackend::gemm_fp8_fold(const void* a, int64_t lda, int64_t M, const Weight& w, const RowView& ov) {
+  GemmProblem p;
+  p.a = a;
+  p.lda = lda;
+  p.M = static_cast<int>(M);
+  p.max_rows = p.M;
+  p.w = w.w.data;
+  p.s = w.scale_inv.ptr<float>();
+  p.w_kind = kWeightFP8Fold;
+  p.N = static_cast<int>(w.w.shape[0]);
+  p.K = static_cast<int>(w.w.shape[1]);
+  p.block_n = w.block_n;
+  p.block_k = w.block_k;
+  p.scale_cols = static_cast<int>(w.scale_inv.shape[1]);
+  p.c = ov.data;
+  p.ldc = ov.row_stride;
+  p.c_bf16 = ov.dtype == DType::BF16;
+  const std::string shapes = detail::concat("rows ", M, " N ", p.N, " K ", p.K, " fp8 blocks ", p.block_n, "x",
+                                            p.block_k);
+  // The stream kernel for few rows, the tile kernel for many; batch-invariant: one of the two
+  // for every M (chosen by the weight shape and alignment only). Each row's sums run in a fixed
+  // order in either kernel.
+  const bool stream_ok = stream_gemm_supported(p);
+  if (stream_ok && (options_.batch_invariant || M <= 128)) {
+    launch_stream_gemm(p, stream_);
+    check_launch("gemm (fp8, folded scales)", "stream " + shapes);
+    return;
+  }
+  p.tile_rows = !options_.batch_invariant && M >= 2048 ? 128 : 64;
+  launch_qgemm(p, 1, "gemm (fp8, folded scales)", shapes);
 }
 
 void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {

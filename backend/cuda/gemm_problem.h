@@ -13,7 +13,11 @@
 namespace deepinfer::cuda {
 
 // kWeightFP4: e2m1 packed two per byte with E8M0 scale bytes per 32 along K (moe_qgemm.cu only).
-enum WeightKind : int { kWeightBF16 = 0, kWeightFP8 = 1, kWeightFP4 = 2 };
+// kWeightFP8Fold: e4m3 with F32 scales per block_n x block_k block (block_k % 16 == 0; V4.1's
+// 32x32 E8M0 blocks), each value converted to BF16(e4m3 x scale) before the MMA: exact for
+// power-of-two scales, else the one rounding DeviceUploader's BF16 dequantization made
+// (dense gemm only: gemm_stream.cu and moe_qgemm.cu's dense form).
+enum WeightKind : int { kWeightBF16 = 0, kWeightFP8 = 1, kWeightFP4 = 2, kWeightFP8Fold = 3 };
 
 struct GemmProblem {
   const void* a = nullptr;  // BF16 rows, K contiguous, row stride lda (elements)
@@ -31,12 +35,14 @@ struct GemmProblem {
   const float* s = nullptr;  // FP8 scale_inv [ceil(N/128), ceil(K/128)]
   int w_kind = kWeightBF16;
   int N = 0, K = 0;
-  int scale_cols = 0;  // ceil(K / 128)
+  int scale_cols = 0;  // ceil(K / 128); kWeightFP8Fold: ceil(K / block_k)
+  int block_n = 128, block_k = 128;  // kWeightFP8Fold's scale blocks
   void* c = nullptr;   // out rows, row stride ldc; F32 or BF16
   int64_t ldc = 0;
   int c_bf16 = 1;
   // Grouped tile schedule for the tensor-core kernel (device): tiles[i] = (group, row0),
   // num_tiles[0] = count. Built by moe.cu for the chosen rows-per-tile.
+  // Null tiles (moe_qgemm.cu's dense form): block x takes rows [x * tile_rows, +tile_rows) of M.
   const int2* tiles = nullptr;
   const int* num_tiles = nullptr;
   int tile_rows = 0;  // rows per tile that `tiles` was built for

@@ -13,6 +13,8 @@
 // product is the plain dot product, summed in a fixed order that does not depend on M.
 // FP8 weights (e4m3, exact in bf16) are converted in registers; each 64-wide chunk's
 // product is scaled by its 128x128 block scale in fp32 before joining the accumulator.
+// kWeightFP8Fold (smaller blocks, V4.1's 32x32): each lane's 16 values lie in one block, whose
+// scale is folded into their BF16 conversion (gemm_problem.h); the MMA then runs as for BF16.
 //
 // Batch invariance: a row's value depends only on its own A row, W and K (the MMA computes
 // each output element from its own row; KS and the chunk order depend on K only), so the
@@ -56,16 +58,15 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
   const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
   const int K = p.K;
   const int kb = warp * kpw, ke = min(K, kb + kpw);
-  const int esz = WK == kWeightFP8 ? 1 : 2;
+  const int esz = one_byte<WK>() ? 1 : 2;
   const char* wr[NT];
-  float sc_row[NT];  // unused for bf16
+  int lrow[NT];  // the lane's weight row per n tile (kWeightFP8Fold's scale row)
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int r = min(wrow0 + j * 8 + g, wrows - 1);  // clamp: columns past N are not stored
     wr[j] = static_cast<const char*>(wbase) + static_cast<int64_t>(r) * K * esz;
-    sc_row[j] = 0.0f;
+    lrow[j] = r;
   }
-  (void)sc_row;
 
   for (int rb = r0; rb < r1; rb += 16 * MT) {
     const bf16* ar[MT][2];
@@ -89,11 +90,13 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 
     WRaw<WK> cur[NT], nxt[NT];
     float scur[NT], snxt[NT];  // FP8: the chunk's block scale per n tile, loaded with the weights
+    float fcur[NT], fnxt[NT];  // kWeightFP8Fold: the lane's scale per n tile
     if (kb < ke) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         cur[j] = load_w<WK>(wr[j], kb + 16 * q);
         scur[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), kb);
+        fcur[j] = fold_scale<WK>(sbase, p, lrow[j], kb + 16 * q);
       }
     }
     for (int k = kb; k < ke; k += kChunk) {
@@ -103,6 +106,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
         for (int j = 0; j < NT; ++j) {
           nxt[j] = load_w<WK>(wr[j], k + kChunk + 16 * q);
           snxt[j] = chunk_scale<WK>(sbase, p.scale_cols, min(wrow0 + j * 8, wrows - 1), k + kChunk);
+          fnxt[j] = fold_scale<WK>(sbase, p, lrow[j], k + kChunk + 16 * q);
         }
       }
       // Activations: rows g and g + 8 of each m tile, 16 values each.
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         uint32_t w[8];
-        w_words<WK>(cur[j], w);
+        w_words<WK>(cur[j], w, fcur[j]);
         float part[MT][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -153,6 +157,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
         for (int j = 0; j < NT; ++j) {
           cur[j] = nxt[j];
           scur[j] = snxt[j];
+          fcur[j] = fnxt[j];
         }
       }
     }
@@ -205,6 +210,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15)
 bool stream_gemm_supported(const GemmProblem& p) {
   if (p.K % kChunk != 0 || p.lda % 8 != 0 || !aligned16(p.a)) return false;
   if (p.heads > 0 && (p.w_kind == kWeightFP8 || p.a_head_stride % 8 != 0 || p.group_offsets)) return false;
+  if (p.w_kind == kWeightFP8Fold && (p.heads > 0 || p.group_offsets || p.w2 || p.block_k % 16 != 0)) return false;
   if (p.w_ptrs == nullptr && !aligned16(p.w)) return false;
   if ((p.w2_ptrs || p.w2) && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
   if (p.w2 && (p.heads > 0 || p.w_ptrs || !aligned16(p.w2))) return false;
@@ -222,6 +228,11 @@ void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream) {
       launch<kWeightFP8, 4>(p, stream);
     else
       launch<kWeightFP8, 1>(p, stream);
+  } else if (p.w_kind == kWeightFP8Fold) {
+    if (wide)
+      launch<kWeightFP8Fold, 4>(p, stream);
+    else
+      launch<kWeightFP8Fold, 1>(p, stream);
   } else {
     if (wide)
       launch<kWeightBF16, 4>(p, stream);

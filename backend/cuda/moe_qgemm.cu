@@ -13,8 +13,12 @@
 // BF16 tile in shared memory; the warps read both through ldmatrix. Rows past the expert's rows,
 // columns past N and K past the end are zero-filled (cp.async src-size 0).
 //
+//  - FP8 with small blocks (kWeightFP8Fold, dense only: V4.1's 32x32 E8M0 blocks): each 16-value
+//    chunk's block scale is folded into its BF16 conversion (gemm_problem.h), one accumulator.
 // Row tiles come from moe.cu's device list (expert, first row) built for BM rows per tile, so
-// there is no host sync and the launch is graph-capturable. Grid (max_tiles, N / 128, halves):
+// there is no host sync and the launch is graph-capturable. Dense form (tiles null, one weight
+// p.w / p.s): block x takes rows [x * BM, x * BM + BM) of p.M (CudaBackend::gemm's prefill path
+// for kWeightFP8Fold weights). Grid (max_tiles, N / 128, halves):
 // half 1 (gate | up in one launch) reads w2_ptrs / s2_ptrs and writes columns n_half + n.
 // Not batch-invariant by construction of the callers (moe.cu keeps the own kernels in that mode).
 #include <cmath>
@@ -69,7 +73,7 @@ __device__ __forceinline__ void fp4x32_to_bf16(const uint4& v, uint32_t s, uint3
 }
 
 template <int WK>
-constexpr int raw_bytes_per_row() {
+constexpr int raw_bytes_per_row() {  // FP8 kinds: kBK
   return WK == kWeightFP4 ? kBK / 2 : kBK;
 }
 template <int WK, int BM>
@@ -87,12 +91,15 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
   bf16* Bs = reinterpret_cast<bf16*>(Braw + kStages * kBN * RB);
   __shared__ int64_t arow[BM];
 
-  if (static_cast<int>(blockIdx.x) >= *p.num_tiles) return;
-  const int2 tile = p.tiles[blockIdx.x];
-  const int g = tile.x, row0 = tile.y, row_end = p.group_offsets[g + 1];
+  const bool dense = p.tiles == nullptr;
+  if (!dense && static_cast<int>(blockIdx.x) >= *p.num_tiles) return;
+  const int2 tile = dense ? make_int2(0, static_cast<int>(blockIdx.x) * BM) : p.tiles[blockIdx.x];
+  const int g = tile.x, row0 = tile.y, row_end = dense ? p.M : p.group_offsets[g + 1];
   const int half = blockIdx.z, n0 = blockIdx.y * kBN;
-  const uint8_t* w = static_cast<const uint8_t*>(half ? p.w2_ptrs[g] : p.w_ptrs[g]);
-  const void* sv = half ? static_cast<const void*>(p.s2_ptrs[g]) : static_cast<const void*>(p.s_ptrs[g]);
+  const uint8_t* w = static_cast<const uint8_t*>(dense ? p.w : half ? p.w2_ptrs[g] : p.w_ptrs[g]);
+  const void* sv = dense  ? static_cast<const void*>(p.s)
+                   : half ? static_cast<const void*>(p.s2_ptrs[g])
+                          : static_cast<const void*>(p.s_ptrs[g]);
   const int K = p.K, N = p.N, KT = (K + kBK - 1) / kBK;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wm = warp >> 2, wn = warp & 3;
@@ -167,7 +174,15 @@ __global__ void __launch_bounds__(kThreads, WK == kWeightFP4 ? 2 : 1) qgemm_kern
       for (int c = tid; c < kBN * (RB / 16); c += kThreads) {
         const int r = c / (RB / 16), bc = (c % (RB / 16)) * 16;
         uint32_t out[8];
-        smma::fp8x16_to_bf16x16(*reinterpret_cast<const uint4*>(bs + r * RB + bc), out);
+        if constexpr (WK == kWeightFP8Fold) {
+          const int n = n0 + r, k = kt + bc;
+          const float sc = n < N && k < K ? __ldg(static_cast<const float*>(sv) +
+                                                 static_cast<int64_t>(n / p.block_n) * p.scale_cols + k / p.block_k)
+                                          : 0.0f;
+          smma::fp8x16_scaled_to_bf16x16(*reinterpret_cast<const uint4*>(bs + r * RB + bc), sc, out);
+        } else {
+          smma::fp8x16_to_bf16x16(*reinterpret_cast<const uint4*>(bs + r * RB + bc), out);
+        }
         uint4* dst = reinterpret_cast<uint4*>(Bs + r * kLds + bc);
         dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
         dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
@@ -237,7 +252,8 @@ void launch(const GemmProblem& p, int halves, CudaBackend& be, cudaStream_t stre
   const auto kernel = qgemm_kernel<WK, BM>;
   constexpr size_t smem = smem_bytes<WK, BM>();
   be.set_smem_limit(reinterpret_cast<const void*>(kernel), smem, "moe_experts (quantized grouped GEMM)");
-  const dim3 grid(static_cast<unsigned>(p.max_tiles), ceil_div(p.N, kBN), static_cast<unsigned>(halves));
+  const unsigned tiles = p.tiles ? static_cast<unsigned>(p.max_tiles) : ceil_div(p.M, BM);
+  const dim3 grid(tiles, ceil_div(p.N, kBN), static_cast<unsigned>(halves));
   kernel<<<grid, kThreads, smem, stream>>>(p);
 }
 
@@ -248,16 +264,24 @@ bool qgemm_supported(int w_kind, int64_t N, int64_t K, int64_t lda) {
   // FP8: the 128x128 scale blocks line up with the 128-column tiles.
   if (N % 2 != 0 || lda % 8 != 0) return false;
   if (w_kind == kWeightFP4) return K % 32 == 0;
-  if (w_kind == kWeightFP8) return K % 16 == 0;
+  if (w_kind == kWeightFP8 || w_kind == kWeightFP8Fold) return K % 16 == 0;
   return false;
 }
 
 void CudaBackend::launch_qgemm(const GemmProblem& p, int halves, const char* op, const std::string& shapes) {
-  DI_CHECK((p.tile_rows == 64 || p.tile_rows == 128) && p.tiles && qgemm_supported(p.w_kind, p.N, p.K, p.lda) &&
-               (halves == 1 || (p.w2_ptrs && p.s2_ptrs)),
-           op, ": quantized grouped GEMM does not take ", shapes, " (tile rows ", p.tile_rows, ")");
-  if (p.max_tiles == 0) return;
-  if (p.w_kind == kWeightFP4) {
+  const bool dense = p.tiles == nullptr;
+  DI_CHECK((p.tile_rows == 64 || p.tile_rows == 128) && (p.tiles || (p.w && p.s && halves == 1)) &&
+               qgemm_supported(p.w_kind, p.N, p.K, p.lda) && (halves == 1 || (p.w2_ptrs && p.s2_ptrs)) &&
+               (dense == (p.w_kind == kWeightFP8Fold)) &&
+               (p.w_kind != kWeightFP8Fold || (p.block_k % 16 == 0 && p.block_n > 0)),
+           op, ": quantized GEMM does not take ", shapes, " (tile rows ", p.tile_rows, ")");
+  if (dense ? p.M == 0 : p.max_tiles == 0) return;
+  if (p.w_kind == kWeightFP8Fold) {
+    if (p.tile_rows == 128)
+      launch<kWeightFP8Fold, 128>(p, halves, *this, stream_);
+    else
+      launch<kWeightFP8Fold, 64>(p, halves, *this, stream_);
+  } else if (p.w_kind == kWeightFP4) {
     if (p.tile_rows == 128)
       launch<kWeightFP4, 128>(p, halves, *this, stream_);
     else

@@ -26,22 +26,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// 16 e4m3 bytes -> 8 words of bf16 pairs (exact: e4m3 fits in bf16).
-__device__ __forceinline__ void fp8x16_to_bf16x16(const uint4& v, uint32_t (&out)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
-      const float2 f = __half22float2(__half2(hr));
-      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
-      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-}
-
 struct Chunk16 {  // 16 bf16 values as 8 words (pairs)
   uint32_t w[8];
 };
@@ -55,16 +39,43 @@ __device__ __forceinline__ Chunk16 load16_bf16(const bf16* p) {
   return c;
 }
 
+// One byte per weight value (FP8 with per-128 or folded scales).
+template <int WK>
+constexpr bool one_byte() {
+  return WK == kWeightFP8 || WK == kWeightFP8Fold;
+}
+
+// 16 e4m3 bytes x scale -> 8 words of bf16 pairs, BF16(e4m3 x scale) each (kWeightFP8Fold).
+__device__ __forceinline__ void fp8x16_scaled_to_bf16x16(const uint4& v, float scale, uint32_t (&out)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
+      const float2 f = __half22float2(__half2(hr));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+}
+
+// 16 e4m3 bytes -> 8 words of bf16 pairs (exact: e4m3 fits in bf16; x 1 is exact).
+__device__ __forceinline__ void fp8x16_to_bf16x16(const uint4& v, uint32_t (&out)[8]) {
+  fp8x16_scaled_to_bf16x16(v, 1.0f, out);
+}
+
 // Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
 template <int WK>
 struct WRaw {
-  uint4 u[WK == kWeightFP8 ? 1 : 2];
+  uint4 u[one_byte<WK>() ? 1 : 2];
 };
 
 template <int WK>
 __device__ __forceinline__ WRaw<WK> load_w(const void* row, int k) {
   WRaw<WK> r;
-  if constexpr (WK == kWeightFP8) {
+  if constexpr (one_byte<WK>()) {
     r.u[0] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(row) + k));
   } else {
     const bf16* p = static_cast<const bf16*>(row) + k;
@@ -75,13 +86,25 @@ __device__ __forceinline__ WRaw<WK> load_w(const void* row, int k) {
 }
 
 template <int WK>
-__device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8]) {
+__device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8], float fold = 1.0f) {
   if constexpr (WK == kWeightFP8) {
     fp8x16_to_bf16x16(r.u[0], w);
+  } else if constexpr (WK == kWeightFP8Fold) {
+    fp8x16_scaled_to_bf16x16(r.u[0], fold, w);
   } else {
     w[0] = r.u[0].x; w[1] = r.u[0].y; w[2] = r.u[0].z; w[3] = r.u[0].w;
     w[4] = r.u[1].x; w[5] = r.u[1].y; w[6] = r.u[1].z; w[7] = r.u[1].w;
   }
+}
+
+// kWeightFP8Fold: the scale of the lane's 16 values at weight row `wrow`, K offset k (inside one
+// block: block_k % 16 == 0); 1 for the other kinds.
+template <int WK>
+__device__ __forceinline__ float fold_scale(const float* s, const GemmProblem& p, int wrow, int k) {
+  if constexpr (WK == kWeightFP8Fold)
+    return __ldg(s + static_cast<int64_t>(wrow / p.block_n) * p.scale_cols + k / p.block_k);
+  else
+    return 1.0f;
 }
 
 // FP8 block scale of weight row `wrow` at K offset k (the tile's 8 rows share one 128-row
@@ -128,7 +151,7 @@ __device__ __forceinline__ WeightSource weight_source(const GemmProblem& p, int 
     const int64_t wel = static_cast<int64_t>(grp) * p.w_head_stride;
     const bool second = p.w2 != nullptr && n0 >= p.n_half;  // gemm_pair: second weight
     const void* wsrc = second ? p.w2 : p.w;
-    w.base = WK == kWeightFP8 ? static_cast<const void*>(static_cast<const uint8_t*>(wsrc) + wel)
+    w.base = one_byte<WK>() ? static_cast<const void*>(static_cast<const uint8_t*>(wsrc) + wel)
                               : static_cast<const void*>(static_cast<const bf16*>(wsrc) + wel);
     w.s = second ? p.s2 : p.s;
     if (p.w2) {

@@ -47,8 +47,13 @@ void DeviceUploader::linear(Weight& w) {
     tensor(w.scale_inv);
     return;
   }
+  // FP8 stays FP8 with its F32 block scales: 128x128 (the FP8 GEMMs) or blocks whose K side is a
+  // multiple of 16 (V4.1's 32x32: the scale folded into the GEMMs' weight tiles, kWeightFP8Fold);
+  // other blocks are dequantized to BF16 here.
   const bool fp8_other_blocks =
-      w.w.dtype == DType::F8_E4M3 && !(w.block_n == 128 && w.block_k == 128 && w.scale_inv.dtype == DType::F32);
+      w.w.dtype == DType::F8_E4M3 &&
+      !(w.scale_inv.dtype == DType::F32 && w.block_n > 0 && w.block_k > 0 &&
+        ((w.block_n == 128 && w.block_k == 128) || w.block_k % 16 == 0));
   if (w.w.dtype == DType::F32 || fp8_other_blocks) {
     DI_CHECK(w.w.ndim == 2 && w.w.is_contiguous(), model_, ": cannot convert weight ", w.w.describe());
     const int64_t N = w.w.size(0), K = w.w.size(1);
@@ -231,9 +236,17 @@ void grouped_output(Backend& be, StepArena& arena, DType act, const V4FamilyConf
   const int64_t gin = heads * D / G, ol = c.o_lora_rank;
   ArenaScope scope(arena);
   DeviceBuffer grouped = arena.alloc(act, {T, G * ol});
+  const bool fp8 = wo_a.scale_inv.defined();  // FP8: each group takes its rows of block scales
+  DI_CHECK(!fp8 || (wo_a.block_n > 0 && ol % wo_a.block_n == 0), c.base.source, ": FP8 wo_a with ", wo_a.block_n,
+           "-row scale blocks cannot be cut into groups of o_lora_rank = ", ol, " rows");
   for (int64_t g = 0; g < G; ++g) {
     Weight wg;
     wg.w = wo_a.w.slice_rows(g * ol, (g + 1) * ol);
+    if (fp8) {
+      wg.scale_inv = wo_a.scale_inv.slice_rows(g * ol / wo_a.block_n, (g + 1) * ol / wo_a.block_n);
+      wg.block_n = wo_a.block_n;
+      wg.block_k = wo_a.block_k;
+    }
     Tensor og = columns(grouped.tensor(), g * ol, ol);
     be.gemm(columns(attn, g * gin, gin), wg, og);
   }

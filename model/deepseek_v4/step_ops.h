@@ -29,9 +29,10 @@ void store_rows(Backend& be, const Tensor& rows, const Tensor& cache, const Tens
 Tensor columns(const Tensor& rows, int64_t c0, int64_t n);
 
 // Host weights onto a device backend (the models' constructors; owners keeps the copies alive):
-// tensors as they are; linears F32 -> BF16, FP8 with the 128x128 block scales the CUDA GEMMs read
-// as they are, FP8 with other blocks (V4.1's 32x32) dequantized to BF16, which is exact for
-// power-of-two (E8M0) scales: e4m3 * 2^k has 4 significant bits.
+// tensors as they are; linears F32 -> BF16, FP8 with F32 block scales as they are when the CUDA
+// GEMMs read them (128x128; or block_k a multiple of 16, V4.1's 32x32, whose scales the GEMMs fold
+// into their BF16 weight tiles: exact for power-of-two E8M0 scales, e4m3 * 2^k has 4 significant
+// bits), FP8 with other blocks dequantized to BF16; packed FP4 (U8/I8 + E8M0 bytes) as it is.
 class DeviceUploader {
  public:
   DeviceUploader(Backend& be, std::vector<std::shared_ptr<void>>& owners, const char* model)

@@ -31,7 +31,9 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
     return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend, trunc);
   }
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));
-  V41Weights w = load_v41_weights(v41, reader);
+  // FP4 experts stay packed on CUDA (mixq's tensor-core expert GEMM from 2 tokens, moe_fp4.cu's
+  // kernel for one), a quarter of their BF16 size; the CPU reference reads them dequantized.
+  V41Weights w = load_v41_weights(v41, reader, backend.device() == Device::CUDA);
   return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend, trunc);
 }
 

@@ -94,8 +94,9 @@ class DeepseekV41Model : public Model {
   };
   // A forward's temporaries (step_arena.h; given back together when the next step starts).
   DeviceBuffer alloc(DType dtype, std::vector<int64_t> dims) { return arena_.alloc(dtype, dims); }
-  // A device backend's copies of the host weights (v4_family::DeviceUploader: linears BF16, the
-  // 32x32-block FP8 ones dequantized exactly; Engram tables copied as they are).
+  // A device backend's copies of the host weights (v4_family::DeviceUploader: F32 linears BF16, the
+  // 32x32-block FP8 ones FP8 with their scales, routed experts packed FP4 when loaded so; Engram
+  // tables copied as they are).
   void upload_weights();
   // F32 [T, hc] rows on the device: one-hot on stream 0 (the first site's pre), or 1 / hc each (the
   // drafter's mean over the streams); a view of buffers grown on the host when T outgrows them.

@@ -24,7 +24,7 @@ std::string pr_name(const std::string& official) {
 // and indexer where l is a KV / index source), or l < 0: a drafter stage (window attention only). Its
 // routed experts are the loader's config's n_routed_experts.
 V41Layer load_block(const DeepseekV41Config& c, V4TensorLoader& ld, const std::string& p, int l, int64_t E,
-                    std::vector<std::shared_ptr<void>>& owners) {
+                    std::vector<std::shared_ptr<void>>& owners, bool packed_fp4 = false) {
   const int64_t H = c.base.hidden_size;
   const int64_t heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
   const int64_t nh = c.index_n_heads, di = c.index_head_dim;
@@ -39,8 +39,11 @@ V41Layer load_block(const DeepseekV41Config& c, V4TensorLoader& ld, const std::s
   L.wq_b = ld.linear(a + "wq_b", heads * D, ql, "query up-projection");
   L.wkv = ld.linear(a + "wkv", D, H, "K=V projection");
   L.kv_norm = ld.f32(a + "kv_norm.weight", {D}, "K=V norm");
+  // wo_a is cut into its groups' rows (v4_family::grouped_output): FP8 where device formats are
+  // asked for and the groups fall on whole scale blocks, else dequantized.
+  const bool wo_a_fp8 = packed_fp4 && c.base.quantization.block_n > 0 && c.o_lora_rank % c.base.quantization.block_n == 0;
   L.wo_a = ld.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups,
-                     "grouped output wo_a", true);
+                     "grouped output wo_a", !wo_a_fp8);
   L.wo_b = ld.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank, "output wo_b");
   L.sinks = ld.f32(a + "attn_sink", {heads}, "attention sinks");
   if (l >= 0 && c.is_kv_source(l)) {
@@ -75,7 +78,7 @@ V41Layer load_block(const DeepseekV41Config& c, V4TensorLoader& ld, const std::s
   L.gate_bias = ld.f32(f + "gate.bias", {E}, "router selection bias");
   L.gate_bias_vl =
       ld.f32(f + "gate.bias_vl", {E}, "router selection bias of image tokens (bias_vl)");
-  L.experts = ld.expert_list(f, false);
+  L.experts = ld.expert_list(f, packed_fp4);
   if (c.base.n_shared_experts > 0) L.shared = ld.shared_expert(f);
   return L;
 }
@@ -122,13 +125,13 @@ bool has_dspark(const DeepseekV41Config& c, const V4TensorLoader& ld) {
   return c.base.num_nextn_predict_layers > 0 && !ld.resolve("mtp.0.main_proj.weight").empty();
 }
 
-void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w) {
+void load(const DeepseekV41Config& c, V4TensorLoader& ld, V41Weights& w, bool packed_fp4) {
   const int64_t H = c.base.hidden_size, V = c.base.vocab_size, E = c.base.n_routed_experts;
   w.embed = ld.embedding();
   w.norm = ld.f32("norm.weight", {H}, "final norm");
   w.head = ld.linear("head", V, H, "output head");
   for (int l = 0; l < c.num_layers(); ++l)
-    w.layers.push_back(load_block(c, ld, "layers." + std::to_string(l) + ".", l, E, w.owners));
+    w.layers.push_back(load_block(c, ld, "layers." + std::to_string(l) + ".", l, E, w.owners, packed_fp4));
   const EngramHashing hashing = make_engram_hashing(c, 0);
   const int64_t hc = c.hc_mult, hd = c.engram_head_dim;
   for (size_t e = 0; e < c.engram_layers.size(); ++e) {
@@ -214,11 +217,11 @@ std::vector<int32_t> read_token_map(const DeepseekV41Config& c, const Checkpoint
 }  // namespace
 
 V41Weights load_v41_weights(const DeepseekV41Config& c,
-                            std::shared_ptr<const CheckpointReader> reader) {
+                            std::shared_ptr<const CheckpointReader> reader, bool packed_fp4) {
   V41Weights w;
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   V4TensorLoader ld(c, reader, w.owners, pr_name);
-  load(c, ld, w);
+  load(c, ld, w, packed_fp4);
   if (has_dspark(c, ld)) {
     const DeepseekV41Config dc = dspark_stage_config(c);
     V4TensorLoader dl(dc, reader, w.owners, pr_name);
@@ -332,7 +335,7 @@ V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType w
     w.owners.push_back(std::const_pointer_cast<void>(o));
   V4TensorLoader ld(c, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners,
                     pr_name);
-  load(c, ld, w);
+  load(c, ld, w, false);
   if (has_dspark(c, ld)) {
     const DeepseekV41Config dc = dspark_stage_config(c);
     V4TensorLoader dl(dc, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners, pr_name);

@@ -83,9 +83,12 @@ struct V41Weights {
 // config declares drafter layers (num_nextn_predict_layers) and the checkpoint has
 // `mtp.0.main_proj.weight` (a checkpoint without the drafter loads as the text model). Throws Error naming the tensor: missing, wrong shape or dtype, FP4 scales of the
 // wrong shape, an Engram table whose rows do not match its bucket primes, a token map of the wrong
-// size or whose distinct ids are not engram_compressed_vocab_size.
+// size or whose distinct ids are not engram_compressed_vocab_size. packed_fp4 (the CUDA formats):
+// routed experts shipped as FP4 e2m1 with E8M0 scale bytes stay packed (as load_v4_weights's: the
+// CUDA expert kernels read them so), and an FP8 wo_a stays FP8 where o_lora_rank is a multiple of
+// the scale block (its groups' row slices carry whole blocks); otherwise both are dequantized to F32.
 V41Weights load_v41_weights(const DeepseekV41Config& config,
-                            std::shared_ptr<const CheckpointReader> reader);
+                            std::shared_ptr<const CheckpointReader> reader, bool packed_fp4 = false);
 
 // The drafter alone (`mtp.S.*`, as load_v41_weights reads it) from `reader` into w.dspark: a drafter
 // shipped beside its target, and the drafter's golden test.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bf16_emulation.h"
 #include "core/settings.h"
 #include "golden_rows.h"
 #include "model/model.h"
@@ -42,6 +43,17 @@ class CudaGolden {
     ASSERT_NE(gpu, nullptr) << "DEEPINFER_ACCELERATOR=cuda but deepinfer was built without CUDA";
     o.batch_invariant = true;
     gpu_inv = make_cuda_backend(o);
+    open_models(checkpoint, topk_margin, routing_margin);
+  }
+  // The same harness with the CPU reference under BF16 emulation (bf16_emulation.h) in CUDA's
+  // place: no GPU; gpu_inv stays empty; reports say "on cpu-bf16".
+  void open_emulated(const std::string& checkpoint, double topk_margin, double routing_margin = 0.02) {
+    emu_inner = make_cpu_backend();
+    gpu = std::make_unique<Bf16EmulationBackend>(*emu_inner);
+    label = "cpu-bf16";
+    open_models(checkpoint, topk_margin, routing_margin);
+  }
+  void open_models(const std::string& checkpoint, double topk_margin, double routing_margin) {
     cpu = make_cpu_backend();
     rec = std::make_unique<RoutingReplayBackend>(*cpu, log, RoutingReplayBackend::Mode::Record);
     rep = std::make_unique<RoutingReplayBackend>(*gpu, log, RoutingReplayBackend::Mode::Replay, routing_margin,
@@ -52,9 +64,9 @@ class CudaGolden {
   // The replay counts, prefixed by `tag` (e.g. "[golden v4] v4_tiny").
   void report(const std::string& tag) const {
     if (!rep) return;
-    std::printf("%s on cuda: routing of %lld tokens compared, %lld near-tie flips replayed (largest gap %.3g); "
+    std::printf("%s on %s: routing of %lld tokens compared, %lld near-tie flips replayed (largest gap %.3g); "
                 "top-k / candidate rows %lld compared, %lld replayed (largest relative gap %.3g)\n",
-                tag.c_str(), static_cast<long long>(log.compared_tokens), static_cast<long long>(log.flipped_tokens),
+                tag.c_str(), label.c_str(), static_cast<long long>(log.compared_tokens), static_cast<long long>(log.flipped_tokens),
                 log.max_flip_margin, static_cast<long long>(log.compared_rows), static_cast<long long>(log.flipped_rows),
                 log.max_topk_margin);
   }
@@ -95,12 +107,15 @@ class CudaGolden {
       EXPECT_LE(e, tol) << tag << ": decode step " << i + 1 << " differs from the CPU by " << e;
       row = gr;
     }
-    std::printf("%s on cuda: %d/%zu greedy tokens exact (teacher-forced), max |logit - CPU| %.3g\n", tag.c_str(),
-                exact, greedy.size(), vs_cpu);
+    std::printf("%s on %s: %d/%zu greedy tokens exact (teacher-forced), max |logit - CPU| %.3g\n", tag.c_str(),
+                label.c_str(), exact, greedy.size(), vs_cpu);
+    max_vs_cpu = vs_cpu;
   }
 
   RoutingLog log;  // before the backends that hold a reference to it
-  std::unique_ptr<Backend> gpu, gpu_inv, cpu;
+  std::string label = "cuda";
+  double max_vs_cpu = 0;  // the last teacher_forced run's largest |logit - CPU|
+  std::unique_ptr<Backend> emu_inner, gpu, gpu_inv, cpu;
   std::unique_ptr<RoutingReplayBackend> rec, rep;
   std::unique_ptr<Model> cpu_model, gpu_model;
 };

@@ -23,7 +23,7 @@
 // GoldenV41Cuda (DEEPINFER_ACCELERATOR=cuda; skipped otherwise): the same fixtures on the CUDA
 // backend, BF16 activations as V4's (the hyper-connection streams, router logits and indexer
 // scores F32; the FP8 32x32 linears dequantized to BF16 exactly, see DeepseekV41Model::
-// upload_weights), tolerance 6e-2 * max(1, max |oracle|) (twice V4's: kToleranceBf16 says why);
+// upload_weights), tolerance 6e-2 * max(1, max |oracle|), 0.11 for v41_tiny (tolerance_bf16 says why);
 // each step also runs on the CPU reference, which records its MoE routing, indexer top-k
 // (topk_finite) and candidate blocks, and CUDA replays them where a near-tie flipped one
 // (routing_replay.h; a larger difference fails):
@@ -33,6 +33,9 @@
 //  2. chunks 7 + 1 + 9 + rest vs the oracle;
 //  3. batch-invariant configuration (no replay): three sequences batched with different chunkings
 //     bit-equal to one-shot prefills of each alone.
+// GoldenV41Bf16Emulation (CPU, always): the CUDA harness with the CPU reference under BF16 emulation
+// (bf16_emulation.h) in CUDA's place: it reaches the oracle within tolerance_bf16 and no closer than
+// 1e-2 (the evidence that CUDA's distance from the oracle is its BF16 storage's).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -199,9 +202,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41, ::testing::Values("v41_tiny", "v41
 // power of two re-rounds a whole block). Measured: with routing and top-k replayed, prefill max
 // |logit - oracle| 0.543 (v41_fp8_fp4, max |oracle| 10.7) and 0.520 (v41_engram, 10.4), i.e. 5.1% and
 // 5.0%, each teacher-forced step within 0.588 of the CPU's, 16/16 and 22/24 oracle tokens CUDA's
-// argmax; the CPU with only its GEMM inputs and outputs rounded to BF16 (no replay) lands 2.65-5.32
-// from the oracle. V4's 3e-2 failed; 6e-2 is the measured 5.1% plus a little, not a derived bound.
-constexpr double kToleranceBf16 = 6e-2;
+// argmax. V4's 3e-2 failed; 6e-2 is the measured 5.1% plus a little, not a derived bound.
+// v41_tiny (BF16 weights, 8 experts) is more sensitive: on the H200 (2026-12-03 15:05 UTC) 0.881 of
+// 9.22 (9.6%), 30/32 tokens, steps within 0.78 of the CPU's. The CPU reference under BF16 emulation
+// (bf16_emulation.h: BF16 storage at CUDA's rounding points and nothing else of CUDA's kernels, same
+// replay; GoldenV41Bf16Emulation below) lands at the same place: 0.881 of 9.22, 30/32 tokens, steps
+// within 0.782 of the CPU's, 214 of 360 top-k rows replayed (largest gap 0.395), routing gap 0.0447;
+// and at 0.559 / 0.520 for the other two (CUDA: 0.543 / 0.520). So CUDA's distance is the BF16
+// storage's, not a kernel bug; v41_tiny's tolerance is its emulated 9.6% plus a little.
+double tolerance_bf16(const std::string& fixture_name) { return fixture_name == "v41_tiny" ? 0.11 : 6e-2; }
 // Largest top-k / candidate-block near-tie a replay accepts, relative to the row's largest |score|.
 // V4's 0.1 (test_golden_v4.cpp) is too tight here: with one E8M0 scale per 32-value key
 // (index_head_dim 32), a BF16-level change of a key's amax across a power of two halves or doubles
@@ -213,31 +222,47 @@ constexpr double kTopkMargin = 0.5;
 // largest was 0.0126. (v41_tiny's run past that point is not measured yet.)
 constexpr double kRoutingMargin = 0.05;
 
-class GoldenV41Cuda : public ::testing::TestWithParam<std::string> {
+// The replay harness (cuda_golden.h) with CUDA (Emulated false: skipped unless
+// DEEPINFER_ACCELERATOR=cuda) or the CPU reference under BF16 emulation (true: always) as the device.
+template <bool Emulated>
+class GoldenV41Harness : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!test::cuda_goldens_wanted()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
+    if (!Emulated && !test::cuda_goldens_wanted()) GTEST_SKIP() << "DEEPINFER_ACCELERATOR is not cuda";
     ref_ = read(fixture(GetParam()));
-    h_.open(fixture(GetParam()), kTopkMargin, kRoutingMargin);
+    if (Emulated)
+      h_.open_emulated(fixture(GetParam()), kTopkMargin, kRoutingMargin);
+    else
+      h_.open(fixture(GetParam()), kTopkMargin, kRoutingMargin);
     scale_ = max_ref(ref_);
   }
   void TearDown() override { h_.report("[golden v41] " + GetParam()); }
+  // Whole-prompt prefill (its max |logit - oracle| returned), then the oracle's greedy tokens
+  // teacher-forced within tolerance_bf16 (cuda_golden.h's teacher_forced).
+  double prefill_then_teacher_forced() {
+    auto p = h_.pair(kBlockSize);
+    const int seq = p->cpu.add_sequence();
+    EXPECT_EQ(p->gpu.add_sequence(), seq);
+    const Rows logits = h_.step(*p, {{seq, ref_.prompt, true}});
+    const double worst = worst_diff(logits, ref_);
+    std::printf("[golden v41] %s on %s: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
+                GetParam().c_str(), h_.label.c_str(), ref_.prompt.size(), worst, scale_);
+    h_.teacher_forced(*p, seq, logits.back(), ref_.greedy, tolerance_bf16(GetParam()) * scale_,
+                      "[golden v41] " + GetParam());
+    return worst;
+  }
   static constexpr int kBlockSize = 4;
   Reference ref_;
   test::CudaGolden h_;
   double scale_ = 1;
 };
+using GoldenV41Cuda = GoldenV41Harness<false>;
+// The CUDA harness with the CPU reference under BF16 emulation in CUDA's place (bf16_emulation.h:
+// activations stored BF16 where CUDA stores them, F32 linears rounded as the uploader does), no GPU.
+using GoldenV41Bf16Emulation = GoldenV41Harness<true>;
 
 TEST_P(GoldenV41Cuda, PrefillAndTeacherForcedDecodeMatch) {
-  auto p = h_.pair(kBlockSize);
-  const int seq = p->cpu.add_sequence();
-  ASSERT_EQ(p->gpu.add_sequence(), seq);
-  const Rows logits = h_.step(*p, {{seq, ref_.prompt, true}});
-  const double worst = worst_diff(logits, ref_);
-  std::printf("[golden v41] %s on cuda: prefill of %zu tokens, max |logit - oracle| = %.3g (max |oracle| %.3g)\n",
-              GetParam().c_str(), ref_.prompt.size(), worst, scale_);
-  EXPECT_LE(worst, kToleranceBf16 * scale_);
-  h_.teacher_forced(*p, seq, logits.back(), ref_.greedy, kToleranceBf16 * scale_, "[golden v41] " + GetParam());
+  EXPECT_LE(prefill_then_teacher_forced(), tolerance_bf16(GetParam()) * scale_);
 }
 
 TEST_P(GoldenV41Cuda, ChunkedPrefillMatches) {
@@ -255,7 +280,7 @@ TEST_P(GoldenV41Cuda, ChunkedPrefillMatches) {
   const double worst = worst_diff(chunked, ref_);
   std::printf("[golden v41] %s on cuda: chunks 7 + 1 + 9 + rest, max |logit - oracle| = %.3g\n", GetParam().c_str(),
               worst);
-  EXPECT_LE(worst, kToleranceBf16 * scale_);
+  EXPECT_LE(worst, tolerance_bf16(GetParam()) * scale_);
 }
 
 TEST_P(GoldenV41Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
@@ -272,6 +297,16 @@ TEST_P(GoldenV41Cuda, BatchInvariantChunksAndBatchesEqualAlone) {
   for (size_t i = 0; i < seqs.size(); ++i)
     expect_same_bits(prefill(seqs[i]), got[i], GetParam() + " on cuda (batch-invariant): sequence " + std::to_string(i));
 }
+
+TEST_P(GoldenV41Bf16Emulation, PrefillAndTeacherForcedDecode) {
+  // A correct implementation with CUDA's BF16 storage reaches the tolerance GoldenV41Cuda holds
+  // CUDA to (and the F32 CPU reference is 1e-4 from the oracle: the distance is the storage's).
+  const double worst = prefill_then_teacher_forced();
+  EXPECT_LE(worst, tolerance_bf16(GetParam()) * scale_);
+  EXPECT_GT(worst, 1e-2 * scale_) << "the emulation rounds nothing? (it is as close as the F32 reference)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41Bf16Emulation, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenV41Cuda, ::testing::Values("v41_tiny", "v41_fp8_fp4", "v41_engram"));
 

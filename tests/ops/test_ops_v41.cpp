@@ -353,5 +353,77 @@ TEST_F(V41Ops, CandidateBlocksExact) {
   }
 }
 
+// gemm() on FP8 weights with small blocks (V4.1's 32x32 E8M0; and 16x32, 64x16): the CUDA GEMMs keep
+// the FP8 bytes and fold each block's scale into their BF16 weight tiles (kWeightFP8Fold; the stream
+// kernel for few rows, the tile kernel of moe_qgemm.cu for many, or whenever K % 64 != 0).
+//  - against the CPU reference (x BF16-exact, weights e4m3 x 2^u: every product exact) within F32
+//    summation order for F32 outputs and BF16 rounding for BF16 ones, outputs in guard sentinels;
+//  - batch-invariant configuration: each row bit-equal to that row alone, and (K % 64 == 0, the
+//    stream kernel on both sides) bit-equal to the same GEMM on the BF16-dequantized weight: the
+//    fold is the exact dequantization the uploader made before.
+TEST_F(V41Ops, GemmFp8SmallBlocksMatchCpu) {
+  struct Case {
+    int64_t M, N, K;
+    int bn, bk;
+  };
+  for (const Case& c : {Case{1, 64, 128, 32, 32}, Case{5, 200, 96, 32, 32}, Case{16, 96, 256, 32, 32},
+                        Case{130, 256, 320, 32, 32}, Case{300, 130, 512, 32, 32}, Case{2100, 64, 64, 32, 32},
+                        Case{7, 48, 192, 16, 32}, Case{33, 100, 160, 64, 16}}) {
+    const int64_t sn = (c.N + c.bn - 1) / c.bn, sk = (c.K + c.bk - 1) / c.bk;
+    std::vector<uint8_t> wq(static_cast<size_t>(c.N * c.K));
+    for (uint8_t& b : wq) {
+      b = static_cast<uint8_t>(randint(0, 255));
+      if ((b & 0x7f) == 0x7f) b = 0x3c;  // no NaN codes
+    }
+    std::vector<float> sc(static_cast<size_t>(sn * sk));
+    for (float& v : sc) v = std::ldexp(1.0f, randint(-10, 3));
+    Weight wc;
+    wc.w = cpu_raw(DType::F8_E4M3, wq.data(), {c.N, c.K});
+    wc.scale_inv = cpu_f32(sc, {sn, sk});
+    wc.block_n = c.bn;
+    wc.block_k = c.bk;
+    // The BF16 dequantization (DeviceUploader's before the fold).
+    std::vector<uint16_t> deq(static_cast<size_t>(c.N * c.K));
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k)
+        deq[static_cast<size_t>(n * c.K + k)] =
+            float_to_bf16(fp8_e4m3_to_float(wq[static_cast<size_t>(n * c.K + k)]) * sc[(n / c.bn) * sk + k / c.bk]);
+    const std::vector<float> x = randn(c.M * c.K, 0.5f);
+    Tensor oc = cpu_f32(std::vector<float>(c.M * c.N), {c.M, c.N});
+    cpu_->gemm(cpu_f32(x, {c.M, c.K}), wc, oc);
+    for (Backend* g : gpus()) {
+      Weight wg = wc;
+      wg.w = gpu_copy(*g, wc.w);
+      wg.scale_inv = gpu_copy(*g, wc.scale_inv);
+      const Tensor xg = gpu_float(*g, x, {c.M, c.K}, DType::BF16);
+      const std::string what = "gemm fp8 " + std::to_string(c.bn) + "x" + std::to_string(c.bk) + " blocks M " +
+                               std::to_string(c.M) + " N " + std::to_string(c.N) + " K " + std::to_string(c.K) + tag(*g);
+      for (DType odt : {DType::F32, DType::BF16}) {
+        Tensor og = gpu_guarded(*g, odt, {c.M, c.N});
+        g->gemm(xg, wg, og);
+        expect_close(download(*g, og), values(oc), odt == DType::F32 ? 1e-5 : kTolBF16,
+                     what + " out " + std::string(dtype_name(odt)));
+        expect_guards_intact(what);
+      }
+      if (!g->batch_invariant()) continue;
+      Tensor all = gpu_poisoned(*g, DType::F32, {c.M, c.N});
+      g->gemm(xg, wg, all);
+      const std::vector<float> got = download(*g, all);
+      for (int64_t r : {int64_t{0}, c.M / 2, c.M - 1}) {
+        Tensor one = gpu_poisoned(*g, DType::F32, {1, c.N});
+        g->gemm(xg.slice_rows(r, r + 1), wg, one);
+        expect_same(download(*g, one), std::vector<float>(got.begin() + r * c.N, got.begin() + (r + 1) * c.N),
+                    what + ": row " + std::to_string(r) + " alone");
+      }
+      if (c.K % 64 != 0) continue;
+      Weight wb;
+      wb.w = gpu_copy(*g, cpu_raw(DType::BF16, deq.data(), {c.N, c.K}));
+      Tensor ob = gpu_poisoned(*g, DType::F32, {c.M, c.N});
+      g->gemm(xg, wb, ob);
+      expect_same(got, download(*g, ob), what + ": vs the BF16-dequantized weight");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::ops_test
