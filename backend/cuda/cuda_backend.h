@@ -128,6 +128,7 @@ class CudaBackend final : public Backend {
                         int64_t block_size, Tensor& bias) override;
   void topk_finite(const Tensor& scores, Tensor& out) override;
   void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
+  void moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu
   void fill_random(Tensor& t, uint64_t seed, float scale) override;
