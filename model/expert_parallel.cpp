@@ -79,15 +79,18 @@ void ExpertParallelMoe::ensure(int64_t tokens, int64_t send_rows, int64_t recv_r
     buffers_.push_back(backend_.alloc(dtype, dims));
     return buffers_.back().tensor();
   };
-  counts_ = make(DType::I32, {W_});
-  counts_all_t_ = make(DType::I32, {W_ * W_});
+  counts_ = make(DType::I32, {2 * W_});
+  counts_all_t_ = make(DType::I32, {2 * W_ * W_});
   send_token_t_ = make(DType::I32, {cap_send_});
+  send_row_t_ = make(DType::I32, {cap_send_});
   send_local_t_ = make(DType::I32, {cap_send_, 1});
   pos_t_ = make(DType::I32, {cap_tokens_, K});
   send_x_ = make(dt, {cap_send_, H});
   y_back_ = make(DType::F32, {cap_send_, H});
   recv_x_ = make(dt, {cap_recv_, H});
+  recv_row_ = make(DType::I32, {cap_recv_});
   recv_local_ = make(DType::I32, {cap_recv_, 1});
+  x_pairs_ = make(dt, {cap_recv_, H});
   y_recv_ = make(DType::F32, {cap_recv_, H});
   ones_ = make(DType::F32, {cap_recv_, 1});
   std::vector<float> ones(static_cast<size_t>(cap_recv_), 1.0f);
@@ -125,61 +128,98 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     Tensor ih = host_view(ids_, {T, K});
     backend_.copy(ids, ih);
   }
-  // 2. A replica per (token, slot), its rank; rows ordered by destination, then (token, slot).
-  std::vector<int> dest(static_cast<size_t>(T * K)), next(static_cast<size_t>(E), 0);
-  send_rows_.assign(static_cast<size_t>(W_), 0);
-  send_local_.resize(static_cast<size_t>(T * K));
-  for (int64_t i = 0; i < T * K; ++i) {
-    const int e = ids_[i];
-    DI_CHECK(e >= 0 && e < E, "expert parallelism: routed expert ", e, " outside [0, ", E, ")");
-    ++load_[l * E + e];
-    const std::vector<int>& reps = replicas_[l][static_cast<size_t>(e)];
-    const int p = reps[static_cast<size_t>(next[e]++) % reps.size()];
-    dest[i] = p / per_rank_;
-    send_local_[i] = p % per_rank_;  // by (token, slot) for now
-    ++send_rows_[dest[i]];
-  }
-  std::vector<int64_t> offset(static_cast<size_t>(W_), 0);
-  for (int r = 1; r < W_; ++r) offset[r] = offset[r - 1] + send_rows_[r - 1];
+  // 2. A replica per (token, slot), hence its rank. One row per (token, rank) is sent (a token
+  // whose slots share a rank travels once), one entry per (token, slot): the index of its row on
+  // the receiver and the receiver's local expert. Rows by destination, then token; entries by
+  // destination, then (token, slot).
   const int64_t S = T * K;
-  send_token_.resize(static_cast<size_t>(S));
-  pos_.resize(static_cast<size_t>(S));
-  std::vector<int32_t> local_sorted(static_cast<size_t>(S));
-  for (int64_t i = 0; i < S; ++i) {
-    const int64_t s = offset[dest[i]]++;
-    send_token_[s] = static_cast<int32_t>(i / K);
-    local_sorted[s] = send_local_[i];
-    pos_[i] = static_cast<int32_t>(s);
+  std::vector<int> dest(static_cast<size_t>(S)), local(static_cast<size_t>(S)), next(static_cast<size_t>(E), 0);
+  std::vector<int64_t> rows_to(static_cast<size_t>(W_), 0), pairs_to(static_cast<size_t>(W_), 0);
+  std::vector<int64_t> token_row(static_cast<size_t>(W_), -1);  // this token's row to each rank
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t i = t * K + j;
+      const int e = ids_[i];
+      DI_CHECK(e >= 0 && e < E, "expert parallelism: routed expert ", e, " outside [0, ", E, ")");
+      ++load_[l * E + e];
+      const std::vector<int>& reps = replicas_[l][static_cast<size_t>(e)];
+      const int p = reps[static_cast<size_t>(next[e]++) % reps.size()];
+      dest[i] = p / per_rank_;
+      local[i] = p % per_rank_;
+      ++pairs_to[dest[i]];
+      if (token_row[dest[i]] != t) token_row[dest[i]] = t, ++rows_to[dest[i]];
+    }
   }
-  send_local_.swap(local_sorted);
-  // Counts first: every rank's [W] counts, rank r's row is what r sends to each.
-  std::vector<int32_t> counts(send_rows_.begin(), send_rows_.end());
+  std::vector<int64_t> row_at(static_cast<size_t>(W_), 0), pair_at(static_cast<size_t>(W_), 0);
+  for (int r = 1; r < W_; ++r) {
+    row_at[r] = row_at[r - 1] + rows_to[r - 1];
+    pair_at[r] = pair_at[r - 1] + pairs_to[r - 1];
+  }
+  const std::vector<int64_t> row_begin = row_at, pair_begin = pair_at;
+  const int64_t R = row_at[W_ - 1] + rows_to[W_ - 1];
+  send_token_.resize(static_cast<size_t>(R));
+  send_row_.resize(static_cast<size_t>(S));
+  send_local_.resize(static_cast<size_t>(S));
+  pos_.resize(static_cast<size_t>(S));
+  std::fill(token_row.begin(), token_row.end(), -1);
+  std::vector<int64_t> token_of_row(static_cast<size_t>(W_), -1);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t i = t * K + j;
+      const int r = dest[i];
+      if (token_of_row[r] != t) {  // the token's first slot on rank r: its row
+        token_of_row[r] = t;
+        token_row[r] = row_at[r] - row_begin[r];
+        send_token_[row_at[r]++] = static_cast<int32_t>(t);
+      }
+      const int64_t s = pair_at[r]++;
+      send_row_[s] = static_cast<int32_t>(token_row[r]);  // within this rank's block for now
+      send_local_[s] = local[i];
+      pos_[i] = static_cast<int32_t>(s);
+    }
+  }
+  // Counts first: every rank's [W][rows, entries]; rank q's sends to r at q * 2W + 2r.
+  std::vector<int32_t> counts(static_cast<size_t>(2 * W_));
+  for (int r = 0; r < W_; ++r) counts[2 * r] = static_cast<int32_t>(rows_to[r]), counts[2 * r + 1] = static_cast<int32_t>(pairs_to[r]);
   ensure(T, S, 0);
-  backend_.copy(host_view(counts, {W_}), counts_);
+  backend_.copy(host_view(counts, {2 * W_}), counts_);
   comm.all_gather(counts_, counts_all_t_);
-  counts_all_.resize(static_cast<size_t>(W_ * W_));
-  Tensor cah = host_view(counts_all_, {W_ * W_});
+  counts_all_.resize(static_cast<size_t>(2 * W_ * W_));
+  Tensor cah = host_view(counts_all_, {2 * W_ * W_});
   backend_.copy(counts_all_t_, cah);
   recv_rows_.assign(static_cast<size_t>(W_), 0);
-  int64_t N = 0;
-  for (int r = 0; r < W_; ++r) N += recv_rows_[r] = counts_all_[r * W_ + rank_];
-  ensure(T, S, N);
-  // 3. The payload: rows and their local expert indices.
+  recv_pairs_.assign(static_cast<size_t>(W_), 0);
+  int64_t N = 0, M = 0;
+  for (int q = 0; q < W_; ++q) {
+    N += recv_rows_[q] = counts_all_[q * 2 * W_ + 2 * rank_];
+    M += recv_pairs_[q] = counts_all_[q * 2 * W_ + 2 * rank_ + 1];
+  }
+  // Rank r stacks the rows of ranks 0, 1, ... : this rank's block starts after those before it.
+  for (int r = 0; r < W_; ++r) {
+    int64_t base = 0;
+    for (int q = 0; q < rank_; ++q) base += counts_all_[q * 2 * W_ + 2 * r];
+    for (int64_t s = pair_begin[r]; s < pair_begin[r] + pairs_to[r]; ++s) send_row_[s] += static_cast<int32_t>(base);
+  }
+  ensure(T, S, M);
+  // 3. The payload: the rows, then each entry's row index and local expert.
   if (S > 0) {
-    Tensor st = send_token_t_.slice_rows(0, S), sl = send_local_t_.slice_rows(0, S), sx = send_x_.slice_rows(0, S);
-    backend_.copy(host_view(send_token_, {S}), st);
+    Tensor st = send_token_t_.slice_rows(0, R), sx = send_x_.slice_rows(0, R);
+    Tensor sr = send_row_t_.slice_rows(0, S), sl = send_local_t_.slice_rows(0, S);
+    backend_.copy(host_view(send_token_, {R}), st);
+    backend_.copy(host_view(send_row_, {S}), sr);
     backend_.copy(host_view(send_local_, {S, 1}), sl);
     backend_.embedding(st, x, sx);  // row gather
   }
-  comm.all_to_all_v(send_x_, send_rows_, recv_x_, recv_rows_);
-  comm.all_to_all_v(send_local_t_, send_rows_, recv_local_, recv_rows_);
-  if (N > 0) {
-    Tensor yr = y_recv_.slice_rows(0, N);
-    backend_.moe_experts(recv_x_.slice_rows(0, N), recv_local_.slice_rows(0, N), ones_.slice_rows(0, N), local_[l],
-                         yr);
+  comm.all_to_all_v(send_x_, rows_to, recv_x_, recv_rows_);
+  comm.all_to_all_v(send_row_t_, pairs_to, recv_row_, recv_pairs_);
+  comm.all_to_all_v(send_local_t_, pairs_to, recv_local_, recv_pairs_);
+  if (M > 0) {  // one row per entry, through its expert alone with weight 1: the raw outputs
+    Tensor xp = x_pairs_.slice_rows(0, M), yr = y_recv_.slice_rows(0, M);
+    backend_.embedding(recv_row_.slice_rows(0, M), recv_x_.slice_rows(0, N), xp);
+    backend_.moe_experts(xp, recv_local_.slice_rows(0, M), ones_.slice_rows(0, M), local_[l], yr);
   }
-  // 4. Outputs back (the counts reversed), combined by the owner in slot order, shared experts added.
-  comm.all_to_all_v(y_recv_, recv_rows_, y_back_, send_rows_);
+  // 4. Outputs back (the entry counts reversed), combined by the owner in slot order, shared experts added.
+  comm.all_to_all_v(y_recv_, recv_pairs_, y_back_, pairs_to);
   if (T == 0) return;
   Tensor pt = pos_t_.slice_rows(0, T);
   backend_.copy(host_view(pos_, {T, K}), pt);

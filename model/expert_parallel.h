@@ -5,11 +5,12 @@
 //     need them: DeepEP's normal mode also syncs the CPU here);
 //  2. for each (token, slot) a physical replica of its logical expert (round robin over the
 //     replicas within the step), hence a destination rank; per-destination counts exchanged first
-//     (all_gather of the [W] counts), then the payload by all_to_all_v: the rows, and the
-//     destination's local expert index of each;
-//  3. each rank runs moe_experts on what it received, one slot per row with weight 1 (so its
-//     output rows are the experts' raw F32 outputs, bit for bit);
-//  4. those rows go back by all_to_all_v (the counts reversed) and the token's owner combines
+//     (all_gather of every rank's [W][rows, entries]), then the payload by all_to_all_v: one row
+//     per (token, rank) (a token whose experts share a rank travels there once), and per
+//     (token, slot) an entry: its row's index on the receiver and the receiver's local expert;
+//  3. each rank gathers one row per entry and runs moe_experts on them, one slot per row with
+//     weight 1 (so its output rows are the experts' raw F32 outputs, bit for bit);
+//  4. those rows go back by all_to_all_v (the entry counts reversed) and the token's owner combines
 //     them in slot order with its routing weights (Backend::moe_combine: moe_experts' own combine),
 //     then adds the shared experts on its rows: the one-process MoE's ops in its order, so the
 //     bits are the one-process bits wherever the backend's GEMMs are batch-invariant
@@ -74,13 +75,13 @@ class ExpertParallelMoe {
   uint64_t epoch_ = 0;
 
   // Host staging of one call.
-  std::vector<int32_t> ids_, send_token_, send_local_, pos_, counts_all_;
-  std::vector<int64_t> send_rows_, recv_rows_;
+  std::vector<int32_t> ids_, send_token_, send_row_, send_local_, pos_, counts_all_;
+  std::vector<int64_t> recv_rows_, recv_pairs_;
   // Backend buffers, grown geometrically.
   std::vector<DeviceBuffer> buffers_, chunk_buffers_;
   int64_t cap_tokens_ = 0, cap_send_ = 0, cap_recv_ = 0, cap_chunk_ = 0;
-  Tensor ids_host_, counts_, counts_all_t_, send_token_t_, send_local_t_, pos_t_;
-  Tensor send_x_, recv_x_, recv_local_, ones_, y_recv_, y_back_, chunk_out_, gathered_;
+  Tensor counts_, counts_all_t_, send_token_t_, send_row_t_, send_local_t_, pos_t_;
+  Tensor send_x_, recv_x_, recv_row_, recv_local_, x_pairs_, ones_, y_recv_, y_back_, chunk_out_, gathered_;
 };
 
 }  // namespace deepinfer
