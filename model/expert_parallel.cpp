@@ -201,6 +201,13 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     for (int64_t s = pair_begin[r]; s < pair_begin[r] + pairs_to[r]; ++s) send_row_[s] += static_cast<int32_t>(base);
   }
   ensure(T, S, M);
+  traffic_.tokens += T;
+  for (int r = 0; r < W_; ++r) {
+    if (r == rank_) continue;
+    traffic_.rows_out += rows_to[r];
+    traffic_.entries_out += pairs_to[r];
+    traffic_.outputs_back += pairs_to[r];
+  }
   // 3. The payload: the rows, then each entry's row index and local expert.
   if (S > 0) {
     Tensor st = send_token_t_.slice_rows(0, R), sx = send_x_.slice_rows(0, R);

@@ -51,6 +51,13 @@ class ExpertParallelMoe {
   // Once per model forward on every rank: re-places the experts at the EPLB interval.
   void end_step();
 
+  // What the dispatch moved since construction, this rank's sends (counts, not timed): rows to
+  // other ranks (one per token and rank), their (token, slot) entries, and the F32 expert
+  // outputs that came back from other ranks (one per entry).
+  struct Traffic {
+    int64_t rows_out = 0, entries_out = 0, outputs_back = 0, tokens = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
   const std::vector<int>& placement(int layer) const { return placement_[static_cast<size_t>(layer)]; }
   int64_t num_rebalances() const { return rebalances_; }
   uint64_t workspace_epoch() const { return epoch_; }
@@ -72,6 +79,7 @@ class ExpertParallelMoe {
   std::vector<std::vector<std::vector<int>>> replicas_;  // [layer][logical] -> physical ids
   std::vector<int64_t> load_;                            // [layer * E + logical] rows since the last flush
   int64_t steps_ = 0, rebalances_ = 0;
+  Traffic traffic_;
   uint64_t epoch_ = 0;
 
   // Host staging of one call.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -241,6 +242,7 @@ TEST(StepFollow, ExpertParallelDispatchIsTheOneProcessBits) {
     std::vector<std::vector<float>> got;
     int64_t rebalances = 0;
     bool moved = false;
+    ExpertParallelMoe::Traffic traffic;
     {
       Rank r0(&c0, 1, 2, dp, true, extra, interval);
       got = greedy_steps(*r0.runner, vocab);
@@ -248,6 +250,7 @@ TEST(StepFollow, ExpertParallelDispatchIsTheOneProcessBits) {
       ASSERT_NE(m, nullptr);
       ASSERT_NE(m->expert_parallel(), nullptr);
       rebalances = m->expert_parallel()->num_rebalances();
+      traffic = m->expert_parallel()->traffic();
       for (int l = 0; l < m->config().num_hidden_layers; ++l)
         if (m->weights().layers[l].is_moe && m->expert_parallel()->placement(l) != r0.plan.physical_to_logical)
           moved = true;
@@ -257,6 +260,14 @@ TEST(StepFollow, ExpertParallelDispatchIsTheOneProcessBits) {
     EXPECT_EQ(rebalances, interval > 0 ? 4 : 0) << name;
     EXPECT_EQ(moved, interval > 0) << name << ": EPLB changed no layer's placement";
     EXPECT_GT(c0.rows_received, 0) << name;
+    // A token whose slots share a rank is sent there once: fewer rows than entries (top-2 of 16
+    // experts over 2 ranks), and no more rows than tokens to the one other rank.
+    EXPECT_GT(traffic.rows_out, 0) << name;
+    EXPECT_LT(traffic.rows_out, traffic.entries_out) << name;
+    EXPECT_LE(traffic.rows_out, traffic.tokens) << name;
+    std::printf("%s: rank 0 sent %lld rows for %lld entries of %lld tokens x MoE layers\n", name.c_str(),
+                static_cast<long long>(traffic.rows_out), static_cast<long long>(traffic.entries_out),
+                static_cast<long long>(traffic.tokens));
     for (size_t s = 0; s < want.size(); ++s)
       ASSERT_EQ(std::memcmp(got[s].data(), want[s].data(), want[s].size() * 4), 0) << name << ", step " << s;
   }
