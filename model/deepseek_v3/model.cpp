@@ -81,6 +81,8 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
 
 DeepseekV3Model::~DeepseekV3Model() = default;
 
+int64_t DeepseekV3Model::num_expert_replacements() const { return ep_ ? ep_->num_rebalances() : 0; }
+
 std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
   KvGroupSpec latent;
   latent.name = "latent";

@@ -48,6 +48,7 @@ class DeepseekV3Model : public Model {
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
+  int64_t num_expert_replacements() const override;
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;
