@@ -288,6 +288,9 @@ int cmd_bench(int argc, char** argv) {
     rec["async_scheduling"] = config.async_scheduling && !several;
     rec["spec_steps_ahead_total"] = engine.stats().num_spec_steps_ahead;  // verify steps issued with drafts in flight
     rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
+    // EPLB re-placements since the engine started: a window between two records with different
+    // totals held one (DEEPINFER_EPLB_INTERVAL=0 keeps them out).
+    if (several) rec["eplb_replacements_total"] = engine.stats().num_eplb_replacements;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
     std::printf("%s\n", line.c_str());

@@ -20,6 +20,11 @@ void Backend::spec_shift(const SpecShift&) {
   fail(name(), " backend: spec_shift (drafts in flight) is not implemented");
 }
 
+// Expert parallelism's combine: the CPU backend (the reference) and CUDA implement it.
+void Backend::moe_combine(const Tensor&, const Tensor&, const Tensor&, Tensor&) {
+  fail(name(), " backend: moe_combine (expert-parallel dispatch) is not implemented");
+}
+
 // DeepSeek sparse attention: the CPU backend implements these (the reference); other
 // backends say so until they do (issue 14 item 6).
 void Backend::layer_norm(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) {

@@ -327,6 +327,12 @@ class Backend {
   // Expert parallelism (model/parallel.h): in place on topk_ids I32 [T, k], an id in
   // [first, first + count) becomes id - first (this rank's experts vector), any other -1.
   virtual void moe_localize_ids(Tensor& topk_ids, int first, int count) = 0;
+  // The combine of moe_experts on its own (expert parallelism's dispatch: model/expert_parallel.h):
+  // out[t] = sum over slots j in ascending order of topk_weights[t, j] * y[pos[t, j]], summed in
+  // F32 from 0 with moe_experts' own arithmetic (so a token's bits equal moe_experts' when y holds
+  // its experts' outputs); a slot whose pos is -1 is skipped. y F32 [P, H], pos I32 [T, k],
+  // topk_weights F32 [T, k], out [T, H] (the activation dtype). Default: fails (no kernel).
+  virtual void moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out);
 
   // --- DeepSeek-V4 (issue 16; MODELS.md V4-Flash). Defaults in backend/cpu/{hyper_connection,
   // v4_routing, sink_attention, compressor}.cpp compute on host memory (CPU tensors, F32

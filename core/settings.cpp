@@ -81,6 +81,13 @@ const std::vector<SettingInfo>& setting_table() {
       {"DEEPINFER_YOCO_PREFILL_KEEP_TOKENS", SettingType::Int, "140",
        "DeepSeek-V4.1 prefill truncation: prompt rows kept for the upper layers; at least "
        "sliding_window + 2 x (dspark_block_size + 1) (128 + 12 released)"},
+      // Several processes, expert parallelism (model/expert_parallel.h, model/eplb.h).
+      {"DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS", SettingType::Int, "0",
+       "--ep: redundant experts (EPLB), a lower bound rounded up so the physical experts divide "
+       "over --ep; the effective value is logged"},
+      {"DEEPINFER_EPLB_INTERVAL", SettingType::Int, "",
+       "--ep: steps between EPLB re-placements from measured load (0: never; unset: 1000 when "
+       "there are redundant experts, else never); CPU backend only so far"},
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},

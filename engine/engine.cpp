@@ -628,6 +628,7 @@ void Engine::Impl::refresh_load_stats() {
   stats.num_free_kv_blocks = blocks_->num_free_blocks();
   stats.num_running_seqs = scheduler_->num_running();
   stats.num_waiting_seqs = scheduler_->num_waiting();
+  stats.num_eplb_replacements = model->num_expert_replacements();
 }
 
 bool Engine::Impl::abort(const std::string& request_id) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/settings.h"
 #include "engine/engine_impl.h"
 #include "kv/kv_sizing.h"
@@ -115,9 +116,25 @@ Engine::Engine(const EngineConfig& config_in) {
   const bool several = layout.world_size > 1 || config.tp > 1 || config.ep > 1 || config.dp > 1;
   ParallelPlan plan;
   if (several) {
+    const int64_t extra = env.get_int("DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS");
+    DI_CHECK(extra >= 0 && extra <= (1 << 20), "DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS: expected a number of "
+             "redundant experts >= 0, got ", extra);
     plan = make_parallel_plan(load_model_config(!config.random_weights_config.empty() ? config.random_weights_config
                                                                                       : config.model_dir),
-                              config.tp, config.ep, config.dp, layout.rank, layout.world_size);
+                              config.tp, config.ep, config.dp, layout.rank, layout.world_size, static_cast<int>(extra));
+    if (plan.experts_split) {
+      const int64_t interval = env.is_set("DEEPINFER_EPLB_INTERVAL") ? env.get_int("DEEPINFER_EPLB_INTERVAL")
+                               : plan.num_extra_experts > 0               ? 1000
+                                                                          : 0;
+      DI_CHECK(interval >= 0 && interval <= (1 << 30), "DEEPINFER_EPLB_INTERVAL: expected steps >= 0 (0: never), got ",
+               interval);
+      plan.eplb_interval = static_cast<int>(interval);
+      if (layout.rank == 0)
+        log_info("EPLB: ", plan.num_extra_experts, " redundant experts (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=", extra,
+                 ", rounded up so ", plan.num_local_experts * config.ep, " physical experts divide over --ep ",
+                 config.ep, "), ", plan.num_local_experts, " per rank, re-placed every ", plan.eplb_interval,
+                 " steps (0: never)");
+    }
     DI_CHECK(config.num_speculative_tokens <= 0, "--tp/--ep/--dp: speculative decoding with several processes "
              "is not built yet; run with 0 drafts (--num-speculative-tokens 0)");
     config.num_speculative_tokens = 0;

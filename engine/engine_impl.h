@@ -83,7 +83,7 @@ struct Engine::Impl {
   bool abort(const std::string& request_id);
   bool has_unfinished() const { return !requests_.empty(); }
   std::vector<int32_t> tokenize(const Prompt& prompt, const std::string& request_id) const;
-  void refresh_load_stats();  // stats.num_free_kv_blocks, num_running_seqs, num_waiting_seqs
+  void refresh_load_stats();  // stats.num_free_kv_blocks, num_running_seqs, num_waiting_seqs, num_eplb_replacements
 
   EngineConfig config;
   std::unique_ptr<Backend> backend;

@@ -107,6 +107,9 @@ class Model {
   // Changes whenever forward or mtp_forward reallocates its workspaces: CUDA graphs
   // captured over them before then hold stale pointers (runner/ releases them).
   virtual uint64_t workspace_epoch() const { return 0; }
+  // Expert parallelism: EPLB re-placements so far (model/expert_parallel.h); benches record it
+  // so a window that held one can be told apart.
+  virtual int64_t num_expert_replacements() const { return 0; }
 };
 
 // Loads `dir` (config.json + safetensors) onto `backend`. Throws Error naming the

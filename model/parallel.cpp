@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/eplb.h"
 
 namespace deepinfer {
 namespace {
@@ -39,7 +40,8 @@ void check_host(const Weight& w, const std::string& what) {
 
 }  // namespace
 
-ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, int rank, int world) {
+ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, int rank, int world,
+                                int extra_experts) {
   DI_CHECK(tp >= 1 && ep >= 1 && dp >= 1, "--tp ", tp, ", --ep ", ep, ", --dp ", dp, ": each must be >= 1");
   DI_CHECK(dp == 1 || tp == 1, "--dp ", dp, " with --tp ", tp, ": attention data parallelism runs with --tp 1 "
            "(heads split inside a data-parallel rank is not built yet)");
@@ -68,17 +70,18 @@ ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, in
     p.moe_size = world;
     p.moe_rank = rank;
     if (ep > 1) {
-      DI_CHECK(c.n_routed_experts % ep == 0, "--ep ", ep, ": n_routed_experts ", c.n_routed_experts, " of ",
-               c.source, " is not divisible by it");
+      const int n = c.n_routed_experts;
       p.experts_split = true;
-      p.num_local_experts = c.n_routed_experts / ep;
+      p.num_extra_experts = eplb_num_extra_experts(n, ep, extra_experts);
+      p.num_local_experts = (n + p.num_extra_experts) / ep;
+      for (int e = 0; e < n + p.num_extra_experts; ++e) p.physical_to_logical.push_back(e % n);
     } else {
       DI_CHECK(c.moe_intermediate_size % world == 0, "--ep 1 over ", world, " processes: moe_intermediate_size ",
                c.moe_intermediate_size, " of ", c.source, " is not divisible by ", world,
                " (use --ep ", world, ")");
+      DI_CHECK(c.shared_intermediate_size() % world == 0, "--tp/--ep over ", world, " processes: the shared "
+               "experts' intermediate ", c.shared_intermediate_size(), " is not divisible by ", world);
     }
-    DI_CHECK(c.shared_intermediate_size() % world == 0, "--tp/--ep over ", world, " processes: the shared "
-             "experts' intermediate ", c.shared_intermediate_size(), " is not divisible by ", world);
   }
   return p;
 }
@@ -163,13 +166,15 @@ void shard_layer(LayerWeights& l, const std::string& name, const ModelConfig& c,
   }
   if (!l.is_moe || p.moe_size == 1) return;
   MoeWeights& m = l.moe;
-  if (p.experts_split) {
-    const auto first = m.experts.begin() + p.first_local_expert();
-    m.experts = std::vector<ExpertWeights>(first, first + p.num_local_experts);
-  } else {
-    for (size_t e = 0; e < m.experts.size(); ++e)
-      m.experts[e] = shard_ffn(m.experts[e], p.moe_rank, p.moe_size, al, name + ".mlp.experts." + std::to_string(e), owners);
+  if (p.experts_split) {  // the rank's physical experts; shared experts whole (each rank's own rows)
+    std::vector<ExpertWeights> local;
+    for (int i = 0; i < p.num_local_experts; ++i)
+      local.push_back(m.experts[static_cast<size_t>(p.physical_to_logical[p.first_local_expert() + i])]);
+    m.experts = std::move(local);
+    return;
   }
+  for (size_t e = 0; e < m.experts.size(); ++e)
+    m.experts[e] = shard_ffn(m.experts[e], p.moe_rank, p.moe_size, al, name + ".mlp.experts." + std::to_string(e), owners);
   if (m.has_shared()) m.shared = shard_ffn(m.shared, p.moe_rank, p.moe_size, al, name + ".mlp.shared_experts", owners);
 }
 

@@ -11,6 +11,23 @@
 #include "backend/cpu/cpu_backend.h"
 
 namespace deepinfer::cpu {
+namespace {
+
+// out[t] = sum over slots j (ascending) of w[t * K + j] * row(t, j), from 0; row(t, j) nullptr
+// skips the slot. moe_experts and moe_combine both end here, so their bits agree.
+template <typename RowOf>
+void combine_slots(ThreadPool& pool, int64_t T, int64_t K, int64_t H, const float* w, RowOf row, const Rows& o) {
+  pool.parallel_for(T, 4, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* dst = o.f32(t);
+      std::fill(dst, dst + H, 0.0f);
+      for (int64_t j = 0; j < K; ++j)
+        if (const float* y = row(t, j)) axpy(w[t * K + j], y, dst, H);
+    }
+  });
+}
+
+}  // namespace
 
 void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                              const std::vector<ExpertWeights>& experts, Tensor& out) {
@@ -112,14 +129,29 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tens
     s0 = s1;
   }
   // Combine in ascending slot order.
-  pool_->parallel_for(T, 4, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      float* dst = o.f32(t);
-      std::fill(dst, dst + H, 0.0f);
-      for (int64_t j = 0; j < K; ++j)
-        if (ids[t * K + j] != -1) axpy(weights[t * K + j], y.data() + (t * K + j) * H, dst, H);
-    }
-  });
+  combine_slots(*pool_, T, K, H, weights, [&](int64_t t, int64_t j) -> const float* {
+    return ids[t * K + j] == -1 ? nullptr : y.data() + (t * K + j) * H;
+  }, o);
+}
+
+void CpuBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out) {
+  const Rows yr = as_rows(y, "moe_combine y");
+  const Rows o = as_rows(out, "moe_combine out");
+  check_cpu(pos, DType::I32, "moe_combine pos");
+  check_cpu(topk_weights, DType::F32, "moe_combine topk_weights");
+  const int64_t T = o.rows, H = o.cols;
+  DI_CHECK(yr.dtype == DType::F32 && o.dtype == DType::F32 && yr.cols == H && pos.ndim == 2 && pos.size(0) == T &&
+               pos.is_contiguous() && topk_weights.dims() == pos.dims() && topk_weights.is_contiguous(),
+           "moe_combine: y ", y.describe(), " (F32 [P, H]), pos ", pos.describe(), " and topk_weights ",
+           topk_weights.describe(), " ([T, k]) do not match out ", out.describe(), " (F32 [T, H])");
+  const int64_t K = pos.size(1);
+  const int32_t* p = pos.ptr<int32_t>();
+  for (int64_t i = 0; i < T * K; ++i)
+    DI_CHECK(p[i] >= -1 && p[i] < yr.rows, "moe_combine: pos ", p[i], " of token ", i / K, " slot ", i % K,
+             " outside the ", yr.rows, " rows of y");
+  combine_slots(*pool_, T, K, H, topk_weights.ptr<float>(), [&](int64_t t, int64_t j) -> const float* {
+    return p[t * K + j] == -1 ? nullptr : yr.f32(p[t * K + j]);
+  }, o);
 }
 
 void CpuBackend::moe_localize_ids(Tensor& topk_ids, int first, int count) {

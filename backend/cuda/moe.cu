@@ -568,4 +568,27 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   check_launch("moe_experts (combine)", shapes);
 }
 
+// The combine alone (expert-parallel dispatch, model/expert_parallel.h): the kernel every
+// moe_experts path ends with, on rows the caller placed (pos -1: skipped), so the bits are those
+// of moe_experts' own combine of the same expert outputs.
+void CudaBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out) {
+  const RowView yv = rows_of(y, "moe_combine y");
+  const RowView ov = rows_of(out, "moe_combine out");
+  check_float(out, "moe_combine out");
+  check_dtype(pos, DType::I32, "moe_combine pos");
+  check_dtype(topk_weights, DType::F32, "moe_combine topk_weights");
+  const int64_t T = ov.rows, H = ov.cols;
+  DI_CHECK(yv.dtype == DType::F32 && yv.cols == H && yv.row_stride == H && pos.ndim == 2 && pos.shape[0] == T &&
+               pos.is_contiguous() && topk_weights.ndim == 2 && topk_weights.shape[0] == T &&
+               topk_weights.shape[1] == pos.shape[1] && topk_weights.is_contiguous(),
+           "moe_combine: y ", y.describe(), " (F32 [P, H], contiguous), pos ", pos.describe(), " and topk_weights ",
+           topk_weights.describe(), " ([T, k]) do not match out ", out.describe());
+  if (T == 0) return;
+  const int K = static_cast<int>(pos.shape[1]);
+  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+      static_cast<const float*>(yv.data), H, pos.ptr<int32_t>(), topk_weights.ptr<float>(), K, ov.data,
+      float_kind(ov.dtype), ov.row_stride);
+  check_launch("moe_combine", out.describe());
+}
+
 }  // namespace deepinfer::cuda

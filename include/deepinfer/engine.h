@@ -204,6 +204,7 @@ struct EngineStats {
   int64_t num_steps_ahead = 0;   // issued before the previous step's tokens were read (async)
   int64_t num_graph_steps = 0;   // decode and verify (1 + k) steps that replayed a CUDA graph
   int64_t num_mtp_graph_runs = 0;  // MTP passes (drafting) that replayed a CUDA graph
+  int64_t num_eplb_replacements = 0;  // expert parallelism: EPLB re-placements of the experts
   int num_kv_blocks = 0;
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)

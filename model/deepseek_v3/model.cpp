@@ -6,6 +6,7 @@
 #include "model/layers/common.h"
 #include "model/layers/rope_table.h"
 #include "dist/communicator.h"
+#include "model/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -44,7 +45,7 @@ std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
-                                 ParallelPlan parallel)
+                                 ParallelPlan parallel, std::vector<std::vector<ExpertWeights>> eplb_experts)
     : config_(std::move(config)),
       mla_dims_(local_model_config(config_, parallel).mla_dims()),
       ffn_dims_(config_.ffn_dims()),
@@ -59,6 +60,8 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
   parallel_ = parallel;
   DI_CHECK(!parallel_.any() || (parallel_.comm != nullptr && weights_.mtp.empty()),
            config_.source, ": several processes need a communicator and no MTP layer");
+  if (parallel_.experts_split)
+    ep_ = std::make_unique<ExpertParallelMoe>(config_, parallel_, backend_, weights_.layers, std::move(eplb_experts));
   const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
   HostBuffer table = rope_cos_sin_table(config_.rope_dims(), positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
@@ -75,6 +78,10 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                       weights_.embed_tokens, weights_.lm_head, backend_);
   }
 }
+
+DeepseekV3Model::~DeepseekV3Model() = default;
+
+int64_t DeepseekV3Model::num_expert_replacements() const { return ep_ ? ep_->num_rebalances() : 0; }
 
 std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
   KvGroupSpec latent;
@@ -93,7 +100,7 @@ void DeepseekV3Model::mtp_forward(const StepBatch& batch, std::span<Tensor> kv, 
 }
 
 uint64_t DeepseekV3Model::workspace_epoch() const {
-  return workspace_epoch_ + (mtp_ ? mtp_->workspace_epoch() : 0);
+  return workspace_epoch_ + (mtp_ ? mtp_->workspace_epoch() : 0) + (ep_ ? ep_->workspace_epoch() : 0);
 }
 
 void DeepseekV3Model::ensure_workspace(int64_t num_tokens) {
@@ -149,9 +156,9 @@ void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCa
               out);
 }
 
-// Every rank's rows, padded to the largest rank's T_max: [dp x T_max, H] gathered, the rank's
-// experts (or intermediate columns) over all of them, summed over the ranks, the rank's own rows
-// back. (A dispatch by all_to_all_v of each row to its experts' ranks moves k / dp of this.)
+// --ep 1: every rank's rows, padded to the largest rank's T_max: [dp x T_max, H] gathered, the
+// rank's intermediate columns over all of them, summed over the ranks, the rank's own rows back.
+// (--ep dispatches instead: model/expert_parallel.h.)
 void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn,
                                      Tensor& delta) {
   const int W = parallel_.dp_size, r = parallel_.dp_rank;
@@ -185,8 +192,7 @@ void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights&
   backend_.copy(xn, own);
   Tensor in = dp_in_.slice_rows(0, W * t_max), out = dp_out_.slice_rows(0, W * t_max);
   parallel_.comm->all_gather(send, in);
-  const int first = parallel_.experts_split ? parallel_.first_local_expert() : 0;
-  moe_forward(backend_, routing_, layer.moe, in, dp_ffn_ws_, out, first);
+  moe_forward(backend_, routing_, layer.moe, in, dp_ffn_ws_, out);
   parallel_.comm->all_reduce_sum(out);
   backend_.copy(out.slice_rows(r * t_max, r * t_max + T), delta);
 }
@@ -210,12 +216,15 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
     attention(l, batch, step, kv, xn, delta);
     if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // heads split: sum of o_proj parts
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
-    if (layer.is_moe && parallel_.dp_size > 1) {
+    if (layer.is_moe && ep_ && parallel_.dp_size > 1) {
+      ep_->forward(l, layer.moe, xn, ffn_ws_, delta);  // each rank its own rows
+    } else if (layer.is_moe && ep_) {
+      ep_->forward_replicated(l, layer.moe, xn, ffn_ws_, delta);  // the same rows on every rank
+    } else if (layer.is_moe && parallel_.dp_size > 1) {
       moe_over_ranks(batch, layer, xn, delta);
     } else if (layer.is_moe) {
-      const int first = parallel_.experts_split ? parallel_.first_local_expert() : 0;
-      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta, first);
-      if (parallel_.moe_size > 1) parallel_.comm->all_reduce_sum(delta);  // experts / columns split
+      moe_forward(backend_, routing_, layer.moe, xn, ffn_ws_, delta);
+      if (parallel_.moe_size > 1) parallel_.comm->all_reduce_sum(delta);  // columns split
     } else {
       mlp_forward(backend_, layer.mlp, xn, ffn_ws_, delta);
       if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // intermediate split
@@ -226,6 +235,7 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
       backend_.add(x, delta);
     }
   }
+  if (ep_) ep_->end_step();
   if (hidden_out != nullptr) {  // every row after the final norm (MTP drafting)
     DI_CHECK(hidden_out->numel() == T * H, "forward: hidden_out ", hidden_out->describe(),
              " must be [", T, ", ", H, "]");

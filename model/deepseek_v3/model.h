@@ -24,6 +24,8 @@
 
 namespace deepinfer {
 
+class ExpertParallelMoe;
+
 // DeepseekV32Model (model/deepseek_v32/) derives from it and replaces attention().
 class DeepseekV3Model : public Model {
  public:
@@ -31,9 +33,12 @@ class DeepseekV3Model : public Model {
   // per loaded MTP layer, when the caller derived them: model/layers/mtp.h).
   // Several processes: `weights` and `absorbed` are the rank's shard (model/parallel.h); forward
   // sums the partial outputs of attention and of the feed-forward blocks over the ranks.
+  // With experts split (--ep), the MoE layers dispatch (model/expert_parallel.h); eplb_experts:
+  // per layer, host views of every logical expert (EPLB re-placement; empty: placement fixed).
   DeepseekV3Model(ModelConfig config, ModelWeights weights,
                   std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
-                  ParallelPlan parallel = {});
+                  ParallelPlan parallel = {}, std::vector<std::vector<ExpertWeights>> eplb_experts = {});
+  ~DeepseekV3Model() override;
 
   const ModelConfig& config() const override { return config_; }
   // One group: every layer's MLA latent [c_kv | k_rope] (576 per token in V3), in the
@@ -43,11 +48,14 @@ class DeepseekV3Model : public Model {
   void forward(const StepBatch& batch, KvCaches& kv, Tensor& logits,
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
+  int64_t num_expert_replacements() const override;
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;
 
   const ModelWeights& weights() const { return weights_; }
+  // Expert parallelism's dispatch (nullptr unless --ep splits the experts).
+  const ExpertParallelMoe* expert_parallel() const { return ep_.get(); }
 
  protected:
   // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv[0][l].
@@ -80,7 +88,8 @@ class DeepseekV3Model : public Model {
   int64_t capacity_ = 0;
   uint64_t workspace_epoch_ = 0;  // bumped by each reallocation
   FfnWorkspace ffn_ws_;
-  // Attention data parallelism: the MoE over every rank's rows (moe_over_ranks).
+  std::unique_ptr<ExpertParallelMoe> ep_;  // --ep: the MoE layers' dispatch and combine
+  // Attention data parallelism with --ep 1: the MoE over every rank's rows (moe_over_ranks).
   void moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn, Tensor& delta);
   FfnWorkspace dp_ffn_ws_;
   std::vector<DeviceBuffer> dp_buffers_;

@@ -64,11 +64,8 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
     swiglu_mlp(backend, w.shared, x, ws, shared, false);
     backend.side_end();
   }
-  Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
-  backend.gemm(x, w.gate, logits);
-  Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
-  Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
-  backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
+  Tensor ids, weights;
+  moe_route(backend, routing, w, x, ws, ids, weights);
   const int num_local = static_cast<int>(w.experts.size());
   if (first_expert > 0 || num_local < routing.num_experts) backend.moe_localize_ids(ids, first_expert, num_local);
   backend.moe_experts(x, ids, weights, w.experts, out);
@@ -78,6 +75,30 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
   } else if (w.has_shared()) {
     swiglu_mlp(backend, w.shared, x, ws, out, true);  // out += shared(x)
   }
+}
+
+void moe_route(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
+               FfnWorkspace& ws, Tensor& ids, Tensor& weights) {
+  const int64_t T = x.size(0);
+  DI_CHECK(T <= ws.capacity, "moe_route: ", T, " tokens exceed the workspace");
+  Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
+  backend.gemm(x, w.gate, logits);
+  ids = cols_view(ws.topk_ids, T, routing.top_k);        // [T, k]
+  weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
+  backend.moe_routing(logits, w.e_score_correction_bias, routing, ids, weights);
+}
+
+// The side-line form's ops (a buffer of out's dtype, then add) where moe_forward takes it, else
+// the in-line accumulate: the same bits as moe_forward's shared part either way.
+void moe_add_shared(Backend& backend, const MoeWeights& w, const Tensor& x, FfnWorkspace& ws, Tensor& out) {
+  if (!w.has_shared()) return;
+  if (ws.shared.dtype != out.dtype) {
+    swiglu_mlp(backend, w.shared, x, ws, out, true);
+    return;
+  }
+  Tensor shared = cols_view(ws.shared, x.size(0), out.size(1));
+  swiglu_mlp(backend, w.shared, x, ws, shared, false);
+  backend.add(out, shared);
 }
 
 }  // namespace deepinfer

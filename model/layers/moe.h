@@ -33,4 +33,12 @@ void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnW
 void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
                  FfnWorkspace& ws, Tensor& out, int first_expert = 0);
 
+// The pieces of moe_forward that expert parallelism's dispatch (model/expert_parallel.h) runs
+// around its own routed part, with moe_forward's ops and roundings:
+// the router: ids I32 [T, k] and weights F32 [T, k] (views of ws) of x [T, hidden];
+void moe_route(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
+               FfnWorkspace& ws, Tensor& ids, Tensor& weights);
+// out += shared experts of x (nothing when the layer has none).
+void moe_add_shared(Backend& backend, const MoeWeights& w, const Tensor& x, FfnWorkspace& ws, Tensor& out);
+
 }  // namespace deepinfer

@@ -2,10 +2,13 @@
 --tp 2 (heads and dense MLP split, MoE experts' intermediate split), --tp 2 --ep 2 (experts split
 by expert), --tp 1 --ep 2 (attention replicated, experts split), --dp 2 and --dp 2 --ep 2 (each
 rank attends its own requests) on the embedded tiny model give the single-process greedy tokens; logprobs agree to fp32 rounding (the cross-rank sums
-reassociate o_proj's, down_proj's and the MoE combine's reductions, so they are not bitwise);
+of --tp and --ep 1 reassociate o_proj's, down_proj's and the MoE's reductions, so they are not bitwise);
 under DEEPINFER_BATCH_INVARIANT=1 a --tp 2 or --dp 2 run's logprobs are bitwise the same whether its
 requests share steps or run one at a time (under --dp the MoE rows of the other rank's requests
-share the step too); impossible layouts fail naming the flag."""
+share the step too), and --ep 2 and --dp 2 --ep 2 (the MoE's dispatch and combine by all_to_all_v,
+model/expert_parallel.h; the latter with EPLB re-placing 4 redundant experts every 2 steps) give
+the single-process logprobs bit for bit; impossible layouts and a bad
+DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS fail naming the flag or the variable."""
 import json
 import os
 import subprocess
@@ -70,6 +73,8 @@ with tempfile.TemporaryDirectory() as tmp:
     for name, flags in layouts.items():
         if only_layouts and name not in only_layouts:
             continue
+        if not only_layouts and name in ("ep2", "dp2_ep2"):
+            continue  # on the CPU they run below, held to the single process's bits
         rows, r = generate(tmp, name, flags, np=2)
         check(rows is not None, f"{name}: mpirun failed: {r.returncode} {r.stderr.decode()[-2000:]}")
         if rows is None or ref is None:
@@ -93,6 +98,27 @@ with tempfile.TemporaryDirectory() as tmp:
                   "on which requests share a step")
             check(tokens(batched) == tokens(ref), f"{name} batch-invariant: tokens differ from the single process")
 
+    # Expert parallelism's dispatch: the single-process bits under DEEPINFER_BATCH_INVARIANT=1, with
+    # EPLB (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=3 rounds up to 4 over --ep 2; re-placed every 2 steps,
+    # the effective value logged) in the --dp run.
+    bi_single, r = generate(tmp, "bi_single", [], extra_env=bi)
+    check(bi_single is not None, f"single process, batch-invariant: {r}")
+    eplb = dict(bi, DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS="3", DEEPINFER_EPLB_INTERVAL="2", DEEPINFER_LOG="info")
+    for name, flags, extra_env in [("ep2", ["--ep", "2"], bi), ("dp2_ep2 eplb", ["--dp", "2", "--ep", "2"], eplb)]:
+        if only_layouts and name.split()[0] not in only_layouts:
+            continue
+        rows, r = generate(tmp, "bi_" + name.split()[0], flags, np=2, extra_env=extra_env)
+        check(rows is not None, f"{name} batch-invariant: mpirun failed: {r.returncode} {r.stderr.decode()[-2000:]}")
+        if rows is None or bi_single is None:
+            continue
+        check(tokens(rows) == tokens(bi_single), f"{name} batch-invariant: tokens differ from the single process")
+        check(logprobs(rows) == logprobs(bi_single), f"{name} under DEEPINFER_BATCH_INVARIANT=1: logprobs are not the "
+              "single process's bits")
+        if "eplb" in name:
+            check("EPLB: 4 redundant experts (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=3" in r.stderr.decode(),
+                  f"{name}: the effective number of redundant experts is not logged: {r.stderr.decode()[-1000:]}")
+        print(f"{name}: logprobs bitwise equal to the single process")
+
     # Impossible layouts: errors that name the flag.
     for flags, np, needle in [(["--tp", "2"], 0, "mpirun"), (["--tp", "4"], 2, "--tp 4"),
                               (["--dp", "2", "--tp", "2"], 2, "--dp 2"), (["--ep", "3"], 2, "--ep 3")]:
@@ -100,6 +126,11 @@ with tempfile.TemporaryDirectory() as tmp:
         err = r.stderr.decode()
         check(rows is None and needle in err, f"{flags} on {np or 1} process(es): expected an error naming "
               f"'{needle}', got {r.returncode}: {err[-500:]}")
+    # A bad number of redundant experts (read before anything loads; one process is enough).
+    rows, r = generate(tmp, "bad", ["--ep", "2"], extra_env={"DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS": "-2"})
+    check(rows is None and "DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS" in r.stderr.decode(),
+          f"DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=-2: expected an error naming it, got {r.returncode}: "
+          f"{r.stderr.decode()[-500:]}")
 
 if failures:
     print(f"{len(failures)} failure(s)")

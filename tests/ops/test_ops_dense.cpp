@@ -390,5 +390,34 @@ TEST_F(DenseOps, MoeLocalizeIds) {
   }
 }
 
+// Expert parallelism's combine (model/expert_parallel.h): out[t] = sum over slots in order of
+// w[t, j] * y[pos[t, j]], pos -1 skipped; the reference written out here, CPU and CUDA (F32 and
+// BF16 out) against it.
+TEST_F(DenseOps, MoeCombine) {
+  const int64_t T = 19, K = 6, H = 300, P = 90;
+  const std::vector<float> y = randn(P * H), w = randn(T * K);
+  std::vector<int32_t> pos(static_cast<size_t>(T * K));
+  for (int64_t i = 0; i < T * K; ++i) pos[i] = i % 7 == 3 ? -1 : static_cast<int32_t>((i * 53 + 5) % P);
+  std::vector<double> want(static_cast<size_t>(T * H), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j)
+      if (pos[t * K + j] >= 0)
+        for (int64_t c = 0; c < H; ++c) want[t * H + c] += double{w[t * K + j]} * y[pos[t * K + j] * H + c];
+  HostBuffer co(DType::F32, {T, H});
+  Tensor cot = co.tensor();
+  cpu_->moe_combine(cpu_f32(y, {P, H}), cpu_i32(pos, {T, K}), cpu_f32(w, {T, K}), cot);
+  for (int64_t i = 0; i < T * H; ++i)
+    ASSERT_NEAR(co.ptr<float>()[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << "CPU reference, entry " << i;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    Tensor g = gpu_poisoned(*gpu_, dt, {T, H});
+    gpu_->moe_combine(gpu_copy(*gpu_, cpu_f32(y, {P, H})), gpu_copy(*gpu_, cpu_i32(pos, {T, K})),
+                      gpu_copy(*gpu_, cpu_f32(w, {T, K})), g);
+    const std::vector<float> got = download(*gpu_, g);
+    const double tol = dt == DType::F32 ? 1e-5 : 8e-3;
+    for (int64_t i = 0; i < T * H; ++i)
+      ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "CUDA " << dtype_name(dt) << ", entry " << i;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::ops_test

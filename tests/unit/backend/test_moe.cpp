@@ -197,6 +197,25 @@ TEST(CpuMoeExperts, MatchesNaiveAndIsBatchInvariant) {
   EXPECT_THROW(backend->moe_experts(x.tensor(), ids2, w.tensor(), experts, out.tensor()), Error);
 }
 
+// E experts of F32 weights (gate/up [I, H], down [H, I]) from seeds gate + e, gate + 10 + e,
+// gate + 20 + e; `store` owns them.
+std::vector<ExpertWeights> random_experts(int64_t E, int64_t H, int64_t I, uint64_t seed,
+                                          std::vector<HostBuffer>& store) {
+  std::vector<ExpertWeights> experts(static_cast<size_t>(E));
+  auto make = [&](int64_t n, int64_t k, uint64_t s) {
+    store.push_back(test::random_f32({n, k}, s, 0.3f));
+    Weight out;
+    out.w = store.back().tensor();
+    return out;
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    experts[e].gate = make(I, H, seed + e);
+    experts[e].up = make(I, H, seed + 10 + e);
+    experts[e].down = make(H, I, seed + 20 + e);
+  }
+  return experts;
+}
+
 // Experts are grouped by rows (several per threaded loop in small steps, one at a time in
 // large ones): every token of a large step (160 expert rows over 3 experts) equals the token
 // alone bitwise, on two threads.
@@ -206,18 +225,7 @@ TEST(CpuMoeExperts, LargeStepEqualsTokensAloneBitwise) {
   auto backend = make_cpu_backend(two);
   const int64_t E = 3, H = 32, I = 40, K = 2, T = 80;
   std::vector<HostBuffer> store;
-  std::vector<ExpertWeights> experts(E);
-  auto make = [&](int64_t n, int64_t k, uint64_t seed) {
-    store.push_back(test::random_f32({n, k}, seed, 0.3f));
-    Weight out;
-    out.w = store.back().tensor();
-    return out;
-  };
-  for (int64_t e = 0; e < E; ++e) {
-    experts[e].gate = make(I, H, 50 + e);
-    experts[e].up = make(I, H, 60 + e);
-    experts[e].down = make(H, I, 70 + e);
-  }
+  const std::vector<ExpertWeights> experts = random_experts(E, H, I, 50, store);
   HostBuffer x = test::random_f32({T, H}, 80);
   std::vector<int32_t> id_list(T * K);
   for (int64_t p = 0; p < T * K; ++p) id_list[p] = static_cast<int32_t>((p * 7 + p / 5) % E);
@@ -234,6 +242,46 @@ TEST(CpuMoeExperts, LargeStepEqualsTokensAloneBitwise) {
                          w.tensor().slice_rows(t, t + 1), experts, one.tensor());
     ASSERT_EQ(std::memcmp(one.ptr<float>(), out.ptr<float>() + t * H, H * 4), 0) << t;
   }
+}
+
+// Expert parallelism's split of moe_experts (model/expert_parallel.h): each (token, slot) row
+// through its expert alone (one slot, weight 1: the raw output), rows in a shuffled order, then
+// moe_combine with the token's weights at their positions: moe_experts' bits. A skipped slot
+// (pos -1) contributes nothing; a position outside y throws.
+TEST(CpuMoeCombine, ExpertRowsThenCombineAreMoeExpertsBits) {
+  auto backend = make_cpu_backend();
+  const int64_t E = 4, H = 40, I = 12, K = 3, T = 7, P = T * K;
+  std::vector<HostBuffer> store;
+  const std::vector<ExpertWeights> experts = random_experts(E, H, I, 90, store);
+  HostBuffer x = test::random_f32({T, H}, 7);
+  std::vector<int32_t> id_list(P), order(P), pos(P);
+  for (int64_t p = 0; p < P; ++p) id_list[p] = static_cast<int32_t>((p * 5 + p / 3) % E);
+  for (int64_t s = 0; s < P; ++s) order[s] = static_cast<int32_t>((s * 8) % P);  // row s is pair order[s]
+  for (int64_t s = 0; s < P; ++s) pos[order[s]] = static_cast<int32_t>(s);
+  HostBuffer ids = test::i32_buffer(id_list);
+  HostBuffer w = test::random_f32({T, K}, 8);
+  HostBuffer want = test::f32_buffer({T, H}, NAN);
+  backend->moe_experts(x.tensor(), ids.tensor().view({T, K}), w.tensor(), experts, want.tensor());
+  // The rows of the pairs in `order`, each with its expert and weight 1.
+  HostBuffer xs = test::f32_buffer({P, H}), one_ids = test::i32_buffer(id_list), ones = test::f32_buffer({P, 1}, 1.0f);
+  for (int64_t s = 0; s < P; ++s) {
+    std::memcpy(xs.ptr<float>() + s * H, x.ptr<float>() + (order[s] / K) * H, H * 4);
+    one_ids.ptr<int32_t>()[s] = id_list[order[s]];
+  }
+  HostBuffer y = test::f32_buffer({P, H}, NAN);
+  backend->moe_experts(xs.tensor(), one_ids.tensor().view({P, 1}), ones.tensor(), experts, y.tensor());
+  HostBuffer pos_buf = test::i32_buffer(pos);
+  HostBuffer got = test::f32_buffer({T, H}, NAN);
+  backend->moe_combine(y.tensor(), pos_buf.tensor().view({T, K}), w.tensor(), got.tensor());
+  EXPECT_EQ(std::memcmp(got.ptr<float>(), want.ptr<float>(), T * H * 4), 0);
+  // Token 0 without its slot 1: moe_experts with that slot's id -1.
+  pos_buf.ptr<int32_t>()[1] = -1;
+  ids.ptr<int32_t>()[1] = -1;
+  backend->moe_experts(x.tensor(), ids.tensor().view({T, K}), w.tensor(), experts, want.tensor());
+  backend->moe_combine(y.tensor(), pos_buf.tensor().view({T, K}), w.tensor(), got.tensor());
+  EXPECT_EQ(std::memcmp(got.ptr<float>(), want.ptr<float>(), T * H * 4), 0);
+  pos_buf.ptr<int32_t>()[2] = static_cast<int32_t>(P);
+  EXPECT_THROW(backend->moe_combine(y.tensor(), pos_buf.tensor().view({T, K}), w.tensor(), got.tensor()), Error);
 }
 
 }  // namespace

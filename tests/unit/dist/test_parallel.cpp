@@ -89,7 +89,16 @@ TEST(ParallelPlan, ImpossibleLayoutsNameTheFlag) {
   EXPECT_NE(err(2, 1, 2, 4).find("--dp 2 with --tp 2"), std::string::npos);
   EXPECT_NE(err(1, 1, 2, 4).find("--tp 1 x --dp 2 must equal the 4 processes"), std::string::npos);
   EXPECT_NE(err(2, 1, 1, 1).find("one process"), std::string::npos);
-  EXPECT_NE(err(1, 3, 1, 3).find("--ep 3: n_routed_experts 16"), std::string::npos);
+  // 16 experts over --ep 3: rounded up to 18 physical (2 redundant), 6 per rank; more when asked.
+  const ParallelPlan e3 = make_parallel_plan(c, 1, 3, 1, 2, 3);
+  EXPECT_EQ(e3.num_extra_experts, 2);
+  EXPECT_EQ(e3.num_local_experts, 6);
+  ASSERT_EQ(e3.physical_to_logical.size(), 18u);
+  EXPECT_EQ(e3.physical_to_logical[16], 0);  // the copies of experts 0 and 1
+  EXPECT_EQ(e3.physical_to_logical[17], 1);
+  EXPECT_EQ(make_parallel_plan(c, 1, 3, 1, 0, 3, 3).num_extra_experts, 5);
+  EXPECT_NE(error_of([&] { make_parallel_plan(c, 1, 2, 1, 0, 2, -1); }).find("DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS"),
+            std::string::npos);
   EXPECT_NE(err(2, 3, 1, 2).find("--ep 3"), std::string::npos);
   const ParallelPlan p = make_parallel_plan(c, 2, 2, 1, 1, 2);
   EXPECT_EQ(p.tp_rank, 1);
@@ -146,7 +155,8 @@ void accumulate(std::vector<float>& sum, const Tensor& y) {
 }
 
 // The feed-forward blocks of two ranks sum to the one-process block (the all-reduce's sum),
-// for a dense layer split by intermediate and a MoE layer split by expert or by intermediate.
+// for a dense layer and a MoE layer split by intermediate (--ep 1; --ep dispatches instead:
+// StepFollow's layouts run it), and a rank's experts under --ep are its physical experts.
 TEST(ShardWeights, PartialFeedForwardsSumToTheWhole) {
   const ModelConfig c = tiny();
   ModelWeights full = make_random_weights(c, 7, DType::BF16);
@@ -157,15 +167,22 @@ TEST(ShardWeights, PartialFeedForwardsSumToTheWhole) {
   FfnWorkspace ws = make_ffn_workspace(c.ffn_dims(), *backend, T);
   const MoeRouting routing = c.moe_routing();
   HostBuffer want(DType::F32, {T, H}), part(DType::F32, {T, H});
-  for (int ep : {1, 2}) {
+  {
+    const ParallelPlan p = make_parallel_plan(c, 1, 2, 1, 1, 2, 1);  // 18 physical: 9 per rank
+    const ModelWeights w = shard_weights(full, c, p);
+    ASSERT_EQ(w.layers[1].moe.experts.size(), 9u);
+    EXPECT_EQ(w.layers[1].moe.experts[0].gate.w.data, full.layers[1].moe.experts[9].gate.w.data);
+    EXPECT_EQ(w.layers[1].moe.experts[8].gate.w.data, full.layers[1].moe.experts[1].gate.w.data);  // a copy
+    EXPECT_EQ(w.layers[1].moe.shared.gate.w.data, full.layers[1].moe.shared.gate.w.data);  // whole
+  }
+  for (int ep : {1}) {
     std::vector<float> dense(static_cast<size_t>(T * H)), moe(dense.size());
     for (int rank = 0; rank < 2; ++rank) {
       const ParallelPlan p = make_parallel_plan(c, 2, ep, 1, rank, 2);
       const ModelWeights w = shard_weights(full, c, p);
       mlp_forward(*backend, w.layers[0].mlp, x.tensor(), ws, part.tensor());
       accumulate(dense, part.tensor());
-      moe_forward(*backend, routing, w.layers[1].moe, x.tensor(), ws, part.tensor(),
-                  p.experts_split ? p.first_local_expert() : 0);
+      moe_forward(*backend, routing, w.layers[1].moe, x.tensor(), ws, part.tensor());
       accumulate(moe, part.tensor());
     }
     mlp_forward(*backend, full.layers[0].mlp, x.tensor(), ws, want.tensor());

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,8 @@
 #include "dist/communicator.h"
 #include "model/config.h"
 #include "model/parallel.h"
+#include "model/deepseek_v3/model.h"
+#include "model/expert_parallel.h"
 #include "runner/runner.h"
 
 namespace deepinfer {
@@ -25,7 +28,7 @@ namespace {
 
 // Ranks as threads: every collective publishes its buffer, waits for all, reads the others.
 struct ThreadGroup {
-  explicit ThreadGroup(int n) : size(n), ptrs(static_cast<size_t>(n)) {}
+  explicit ThreadGroup(int n) : size(n), ptrs(static_cast<size_t>(n)), counts(static_cast<size_t>(n)) {}
   void barrier() {
     std::unique_lock<std::mutex> lock(m);
     const int64_t gen = generation;
@@ -39,6 +42,7 @@ struct ThreadGroup {
   }
   int size;
   std::vector<void*> ptrs;
+  std::vector<std::vector<int64_t>> counts;  // all_to_all_v's send counts
   std::mutex m;
   std::condition_variable cv;
   int arrived = 0;
@@ -52,15 +56,23 @@ class ThreadCommunicator final : public Communicator {
   int size() const override { return g_.size; }
   std::string name() const override { return "threads"; }
   void all_reduce_sum(Tensor& t) override {
-    DI_CHECK(t.dtype == DType::F32 && t.is_contiguous(), "test communicator: F32 only");
+    DI_CHECK((t.dtype == DType::F32 || t.dtype == DType::I32) && t.is_contiguous(), "test communicator: F32, I32");
+    if (t.dtype == DType::F32) {
+      sum<float>(t);
+    } else {
+      sum<int32_t>(t);
+    }
+  }
+  template <typename T>
+  void sum(Tensor& t) {
     const int64_t n = t.numel();
     g_.ptrs[rank_] = t.data;
     g_.barrier();
-    std::vector<float> sum(static_cast<size_t>(n), 0.0f);
+    std::vector<T> acc(static_cast<size_t>(n), T{0});
     for (int r = 0; r < g_.size; ++r)
-      for (int64_t i = 0; i < n; ++i) sum[i] += static_cast<const float*>(g_.ptrs[r])[i];
+      for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<const T*>(g_.ptrs[r])[i];
     g_.barrier();  // everyone has read every buffer before any is overwritten
-    std::memcpy(t.data, sum.data(), static_cast<size_t>(n) * 4);
+    std::memcpy(t.data, acc.data(), static_cast<size_t>(n) * sizeof(T));
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     const int64_t bytes = contiguous_bytes(in, "all_gather");
@@ -70,9 +82,28 @@ class ThreadCommunicator final : public Communicator {
       std::memcpy(static_cast<char*>(out.data) + r * bytes, g_.ptrs[r], static_cast<size_t>(bytes));
     g_.barrier();
   }
-  void all_to_all_v(const Tensor&, std::span<const int64_t>, Tensor&, std::span<const int64_t>) override {
-    fail("test communicator: no all_to_all_v");
+  // Rank r reads its rows from each sender's buffer at the offset of r's block there.
+  void all_to_all_v(const Tensor& in, std::span<const int64_t> send_rows, Tensor& out,
+                    std::span<const int64_t> recv_rows) override {
+    const int64_t row = row_bytes(in, "all_to_all_v");
+    g_.ptrs[rank_] = in.data;
+    g_.counts[rank_].assign(send_rows.begin(), send_rows.end());
+    g_.barrier();
+    int64_t at = 0;
+    for (int r = 0; r < g_.size; ++r) {
+      const std::vector<int64_t>& c = g_.counts[r];
+      int64_t from = 0;
+      for (int q = 0; q < rank_; ++q) from += c[q];
+      DI_CHECK(c[rank_] == recv_rows[r], "test communicator: rank ", r, " sends ", c[rank_], " rows, ", rank_,
+               " expects ", recv_rows[r]);
+      std::memcpy(static_cast<char*>(out.data) + at * row, static_cast<const char*>(g_.ptrs[r]) + from * row,
+                  static_cast<size_t>(c[rank_] * row));
+      at += c[rank_];
+      rows_received += r == rank_ ? 0 : c[rank_];
+    }
+    g_.barrier();
   }
+  int64_t rows_received = 0;  // rows received from other ranks
   void broadcast(Tensor& t, int root) override { broadcast_bytes(t.data, contiguous_bytes(t, "broadcast"), root); }
   void broadcast_bytes(void* data, int64_t num_bytes, int root) override {
     g_.ptrs[rank_] = data;
@@ -107,15 +138,17 @@ struct Rank {
   std::unique_ptr<Model> model;
   std::unique_ptr<Runner> runner;
   ParallelPlan plan;
-  Rank(Communicator* comm, int tp, int ep, int dp) {
+  Rank(Communicator* comm, int tp, int ep, int dp, bool batch_invariant = false, int extra = 0, int interval = 0) {
     BackendOptions bo;
     bo.num_threads = 1;
+    bo.batch_invariant = batch_invariant;
     backend = make_cpu_backend(bo);
     LoadOptions lo;
     lo.load_mtp = false;
     if (comm != nullptr) {
-      plan = make_parallel_plan(load_model_config(kTiny), tp, ep, dp, comm->rank(), comm->size());
+      plan = make_parallel_plan(load_model_config(kTiny), tp, ep, dp, comm->rank(), comm->size(), extra);
       plan.comm = comm;
+      plan.eplb_interval = interval;
       lo.parallel = &plan;
     }
     model = load_model(kTiny, *backend, lo);
@@ -178,6 +211,65 @@ TEST(StepFollow, TwoRanksGiveTheOneProcessLogits) {
       for (size_t i = 0; i < want[s].size(); ++i)
         ASSERT_NEAR(got[s][i], want[s][i], 2e-4f * (1.0f + std::fabs(want[s][i])))
             << "--tp " << tp << " --ep " << ep << " --dp " << dp << ", step " << s << ", logit " << i;
+  }
+}
+
+// --ep 2 dispatches each row to its experts' rank and combines their outputs back in slot order
+// (model/expert_parallel.h): with batch-invariant kernels rank 0's logits are the one-process
+// bits, with and without --dp, and with EPLB re-placing 3 redundant experts (rounded up to 4)
+// after every step from the measured loads (the placement does change). The dispatch moves
+// fewer rows than the all-gather of every rank's rows would.
+TEST(StepFollow, ExpertParallelDispatchIsTheOneProcessBits) {
+  Rank single(nullptr, 1, 1, 1, true);
+  const int vocab = single.model->vocab_size();
+  const auto want = greedy_steps(*single.runner, vocab);
+  struct Layout {
+    int dp, extra, interval;
+  };
+  for (auto [dp, extra, interval] : {Layout{1, 0, 0}, {2, 0, 0}, {2, 3, 1}}) {
+    const std::string name = "--ep 2 --dp " + std::to_string(dp) + ", " + std::to_string(extra) + " extra experts";
+    ThreadGroup group(2);
+    ThreadCommunicator c0(group, 0), c1(group, 1);
+    std::string follower_error;
+    std::thread follower([&] {
+      try {
+        Rank r1(&c1, 1, 2, dp, true, extra, interval);
+        r1.runner->follow();
+      } catch (const std::exception& e) {
+        follower_error = e.what();
+      }
+    });
+    std::vector<std::vector<float>> got;
+    int64_t rebalances = 0;
+    bool moved = false;
+    ExpertParallelMoe::Traffic traffic;
+    {
+      Rank r0(&c0, 1, 2, dp, true, extra, interval);
+      got = greedy_steps(*r0.runner, vocab);
+      const auto* m = dynamic_cast<const DeepseekV3Model*>(r0.model.get());
+      ASSERT_NE(m, nullptr);
+      ASSERT_NE(m->expert_parallel(), nullptr);
+      rebalances = m->expert_parallel()->num_rebalances();
+      traffic = m->expert_parallel()->traffic();
+      for (int l = 0; l < m->config().num_hidden_layers; ++l)
+        if (m->weights().layers[l].is_moe && m->expert_parallel()->placement(l) != r0.plan.physical_to_logical)
+          moved = true;
+    }
+    follower.join();
+    ASSERT_EQ(follower_error, "") << name;
+    EXPECT_EQ(rebalances, interval > 0 ? 4 : 0) << name;
+    EXPECT_EQ(moved, interval > 0) << name << ": EPLB changed no layer's placement";
+    EXPECT_GT(c0.rows_received, 0) << name;
+    // A token whose slots share a rank is sent there once: fewer rows than entries (top-2 of 16
+    // experts over 2 ranks), and no more rows than tokens to the one other rank.
+    EXPECT_GT(traffic.rows_out, 0) << name;
+    EXPECT_LT(traffic.rows_out, traffic.entries_out) << name;
+    EXPECT_LE(traffic.rows_out, traffic.tokens) << name;
+    std::printf("%s: rank 0 sent %lld rows for %lld entries of %lld tokens x MoE layers\n", name.c_str(),
+                static_cast<long long>(traffic.rows_out), static_cast<long long>(traffic.entries_out),
+                static_cast<long long>(traffic.tokens));
+    for (size_t s = 0; s < want.size(); ++s)
+      ASSERT_EQ(std::memcmp(got[s].data(), want[s].data(), want[s].size() * 4), 0) << name << ", step " << s;
   }
 }
 
