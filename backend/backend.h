@@ -128,6 +128,11 @@ struct CudaOptions {
   int pipe_stages = 2;            // MoE expert pipeline stages (0: the stream kernel)
   bool pipe_fp8 = true;           // FP8 experts on the pipeline too
   int64_t pipe_max_tokens = 64;   // most tokens of a step for the pipeline (16 lost 30-44% at 32-64)
+  int pipe_fp8_stages = 0;        // FP8 pipeline stages (0: twice pipe_stages, at most 8: the BF16 bytes in flight)
+  bool pipe_dense_fp8 = true;     // FP8 dense GEMMs of <= pipe_max_tokens rows on the pipeline (false: stream kernel)
+  bool pipe_dense_bf16 = false;   // BF16 dense GEMMs of <= pipe_max_tokens rows on the pipeline (false: cuBLASLt)
+  bool norm_registers = true;     // rms_norm rows of <= 8 x threads held in registers (false: the two-pass loop)
+  bool pdl = true;                // pipeline GEMMs as programmatic dependent launches (false: plain launches)
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps

@@ -166,6 +166,9 @@ class CudaBackend final : public Backend {
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
+  // Launches p on the shared-memory pipeline kernel (gemm_pipe.cu: grouped experts or the dense
+  // form) with the stages of its weight kind; false (nothing launched) when it does not take p.
+  bool launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes);
   // Device table of expert weight pointers (built once per experts vector, cached).
   struct ExpertTable {
     DeviceBuffer ptrs;  // 6 * E pointers: gate w, up w, down w, gate s, up s, down s
@@ -205,6 +208,9 @@ class CudaBackend final : public Backend {
   // True when a dense GEMM of M rows with this weight would run on the stream kernel (the
   // choice gemm() makes), so a fused form on that kernel gives the same bits per row.
   bool dense_rows_on_stream(int64_t M, const Weight& w) const;
+  // True when a dense GEMM of M rows with this weight goes to the pipeline kernel's dense form
+  // (pipe_dense_fp8_ / pipe_dense_bf16_, at most pipe_max_tokens_ rows, not batch-invariant).
+  bool dense_rows_on_pipe(int64_t M, const Weight& w) const;
   // FP8 weight with the 128x128 block scales the kernels read (else false).
   static bool fp8_scales_fit(const Weight& w);
   // FP8 activations (fp8_gemm.cu): out = x · W^T for an FP8 weight as 1x128 quantization of x
@@ -265,6 +271,18 @@ class CudaBackend final : public Backend {
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 64;
+  // FP8 weights move half the bytes per 64-wide chunk: pipe_fp8_stages_ chunks in flight (default
+  // twice pipe_stages_) keep the BF16 bytes in flight in the same shared memory (dec18).
+  int pipe_fp8_stages_ = 4;
+  // Dense few-row GEMMs (gemm, gemm_pair; at most pipe_max_tokens_ rows, not batch-invariant)
+  // on the pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of
+  // cuBLASLt). Same bits as the stream kernel.
+  bool pipe_dense_fp8_ = true;
+  bool pipe_dense_bf16_ = false;
+  bool norm_registers_ = true;  // CudaOptions::norm_registers (rms_norm_kernel's register path)
+  // CudaOptions::pdl: the pipeline GEMMs launched as programmatic dependents of the previous
+  // kernel (the kernels before them trigger early; device_utils.cuh pdl_trigger / pdl_wait).
+  bool pdl_ = true;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256

@@ -98,4 +98,13 @@ __device__ __forceinline__ void locate(const int32_t* query_start, const int32_t
   *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
 }
 
+// Programmatic dependent launch (sm_90; dec18). pdl_trigger: this grid's dependents (a kernel
+// launched after it with the programmatic-serialization attribute, CudaBackend::pdl_) may start
+// once every block of this grid has triggered; a no-op when the next kernel is a plain launch.
+// pdl_wait: in a kernel launched with the attribute, waits until the previous grid has completed
+// and its memory is visible (a no-op in a plain launch). Nothing the previous kernels write may
+// be read before pdl_wait; data no kernel writes (weights) may.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 }  // namespace deepinfer::cuda

@@ -32,11 +32,12 @@ constexpr int kNormRegs = 8;
 // sum); the sums, products and roundings are the same as the two-pass loop's, term for term.
 __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
                                 int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
-                                void* out, int out_kind, int64_t ldo, bool add) {
+                                void* out, int out_kind, int64_t ldo, bool add, bool regs) {
+  pdl_trigger();  // the next GEMM may start streaming its weights (dec18)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   float ss = 0.0f;
-  if (H <= int64_t{kNormRegs} * blockDim.x) {
+  if (regs && H <= int64_t{kNormRegs} * blockDim.x) {
     float v[kNormRegs], wv[kNormRegs];
 #pragma unroll
     for (int i = 0; i < kNormRegs; ++i) {
@@ -123,6 +124,7 @@ __global__ void rope_kernel(void* x, int kind, int64_t T, int64_t H, int64_t s0,
 
 __global__ void silu_mul_kernel(const void* g, int g_kind, int64_t ldg, int64_t rows, int64_t I,
                                 void* out, int out_kind, int64_t ldo) {
+  pdl_trigger();  // the down GEMM may start (dec18)
   const int64_t n = rows * I;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -333,7 +335,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
   const int threads = xv.cols >= 1024 ? 256 : 128;
   rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
       xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
-      float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
+      float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false, norm_registers_);
   check_launch("rms_norm", x.describe() + " -> " + out.describe());
 }
 
@@ -355,7 +357,7 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& 
   rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
       xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
       weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
-      ov.row_stride, true);
+      ov.row_stride, true, norm_registers_);
   check_launch("add_rms_norm", x.describe() + " -> " + out.describe());
 }
 
