@@ -2,7 +2,6 @@
 // copies, scratch workspaces, CUDA graphs, and make_cuda_backend.
 #include "backend/cuda/cuda_backend.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -99,11 +98,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;
-  DI_CHECK(o.pipe_fp8_stages >= 0, "cuda backend: CudaOptions::pipe_fp8_stages must be >= 0, got ", o.pipe_fp8_stages);
-  pipe_fp8_stages_ = o.pipe_fp8_stages > 0 ? o.pipe_fp8_stages : std::min(8, 2 * pipe_stages_);
-  pipe_dense_fp8_ = o.pipe_dense_fp8;
-  pipe_dense_bf16_ = o.pipe_dense_bf16;
-  norm_registers_ = o.norm_registers;
+  pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
+  pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
   pdl_ = o.pdl;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;

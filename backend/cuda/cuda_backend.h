@@ -271,17 +271,15 @@ class CudaBackend final : public Backend {
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 64;
-  // FP8 weights move half the bytes per 64-wide chunk: pipe_fp8_stages_ chunks in flight (default
-  // twice pipe_stages_) keep the BF16 bytes in flight in the same shared memory (dec18).
-  int pipe_fp8_stages_ = 4;
-  // Dense few-row GEMMs (gemm, gemm_pair; at most pipe_max_tokens_ rows, not batch-invariant)
-  // on the pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of
-  // cuBLASLt). Same bits as the stream kernel.
-  bool pipe_dense_fp8_ = true;
-  bool pipe_dense_bf16_ = false;
-  bool norm_registers_ = true;  // CudaOptions::norm_registers (rms_norm_kernel's register path)
-  // CudaOptions::pdl: the pipeline GEMMs launched as programmatic dependents of the previous
-  // kernel (the kernels before them trigger early; device_utils.cuh pdl_trigger / pdl_wait).
+  // Dense few-row GEMMs (gemm, gemm_pair; not batch-invariant) of at most these many rows on the
+  // pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of cuBLASLt).
+  // Same bits as the stream kernel. CudaOptions::pdl: those launched as programmatic dependents
+  // of the previous kernel, which triggers early (device_utils.cuh pdl_trigger / pdl_wait): they
+  // stream their first weight chunks under it. (The grouped MoE launches stay plain: with PDL
+  // BF16 lost 2.4% at batch 64, dec18.) FP8 experts keep pipe_stages_ (4 stages for FP8 lost
+  // 0.6-1.4% at batch 32 / 64 and were equal at 1 / 8, dec18).
+  int64_t pipe_dense_fp8_rows_ = 32;
+  int64_t pipe_dense_bf16_rows_ = 8;
   bool pdl_ = true;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own

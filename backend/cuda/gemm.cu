@@ -367,11 +367,10 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
 }
 
 bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
-  const int stages = p.w_kind == kWeightFP8 ? pipe_fp8_stages_ : pipe_stages_;
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  const PipePlan plan = plan_pipe_gemm(p, stages);
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
-  launch_pipe_gemm(p, plan, num_sms_, pdl_, stream_);
+  launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
   check_launch(op, shapes);
   return true;
 }
@@ -468,8 +467,8 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.
   // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64
-  // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far; up to
-  // pipe_max_tokens_ rows the pipeline kernel's dense form (dense_rows_on_pipe).
+  // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far; the fewest rows
+  // take the pipeline kernel's dense form (dense_rows_on_pipe).
   const bool small = M <= stream_max_rows_ || (fp8 && stream_gemm_ && M <= 128);
   const bool pipe = dense_rows_on_pipe(M, w);
   if (!fp8 && !options_.batch_invariant && !small && !pipe &&
@@ -550,8 +549,8 @@ bool CudaBackend::dense_rows_on_stream(int64_t M, const Weight& w) const {
 
 bool CudaBackend::dense_rows_on_pipe(int64_t M, const Weight& w) const {
   const bool fp8 = w.w.dtype == DType::F8_E4M3;
-  return stream_gemm_ && pipe_stages_ > 0 && !options_.batch_invariant && M <= pipe_max_tokens_ &&
-         (fp8 ? pipe_dense_fp8_ : pipe_dense_bf16_);
+  return stream_gemm_ && pipe_stages_ > 0 && !options_.batch_invariant &&
+         M <= (fp8 ? pipe_dense_fp8_rows_ : pipe_dense_bf16_rows_);
 }
 
 // One stream-kernel launch of 2 weights over the same rows; else two gemm calls (cuBLASLt

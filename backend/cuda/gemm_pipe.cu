@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
 
   // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
   // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
-  // grouped form waits first (its tile list and rows come from the index kernel).
+  // grouped form waits first (its tile list and rows come from the index kernel; CudaBackend
+  // launches it plain, where the wait is a no-op).
   const bool dense = p.tiles == nullptr;
   if (!dense) pdl_wait();
   const int n_tiles = (p.N + 8 * kNT - 1) / (8 * kNT);

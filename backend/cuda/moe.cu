@@ -152,7 +152,6 @@ __global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, 
                                        int32_t* offsets_out, int2* tiles, int32_t* num_tiles,
                                        int32_t* row_token, int32_t* entry_pos, int32_t* active,
                                        int32_t* num_active) {
-  pdl_trigger();  // the gate|up pipeline launch may become resident (dec18)
   extern __shared__ int32_t sm_idx[];
   int32_t* sid = sm_idx;
   int32_t* cnt = sid + P;
@@ -525,7 +524,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   pair.w2_ptrs = ptrs + static_cast<size_t>(E);
   pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
   pair.c = hidden;
-  // The expert GEMMs on the pipeline kernel (FP8: pipe_fp8_stages_); false when it does not take them.
+  // The expert GEMMs on the pipeline kernel; false when it does not take them.
   if (pipe && launch_pipe(pair, "moe_experts (gate|up)", shapes)) {
   } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
     launch_gemm(pair, "moe_experts (gate|up)", few_rows);

@@ -65,11 +65,7 @@ TEST_F(DenseOps, Embedding) {
 }
 
 TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
-  BackendOptions lo = env_backend_options();
-  lo.cuda.norm_registers = false;
-  const auto loop = make_cuda_backend(lo);
-  // H up to 8 x threads keeps the row in registers (2048 at 256 threads: the model's rows;
-  // 1000 at 128 threads: a partial last pass); 2050 and 4099 take the two-pass loop.
+  // Rows of the model (2048), odd widths, and rows longer than 8 x threads (2050, 4099).
   for (auto [R, H] : {std::pair<int64_t, int64_t>{1, 64},
                       {5, 100},
                       {33, 2048},
@@ -96,21 +92,7 @@ TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
                          1e-6f, og2);
       expect_close(download(*gpu_, og2), values(oc2), kTolBF16, "add_rms_norm out " + what);
       expect_close(download(*gpu_, rg), values(rc), kTolBF16, "add_rms_norm residual " + what);
-      // The two-pass loop for every row (CudaOptions::norm_registers false, the A/B's other
-      // arm): the same bits, output and residual.
-      Tensor rl = gpu_float(*loop, res, {R, H}, rdt);
-      Tensor ol = gpu_poisoned(*loop, DType::BF16, {R, H});
-      loop->add_rms_norm(rl, gpu_float(*loop, x, {R, H}, DType::BF16), gpu_float(*loop, w, {H}, DType::F32),
-                         1e-6f, ol);
-      const std::vector<float> a = download(*gpu_, og2), b = download(*loop, ol);
-      const std::vector<float> ra = download(*gpu_, rg), rb = download(*loop, rl);
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "add_rms_norm loop vs registers " << what;
-      ASSERT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float))) << "add_rms_norm residual loop vs registers " << what;
     }
-    Tensor ol = gpu_poisoned(*loop, DType::BF16, {R, H});
-    loop->rms_norm(gpu_float(*loop, x, {R, H}, DType::BF16), gpu_float(*loop, w, {H}, DType::BF16), 1e-6f, ol);
-    const std::vector<float> a = download(*gpu_, og), b = download(*loop, ol);
-    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "rms_norm loop vs registers " << what;
   }
   // Strided rows: the first 512 columns of [T, 576] rows (kv_a_layernorm on c_kv).
   const int64_t T = 9, W = 576, H = 512;
@@ -299,27 +281,27 @@ TEST_F(DenseOps, GemmPair) {
   }
 }
 
-// The pipeline kernel's dense form (gemm_pipe.cu: few-row dense gemm and gemm_pair, FP8 by
-// default, BF16 through CudaOptions::pipe_dense_bf16; dec18) gives the stream kernel's bits:
-// against a backend that keeps them on the stream kernel (stream_max_rows 64, pipe_dense_fp8
-// false), with FP8 at 2, 4 (the default: twice the BF16's) and 8 stages; and against the CPU.
+// The pipeline kernel's dense form (gemm_pipe.cu: few-row dense gemm and gemm_pair, launched as
+// programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
+// the stream kernel's bits: against a backend that keeps them on the stream kernel
+// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages; and against the CPU.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
 // of 16; K 2112 (8 warps, the last with no chunk), K 1408 (6 warps, unequal); outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
-  auto backend_with = [](bool pipe, int fp8_stages) {
+  auto backend_with = [](bool pipe, int stages) {
     BackendOptions o = env_backend_options();
     o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
-    o.cuda.pipe_dense_fp8 = pipe;
-    o.cuda.pipe_dense_bf16 = pipe;
-    o.cuda.pipe_fp8_stages = fp8_stages;
+    o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
+    o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
+    o.cuda.pipe_stages = stages;
     return make_cuda_backend(o);
   };
-  const auto stream = backend_with(false, 0);
+  const auto stream = backend_with(false, 2);
   const std::pair<const char*, std::unique_ptr<Backend>> pipes[] = {
-      {"pipe (fp8 stages 4)", backend_with(true, 0)},
-      {"pipe (fp8 stages 2)", backend_with(true, 2)},
-      {"pipe (fp8 stages 8)", backend_with(true, 8)}};
+      {"pipe (2 stages)", backend_with(true, 2)},
+      {"pipe (3 stages)", backend_with(true, 3)},
+      {"pipe (8 stages)", backend_with(true, 8)}};
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
@@ -385,15 +367,17 @@ TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
 // kernel before them runs (the dense form streams weights before waiting for it). A decode-like
 // chain where every GEMM reads what the kernel just before it wrote (add_rms_norm -> gemm_pair ->
 // silu_mul -> gemm -> the next add_rms_norm), three rounds, eager and replayed from a graph,
-// equals bit for bit the same chain on plain launches of the stream kernel; BF16 (on the pipe
-// through pipe_dense_bf16) and FP8, 1, 7 and 40 rows.
+// equals bit for bit the same chain on plain launches of the stream kernel; BF16 and FP8 (both on
+// the pipe up to 64 rows here), 1, 7 and 40 rows.
 TEST_F(DenseOps, PipeDensePdlChainEqualsPlainLaunches) {
   BackendOptions po = env_backend_options();
-  po.cuda.pipe_dense_bf16 = true;
+  po.cuda.pipe_dense_fp8_rows = 64;
+  po.cuda.pipe_dense_bf16_rows = 64;
   po.cuda.pdl = true;
   BackendOptions so = env_backend_options();
   so.cuda.pdl = false;
-  so.cuda.pipe_dense_fp8 = false;
+  so.cuda.pipe_dense_fp8_rows = 0;
+  so.cuda.pipe_dense_bf16_rows = 0;
   so.cuda.stream_max_rows = 64;
   const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
   const int64_t H = 512, I = 384;
