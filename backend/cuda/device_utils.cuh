@@ -104,7 +104,16 @@ __device__ __forceinline__ void locate(const int32_t* query_start, const int32_t
 // pdl_wait: in a kernel launched with the attribute, waits until the previous grid has completed
 // and its memory is visible (a no-op in a plain launch). Nothing the previous kernels write may
 // be read before pdl_wait; data no kernel writes (weights) may.
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// (sm_90 and later only; nothing on older targets, which have no programmatic launches.)
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 }  // namespace deepinfer::cuda
