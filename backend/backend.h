@@ -128,6 +128,13 @@ struct CudaOptions {
   int pipe_stages = 2;            // MoE expert pipeline stages (0: the stream kernel)
   bool pipe_fp8 = true;           // FP8 experts on the pipeline too
   int64_t pipe_max_tokens = 64;   // most tokens of a step for the pipeline (16 lost 30-44% at 32-64)
+  // Dense GEMMs of at most this many rows on the pipeline kernel's dense form, launched as
+  // programmatic dependents (pdl); 0: FP8 on the stream kernel, BF16 on cuBLASLt. H200 (bench/
+  // NOTES.md dec18): FP8 -10% / -5.5% / -5% per step at batch 1 / 8 / 32, +1.2% at 64; BF16 -8% /
+  // -3.5% at batch 1 / 8, +2% / +10% at 32 / 64 against cuBLASLt.
+  int64_t pipe_dense_fp8_rows = 32;
+  int64_t pipe_dense_bf16_rows = 8;
+  bool pdl = true;                // the dense pipeline GEMMs as programmatic dependent launches (false: plain)
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps

@@ -98,6 +98,9 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
   pipe_max_tokens_ = o.pipe_max_tokens;
+  pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
+  pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
+  pdl_ = o.pdl;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");

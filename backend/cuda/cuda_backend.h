@@ -171,6 +171,9 @@ class CudaBackend final : public Backend {
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
+  // Launches p on the shared-memory pipeline kernel (gemm_pipe.cu: grouped experts or the dense
+  // form) with the stages of its weight kind; false (nothing launched) when it does not take p.
+  bool launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes);
   // Device table of expert weight pointers (built once per experts vector, cached).
   struct ExpertTable {
     DeviceBuffer ptrs;  // 6 * E pointers: gate w, up w, down w, gate s, up s, down s
@@ -213,6 +216,9 @@ class CudaBackend final : public Backend {
   // True when a dense GEMM of M rows with this weight would run on the stream kernel (the
   // choice gemm() makes), so a fused form on that kernel gives the same bits per row.
   bool dense_rows_on_stream(int64_t M, const Weight& w) const;
+  // True when a dense GEMM of M rows with this weight goes to the pipeline kernel's dense form
+  // (pipe_dense_fp8_ / pipe_dense_bf16_, at most pipe_max_tokens_ rows, not batch-invariant).
+  bool dense_rows_on_pipe(int64_t M, const Weight& w) const;
   // FP8 weight with the 128x128 block scales the kernels read (else false).
   static bool fp8_scales_fit(const Weight& w);
   // FP8 activations (fp8_gemm.cu): out = x · W^T for an FP8 weight as 1x128 quantization of x
@@ -273,6 +279,16 @@ class CudaBackend final : public Backend {
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
   int64_t pipe_max_tokens_ = 64;
+  // Dense few-row GEMMs (gemm, gemm_pair; not batch-invariant) of at most these many rows on the
+  // pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of cuBLASLt).
+  // Same bits as the stream kernel. CudaOptions::pdl: those launched as programmatic dependents
+  // of the previous kernel, which triggers early (device_utils.cuh pdl_trigger / pdl_wait): they
+  // stream their first weight chunks under it. (The grouped MoE launches stay plain: with PDL
+  // BF16 lost 2.4% at batch 64, dec18.) FP8 experts keep pipe_stages_ (4 stages for FP8 lost
+  // 0.6-1.4% at batch 32 / 64 and were equal at 1 / 8, dec18).
+  int64_t pipe_dense_fp8_rows_ = 32;
+  int64_t pipe_dense_bf16_rows_ = 8;
+  bool pdl_ = true;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256

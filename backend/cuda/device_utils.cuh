@@ -98,4 +98,22 @@ __device__ __forceinline__ void locate(const int32_t* query_start, const int32_t
   *pos = seq_lens[lo] - q_len + (t - query_start[lo]);
 }
 
+// Programmatic dependent launch (sm_90; dec18). pdl_trigger: this grid's dependents (a kernel
+// launched after it with the programmatic-serialization attribute, CudaBackend::pdl_) may start
+// once every block of this grid has triggered; a no-op when the next kernel is a plain launch.
+// pdl_wait: in a kernel launched with the attribute, waits until the previous grid has completed
+// and its memory is visible (a no-op in a plain launch). Nothing the previous kernels write may
+// be read before pdl_wait; data no kernel writes (weights) may.
+// (sm_90 and later only; nothing on older targets, which have no programmatic launches.)
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 }  // namespace deepinfer::cuda

@@ -22,46 +22,17 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, int tabl
   }
 }
 
-// Values per thread rms_norm_kernel keeps in registers (rows of up to kNormRegs x blockDim
-// columns: 2048 at 256 threads); longer rows take the two-pass loop.
-constexpr int kNormRegs = 8;
-
-// One block per row. out = rms_norm(res + x) with res updated (ADD) or rms_norm(x).
-// Rows that fit kNormRegs values per thread are loaded once, with the weight loaded before
-// the block sum (dec17: the second pass re-read the row and waited for the weight after the
-// sum); the sums, products and roundings are the same as the two-pass loop's, term for term.
+// One block per row. out = rms_norm(res + x) with res updated (ADD) or rms_norm(x): the row
+// summed in one pass, then read again for the output. (A register path holding rows of up to
+// 8 x threads, dec17, lost its A/B to this loop: 2.1-2.7% per step at batch 1, 0.5-1.4% above,
+// H200, bench/NOTES.md dec18.)
 __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
                                 int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
                                 void* out, int out_kind, int64_t ldo, bool add) {
+  pdl_trigger();  // the next GEMM may start streaming its weights (dec18)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   float ss = 0.0f;
-  if (H <= int64_t{kNormRegs} * blockDim.x) {
-    float v[kNormRegs], wv[kNormRegs];
-#pragma unroll
-    for (int i = 0; i < kNormRegs; ++i) {
-      const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
-      v[i] = c < H ? ld(x, r * ldx + c, x_kind) : 0.0f;
-      if (add && c < H) v[i] = round_to(ld(res, r * ldr + c, res_kind) + v[i], res_kind);
-      wv[i] = c < H ? ld(w, c, w_kind) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < kNormRegs; ++i) {
-      const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
-      if (c >= H) break;
-      if (add) st(res, r * ldr + c, res_kind, v[i]);
-      ss += v[i] * v[i];
-    }
-    const float total = block_sum(ss, scratch);
-    const float inv = rsqrtf(total / static_cast<float>(H) + eps);
-#pragma unroll
-    for (int i = 0; i < kNormRegs; ++i) {
-      const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
-      if (c >= H) break;
-      st(out, r * ldo + c, out_kind, v[i] * inv * wv[i]);
-    }
-    return;
-  }
   for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
     float v = ld(x, r * ldx + c, x_kind);
     if (add) {
@@ -123,6 +94,7 @@ __global__ void rope_kernel(void* x, int kind, int64_t T, int64_t H, int64_t s0,
 
 __global__ void silu_mul_kernel(const void* g, int g_kind, int64_t ldg, int64_t rows, int64_t I,
                                 void* out, int out_kind, int64_t ldo) {
+  pdl_trigger();  // the down GEMM may start (dec18)
   const int64_t n = rows * I;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {

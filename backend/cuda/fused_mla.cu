@@ -20,6 +20,7 @@ struct NormSide {
 // grid (rows, 2), 256 threads: blockIdx.y picks the side. Only `threads` of them work on a
 // side, with the reduction tree of elementwise.cu's block_sum over that many threads.
 __global__ void rms_norm_pair_kernel(NormSide a, NormSide b, float eps) {
+  pdl_trigger();  // q_b may start streaming its weights (dec18)
   __shared__ float scratch[32];
   const NormSide& s = blockIdx.y == 0 ? a : b;
   const int64_t r = blockIdx.x;

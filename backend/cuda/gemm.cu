@@ -366,6 +366,15 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
   check_launch(op, "tc " + shapes());
 }
 
+bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
+  if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
+  set_smem_limit(plan.kernel, plan.smem_bytes, op);
+  launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
+  check_launch(op, shapes);
+  return true;
+}
+
 bool CudaBackend::cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                                 int64_t ldo, DType out_dtype) {
   const int64_t N = w.w.shape[0], K = w.w.shape[1];
@@ -464,9 +473,11 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.
   // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64
-  // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far.
+  // rows per block) beats the WMMA tile kernel's few blocks (N / 64) by far; the fewest rows
+  // take the pipeline kernel's dense form (dense_rows_on_pipe).
   const bool small = M <= stream_max_rows_ || (fp8 && stream_gemm_ && M <= 128);
-  if (!fp8 && !options_.batch_invariant && !small &&
+  const bool pipe = dense_rows_on_pipe(M, w);
+  if (!fp8 && !options_.batch_invariant && !small && !pipe &&
       cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
     return;
   GemmProblem p;
@@ -483,6 +494,9 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   p.c = ov.data;
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
+  if (pipe && launch_pipe(p, "gemm (pipe)", detail::concat("rows ", M, " N ", N, " K ", K, fp8 ? " fp8" : " bf16")))
+    return;
+  if (pipe && !fp8 && cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype)) return;
   launch_gemm(p, "gemm", M <= 8 || M <= stream_max_rows_ || (small && stream_gemm_supported(p)));
 }
 
@@ -571,6 +585,12 @@ bool CudaBackend::dense_rows_on_stream(int64_t M, const Weight& w) const {
   return stream_gemm_ && (options_.batch_invariant || M <= stream_max_rows_ || (fp8 && M <= 128));
 }
 
+bool CudaBackend::dense_rows_on_pipe(int64_t M, const Weight& w) const {
+  const bool fp8 = w.w.dtype == DType::F8_E4M3;
+  return stream_gemm_ && pipe_stages_ > 0 && !options_.batch_invariant &&
+         M <= (fp8 ? pipe_dense_fp8_rows_ : pipe_dense_bf16_rows_);
+}
+
 // One stream-kernel launch of 2 weights over the same rows; else two gemm calls (cuBLASLt
 // rows, shapes the kernel does not take). Per row, the bits equal those of two gemm calls
 // whenever the fused launch is taken (same kernel, same K order).
@@ -589,7 +609,7 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
   const bool fused = weights_ok && x.dtype == DType::BF16 && x.device == Device::CUDA &&
                      out1.dtype == out2.dtype && (out1.dtype == DType::BF16 || out1.dtype == DType::F32) &&
                      o1.rows == M && o2.rows == M && o1.cols == w1.w.shape[0] && o2.cols == w2.w.shape[0] &&
-                     M > 0 && dense_rows_on_stream(M, w1);
+                     M > 0 && (dense_rows_on_stream(M, w1) || dense_rows_on_pipe(M, w1));
   if (!fused) {
     Backend::gemm_pair(x, w1, w2, out1, out2);
     return;
@@ -618,8 +638,14 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
     Backend::gemm_pair(x, w1, w2, out1, out2);
     return;
   }
+  const auto shapes = [&] { return x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe(); };
+  if (dense_rows_on_pipe(M, w1) && launch_pipe(p, "gemm_pair (pipe)", shapes())) return;
+  if (!dense_rows_on_stream(M, w1)) {  // the pipe did not take it: two gemm calls as before
+    Backend::gemm_pair(x, w1, w2, out1, out2);
+    return;
+  }
   launch_stream_gemm(p, stream_);
-  check_launch("gemm_pair", x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe());
+  check_launch("gemm_pair", shapes());
 }
 
 // Backend::gemm_swiglu's composition (silu_mul, gemm, add) on scratch buffers instead of

@@ -12,7 +12,9 @@
 // Same bits as the stream kernel (stream_mma.cuh): the same fragments, the same K split
 // over ks warps (K alone fixes it), the same chunk order and MMA order, the warps' partial
 // sums added in warp order. Rows come in entries of at most 16 rows (one m16 tile) listed
-// by the caller (GemmProblem::tiles with tile_rows 16: (group, first row)).
+// by the caller (GemmProblem::tiles with tile_rows 16: (group, first row)), or, for a dense
+// problem (no groups, no tile list: few-row dense GEMMs and gemm_pair in decode), entry e is
+// rows [16 e, 16 e + 16) of the M rows, read from the dense weight (w, or w | w2).
 //
 // Shared memory per block: stages [ks][D] of 2 KB (BF16: 16 rows x 128-byte chunk, copied
 // as whole row segments into XOR-swizzled 16-byte slots, bf16_slot; FP8: 16 rows x 64 bytes,
@@ -73,10 +75,20 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   float* scales = red + 2 * ks * kValues * 32 + warp * D * kNT;  // this warp's [D][kNT] (FP8)
   (void)scales;
 
+  // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
+  // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
+  // grouped form waits first (its tile list and rows come from the index kernel; CudaBackend
+  // launches it plain, where the wait is a no-op).
+  const bool dense = p.tiles == nullptr;
+  if (!dense) pdl_wait();
   const int n_tiles = (p.N + 8 * kNT - 1) / (8 * kNT);
-  const int total = *p.num_tiles * n_tiles;
+  const int entries = p.tiles ? *p.num_tiles : (p.M + kEntryRows - 1) / kEntryRows;
+  const int total = entries * n_tiles;
   const int first = blockIdx.x, stride = gridDim.x;
-  if (first >= total) return;  // uniform over the block
+  if (first >= total) {  // uniform over the block
+    if (dense) pdl_wait();
+    return;
+  }
   const int num_items = (total - first + stride - 1) / stride;
   const int K = p.K;
   const int kb = warp * kpw, ke = min(K, kb + kpw);
@@ -101,7 +113,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
       issue_item = n;
       const int item = first + n * stride;
       const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-      const WeightSource w = weight_source<WK>(p, p.tiles[e].x, n0);
+      const WeightSource w = weight_source<WK>(p, p.tiles ? p.tiles[e].x : 0, n0);
 #pragma unroll
       for (int i = 0; i < kRowPtrs; ++i) {  // i = j (FP8) or 2 j + half (BF16)
         const int j = WK == kWeightFP8 ? i : i >> 1;
@@ -137,14 +149,15 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
     if (s < steps) issue(s);
     cp_async_commit();  // empty groups keep the count uniform for wait_group
   }
+  if (dense) pdl_wait();  // activations and outputs: after the previous kernel
 
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
     const int item = first + n * stride;
     const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-    const int2 entry = p.tiles[e];
+    const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
     const int grp = entry.x, r0 = entry.y;
-    const int r1 = min(p.group_offsets[grp + 1], r0 + kEntryRows);
+    const int r1 = min(p.group_offsets ? p.group_offsets[grp + 1] : p.M, r0 + kEntryRows);
     const bf16* ar[2];
     bool av[2];
 #pragma unroll
@@ -243,9 +256,11 @@ const void* pick_kernel(int w_kind, int stages) {
 }  // namespace
 
 bool pipe_gemm_supported(const GemmProblem& p) {
-  return stream_gemm_supported(p) && p.group_offsets != nullptr && p.w_ptrs != nullptr &&
-         p.tiles != nullptr && p.num_tiles != nullptr && p.tile_rows == kEntryRows && p.max_tiles > 0 &&
-         p.heads == 0;
+  if (!stream_gemm_supported(p) || p.heads != 0) return false;
+  if (p.group_offsets == nullptr && p.w_ptrs == nullptr && p.tiles == nullptr)  // dense
+    return p.M > 0 && p.a_rows == nullptr;
+  return p.group_offsets != nullptr && p.w_ptrs != nullptr && p.tiles != nullptr && p.num_tiles != nullptr &&
+         p.tile_rows == kEntryRows && p.max_tiles > 0;
 }
 
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
@@ -259,11 +274,12 @@ PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * kValues * 32 +
                     size_t{4} * ks * plan.stages * kNT;
   const int n_tiles = ceil_div(p.N, 8 * kNT);
-  plan.max_items = static_cast<int64_t>(p.max_tiles) * n_tiles;
+  const int64_t entries = p.tiles ? p.max_tiles : ceil_div(p.M, kEntryRows);
+  plan.max_items = entries * n_tiles;
   return plan;
 }
 
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, cudaStream_t stream) {
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan.kernel, plan.threads, plan.smem_bytes) !=
           cudaSuccess ||
@@ -272,8 +288,17 @@ void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, c
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
   if (blocks <= 0) return;
   void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};
-  cudaLaunchKernel(plan.kernel, dim3(static_cast<unsigned>(blocks)), dim3(plan.threads), args,
-                   plan.smem_bytes, stream);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(plan.threads);
+  config.dynamicSmemBytes = plan.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  cudaLaunchKernelExC(&config, plan.kernel, args);
 }
 
 }  // namespace deepinfer::cuda

@@ -79,7 +79,8 @@ void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
 // The same GEMM with the weights staged through shared memory by cp.async in a D-stage
 // pipeline per warp, over a grid of about (SMs x resident blocks) blocks that walk the
 // (row entry, 16-column tile) items (gemm_pipe.cu). Same bits as the stream kernel. Grouped
-// problems only, with `tiles` built for tile_rows 16 (entries of at most 16 rows).
+// problems with `tiles` built for tile_rows 16 (entries of at most 16 rows), or dense ones
+// (no group_offsets, w_ptrs, tiles, a_rows; gemm_pair's w | w2 too): entries of 16 rows of M.
 struct PipePlan {
   const void* kernel = nullptr;
   int stages = 2;    // 2, 3, 4 or 8 chunk copies in flight per warp
@@ -91,7 +92,9 @@ struct PipePlan {
 bool pipe_gemm_supported(const GemmProblem& p);
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, cudaStream_t stream);
+// pdl: launched as a programmatic dependent of the previous kernel in the stream (the dense form
+// streams its first weight chunks before waiting for it).
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream);
 
 // Grouped GEMM with FP4 / FP8 weights converted in the kernel (moe_qgemm.cu): the shapes it
 // takes (N output columns, K, A row stride lda in elements).

@@ -34,6 +34,7 @@ using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
 template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
+  pdl_trigger();  // a following pipeline GEMM (o after uv) may start streaming its weights (dec18)
   extern __shared__ float red[];  // [KS][MT * NT * 4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;

@@ -524,16 +524,8 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   pair.w2_ptrs = ptrs + static_cast<size_t>(E);
   pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
   pair.c = hidden;
-  // One expert GEMM on the pipeline kernel; false when it does not take the problem.
-  auto launch_pipe = [&](const GemmProblem& q, const char* op) {
-    if (!pipe || !pipe_gemm_supported(q)) return false;
-    const PipePlan plan = plan_pipe_gemm(q, pipe_stages_);
-    set_smem_limit(plan.kernel, plan.smem_bytes, op);
-    launch_pipe_gemm(q, plan, num_sms_, stream_);
-    check_launch(op, shapes);
-    return true;
-  };
-  if (launch_pipe(pair, "moe_experts (gate|up)")) {
+  // The expert GEMMs on the pipeline kernel; false when it does not take them.
+  if (pipe && launch_pipe(pair, "moe_experts (gate|up)", shapes)) {
   } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
     launch_gemm(pair, "moe_experts (gate|up)", few_rows);
   } else {
@@ -562,7 +554,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     silu_mul(hid, actt);
   p.a = act;
   p.lda = I;
-  if (!launch_pipe(p, "moe_experts (down)")) launch_gemm(p, "moe_experts (down)", few_rows);
+  if (!(pipe && launch_pipe(p, "moe_experts (down)", shapes))) launch_gemm(p, "moe_experts (down)", few_rows);
   moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);

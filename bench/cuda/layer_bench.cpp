@@ -9,8 +9,8 @@
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
-//                             [--no-side] [--pipe-tokens N] [--ncu-steps B1,B2,...]
-//                             [--prefill-lens L1,L2,...]
+//                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
+//                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
@@ -25,6 +25,9 @@
 // --no-side: the shared experts in line after the routed ones (A/B of the side line).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
 // pipe_max_tokens, default 64; A/B).
+// --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
+// (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
+// kernel, BF16 on cuBLASLt); --no-pdl: those as plain launches (CudaOptions::pdl false). A/Bs (dec18).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -479,7 +482,8 @@ int main(int argc, char** argv) {
        no_side = false;
   std::string out_path;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
-  int pipe_tokens = 0;
+  int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
+  bool no_pdl = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -493,6 +497,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dense-pipe-rows") && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d", &dense_rows_fp8, &dense_rows_bf16) != 2 || dense_rows_fp8 < 0 ||
+          dense_rows_bf16 < 0) {
+        std::fprintf(stderr, "--dense-pipe-rows: expected FP8,BF16 row counts (e.g. 32,8)\n");
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
     } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
@@ -506,6 +517,9 @@ int main(int argc, char** argv) {
     opts.cuda = cuda_options(env_settings());
     if (no_qgemm) opts.cuda.moe_qgemm_fp8 = false;
     if (pipe_tokens > 0) opts.cuda.pipe_max_tokens = pipe_tokens;
+    if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
+    if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
+    if (no_pdl) opts.cuda.pdl = false;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

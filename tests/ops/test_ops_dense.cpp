@@ -65,8 +65,7 @@ TEST_F(DenseOps, Embedding) {
 }
 
 TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
-  // H up to 8 x threads keeps the row in registers (2048 at 256 threads: the model's rows;
-  // 1000 at 128 threads: a partial last pass); 2050 and 4099 take the two-pass loop.
+  // Rows of the model (2048), odd widths, and rows longer than 8 x threads (2050, 4099).
   for (auto [R, H] : {std::pair<int64_t, int64_t>{1, 64},
                       {5, 100},
                       {33, 2048},
@@ -277,6 +276,160 @@ TEST_F(DenseOps, GemmPair) {
         expect_close(g, r, kTolBF16, what);
         for (int64_t i = 0; i < M; ++i)  // padding columns untouched (still NaN)
           for (int64_t c = N1 + N2; c < ld; ++c) ASSERT_TRUE(std::isnan(got[i * ld + c])) << what;
+      }
+    }
+  }
+}
+
+// The pipeline kernel's dense form (gemm_pipe.cu: few-row dense gemm and gemm_pair, launched as
+// programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
+// the stream kernel's bits: against a backend that keeps them on the stream kernel
+// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages; and against the CPU.
+// Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
+// of 16; K 2112 (8 warps, the last with no chunk), K 1408 (6 warps, unequal); outputs in a
+// padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
+TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
+  auto backend_with = [](bool pipe, int stages) {
+    BackendOptions o = env_backend_options();
+    o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
+    o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
+    o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
+    o.cuda.pipe_stages = stages;
+    return make_cuda_backend(o);
+  };
+  const auto stream = backend_with(false, 2);
+  const std::pair<const char*, std::unique_ptr<Backend>> pipes[] = {
+      {"pipe (2 stages)", backend_with(true, 2)},
+      {"pipe (3 stages)", backend_with(true, 3)},
+      {"pipe (8 stages)", backend_with(true, 8)}};
+  for (bool fp8 : {false, true}) {
+    for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
+                                {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
+                                {40, 304, 70, 192}, {64, 96, 32, 1024}}) {
+      const std::string what = "M " + std::to_string(M) + " N " + std::to_string(N1) + "|" +
+                               std::to_string(N2) + " K " + std::to_string(K) + (fp8 ? " fp8" : " bf16");
+      WeightPair w1 = make_weight(*gpu_, N1, K, fp8), w2 = make_weight(*gpu_, N2, K, fp8);
+      const std::vector<float> x = randn(M * K);
+      const int64_t ld = N1 + N2 + 8;
+      Tensor oc = cpu_f32(std::vector<float>(M * ld), {M, ld});
+      Tensor o1c = cols_of(oc, 0, N1), o2c = cols_of(oc, N1, N1 + N2);
+      cpu_->gemm_pair(cpu_f32(x, {M, K}), w1.cpu, w2.cpu, o1c, o2c);
+      const std::vector<float> want = values(oc);
+      // pair: gemm_pair into [o1 | o2 | pad]; single: gemm of w1 alone into [o1 | NaN ...].
+      auto run = [&](Backend& b, bool pair) {
+        Tensor og = gpu_guarded(b, DType::BF16, {M, ld});
+        Tensor o1g = cols_of(og, 0, N1), o2g = cols_of(og, N1, N1 + N2);
+        Tensor xg = gpu_float(b, x, {M, K}, DType::BF16);
+        WeightPair v1 = w1, v2 = w2;
+        v1.gpu.w = gpu_copy(b, w1.cpu.w);
+        v2.gpu.w = gpu_copy(b, w2.cpu.w);
+        if (fp8) {
+          v1.gpu.scale_inv = gpu_copy(b, w1.cpu.scale_inv);
+          v2.gpu.scale_inv = gpu_copy(b, w2.cpu.scale_inv);
+        }
+        if (pair)
+          b.gemm_pair(xg, v1.gpu, v2.gpu, o1g, o2g);
+        else
+          b.gemm(xg, v1.gpu, o1g);
+        std::vector<float> got = download(b, og);
+        expect_guards_intact(what);
+        return got;
+      };
+      for (bool pair : {true, false}) {
+        const std::string w = what + (pair ? " gemm_pair" : " gemm");
+        const std::vector<float> ref = run(*stream, pair);
+        const int64_t filled = pair ? N1 + N2 : N1;
+        for (const auto& [name, b] : pipes) {
+          const std::vector<float> got = run(*b, pair);
+          std::vector<float> g, r;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t c = 0; c < ld; ++c) {
+              const size_t at = static_cast<size_t>(i * ld + c);
+              if (c >= filled) {
+                ASSERT_TRUE(std::isnan(got[at])) << name << ", " << w << ": row " << i << " padding column " << c;
+                continue;
+              }
+              ASSERT_TRUE(std::memcmp(&got[at], &ref[at], sizeof(float)) == 0 && !std::isnan(got[at]))
+                  << name << ", " << w << ": row " << i << " column " << c << " = " << got[at]
+                  << ", stream kernel " << ref[at] << ", seed " << seed_;
+              g.push_back(got[at]);
+              r.push_back(want[at]);
+            }
+          }
+          expect_close(g, r, kTolBF16, std::string(name) + ", " + w);
+        }
+      }
+    }
+  }
+}
+
+// Programmatic dependent launch (CudaOptions::pdl, dec18): the pipeline GEMMs start while the
+// kernel before them runs (the dense form streams weights before waiting for it). A decode-like
+// chain where every GEMM reads what the kernel just before it wrote (add_rms_norm -> gemm_pair ->
+// silu_mul -> gemm -> the next add_rms_norm), three rounds, eager and replayed from a graph,
+// equals bit for bit the same chain on plain launches of the stream kernel; BF16 and FP8 (both on
+// the pipe up to 64 rows here), 1, 7 and 40 rows.
+TEST_F(DenseOps, PipeDensePdlChainEqualsPlainLaunches) {
+  BackendOptions po = env_backend_options();
+  po.cuda.pipe_dense_fp8_rows = 64;
+  po.cuda.pipe_dense_bf16_rows = 64;
+  po.cuda.pdl = true;
+  BackendOptions so = env_backend_options();
+  so.cuda.pdl = false;
+  so.cuda.pipe_dense_fp8_rows = 0;
+  so.cuda.pipe_dense_bf16_rows = 0;
+  so.cuda.stream_max_rows = 64;
+  const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
+  const int64_t H = 512, I = 384;
+  for (bool fp8 : {false, true}) {
+    for (int64_t M : {1, 7, 40}) {
+      const std::string what = "chain M " + std::to_string(M) + (fp8 ? " fp8" : " bf16");
+      WeightPair wa = make_weight(*gpu_, I, H, fp8), wb = make_weight(*gpu_, I, H, fp8), wd = make_weight(*gpu_, H, I, fp8);
+      const std::vector<float> x0 = randn(M * H), r0 = randn(M * H), wn = randn(H);
+      auto up = [&](Backend& b, const WeightPair& w) {
+        Weight g = w.gpu;
+        g.w = gpu_copy(b, w.cpu.w);
+        if (fp8) g.scale_inv = gpu_copy(b, w.cpu.scale_inv);
+        return g;
+      };
+      auto run = [&](Backend& b, bool graph) {
+        const Weight a = up(b, wa), bb = up(b, wb), d = up(b, wd);
+        const Tensor norm_w = gpu_float(b, wn, {H}, DType::BF16);
+        Tensor o = gpu_float(b, x0, {M, H}, DType::BF16), res = gpu_float(b, r0, {M, H}, DType::BF16);
+        Tensor xn = gpu_poisoned(b, DType::BF16, {M, H}), gu = gpu_poisoned(b, DType::BF16, {M, 2 * I});
+        Tensor act = gpu_poisoned(b, DType::BF16, {M, I});
+        Tensor g1 = cols_of(gu, 0, I), g2 = cols_of(gu, I, 2 * I);
+        auto chain = [&] {
+          for (int round = 0; round < 3; ++round) {
+            b.add_rms_norm(res, o, norm_w, 1e-6f, xn);
+            b.gemm_pair(xn, a, bb, g1, g2);
+            b.silu_mul(gu, act);
+            b.gemm(act, d, o);
+          }
+        };
+        if (graph) {
+          b.graph_capture_begin();
+          chain();
+          const int id = b.graph_capture_end();
+          b.graph_replay(id);
+          b.synchronize();
+          b.graph_release(id);
+        } else {
+          chain();
+        }
+        std::vector<float> out = download(b, o);
+        const std::vector<float> r = download(b, res);
+        out.insert(out.end(), r.begin(), r.end());
+        return out;
+      };
+      const std::vector<float> ref = run(*plain, false);
+      for (bool graph : {false, true}) {
+        const std::vector<float> got = run(*pdl, graph);
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_TRUE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0 && !std::isnan(got[i]))
+              << what << (graph ? " (graph)" : " (eager)") << ": element " << i << " = " << got[i]
+              << ", plain launches " << ref[i] << ", seed " << seed_;
       }
     }
   }

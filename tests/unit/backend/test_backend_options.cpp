@@ -37,6 +37,9 @@ void expect_defaults(const CudaOptions& o) {
   EXPECT_EQ(o.moe_qgemm_fp4, d.moe_qgemm_fp4);
   EXPECT_EQ(o.moe_qgemm_fp8, d.moe_qgemm_fp8);
   EXPECT_EQ(o.moe_qgemm_min_tokens, d.moe_qgemm_min_tokens);
+  EXPECT_EQ(o.pipe_dense_fp8_rows, d.pipe_dense_fp8_rows);
+  EXPECT_EQ(o.pipe_dense_bf16_rows, d.pipe_dense_bf16_rows);
+  EXPECT_EQ(o.pdl, d.pdl);
 }
 
 TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
@@ -47,6 +50,11 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   // pipeline kernel.
   EXPECT_EQ(CudaOptions{}.stream_max_rows, 0);
   EXPECT_TRUE(CudaOptions{}.pipe_fp8);
+  // dec18 (H200, bench/NOTES.md): dense few-row GEMMs on the pipeline kernel with PDL up to 32 FP8 /
+  // 8 BF16 rows.
+  EXPECT_EQ(CudaOptions{}.pipe_dense_fp8_rows, 32);
+  EXPECT_EQ(CudaOptions{}.pipe_dense_bf16_rows, 8);
+  EXPECT_TRUE(CudaOptions{}.pdl);
 }
 
 TEST(BackendOptions, SyncArrivesInItsField) {
