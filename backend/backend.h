@@ -327,13 +327,9 @@ class Backend {
                            Tensor& topk_ids, Tensor& topk_weights) = 0;
   // --- moe (permute, grouped_gemm, combine) ---------------------------------
   // out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]). out is overwritten.
-  // A slot whose id is -1 is skipped (contributes nothing): an expert another rank holds
-  // (moe_localize_ids).
+  // A slot whose id is -1 is skipped (contributes nothing).
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const std::vector<ExpertWeights>& experts, Tensor& out) = 0;
-  // Expert parallelism (model/parallel.h): in place on topk_ids I32 [T, k], an id in
-  // [first, first + count) becomes id - first (this rank's experts vector), any other -1.
-  virtual void moe_localize_ids(Tensor& topk_ids, int first, int count) = 0;
   // The combine of moe_experts on its own (expert parallelism's dispatch: model/expert_parallel.h):
   // out[t] = sum over slots j in ascending order of topk_weights[t, j] * y[pos[t, j]], summed in
   // F32 from 0 with moe_experts' own arithmetic (so a token's bits equal moe_experts' when y holds

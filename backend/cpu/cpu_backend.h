@@ -56,7 +56,6 @@ class CpuBackend final : public Backend {
                    Tensor& topk_ids, Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
-  void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   // Speculative decoding's fix-ups (spec_fixup.cpp).

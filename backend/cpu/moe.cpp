@@ -154,13 +154,4 @@ void CpuBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& t
   }, o);
 }
 
-void CpuBackend::moe_localize_ids(Tensor& topk_ids, int first, int count) {
-  check_cpu(topk_ids, DType::I32, "moe_localize_ids topk_ids");
-  DI_CHECK(topk_ids.is_contiguous() && first >= 0 && count >= 0, "moe_localize_ids: ", topk_ids.describe(),
-           " must be contiguous, first ", first, " and count ", count, " >= 0");
-  int32_t* ids = topk_ids.ptr<int32_t>();
-  for (int64_t i = 0; i < topk_ids.numel(); ++i)
-    ids[i] = ids[i] >= first && ids[i] < first + count ? ids[i] - first : -1;
-}
-
 }  // namespace deepinfer::cpu

@@ -131,7 +131,6 @@ class CudaBackend final : public Backend {
   void markov_argmax(const Tensor& logits, int64_t step, const Tensor& bias, int64_t vocab, Tensor& drafts,
                      Tensor& next) override;
   void dspark_confidence(const Tensor& h, const Tensor& e, const Tensor& w, Tensor& out) override;
-  void moe_localize_ids(Tensor& topk_ids, int first, int count) override;
   void moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights, Tensor& out) override;
   void argmax(const Tensor& logits, Tensor& ids) override;
   void sample(const Tensor& logits, const Tensor& row_params, Tensor& ids) override;  // sampling.cu

@@ -445,25 +445,6 @@ void CudaBackend::kv_gather(const PagedKV& kv, Tensor& rows) {
   check_launch("kv_gather", kv.cache.describe() + " -> " + rows.describe());
 }
 
-namespace {
-__global__ void moe_localize_ids_kernel(int32_t* ids, int64_t n, int first, int count) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) ids[i] = ids[i] >= first && ids[i] < first + count ? ids[i] - first : -1;
-}
-}  // namespace
-
-void CudaBackend::moe_localize_ids(Tensor& topk_ids, int first, int count) {
-  check_device(topk_ids, "moe_localize_ids");
-  check_dtype(topk_ids, DType::I32, "moe_localize_ids topk_ids");
-  DI_CHECK(topk_ids.is_contiguous() && first >= 0 && count >= 0, "moe_localize_ids: ", topk_ids.describe(),
-           " must be contiguous, first ", first, " and count ", count, " >= 0");
-  const int64_t n = topk_ids.numel();
-  if (n == 0) return;
-  moe_localize_ids_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), n,
-                                                                                      first, count);
-  check_launch("moe_localize_ids", topk_ids.describe());
-}
-
 void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
   const RowView l = rows_of(logits, "argmax logits");
   check_float(logits, "argmax logits");

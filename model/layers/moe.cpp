@@ -50,7 +50,7 @@ void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnW
 }
 
 void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
-                 FfnWorkspace& ws, Tensor& out, int first_expert) {
+                 FfnWorkspace& ws, Tensor& out) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "moe_forward: ", T, " tokens exceed the workspace");
   // The shared experts on the backend's side line (CUDA: a second stream), overlapping the
@@ -66,8 +66,8 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
   }
   Tensor ids, weights;
   moe_route(backend, routing, w, x, ws, ids, weights);
-  const int num_local = static_cast<int>(w.experts.size());
-  if (first_expert > 0 || num_local < routing.num_experts) backend.moe_localize_ids(ids, first_expert, num_local);
+  DI_CHECK(static_cast<int64_t>(w.experts.size()) == routing.num_experts, "moe_forward: ", w.experts.size(),
+           " experts for a routing over ", routing.num_experts, " (expert parallelism dispatches: expert_parallel.h)");
   backend.moe_experts(x, ids, weights, w.experts, out);
   if (side) {
     backend.side_join();

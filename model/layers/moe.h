@@ -27,11 +27,10 @@ FfnWorkspace make_ffn_workspace(const FfnDims& dims, Backend& backend, int64_t c
 // out [T, hidden] = SwiGLU MLP of x [T, hidden].
 void mlp_forward(Backend& backend, const ExpertWeights& w, const Tensor& x, FfnWorkspace& ws,
                  Tensor& out);
-// out [T, hidden] = routed experts + shared experts of x [T, hidden]. Expert parallelism
-// (model/parallel.h): w.experts may hold a range of the routing's experts, from first_expert;
-// tokens routed elsewhere get nothing from them here (the ranks' outputs are summed after).
+// out [T, hidden] = routed experts + shared experts of x [T, hidden]; w holds every expert of the
+// routing (expert parallelism dispatches rows to the experts' ranks instead: expert_parallel.h).
 void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
-                 FfnWorkspace& ws, Tensor& out, int first_expert = 0);
+                 FfnWorkspace& ws, Tensor& out);
 
 // The pieces of moe_forward that expert parallelism's dispatch (model/expert_parallel.h) runs
 // around its own routed part, with moe_forward's ops and roundings:

@@ -176,9 +176,6 @@ class ForwardingBackend : public Backend {
                                     float softmax_scale, Tensor& out) override {
     inner_.mla_attention_prefill_sparse(q, k, v, query_start, num_seqs, indices, softmax_scale, out);
   }
-  void moe_localize_ids(Tensor& topk_ids, int first, int count) override {
-    inner_.moe_localize_ids(topk_ids, first, count);
-  }
   void argmax(const Tensor& logits, Tensor& ids) override { inner_.argmax(logits, ids); }
   void spec_accept(const Tensor& ids, const Tensor& tokens, int q, Tensor& accepted, Tensor& last) override {
     inner_.spec_accept(ids, tokens, q, accepted, last);

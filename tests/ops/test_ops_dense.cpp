@@ -524,25 +524,6 @@ TEST_F(DenseOps, FillRandomMatchesCpuBitForBit) {
   }
 }
 
-// Expert parallelism's id localisation (model/parallel.h): ids in [first, first + count) are
-// shifted to the rank's experts, all others become -1; the CPU reference written out here.
-TEST_F(DenseOps, MoeLocalizeIds) {
-  const int64_t T = 37, K = 8;
-  std::vector<int32_t> ids(static_cast<size_t>(T * K));
-  for (auto& v : ids) v = randint(0, 255);
-  const int first = 64, count = 64;
-  Tensor c = cpu_i32(ids, {T, K});
-  cpu_->moe_localize_ids(c, first, count);
-  Tensor g = gpu_copy(*gpu_, cpu_i32(ids, {T, K}));
-  gpu_->moe_localize_ids(g, first, count);
-  std::vector<float> got = download(*gpu_, g);
-  for (int64_t i = 0; i < T * K; ++i) {
-    const int32_t want = ids[i] >= first && ids[i] < first + count ? ids[i] - first : -1;
-    EXPECT_EQ(c.ptr<int32_t>()[i], want) << "CPU reference, entry " << i;
-    EXPECT_EQ(static_cast<int32_t>(got[i]), want) << "CUDA, entry " << i;
-  }
-}
-
 // Expert parallelism's combine (model/expert_parallel.h): out[t] = sum over slots in order of
 // w[t, j] * y[pos[t, j]], pos -1 skipped; the reference written out here, CPU and CUDA (F32 and
 // BF16 out) against it.

@@ -330,7 +330,6 @@ class FakeDeviceBackend : public Backend {
   void moe_routing(const Tensor&, const Tensor&, const MoeRouting&, Tensor&, Tensor&) override {}
   void moe_experts(const Tensor&, const Tensor&, const Tensor&, const std::vector<ExpertWeights>&,
                    Tensor&) override {}
-  void moe_localize_ids(Tensor&, int, int) override {}
   void argmax(const Tensor&, Tensor&) override {}
   int num_allocs = 0;
   uint64_t num_bytes_copied = 0;
