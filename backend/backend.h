@@ -133,7 +133,9 @@ struct CudaOptions {
   bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps
   int64_t fp8_moe_min_rows = 128; // fewest average rows per expert for them
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
-  int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256); 0: by load
+  int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256; FP8: 128x128); 0: by load
+  bool moe_cutlass_fp8 = true;    // routed FP8 prefill experts on CUTLASS's blockwise-scaled FP8 grouped GEMM
+  bool fp8_dense_cutlass = true;  // dense FP8-activation GEMMs on the same kernels (false: cuBLASLt)
   // Routed experts with quantized weights on the tensor-core grouped GEMM (moe_qgemm.cu) from
   // moe_qgemm_min_tokens tokens, never batch-invariant: FP4 (false: the CUDA-core kernel of
   // moe_fp4.cu always) and FP8 in prefill where FP8 activations do not take the step (false: the

@@ -240,6 +240,24 @@ class CudaBackend final : public Backend {
   struct CutlassMoe;  // moe_cutlass.cu: group arrays, workspaces, initialized GEMMs per E
   CutlassMoe& cutlass_moe(int E);
   std::map<int, std::shared_ptr<CutlassMoe>> cutlass_moe_;
+  // The same for FP8 experts (cutlass_fp8.cu): x's rows gathered and quantized 1x128 per
+  // expert, CUTLASS's blockwise-scaled FP8 grouped GEMMs (the weights' 128x128 scales), the
+  // SwiGLU quantized 1x128 again; F32 [P, H] in permuted order for the combine.
+  // cutlass_moe_fp8_fits: shapes and scales it takes (H, I multiples of 16, 128x128 scales).
+  static bool cutlass_moe_fp8_fits(const std::vector<ExpertWeights>& experts);
+  float* moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, int E, int64_t H, int64_t I,
+                                 const void* const* ptrs, const int32_t* row_token, const int32_t* offsets,
+                                 const std::string& shapes);
+  // Dense FP8 GEMM out = q · W^T on CUTLASS's blockwise-scaled kernels (cutlass_fp8.cu, one
+  // group): q [M, K] e4m3 with 1x128 scales [ceil(K/128), M], W's 128x128 scales, out BF16 or F32
+  // rows of ov. cutlass_fp8_dense_fits: K a multiple of 16, 16-byte aligned W and out rows.
+  static bool cutlass_fp8_dense_fits(const Weight& w, const RowView& ov);
+  void gemm_fp8_cutlass(const uint8_t* q, const float* scales, int64_t M, const Weight& w, const RowView& ov);
+  struct CutlassMoeFp8;  // cutlass_fp8.cu: group arrays of 3E groups, workspaces, initialized GEMMs
+  std::shared_ptr<CutlassMoeFp8> make_cutlass_fp8_set(int E);
+  CutlassMoeFp8& cutlass_moe_fp8(int E);  // made once per expert count
+  std::map<int, std::shared_ptr<CutlassMoeFp8>> cutlass_moe_fp8_;
+  std::shared_ptr<CutlassMoeFp8> cutlass_fp8_dense_[2];  // the dense GEMMs' set (E = 1), per line
   struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
   Fp8State& fp8_state();
   std::shared_ptr<Fp8State> fp8_;
@@ -271,6 +289,13 @@ class CudaBackend final : public Backend {
   // (0: 64x128 while the experts average fewer than 128 rows, else 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
   bool moe_cutlass_ = true;
   int moe_cutlass_tile_ = 0;
+  // CudaOptions::moe_cutlass_fp8: routed FP8 experts in prefill (more than 16 rows per expert on
+  // average, not batch-invariant, not clamped) on cutlass_fp8.cu (tiles by moe_cutlass_tile:
+  // 64 pins 64x128, 256 the 128x128 ones; 0: 64x128 below 128 rows per expert).
+  bool moe_cutlass_fp8_ = true;
+  // CudaOptions::fp8_dense_cutlass: dense FP8 GEMMs with FP8 activations (gemm_fp8_act) on
+  // cutlass_fp8.cu's kernels (true) or cuBLASLt's block-scaled GEMM (false).
+  bool fp8_dense_cutlass_ = true;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

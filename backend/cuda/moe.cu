@@ -454,8 +454,18 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     a = tmp;
     lda = H;
   }
-  // Prefill on FP8 experts: FP8 activations (1x128) and cuBLASLt's block-scaled GEMM per
-  // expert (fp8_gemm.cu), when enabled and cuBLASLt takes the shapes; never batch-invariant.
+  // Prefill on FP8 experts: FP8 activations (1x128) on CUTLASS's blockwise-scaled grouped GEMM
+  // (cutlass_fp8.cu: no host sync, graph-capturable), when enabled and it takes the shapes;
+  // never batch-invariant nor clamped.
+  if (fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_fp8_ && cutlass_moe_fp8_fits(experts)) {
+    const float* yc = moe_experts_cutlass_fp8(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
+    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+        yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+    check_launch("moe_experts (combine)", shapes);
+    return;
+  }
+  // Else FP8 activations and cuBLASLt's block-scaled GEMM per expert (fp8_gemm.cu), when enabled
+  // and cuBLASLt takes the shapes (one host sync per layer, not in a graph capture).
   const float* y_fp8 = nullptr;
   const int32_t* y_fp8_pos = nullptr;
   if (fp8 && !few_rows && !clamped &&
