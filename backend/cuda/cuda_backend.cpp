@@ -101,7 +101,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;
-  fp8_dense_cutlass_ = o.fp8_dense_cutlass;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

@@ -215,19 +215,8 @@ class CudaBackend final : public Backend {
   // no algorithm fits. q == nullptr: only finds (and caches) the plan. When ceil(K/128) % 4 != 0
   // the weight scales are copied with rows padded to a multiple of 4 into w_scale_space
   // (ceil(N/128) x that many floats).
-  // w_scales_padded: those padded scales made by the caller (moe_fp8_act), or nullptr.
   bool cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w, void* out,
-                    int64_t ldo, DType out_dtype, float* w_scale_space,
-                    const float* w_scales_padded = nullptr);
-  // Routed experts with FP8 activations in prefill (fp8_gemm.cu), called by moe_experts after
-  // the permutation: x BF16 [T, H] (ldx), row_token [P] / offsets [E + 1] / entry_pos [P] its
-  // index (P = T * top_k). Writes the down outputs F32 into *y ([rows, H], each expert's rows
-  // padded to a multiple of 32) and *y_pos [P] (each pair's row there, -1: none) for the
-  // combine; false (nothing done) when off, batch-invariant, capturing or too few rows.
-  bool moe_fp8_act(const void* x, int64_t ldx, int64_t T, int top_k, const int32_t* topk_ids,
-                   const std::vector<ExpertWeights>& experts, const int32_t* row_token,
-                   const int32_t* offsets, const int32_t* entry_pos, const float** y,
-                   const int32_t** y_pos);
+                    int64_t ldo, DType out_dtype, float* w_scale_space);
   // Routed experts in prefill on CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu), called by
   // moe_experts after the permutation (row_token [P], offsets [E + 1] on the device) for BF16
   // experts: gathers x's rows (BF16, ldx a multiple of 8, 16-byte aligned) per expert, runs
@@ -248,16 +237,9 @@ class CudaBackend final : public Backend {
   float* moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, int E, int64_t H, int64_t I,
                                  const void* const* ptrs, const int32_t* row_token, const int32_t* offsets,
                                  const std::string& shapes);
-  // Dense FP8 GEMM out = q · W^T on CUTLASS's blockwise-scaled kernels (cutlass_fp8.cu, one
-  // group): q [M, K] e4m3 with 1x128 scales [ceil(K/128), M], W's 128x128 scales, out BF16 or F32
-  // rows of ov. cutlass_fp8_dense_fits: K a multiple of 16, 16-byte aligned W and out rows.
-  static bool cutlass_fp8_dense_fits(const Weight& w, const RowView& ov);
-  void gemm_fp8_cutlass(const uint8_t* q, const float* scales, int64_t M, const Weight& w, const RowView& ov);
-  struct CutlassMoeFp8;  // cutlass_fp8.cu: group arrays of 3E groups, workspaces, initialized GEMMs
-  std::shared_ptr<CutlassMoeFp8> make_cutlass_fp8_set(int E);
-  CutlassMoeFp8& cutlass_moe_fp8(int E);  // made once per expert count
+  struct CutlassMoeFp8;  // cutlass_fp8.cu: group arrays, workspaces, initialized GEMMs per E
+  CutlassMoeFp8& cutlass_moe_fp8(int E);
   std::map<int, std::shared_ptr<CutlassMoeFp8>> cutlass_moe_fp8_;
-  std::shared_ptr<CutlassMoeFp8> cutlass_fp8_dense_[2];  // the dense GEMMs' set (E = 1), per line
   struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
   Fp8State& fp8_state();
   std::shared_ptr<Fp8State> fp8_;
@@ -293,9 +275,6 @@ class CudaBackend final : public Backend {
   // average, not batch-invariant, not clamped) on cutlass_fp8.cu (tiles by moe_cutlass_tile:
   // 64 pins 64x128, 256 the 128x128 ones; 0: 64x128 below 128 rows per expert).
   bool moe_cutlass_fp8_ = true;
-  // CudaOptions::fp8_dense_cutlass: dense FP8 GEMMs with FP8 activations (gemm_fp8_act) on
-  // cutlass_fp8.cu's kernels (true) or cuBLASLt's block-scaled GEMM (false).
-  bool fp8_dense_cutlass_ = true;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

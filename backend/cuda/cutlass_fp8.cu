@@ -1,5 +1,5 @@
-// FP8 x FP8 GEMMs of prefill on CUTLASS's (4.2 wheel's headers) Hopper grouped GEMM with
-// blockwise scaling. Routed FP8 experts: FP8 e4m3 x e4m3 on wgmma + TMA, warp-specialized persistent kernels, F32
+// Routed FP8 experts in prefill on CUTLASS's (4.2 wheel's headers) Hopper grouped GEMM with
+// blockwise scaling: FP8 e4m3 x e4m3 on wgmma + TMA, warp-specialized persistent kernels, F32
 // accumulation promoted per 128-wide K block with the activations' 1x128 scales (M-major,
 // [kb, rows] per expert, what quantize_segments_kernel writes) and the weights' 128x128 scales
 // read where they are (K-major [ceil(N/128), ceil(K/128)], the checkpoint's scale_inv):
@@ -14,15 +14,10 @@
 // GEMM parameters only hold those arrays' addresses (allocated once per expert count).
 // Not used in batch-invariant mode (each output element is one CTA's K loop, but the tile
 // configuration follows the load).
-//
-// Dense FP8 GEMMs with FP8 activations (gemm() on an FP8 weight for many rows, fp8_gemm.cu's
-// gemm_fp8_act) run the same kernels as one group (128x128 tiles): BF16 out through the
-// gate | up GEMM (its second group left empty), F32 out through the down GEMM; one set of group
-// arrays per line (main / side stream), written by a one-thread setup kernel per call.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cutlass_grouped.cuh"
 #include "backend/cuda/fp8_quant.cuh"
 
-#include "backend/cuda/cutlass_grouped.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
@@ -101,13 +96,6 @@ struct Grouped {
 using StrideA = Grouped<Tile64, float>::StrideA;
 using StrideB = Grouped<Tile64, float>::StrideB;
 using StrideD = Grouped<Tile64, float>::StrideD;
-template <class G>
-constexpr bool kSameStrides = std::is_same_v<typename G::StrideA, StrideA> &&
-                              std::is_same_v<typename G::StrideB, StrideB> && std::is_same_v<typename G::StrideD, StrideD>;
-static_assert(kSameStrides<Grouped<Tile64, cutlass::bfloat16_t>> && kSameStrides<Grouped<Tile64, float>>,
-              "one stride type per operand for every GEMM");
-static_assert(kSameStrides<Grouped<Tile128, cutlass::bfloat16_t>> && kSameStrides<Grouped<Tile128, float>>,
-              "one stride type per operand for every GEMM");
 
 // Device arrays of the 3E groups: [0, 2E) gate | up (2e: gate, 2e + 1: up), [2E, 3E) down.
 struct GroupArrays {
@@ -151,36 +139,6 @@ __global__ void cutlass_moe_fp8_setup_kernel(GroupArrays g, const int32_t* offse
   }
 }
 
-// One dense GEMM as group 0 (BF16 out; group 1 empty) or group 2 (F32 out) of a one-expert set.
-__global__ void cutlass_fp8_dense_setup_kernel(GroupArrays g, int group, int M, int N, int K, const uint8_t* q,
-                                               const float* sq, const void* w, const float* sw, void* out,
-                                               int64_t ldo) {
-  g.shapes[group] = Shape3{M, N, K};
-  g.a[group] = reinterpret_cast<const ElementAB*>(q);
-  g.b[group] = static_cast<const ElementAB*>(w);
-  g.sfa[group] = sq;
-  g.sfb[group] = sw;
-  g.d[group] = out;
-  g.sa[group] = StrideA{int64_t{K}, cute::Int<1>{}, cute::Int<0>{}};
-  g.sb[group] = StrideB{int64_t{K}, cute::Int<1>{}, cute::Int<0>{}};
-  g.sd[group] = StrideD{ldo, cute::Int<1>{}, cute::Int<0>{}};
-  g.lsfa[group] = ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(M, N, K, 1));
-  g.lsfb[group] = ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(M, N, K, 1));
-  if (group == 0) {
-    g.shapes[1] = Shape3{0, N, K};
-    g.a[1] = g.a[0];
-    g.b[1] = g.b[0];
-    g.sfa[1] = sq;
-    g.sfb[1] = sw;
-    g.d[1] = out;
-    g.sa[1] = g.sa[0];
-    g.sb[1] = g.sb[0];
-    g.sd[1] = g.sd[0];
-    g.lsfa[1] = g.lsfa[0];
-    g.lsfb[1] = g.lsfb[0];
-  }
-}
-
 }  // namespace
 
 // Per expert count: the group arrays, the workspaces and both tile configurations' GEMMs.
@@ -201,17 +159,19 @@ bool CudaBackend::cutlass_moe_fp8_fits(const std::vector<ExpertWeights>& experts
   return true;
 }
 
-std::shared_ptr<CudaBackend::CutlassMoeFp8> CudaBackend::make_cutlass_fp8_set(int E) {
-  DI_CHECK(!capturing(), "cutlass fp8: the grouped GEMMs for ", E,
-           " groups must be set up outside a graph capture; run the step once uncaptured first");
+CudaBackend::CutlassMoeFp8& CudaBackend::cutlass_moe_fp8(int E) {
+  auto it = cutlass_moe_fp8_.find(E);
+  if (it != cutlass_moe_fp8_.end()) return *it->second;
+  DI_CHECK(!capturing(), "moe_experts (cutlass fp8): the grouped GEMMs for ", E,
+           " experts must be set up outside a graph capture; run the step once uncaptured first");
   auto s = std::make_shared<CutlassMoeFp8>();
   const size_t n = 3 * static_cast<size_t>(E);
   const size_t ws64 = CutlassTilePair<Grouped, Tile64, GroupArrays>::workspace_bytes(E, num_sms_, device_);
   const size_t ws128 = CutlassTilePair<Grouped, Tile128, GroupArrays>::workspace_bytes(E, num_sms_, device_);
   const size_t bytes = 256 * 13 + n * (sizeof(Shape3) + 5 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
                                        sizeof(StrideD) + sizeof(LayoutSFA) + sizeof(LayoutSFB)) + ws64 + ws128;
-  DI_CUDA(cudaMalloc(&s->mem, bytes), "cutlass fp8: group arrays and workspace of ", bytes, " bytes");
-  DI_CUDA(cudaMemset(s->mem, 0, bytes), "cutlass fp8: group arrays");
+  DI_CUDA(cudaMalloc(&s->mem, bytes), "moe_experts (cutlass fp8): group arrays and workspace of ", bytes, " bytes");
+  DI_CUDA(cudaMemset(s->mem, 0, bytes), "moe_experts (cutlass fp8): group arrays");
   char* p = static_cast<char*>(s->mem);
   s->g.shapes = cutlass_carve<Shape3>(p, n);
   s->g.a = cutlass_carve<const ElementAB*>(p, n);
@@ -228,37 +188,7 @@ std::shared_ptr<CudaBackend::CutlassMoeFp8> CudaBackend::make_cutlass_fp8_set(in
   char* w128 = cutlass_carve<char>(p, ws128);
   s->t64.init(E, s->g, w64, num_sms_, device_, stream_);
   s->t128.init(E, s->g, w128, num_sms_, device_, stream_);
-  return s;
-}
-
-CudaBackend::CutlassMoeFp8& CudaBackend::cutlass_moe_fp8(int E) {
-  auto it = cutlass_moe_fp8_.find(E);
-  if (it != cutlass_moe_fp8_.end()) return *it->second;
-  return *cutlass_moe_fp8_.emplace(E, make_cutlass_fp8_set(E)).first->second;
-}
-
-bool CudaBackend::cutlass_fp8_dense_fits(const Weight& w, const RowView& ov) {
-  const int64_t K = w.w.shape[1];
-  const auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  return K % 16 == 0 && (ov.dtype == DType::BF16 || ov.dtype == DType::F32) && aligned16(w.w.data) &&
-         aligned16(ov.data) && (ov.row_stride * static_cast<int64_t>(dtype_size(ov.dtype))) % 16 == 0 &&
-         fp8_scales_fit(w);
-}
-
-void CudaBackend::gemm_fp8_cutlass(const uint8_t* q, const float* scales, int64_t M, const Weight& w,
-                                   const RowView& ov) {
-  std::shared_ptr<CutlassMoeFp8>& set = cutlass_fp8_dense_[on_side_ ? 1 : 0];
-  if (!set) set = make_cutlass_fp8_set(1);
-  const int64_t N = w.w.shape[0], K = w.w.shape[1];
-  const bool f32 = ov.dtype == DType::F32;
-  cutlass_fp8_dense_setup_kernel<<<1, 1, 0, stream_>>>(set->g, f32 ? 2 : 0, static_cast<int>(M), static_cast<int>(N),
-                                                       static_cast<int>(K), q, scales, w.w.data, w.scale_inv.ptr<float>(),
-                                                       ov.data, ov.row_stride);
-  check_launch("gemm (cutlass fp8 setup)", w.w.describe());
-  const cutlass::Status st = f32 ? set->t128.down.run(stream_) : set->t128.gate_up.run(stream_);
-  DI_CHECK(st == cutlass::Status::kSuccess, "gemm (cutlass fp8): ", cutlassGetStatusString(st), " for M ", M, ", W ",
-           w.w.describe());
-  check_launch("gemm (cutlass fp8)", w.w.describe());
+  return *cutlass_moe_fp8_.emplace(E, std::move(s)).first->second;
 }
 
 float* CudaBackend::moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, int E, int64_t H, int64_t I,
@@ -278,7 +208,7 @@ float* CudaBackend::moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, i
   uint8_t* qa = reinterpret_cast<uint8_t*>(as);
   float* sa = reinterpret_cast<float*>(as + align(size_t(P) * I));
   quantize_segments_kernel<false><<<ceil_div(int64_t{P} * kbH, 8), 256, 0, stream_>>>(
-      static_cast<const bf16*>(x), ldx, row_token, 0, offsets, offsets, E, P, static_cast<int>(H), qx, sx);
+      static_cast<const bf16*>(x), ldx, row_token, 0, offsets, E, P, static_cast<int>(H), qx, sx);
   check_launch("moe_experts (cutlass fp8 quantize x)", shapes);
   cutlass_moe_fp8_setup_kernel<<<ceil_div(3 * E, 128), 128, 0, stream_>>>(
       s.g, offsets, E, static_cast<int>(H), static_cast<int>(I), ptrs, qx, sx, hidden, qa, sa, y);
@@ -301,7 +231,7 @@ float* CudaBackend::moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, i
   };
   run_tile(false);
   quantize_segments_kernel<true><<<ceil_div(int64_t{P} * kbI, 8), 256, 0, stream_>>>(
-      hidden, 2 * I, nullptr, I, offsets, offsets, E, P, static_cast<int>(I), qa, sa);
+      hidden, 2 * I, nullptr, I, offsets, E, P, static_cast<int>(I), qa, sa);
   check_launch("moe_experts (cutlass fp8 quantize swiglu)", shapes);
   run_tile(true);
   return y;

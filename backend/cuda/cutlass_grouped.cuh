@@ -4,6 +4,7 @@
 // group 0, BF16 out; down: E groups from group 2E, F32 out).
 #pragma once
 #include <cstddef>
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.h"
 #include "cutlass/cutlass.h"
@@ -25,6 +26,12 @@ template <template <class, class> class Grouped, class Tile, class Arrays>
 struct CutlassTilePair {
   using GateUp = Grouped<Tile, cutlass::bfloat16_t>;
   using Down = Grouped<Tile, float>;
+  // The group arrays hold one stride type per operand: every GEMM on them must use it.
+  template <class G>
+  static constexpr bool kFits = std::is_same_v<typename G::StrideA*, decltype(Arrays::sa)> &&
+                                std::is_same_v<typename G::StrideB*, decltype(Arrays::sb)> &&
+                                std::is_same_v<typename G::StrideD*, decltype(Arrays::sd)>;
+  static_assert(kFits<GateUp> && kFits<Down>, "one stride type per operand for every GEMM on the group arrays");
   typename GateUp::Gemm gate_up;
   typename Down::Gemm down;
   static size_t workspace_bytes(int E, int num_sms, int device) {

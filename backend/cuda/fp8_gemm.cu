@@ -4,9 +4,10 @@
 //
 // gemm() on an FP8 weight takes this path for at least fp8 min_rows rows (default 129: up to
 // 128 rows the weight-streaming W8A16 kernel runs, decode) and never in batch-invariant mode
-// (cuBLASLt's reduction order is its own). The GEMM itself runs on CUTLASS's blockwise-scaled
-// kernel (cutlass_fp8.cu, CudaOptions::fp8_dense_cutlass) where it takes the shape, else here. cuBLASLt gets a multiple of 4 rows (16-byte aligned
-// activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel.
+// (cuBLASLt's reduction order is its own). cuBLASLt gets a multiple of 4 rows (16-byte aligned
+// activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel. (H200,
+// bench/NOTES.md "fp8grp": CUTLASS's blockwise-scaled kernel of cutlass_fp8.cu as one group lost
+// to cuBLASLt here by 4-8% of the bench model's FP8 prefill step; the routed experts run there.)
 // CudaOptions::fp8_act_min_rows sets the threshold; 0 turns the path off (W8A16 everywhere,
 // for A/B timing in code).
 //
@@ -30,13 +31,6 @@ namespace deepinfer::cuda {
 
 struct CudaBackend::Fp8State {
   int64_t min_rows = 129;
-  // Routed experts (moe_fp8_act): on/off (CudaOptions::fp8_moe_act) and the least average
-  // rows per expert (CudaOptions::fp8_moe_min_rows). H200, bench model (bench/NOTES.md,
-  // "moe-fp8"): prefill 4096 (384 rows per expert) 27,400 -> 47,000 tok/s, 2048 (192) 29,160 ->
-  // 45,300, but 512 (48) 32,200 -> 17,800: 192 cuBLASLt calls and a host sync per layer cost
-  // more than they save on small slices. Hence on, from 128 rows per expert.
-  bool moe_act = true;
-  int64_t moe_min_rows = 128;
   struct Plan {
     bool ok = false;
     cublasLtMatmulDesc_t desc = nullptr;
@@ -130,15 +124,12 @@ CudaBackend::Fp8State& CudaBackend::fp8_state() {
   if (!fp8_) {
     fp8_ = std::make_shared<Fp8State>();
     fp8_->min_rows = options_.cuda.fp8_act_min_rows;
-    fp8_->moe_act = options_.cuda.fp8_moe_act;
-    fp8_->moe_min_rows = options_.cuda.fp8_moe_min_rows;
   }
   return *fp8_;
 }
 
 bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w,
-                               void* out, int64_t ldo, DType out_dtype, float* w_scale_space,
-                               const float* w_scales_padded) {
+                               void* out, int64_t ldo, DType out_dtype, float* w_scale_space) {
   const bool plan_only = q == nullptr;
   const int64_t N = w.w.shape[0], K = w.w.shape[1];
   const int64_t kb = (K + kFp8Block - 1) / kFp8Block, nb = (N + kFp8Block - 1) / kFp8Block, kb4 = round_up(kb, 4);
@@ -220,8 +211,6 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
                                                                           static_cast<int>(N), w_scale_space);
     check_launch("gemm (fp8 weight scales)", w.scale_inv.describe());
     w_scales = w_scale_space;
-  } else if (kb4 != kb && w_scales_padded) {
-    w_scales = w_scales_padded;
   } else if (kb4 != kb) {
     float* padded = w_scale_space;
     DI_CUDA(cudaMemsetAsync(padded, 0, static_cast<size_t>(nb * kb4) * 4, stream_), "gemm (fp8 scales)");
@@ -249,18 +238,6 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
 bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M_all, const Weight& w, const RowView& ov) {
   const int64_t min_rows = fp8_state().min_rows;
   if (min_rows <= 0 || M_all < min_rows || options_.batch_invariant) return false;
-  // CUTLASS's blockwise-scaled kernel (cutlass_fp8.cu) takes every row count: all rows quantized
-  // into kSlotGemmW ([q: M x K bytes | scales: kb x M floats]), one GEMM.
-  if (fp8_dense_cutlass_ && cutlass_fp8_dense_fits(w, ov)) {
-    const int64_t K = w.w.shape[1], kb = (K + kFp8Block - 1) / kFp8Block;
-    const size_t q_bytes = static_cast<size_t>(round_up(M_all * K, 256));
-    char* base = static_cast<char*>(scratch(kSlotGemmW, q_bytes + static_cast<size_t>(kb * M_all * 4), "gemm (fp8 act)"));
-    launch_quantize(x, DType::BF16, ldx, M_all, K, reinterpret_cast<uint8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
-                    stream_);
-    check_launch("gemm (fp8 act quantize)", w.w.describe());
-    gemm_fp8_cutlass(reinterpret_cast<uint8_t*>(base), reinterpret_cast<float*>(base + q_bytes), M_all, w, ov);
-    return true;
-  }
   // cuBLASLt takes a multiple of 4 rows; the last 1-3 rows run W8A16 on the stream kernel.
   const int64_t M = M_all / 4 * 4;
   if (M == 0 || !cublaslt_fp8(nullptr, nullptr, M, w, ov.data, ov.row_stride, ov.dtype, nullptr)) return false;
@@ -339,144 +316,6 @@ void CudaBackend::gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const We
       q.ptr<uint8_t>(), scales.ptr<float>(), w.w.ptr<uint8_t>(), w.scale_inv.ptr<float>(), w.scale_inv.stride[0],
       static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), ov.data, ov.row_stride, float_kind(ov.dtype));
   check_launch("gemm_fp8_1x128 (simple)", q.describe() + " · " + w.w.describe());
-}
-
-namespace {
-
-// Routed experts with FP8 activations: each expert's permuted rows padded to a multiple of
-// kMoeRowGrain (a multiple of 4 for cuBLASLt; 32 keeps the number of distinct M, hence plans,
-// small). Padded layout: expert e owns rows [poff[e], poff[e + 1]) of q, hidden and y; its
-// count = off[e + 1] - off[e] real rows first, zeros after.
-constexpr int kMoeRowGrain = 32;
-
-// Every expert's 128x128 weight scales [nb, kb] with rows padded to kb4 (cuBLASLt's
-// BLK128x128 layout): out [E, nb, kb4], one launch instead of a copy per expert call.
-__global__ void pad_expert_scales_kernel(const float* const* s_ptrs, int E, int nb, int kb, int kb4, float* out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(E) * nb * kb4) return;
-  const int e = static_cast<int>(i / (nb * kb4)), rem = static_cast<int>(i % (nb * kb4));
-  const int n = rem / kb4, b = rem % kb4;
-  out[i] = b < kb ? s_ptrs[e][n * kb + b] : 0.0f;
-}
-
-// Pair i's row in the padded layout: poff[e] + (entry_pos[i] - off[e]), -1 stays -1.
-__global__ void padded_positions_kernel(const int32_t* ids, int P, const int32_t* off, const int32_t* poff,
-                                        const int32_t* entry_pos, int32_t* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= P) return;
-  const int pos = entry_pos[i];
-  out[i] = pos < 0 ? -1 : poff[ids[i]] + pos - off[ids[i]];
-}
-
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-}  // namespace
-
-bool CudaBackend::moe_fp8_act(const void* x, int64_t ldx, int64_t T, int top_k, const int32_t* topk_ids,
-                              const std::vector<ExpertWeights>& experts, const int32_t* row_token,
-                              const int32_t* offsets, const int32_t* entry_pos, const float** y,
-                              const int32_t** y_pos) {
-  const Fp8State& cfg = fp8_state();
-  const int E = static_cast<int>(experts.size());
-  const int64_t P = T * top_k, H = experts[0].gate.w.shape[1], I = experts[0].gate.w.shape[0];
-  if (!cfg.moe_act || options_.batch_invariant || capturing() || P < cfg.moe_min_rows * E) return false;
-  // cuBLASLt's FP8 GEMMs need K % 16 (both GEMMs) and 16-byte output rows (2I bf16, H f32).
-  if (H % 16 || I % 16) return false;
-  const int64_t kbH = (H + kFp8Block - 1) / kFp8Block, kbI = (I + kFp8Block - 1) / kFp8Block;
-  const int64_t nbH = (H + kFp8Block - 1) / kFp8Block, kbI4 = round_up(kbI, 4);
-  const ExpertTable& table = expert_table(experts);
-  const void* const* ptrs = static_cast<const void* const*>(table.ptrs.tensor().data);
-  bf16* hidden_probe = static_cast<bf16*>(scratch(kSlotMoeHidden, 16, "moe_experts (fp8 act)"));
-  // Plans for one row grain first: when cuBLASLt refuses the shapes, W8A16 runs as before.
-  if (!cublaslt_fp8(nullptr, nullptr, kMoeRowGrain, experts[0].gate, hidden_probe, 2 * I, DType::BF16, nullptr))
-    return false;
-  float* y_probe = static_cast<float*>(scratch(kSlotMoeOut, 16, "moe_experts (fp8 act)"));
-  if (!cublaslt_fp8(nullptr, nullptr, kMoeRowGrain, experts[0].down, y_probe, H, DType::F32, nullptr)) return false;
-
-  // The per-expert row counts on the host (one synchronisation per MoE layer in prefill).
-  std::vector<int32_t> off(static_cast<size_t>(E) + 1), poff(static_cast<size_t>(E) + 1);
-  DI_CUDA(cudaMemcpyAsync(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost, stream_),
-          "moe_experts (fp8 act offsets)");
-  DI_CUDA(cudaStreamSynchronize(stream_), "moe_experts (fp8 act offsets)");
-  poff[0] = 0;
-  for (int e = 0; e < E; ++e) poff[e + 1] = poff[e] + static_cast<int32_t>(round_up(off[e + 1] - off[e], kMoeRowGrain));
-  const int64_t rows = poff[E];
-
-  // Buffers: hidden bf16 [rows, 2I]; y f32 [rows, H]; q [rows, max(H, I)] + scales; and in
-  // kSlotGemmW off/poff [2(E + 1)], y_pos [P], padded down scales [E, nbH, kbI4], the weight
-  // scale space cublaslt_fp8 may need (VEC128 expansion).
-  bf16* hidden = static_cast<bf16*>(scratch(kSlotMoeHidden, static_cast<size_t>(rows * 2 * I) * 2, "moe_experts (fp8 act)"));
-  float* yb = static_cast<float*>(scratch(kSlotMoeOut, static_cast<size_t>(rows * H) * 4, "moe_experts (fp8 act)"));
-  const size_t q_bytes = align256(static_cast<size_t>(rows * std::max(H, I)));
-  const size_t s_bytes = align256(static_cast<size_t>(rows * std::max(kbH, kbI)) * 4);
-  char* qs = static_cast<char*>(scratch(kSlotMoeAct, q_bytes + s_bytes, "moe_experts (fp8 act)"));
-  uint8_t* q = reinterpret_cast<uint8_t*>(qs);
-  float* act_scales = reinterpret_cast<float*>(qs + q_bytes);
-  const size_t idx_bytes = align256(static_cast<size_t>(2 * (E + 1) + P) * 4);
-  const size_t pad_bytes = align256(static_cast<size_t>(E * nbH * kbI4) * 4);
-  const int64_t nbI = (I + kFp8Block - 1) / kFp8Block, kbH4 = round_up(kbH, 4);
-  const size_t space_bytes = static_cast<size_t>(std::max(nbI * kbH4 + kbH * I, nbH * kbI4 + kbI * H)) * 4;
-  char* wb = static_cast<char*>(scratch(kSlotGemmW, idx_bytes + pad_bytes + space_bytes, "moe_experts (fp8 act)"));
-  int32_t* d_off = reinterpret_cast<int32_t*>(wb);
-  int32_t* d_poff = d_off + E + 1;
-  int32_t* d_pos = d_poff + E + 1;
-  float* down_scales = reinterpret_cast<float*>(wb + idx_bytes);
-  float* space = reinterpret_cast<float*>(wb + idx_bytes + pad_bytes);
-  std::vector<int32_t> both(off);
-  both.insert(both.end(), poff.begin(), poff.end());
-  // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `both` may go.
-  DI_CUDA(cudaMemcpyAsync(d_off, both.data(), both.size() * 4, cudaMemcpyHostToDevice, stream_),
-          "moe_experts (fp8 act offsets)");
-  const std::string shapes = "T " + std::to_string(T) + " top_k " + std::to_string(top_k) + " experts " +
-                             std::to_string(E) + " " + experts[0].gate.w.describe();
-  if (kbI4 != kbI) {
-    pad_expert_scales_kernel<<<ceil_div(E * nbH * kbI4, 256), 256, 0, stream_>>>(
-        reinterpret_cast<const float* const*>(ptrs + size_t{5} * E), E, static_cast<int>(nbH),
-        static_cast<int>(kbI), static_cast<int>(kbI4), down_scales);
-    check_launch("moe_experts (fp8 down scales)", shapes);
-  }
-
-  // One expert GEMM on its row slice: cuBLASLt, or the simple kernel for a slice it refuses.
-  auto expert_gemm = [&](const uint8_t* qe, const float* se, int64_t rows_e, const Weight& w, void* out,
-                         int64_t ldo, DType out_dtype, const float* padded, const char* op) {
-    if (cublaslt_fp8(qe, se, rows_e, w, out, ldo, out_dtype, space, padded)) return;
-    const int64_t N = w.w.shape[0], K = w.w.shape[1];
-    fp8_gemm_simple_kernel<<<ceil_div(rows_e * N, 256), 256, 0, stream_>>>(
-        qe, se, w.w.ptr<uint8_t>(), w.scale_inv.ptr<float>(), w.scale_inv.stride[0], static_cast<int>(rows_e),
-        static_cast<int>(N), static_cast<int>(K), out, ldo, float_kind(out_dtype));
-    check_launch(op, shapes);
-  };
-  // gate | up: x rows gathered and quantized once, [rows, H] -> hidden [rows, 2I] (bf16).
-  quantize_segments_kernel<false><<<ceil_div(rows * kbH, 8), 256, 0, stream_>>>(
-      static_cast<const bf16*>(x), ldx, row_token, 0, d_off, d_poff, E, static_cast<int>(rows), static_cast<int>(H),
-      q, act_scales);
-  check_launch("moe_experts (fp8 act quantize x)", shapes);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = poff[e], rows_e = poff[e + 1] - poff[e];
-    if (rows_e == 0) continue;
-    const uint8_t* qe = q + r0 * H;
-    const float* se = act_scales + r0 * kbH;
-    expert_gemm(qe, se, rows_e, experts[e].gate, hidden + r0 * 2 * I, 2 * I, DType::BF16, nullptr,
-                "moe_experts (fp8 gate)");
-    expert_gemm(qe, se, rows_e, experts[e].up, hidden + r0 * 2 * I + I, 2 * I, DType::BF16, nullptr,
-                "moe_experts (fp8 up)");
-  }
-  // down: bf16(silu(gate) * up) quantized, [rows, I] -> y [rows, H] (f32 for the combine).
-  quantize_segments_kernel<true><<<ceil_div(rows * kbI, 8), 256, 0, stream_>>>(
-      hidden, 2 * I, nullptr, I, d_off, d_poff, E, static_cast<int>(rows), static_cast<int>(I), q, act_scales);
-  check_launch("moe_experts (fp8 act quantize swiglu)", shapes);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = poff[e], rows_e = poff[e + 1] - poff[e];
-    if (rows_e == 0) continue;
-    expert_gemm(q + r0 * I, act_scales + r0 * kbI, rows_e, experts[e].down, yb + r0 * H, H, DType::F32,
-                kbI4 != kbI ? down_scales + static_cast<int64_t>(e) * nbH * kbI4 : nullptr, "moe_experts (fp8 down)");
-  }
-  padded_positions_kernel<<<ceil_div(P, 256), 256, 0, stream_>>>(topk_ids, static_cast<int>(P), d_off, d_poff,
-                                                                 entry_pos, d_pos);
-  check_launch("moe_experts (fp8 act positions)", shapes);
-  *y = yb;
-  *y_pos = d_pos;
-  return true;
 }
 
 }  // namespace deepinfer::cuda

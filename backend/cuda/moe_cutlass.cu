@@ -90,13 +90,6 @@ struct Grouped {
 using StrideA = Grouped<Tile64, float>::StrideA;
 using StrideB = Grouped<Tile64, float>::StrideB;
 using StrideD = Grouped<Tile64, float>::StrideD;
-template <class G>
-constexpr bool kSameStrides = std::is_same_v<typename G::StrideA, StrideA> &&
-                              std::is_same_v<typename G::StrideB, StrideB> && std::is_same_v<typename G::StrideD, StrideD>;
-static_assert(kSameStrides<Grouped<Tile64, cutlass::bfloat16_t>> && kSameStrides<Grouped<Tile64, float>>,
-              "one stride type per operand for every GEMM");
-static_assert(kSameStrides<Grouped<Tile128x256, cutlass::bfloat16_t>> && kSameStrides<Grouped<Tile128x256, float>>,
-              "one stride type per operand for every GEMM");
 
 // Device arrays of the 3E groups: [0, 2E) gate | up (2e: gate, 2e + 1: up), [2E, 3E) down.
 struct GroupArrays {

@@ -10,7 +10,7 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--ncu-steps B1,B2,...]
-//                             [--no-qgemm] [--no-fp8-cutlass] [--no-fp8-dense-cutlass] [--moe-tile 64|256]
+//                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
@@ -460,7 +460,7 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill) {
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
-       no_side = false, no_fp8_cutlass = false, no_fp8_dense_cutlass = false;
+       no_side = false, no_fp8_cutlass = false;
   std::string out_path;
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches;
@@ -477,7 +477,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
     else if (!std::strcmp(argv[i], "--no-fp8-cutlass")) no_fp8_cutlass = true;  // FP8 prefill experts: not cutlass_fp8.cu
-    else if (!std::strcmp(argv[i], "--no-fp8-dense-cutlass")) no_fp8_dense_cutlass = true;  // dense FP8 GEMMs on cuBLASLt
     else if (!std::strcmp(argv[i], "--moe-tile") && i + 1 < argc) moe_tile = std::atoi(argv[++i]);  // CudaOptions::moe_cutlass_tile
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
@@ -501,7 +500,6 @@ int main(int argc, char** argv) {
     if (no_qgemm) opts.cuda.moe_qgemm_fp8 = false;
     if (no_fp8_cutlass) opts.cuda.moe_cutlass_fp8 = false;
     if (moe_tile > 0) opts.cuda.moe_cutlass_tile = moe_tile;
-    if (no_fp8_dense_cutlass) opts.cuda.fp8_dense_cutlass = false;
     if (pipe_tokens > 0) opts.cuda.pipe_max_tokens = pipe_tokens;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {

@@ -246,40 +246,32 @@ TEST_F(Fp8Ops, GemmMatchesCpu) {
   }
 }
 
-// gemm() on an FP8 weight with many rows runs FP8 activations on CUDA, on CUTLASS's
-// blockwise-scaled kernel (cutlass_fp8.cu; CudaOptions::fp8_dense_cutlass) or cuBLASLt: it
-// matches the quantize + FP8 GEMM reference far closer than the ~2.5% by which W8A16 differs
-// from it. Odd shapes (M not a multiple of 4, N not of 128, ceil(K/128) % 4 != 0), BF16 and F32
-// outputs NaN-poisoned inside guard bytes. Few rows (decode) stay W8A16 and match the CPU gemm.
+// gemm() on an FP8 weight with many rows runs FP8 activations on CUDA (cuBLASLt): it matches
+// the quantize + FP8 GEMM reference far closer than the ~2.5% by which W8A16 differs from it.
+// Odd shapes (M not a multiple of 4: its last rows run W8A16; N not of 128, ceil(K/128) % 4 != 0),
+// BF16 and F32 outputs NaN-poisoned inside guard bytes. Few rows (decode) stay W8A16 and match
+// the CPU gemm.
 TEST_F(Fp8Ops, GemmOnFp8WeightTakesFp8ActivationsForManyRows) {
-  for (const bool cutlass : {true, false}) {
-    BackendOptions options = env_backend_options();
-    options.cuda.fp8_dense_cutlass = cutlass;
-    std::unique_ptr<Backend> b = make_cuda_backend(options);
-    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{512, 1536, 2048}, {256, 2048, 1408},
-                           {132, 576, 2048}, {133, 200, 384}, {16, 512, 1024}}) {
-      for (DType odt : {DType::BF16, DType::F32}) {
-        const std::string what = std::string(cutlass ? "cutlass" : "cublaslt") + " gemm fp8 M " + std::to_string(M) +
-                                 " N " + std::to_string(N) + " K " + std::to_string(K) + " out " + std::string(dtype_name(odt));
-        HostFp8Weight hw = random_fp8_weight(rng_, N, K);
-        WeightPair w = upload(hw, N, K);
-        Weight wb = w.gpu;
-        wb.w = gpu_copy(*b, w.cpu.w);
-        wb.scale_inv = gpu_copy(*b, w.cpu.scale_inv);
-        const std::vector<float> x = randn(M * K);
-        Tensor og = gpu_guarded(*b, odt, {M, N});
-        b->gemm(gpu_float(*b, x, {M, K}, DType::BF16), wb, og);
-        const std::vector<float> got = download(*b, og);
-        expect_guards_intact(what);
-        Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
-        if (M > 128) {
-          Quantized xq = quantize_on_cpu(x, M, K);
-          cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, w.cpu, oc);
-          expect_close(got, values(oc), 5e-3, what + " vs the FP8-activation reference");
-        } else {
-          cpu_->gemm(cpu_f32(x, {M, K}), w.cpu, oc);
-          expect_close(got, values(oc), kTolBF16, what + " vs the W8A32 reference");
-        }
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{512, 1536, 2048}, {256, 2048, 1408},
+                         {132, 576, 2048}, {133, 200, 384}, {16, 512, 1024}}) {
+    for (DType odt : {DType::BF16, DType::F32}) {
+      const std::string what = "gemm fp8 M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                               std::to_string(K) + " out " + std::string(dtype_name(odt));
+      HostFp8Weight hw = random_fp8_weight(rng_, N, K);
+      WeightPair w = upload(hw, N, K);
+      const std::vector<float> x = randn(M * K);
+      Tensor og = gpu_guarded(*gpu_, odt, {M, N});
+      gpu_->gemm(gpu_float(*gpu_, x, {M, K}, DType::BF16), w.gpu, og);
+      const std::vector<float> got = download(*gpu_, og);
+      expect_guards_intact(what);
+      Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
+      if (M > 128) {
+        Quantized xq = quantize_on_cpu(x, M, K);
+        cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, w.cpu, oc);
+        expect_close(got, values(oc), 5e-3, what + " vs the FP8-activation reference");
+      } else {
+        cpu_->gemm(cpu_f32(x, {M, K}), w.cpu, oc);
+        expect_close(got, values(oc), kTolBF16, what + " vs the W8A32 reference");
       }
     }
   }
@@ -287,24 +279,21 @@ TEST_F(Fp8Ops, GemmOnFp8WeightTakesFp8ActivationsForManyRows) {
 
 // Routed experts on FP8 weights with many rows per expert (prefill) take FP8 activations on
 // CUDA: x quantized 1x128 per permuted row, gate | up, SiLU-mul quantized again, down, on
-// CUTLASS's blockwise-scaled grouped GEMM (cutlass_fp8.cu, both tile configurations) or
-// cuBLASLt per expert slice (moe_fp8_act, CudaOptions::moe_cutlass_fp8 false). They match a CPU
+// CUTLASS's blockwise-scaled grouped GEMM (cutlass_fp8.cu, both tile configurations). They match a CPU
 // composition of quantize_fp8_1x128 + gemm_fp8_1x128 per expert far closer than the W8A32
 // reference (which differs by the ~2.5% activation quantization). Skewed loads: expert 0 gets
 // no rows, the last one row, expert 1 about half the tokens; N and K not multiples of 128,
-// ceil(K/128) % 4 != 0 (cuBLASLt's padded weight scales), a bench-like shape (H 2048, I 1408);
-// NaN-poisoned outputs inside guard bytes; CUTLASS also in a CUDA graph captured on one routing
-// and replayed on another. Batch-invariant mode keeps W8A16.
+// a bench-like shape (H 2048, I 1408); NaN-poisoned outputs inside guard bytes; a CUDA graph
+// captured on one routing and replayed on another. Batch-invariant mode keeps W8A16.
 TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
   struct Case {
     int64_t T, H, I, E, K;
   };
   struct Mode {
     const char* name;
-    bool cutlass;
-    int tile;
+    int tile;  // CudaOptions::moe_cutlass_tile
   };
-  const Mode modes[] = {{"cutlass 64x128", true, 64}, {"cutlass 128x128", true, 256}, {"cublaslt", false, 0}};
+  const Mode modes[] = {{"cutlass 64x128", 64}, {"cutlass 128x128", 256}};
   auto error = [](const std::vector<float>& got, const std::vector<float>& ref) {
     double num = 0, den = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -396,13 +385,8 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
       return experts;
     };
     for (const Mode& mode : modes) {
-      // cuBLASLt: with a row threshold these shapes (~40-75 rows per expert) pass (its default,
-      // 128 rows per expert, is set for the bench model's prefill 2048+).
       BackendOptions options = env_backend_options();
-      options.cuda.moe_cutlass_fp8 = mode.cutlass;
       options.cuda.moe_cutlass_tile = mode.tile;
-      options.cuda.fp8_moe_act = true;
-      options.cuda.fp8_moe_min_rows = 32;
       std::unique_ptr<Backend> b = make_cuda_backend(options);
       const std::string mwhat = what + " (" + mode.name + ")";
       const std::vector<ExpertWeights> experts = upload_experts(*b);
@@ -416,7 +400,6 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
       std::printf("%s: normalised error %.5f vs FP8 activations, %.5f vs W8A32\n", mwhat.c_str(), vs_fp8, vs_w8);
       expect_close(got, want, 1e-2, mwhat + " vs the FP8-activation reference");
       EXPECT_LT(vs_fp8, vs_w8 / 2) << mwhat << " did not take FP8 activations, seed " << seed_;
-      if (!mode.cutlass) continue;  // cuBLASLt's path syncs with the host: never captured
       // Graph: captured on this routing, replayed after the ids change in place.
       ASSERT_TRUE(b->supports_graphs());
       b->graph_capture_begin();
