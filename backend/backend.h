@@ -137,10 +137,12 @@ struct CudaOptions {
   bool pdl = true;                // the dense pipeline GEMMs as programmatic dependent launches (false: plain)
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
-  bool fp8_moe_act = true;        // FP8 activations in large MoE prefill steps
-  int64_t fp8_moe_min_rows = 128; // fewest average rows per expert for them
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
-  int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256); 0: by load
+  int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256; FP8: 128x128); 0: by load
+  // Routed FP8 experts in prefill (> 16 rows per expert) with FP8 activations on CUTLASS's
+  // blockwise-scaled grouped GEMM (false: moe_qgemm.cu, W8A16). H200 (bench/NOTES.md
+  // "fp8grp"): bench model FP8 prefill 512 / 4096 1.6x / 1.66x the previous paths.
+  bool moe_cutlass_fp8 = true;
   // Routed experts with quantized weights on the tensor-core grouped GEMM (moe_qgemm.cu) from
   // moe_qgemm_min_tokens tokens, never batch-invariant: FP4 (false: the CUDA-core kernel of
   // moe_fp4.cu always) and FP8 in prefill where FP8 activations do not take the step (false: the

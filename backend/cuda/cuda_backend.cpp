@@ -103,6 +103,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pdl_ = o.pdl;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
+  moe_cutlass_fp8_ = o.moe_cutlass_fp8;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

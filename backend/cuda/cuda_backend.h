@@ -228,19 +228,8 @@ class CudaBackend final : public Backend {
   // no algorithm fits. q == nullptr: only finds (and caches) the plan. When ceil(K/128) % 4 != 0
   // the weight scales are copied with rows padded to a multiple of 4 into w_scale_space
   // (ceil(N/128) x that many floats).
-  // w_scales_padded: those padded scales made by the caller (moe_fp8_act), or nullptr.
   bool cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w, void* out,
-                    int64_t ldo, DType out_dtype, float* w_scale_space,
-                    const float* w_scales_padded = nullptr);
-  // Routed experts with FP8 activations in prefill (fp8_gemm.cu), called by moe_experts after
-  // the permutation: x BF16 [T, H] (ldx), row_token [P] / offsets [E + 1] / entry_pos [P] its
-  // index (P = T * top_k). Writes the down outputs F32 into *y ([rows, H], each expert's rows
-  // padded to a multiple of 32) and *y_pos [P] (each pair's row there, -1: none) for the
-  // combine; false (nothing done) when off, batch-invariant, capturing or too few rows.
-  bool moe_fp8_act(const void* x, int64_t ldx, int64_t T, int top_k, const int32_t* topk_ids,
-                   const std::vector<ExpertWeights>& experts, const int32_t* row_token,
-                   const int32_t* offsets, const int32_t* entry_pos, const float** y,
-                   const int32_t** y_pos);
+                    int64_t ldo, DType out_dtype, float* w_scale_space);
   // Routed experts in prefill on CUTLASS's Hopper grouped GEMMs (moe_cutlass.cu), called by
   // moe_experts after the permutation (row_token [P], offsets [E + 1] on the device) for BF16
   // experts: gathers x's rows (BF16, ldx a multiple of 8, 16-byte aligned) per expert, runs
@@ -253,6 +242,17 @@ class CudaBackend final : public Backend {
   struct CutlassMoe;  // moe_cutlass.cu: group arrays, workspaces, initialized GEMMs per E
   CutlassMoe& cutlass_moe(int E);
   std::map<int, std::shared_ptr<CutlassMoe>> cutlass_moe_;
+  // The same for FP8 experts (cutlass_fp8.cu): x's rows gathered and quantized 1x128 per
+  // expert, CUTLASS's blockwise-scaled FP8 grouped GEMMs (the weights' 128x128 scales), the
+  // SwiGLU quantized 1x128 again; F32 [P, H] in permuted order for the combine.
+  // cutlass_moe_fp8_fits: shapes and scales it takes (H, I multiples of 16, 128x128 scales).
+  static bool cutlass_moe_fp8_fits(const std::vector<ExpertWeights>& experts);
+  float* moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, int E, int64_t H, int64_t I,
+                                 const void* const* ptrs, const int32_t* row_token, const int32_t* offsets,
+                                 const std::string& shapes);
+  struct CutlassMoeFp8;  // cutlass_fp8.cu: group arrays, workspaces, initialized GEMMs per E
+  CutlassMoeFp8& cutlass_moe_fp8(int E);
+  std::map<int, std::shared_ptr<CutlassMoeFp8>> cutlass_moe_fp8_;
   struct Fp8State;  // fp8_gemm.cu: settings and cuBLASLt plans
   Fp8State& fp8_state();
   std::shared_ptr<Fp8State> fp8_;
@@ -294,6 +294,10 @@ class CudaBackend final : public Backend {
   // (0: 64x128 while the experts average fewer than 128 rows, else 128x256). H200 (bench/NOTES.md, cutlass): prefill 512 / 4096 2.10x / 1.64x the own tiles.
   bool moe_cutlass_ = true;
   int moe_cutlass_tile_ = 0;
+  // CudaOptions::moe_cutlass_fp8: routed FP8 experts in prefill (more than 16 rows per expert on
+  // average, not batch-invariant, not clamped) on cutlass_fp8.cu (tiles by moe_cutlass_tile:
+  // 64 pins 64x128, 256 the 128x128 ones; 0: 64x128 below 128 rows per expert).
+  bool moe_cutlass_fp8_ = true;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

@@ -5,7 +5,9 @@
 // gemm() on an FP8 weight takes this path for at least fp8 min_rows rows (default 129: up to
 // 128 rows the weight-streaming W8A16 kernel runs, decode) and never in batch-invariant mode
 // (cuBLASLt's reduction order is its own). cuBLASLt gets a multiple of 4 rows (16-byte aligned
-// activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel.
+// activation-scale vectors); the 1-3 rows left over run W8A16 on the stream kernel. (H200,
+// bench/NOTES.md "fp8grp": CUTLASS's blockwise-scaled kernel of cutlass_fp8.cu as one group lost
+// to cuBLASLt here by 4-8% of the bench model's FP8 prefill step; the routed experts run there.)
 // CudaOptions::fp8_act_min_rows sets the threshold; 0 turns the path off (W8A16 everywhere,
 // for A/B timing in code).
 //
@@ -22,19 +24,13 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/fp8_quant.cuh"
 #include "backend/cuda/gemm_problem.h"
 
 namespace deepinfer::cuda {
 
 struct CudaBackend::Fp8State {
   int64_t min_rows = 129;
-  // Routed experts (moe_fp8_act): on/off (CudaOptions::fp8_moe_act) and the least average
-  // rows per expert (CudaOptions::fp8_moe_min_rows). H200, bench model (bench/NOTES.md,
-  // "moe-fp8"): prefill 4096 (384 rows per expert) 27,400 -> 47,000 tok/s, 2048 (192) 29,160 ->
-  // 45,300, but 512 (48) 32,200 -> 17,800: 192 cuBLASLt calls and a host sync per layer cost
-  // more than they save on small slices. Hence on, from 128 rows per expert.
-  bool moe_act = true;
-  int64_t moe_min_rows = 128;
   struct Plan {
     bool ok = false;
     cublasLtMatmulDesc_t desc = nullptr;
@@ -59,26 +55,8 @@ struct CudaBackend::Fp8State {
 
 namespace {
 
-constexpr int kBlock = 128;
-constexpr float kFp8Max = 448.0f;
-
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-// One 128-column block held by a warp (lane l: v[0..3] = columns k0 .. k0 + 3, zeros past K):
-// scale = amax / 448 (1 when the block is all zero), q_row[k] = e4m3(v / scale), RNE,
-// saturating, for k < K. Returns the scale.
-__device__ float quantize_warp_block(const float (&v)[4], int k0, int K, uint8_t* q_row) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(v[j]));
-  amax = warp_max(amax);
-  const float scale = amax > 0.0f ? amax / kFp8Max : 1.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    if (k0 + j < K) q_row[k0 + j] = __nv_cvt_float_to_fp8(v[j] / scale, __NV_SATFINITE, __NV_E4M3);
-  return scale;
-}
 
 // One warp per (row m, 128-column block b): lane l holds columns 128b + 4l .. + 3.
 // scale = amax / 448 (1 when the block is all zero); q = e4m3(x / scale), RNE, saturating.
@@ -87,12 +65,12 @@ __device__ float quantize_warp_block(const float (&v)[4], int k0, int K, uint8_t
 template <typename T>
 __global__ void quantize_1x128_kernel(const T* x, int64_t ldx, int M, int K, uint8_t* q,
                                       float* scales) {
-  const int blocks = (K + kBlock - 1) / kBlock;
+  const int blocks = (K + kFp8Block - 1) / kFp8Block;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (item >= static_cast<int64_t>(M) * blocks) return;
   const int m = static_cast<int>(item / blocks), b = static_cast<int>(item % blocks);
   const int lane = threadIdx.x & 31;
-  const int k0 = b * kBlock + lane * 4;
+  const int k0 = b * kFp8Block + lane * 4;
   float v[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) v[j] = k0 + j < K ? to_f(x[static_cast<int64_t>(m) * ldx + k0 + j]) : 0.0f;
@@ -108,13 +86,13 @@ __global__ void fp8_gemm_simple_kernel(const uint8_t* q, const float* sa, const 
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(M) * N) return;
   const int m = static_cast<int>(i / N), n = static_cast<int>(i % N);
-  const int blocks = (K + kBlock - 1) / kBlock;
+  const int blocks = (K + kFp8Block - 1) / kFp8Block;
   float acc = 0.0f;
   for (int b = 0; b < blocks; ++b) {
     float part = 0.0f;
-    for (int k = b * kBlock; k < min(K, (b + 1) * kBlock); ++k)
+    for (int k = b * kFp8Block; k < min(K, (b + 1) * kFp8Block); ++k)
       part += fp8_to_f(q[static_cast<int64_t>(m) * K + k]) * fp8_to_f(w[static_cast<int64_t>(n) * K + k]);
-    acc += part * (sa[static_cast<int64_t>(b) * M + m] * sw[(n / kBlock) * sw_stride + b]);
+    acc += part * (sa[static_cast<int64_t>(b) * M + m] * sw[(n / kFp8Block) * sw_stride + b]);
   }
   st(out, static_cast<int64_t>(m) * ldo + n, out_kind, acc);
 }
@@ -124,12 +102,12 @@ __global__ void expand_weight_scales_kernel(const float* s, int kb, int N, float
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(kb) * N) return;
   const int b = static_cast<int>(i / N), n = static_cast<int>(i % N);
-  out[i] = s[static_cast<int64_t>(n / kBlock) * kb + b];
+  out[i] = s[static_cast<int64_t>(n / kFp8Block) * kb + b];
 }
 
 void launch_quantize(const void* x, DType x_dtype, int64_t ldx, int64_t M, int64_t K, uint8_t* q,
                      float* scales, cudaStream_t stream) {
-  const int64_t items = M * ((K + kBlock - 1) / kBlock);
+  const int64_t items = M * ((K + kFp8Block - 1) / kFp8Block);
   const unsigned grid = ceil_div(items, 8);  // 8 warps per block
   if (grid == 0) return;
   if (x_dtype == DType::BF16)
@@ -146,18 +124,15 @@ CudaBackend::Fp8State& CudaBackend::fp8_state() {
   if (!fp8_) {
     fp8_ = std::make_shared<Fp8State>();
     fp8_->min_rows = options_.cuda.fp8_act_min_rows;
-    fp8_->moe_act = options_.cuda.fp8_moe_act;
-    fp8_->moe_min_rows = options_.cuda.fp8_moe_min_rows;
   }
   return *fp8_;
 }
 
 bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M, const Weight& w,
-                               void* out, int64_t ldo, DType out_dtype, float* w_scale_space,
-                               const float* w_scales_padded) {
+                               void* out, int64_t ldo, DType out_dtype, float* w_scale_space) {
   const bool plan_only = q == nullptr;
   const int64_t N = w.w.shape[0], K = w.w.shape[1];
-  const int64_t kb = (K + kBlock - 1) / kBlock, nb = (N + kBlock - 1) / kBlock, kb4 = round_up(kb, 4);
+  const int64_t kb = (K + kFp8Block - 1) / kFp8Block, nb = (N + kFp8Block - 1) / kFp8Block, kb4 = round_up(kb, 4);
   const size_t out_elem = dtype_size(out_dtype);
   // FP8 tensor-core GEMMs need 16-byte rows and bases; the scale vectors 16-byte aligned.
   // M % 4: each 128-column block's M activation scales start 16-byte aligned.
@@ -236,8 +211,6 @@ bool CudaBackend::cublaslt_fp8(const void* q, const float* act_scales, int64_t M
                                                                           static_cast<int>(N), w_scale_space);
     check_launch("gemm (fp8 weight scales)", w.scale_inv.describe());
     w_scales = w_scale_space;
-  } else if (kb4 != kb && w_scales_padded) {
-    w_scales = w_scales_padded;
   } else if (kb4 != kb) {
     float* padded = w_scale_space;
     DI_CUDA(cudaMemsetAsync(padded, 0, static_cast<size_t>(nb * kb4) * 4, stream_), "gemm (fp8 scales)");
@@ -268,7 +241,7 @@ bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M_all, const 
   // cuBLASLt takes a multiple of 4 rows; the last 1-3 rows run W8A16 on the stream kernel.
   const int64_t M = M_all / 4 * 4;
   if (M == 0 || !cublaslt_fp8(nullptr, nullptr, M, w, ov.data, ov.row_stride, ov.dtype, nullptr)) return false;
-  const int64_t N = w.w.shape[0], K = w.w.shape[1], kb = (K + kBlock - 1) / kBlock;
+  const int64_t N = w.w.shape[0], K = w.w.shape[1], kb = (K + kFp8Block - 1) / kFp8Block;
   if (M < M_all) {
     GemmProblem p;
     p.a = static_cast<const bf16*>(x) + M * ldx;
@@ -290,7 +263,7 @@ bool CudaBackend::gemm_fp8_act(const void* x, int64_t ldx, int64_t M_all, const 
   // 256-byte aligned (x itself may sit in kSlotGemmA, converted from F32).
   const size_t q_bytes = static_cast<size_t>(round_up(M * K, 256));
   const size_t s_bytes = static_cast<size_t>(round_up(kb * M * 4, 256));
-  const size_t w_bytes = static_cast<size_t>((((N + kBlock - 1) / kBlock) * round_up(kb, 4) + kb * N) * 4);
+  const size_t w_bytes = static_cast<size_t>((((N + kFp8Block - 1) / kFp8Block) * round_up(kb, 4) + kb * N) * 4);
   char* base = static_cast<char*>(scratch(kSlotGemmW, q_bytes + s_bytes + w_bytes, "gemm (fp8 act)"));
   uint8_t* q = reinterpret_cast<uint8_t*>(base);
   float* scales = reinterpret_cast<float*>(base + q_bytes);
@@ -305,7 +278,7 @@ void CudaBackend::quantize_fp8_1x128(const Tensor& x, Tensor& q, Tensor& scales)
   check_float(x, "quantize_fp8_1x128 x");
   check_device(q, "quantize_fp8_1x128 q");
   check_device(scales, "quantize_fp8_1x128 scales");
-  const int64_t M = xv.rows, K = xv.cols, kb = (K + kBlock - 1) / kBlock;
+  const int64_t M = xv.rows, K = xv.cols, kb = (K + kFp8Block - 1) / kFp8Block;
   DI_CHECK(q.dtype == DType::F8_E4M3 && q.ndim == 2 && q.is_contiguous() && q.size(0) == M && q.size(1) == K,
            "quantize_fp8_1x128: q ", q.describe(), " must be contiguous F8_E4M3 [", M, ", ", K, "]");
   DI_CHECK(scales.dtype == DType::F32 && scales.ndim == 2 && scales.is_contiguous() && scales.size(0) == kb &&
@@ -323,7 +296,7 @@ void CudaBackend::gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const We
   check_float(out, "gemm_fp8_1x128 out");
   DI_CHECK(q.dtype == DType::F8_E4M3 && q.ndim == 2 && q.is_contiguous(), "gemm_fp8_1x128: q ", q.describe(),
            " must be contiguous F8_E4M3 [M, K]");
-  const int64_t M = q.size(0), K = q.size(1), kb = (K + kBlock - 1) / kBlock;
+  const int64_t M = q.size(0), K = q.size(1), kb = (K + kFp8Block - 1) / kFp8Block;
   DI_CHECK(scales.dtype == DType::F32 && scales.ndim == 2 && scales.is_contiguous() && scales.size(0) == kb &&
                scales.size(1) == M,
            "gemm_fp8_1x128: scales ", scales.describe(), " must be contiguous F32 [", kb, ", ", M, "]");
@@ -335,7 +308,7 @@ void CudaBackend::gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const We
   const int64_t N = w.w.shape[0];
   DI_CHECK(ov.rows == M && ov.cols == N, "gemm_fp8_1x128: out ", out.describe(), " must be [", M, ", ", N, "]");
   if (M == 0 || N == 0) return;
-  const size_t w_bytes = static_cast<size_t>((((N + kBlock - 1) / kBlock) * round_up(kb, 4) + kb * N) * 4);
+  const size_t w_bytes = static_cast<size_t>((((N + kFp8Block - 1) / kFp8Block) * round_up(kb, 4) + kb * N) * 4);
   float* w_scale_space = static_cast<float*>(scratch(kSlotGemmW, w_bytes, "gemm_fp8_1x128"));
   if (cublaslt_fp8(q.data, scales.ptr<float>(), M, w, ov.data, ov.row_stride, ov.dtype, w_scale_space)) return;
   const int64_t n = M * N;
@@ -343,191 +316,6 @@ void CudaBackend::gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const We
       q.ptr<uint8_t>(), scales.ptr<float>(), w.w.ptr<uint8_t>(), w.scale_inv.ptr<float>(), w.scale_inv.stride[0],
       static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), ov.data, ov.row_stride, float_kind(ov.dtype));
   check_launch("gemm_fp8_1x128 (simple)", q.describe() + " · " + w.w.describe());
-}
-
-namespace {
-
-// Routed experts with FP8 activations: each expert's permuted rows padded to a multiple of
-// kMoeRowGrain (a multiple of 4 for cuBLASLt; 32 keeps the number of distinct M, hence plans,
-// small). Padded layout: expert e owns rows [poff[e], poff[e + 1]) of q, hidden and y; its
-// count = off[e + 1] - off[e] real rows first, zeros after.
-constexpr int kMoeRowGrain = 32;
-
-// Expert e of padded row r: the last e with poff[e] <= r (empty experts have poff[e] == poff[e + 1]).
-__device__ int segment_of(const int32_t* poff, int E, int r) {
-  int lo = 0, hi = E - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (poff[mid] <= r) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// 1x128 quantization into the padded layout, one warp per (padded row, 128-column block), the
-// same arithmetic as quantize_1x128_kernel (quantize_warp_block). Scales per expert as cuBLASLt's VEC128 wants them
-// for its row slice: [kb, M_e] at poff[e] * kb. kSwiglu = false: row r is x[row_token[off[e] +
-// local]] (the gather); true: row r is bf16(silu(g) * u) of hidden row r (g at column k, u at
-// up_offset + k), what silu_mul stores.
-template <bool kSwiglu>
-__global__ void quantize_segments_kernel(const bf16* x, int64_t ldx, const int32_t* row_token, int64_t up_offset,
-                                         const int32_t* off, const int32_t* poff, int E, int rows, int K,
-                                         uint8_t* q, float* scales) {
-  const int blocks = (K + kBlock - 1) / kBlock;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (item >= static_cast<int64_t>(rows) * blocks) return;
-  const int r = static_cast<int>(item / blocks), b = static_cast<int>(item % blocks);
-  const int e = segment_of(poff, E, r);
-  const int local = r - poff[e], count = off[e + 1] - off[e], rows_e = poff[e + 1] - poff[e];
-  const bool real = local < count;
-  const int64_t src = kSwiglu ? r : (real ? row_token[off[e] + local] : 0);
-  const int lane = threadIdx.x & 31;
-  const int k0 = b * kBlock + lane * 4;
-  float v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[j] = 0.0f;
-    if (real && k0 + j < K) {
-      if (kSwiglu) {
-        const float g = to_f(x[src * ldx + k0 + j]), u = to_f(x[src * ldx + up_offset + k0 + j]);
-        v[j] = to_f(__float2bfloat16_rn(g / (1.0f + __expf(-g)) * u));
-      } else {
-        v[j] = to_f(x[src * ldx + k0 + j]);
-      }
-    }
-  }
-  const float scale = quantize_warp_block(v, k0, K, q + static_cast<int64_t>(r) * K);
-  if (lane == 0) scales[static_cast<int64_t>(poff[e]) * blocks + static_cast<int64_t>(b) * rows_e + local] = scale;
-}
-
-// Every expert's 128x128 weight scales [nb, kb] with rows padded to kb4 (cuBLASLt's
-// BLK128x128 layout): out [E, nb, kb4], one launch instead of a copy per expert call.
-__global__ void pad_expert_scales_kernel(const float* const* s_ptrs, int E, int nb, int kb, int kb4, float* out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(E) * nb * kb4) return;
-  const int e = static_cast<int>(i / (nb * kb4)), rem = static_cast<int>(i % (nb * kb4));
-  const int n = rem / kb4, b = rem % kb4;
-  out[i] = b < kb ? s_ptrs[e][n * kb + b] : 0.0f;
-}
-
-// Pair i's row in the padded layout: poff[e] + (entry_pos[i] - off[e]), -1 stays -1.
-__global__ void padded_positions_kernel(const int32_t* ids, int P, const int32_t* off, const int32_t* poff,
-                                        const int32_t* entry_pos, int32_t* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= P) return;
-  const int pos = entry_pos[i];
-  out[i] = pos < 0 ? -1 : poff[ids[i]] + pos - off[ids[i]];
-}
-
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-}  // namespace
-
-bool CudaBackend::moe_fp8_act(const void* x, int64_t ldx, int64_t T, int top_k, const int32_t* topk_ids,
-                              const std::vector<ExpertWeights>& experts, const int32_t* row_token,
-                              const int32_t* offsets, const int32_t* entry_pos, const float** y,
-                              const int32_t** y_pos) {
-  const Fp8State& cfg = fp8_state();
-  const int E = static_cast<int>(experts.size());
-  const int64_t P = T * top_k, H = experts[0].gate.w.shape[1], I = experts[0].gate.w.shape[0];
-  if (!cfg.moe_act || options_.batch_invariant || capturing() || P < cfg.moe_min_rows * E) return false;
-  // cuBLASLt's FP8 GEMMs need K % 16 (both GEMMs) and 16-byte output rows (2I bf16, H f32).
-  if (H % 16 || I % 16) return false;
-  const int64_t kbH = (H + kBlock - 1) / kBlock, kbI = (I + kBlock - 1) / kBlock;
-  const int64_t nbH = (H + kBlock - 1) / kBlock, kbI4 = round_up(kbI, 4);
-  const ExpertTable& table = expert_table(experts);
-  const void* const* ptrs = static_cast<const void* const*>(table.ptrs.tensor().data);
-  bf16* hidden_probe = static_cast<bf16*>(scratch(kSlotMoeHidden, 16, "moe_experts (fp8 act)"));
-  // Plans for one row grain first: when cuBLASLt refuses the shapes, W8A16 runs as before.
-  if (!cublaslt_fp8(nullptr, nullptr, kMoeRowGrain, experts[0].gate, hidden_probe, 2 * I, DType::BF16, nullptr))
-    return false;
-  float* y_probe = static_cast<float*>(scratch(kSlotMoeOut, 16, "moe_experts (fp8 act)"));
-  if (!cublaslt_fp8(nullptr, nullptr, kMoeRowGrain, experts[0].down, y_probe, H, DType::F32, nullptr)) return false;
-
-  // The per-expert row counts on the host (one synchronisation per MoE layer in prefill).
-  std::vector<int32_t> off(static_cast<size_t>(E) + 1), poff(static_cast<size_t>(E) + 1);
-  DI_CUDA(cudaMemcpyAsync(off.data(), offsets, off.size() * 4, cudaMemcpyDeviceToHost, stream_),
-          "moe_experts (fp8 act offsets)");
-  DI_CUDA(cudaStreamSynchronize(stream_), "moe_experts (fp8 act offsets)");
-  poff[0] = 0;
-  for (int e = 0; e < E; ++e) poff[e + 1] = poff[e] + static_cast<int32_t>(round_up(off[e + 1] - off[e], kMoeRowGrain));
-  const int64_t rows = poff[E];
-
-  // Buffers: hidden bf16 [rows, 2I]; y f32 [rows, H]; q [rows, max(H, I)] + scales; and in
-  // kSlotGemmW off/poff [2(E + 1)], y_pos [P], padded down scales [E, nbH, kbI4], the weight
-  // scale space cublaslt_fp8 may need (VEC128 expansion).
-  bf16* hidden = static_cast<bf16*>(scratch(kSlotMoeHidden, static_cast<size_t>(rows * 2 * I) * 2, "moe_experts (fp8 act)"));
-  float* yb = static_cast<float*>(scratch(kSlotMoeOut, static_cast<size_t>(rows * H) * 4, "moe_experts (fp8 act)"));
-  const size_t q_bytes = align256(static_cast<size_t>(rows * std::max(H, I)));
-  const size_t s_bytes = align256(static_cast<size_t>(rows * std::max(kbH, kbI)) * 4);
-  char* qs = static_cast<char*>(scratch(kSlotMoeAct, q_bytes + s_bytes, "moe_experts (fp8 act)"));
-  uint8_t* q = reinterpret_cast<uint8_t*>(qs);
-  float* act_scales = reinterpret_cast<float*>(qs + q_bytes);
-  const size_t idx_bytes = align256(static_cast<size_t>(2 * (E + 1) + P) * 4);
-  const size_t pad_bytes = align256(static_cast<size_t>(E * nbH * kbI4) * 4);
-  const int64_t nbI = (I + kBlock - 1) / kBlock, kbH4 = round_up(kbH, 4);
-  const size_t space_bytes = static_cast<size_t>(std::max(nbI * kbH4 + kbH * I, nbH * kbI4 + kbI * H)) * 4;
-  char* wb = static_cast<char*>(scratch(kSlotGemmW, idx_bytes + pad_bytes + space_bytes, "moe_experts (fp8 act)"));
-  int32_t* d_off = reinterpret_cast<int32_t*>(wb);
-  int32_t* d_poff = d_off + E + 1;
-  int32_t* d_pos = d_poff + E + 1;
-  float* down_scales = reinterpret_cast<float*>(wb + idx_bytes);
-  float* space = reinterpret_cast<float*>(wb + idx_bytes + pad_bytes);
-  std::vector<int32_t> both(off);
-  both.insert(both.end(), poff.begin(), poff.end());
-  // Pageable source: the copy is staged before cudaMemcpyAsync returns, so `both` may go.
-  DI_CUDA(cudaMemcpyAsync(d_off, both.data(), both.size() * 4, cudaMemcpyHostToDevice, stream_),
-          "moe_experts (fp8 act offsets)");
-  const std::string shapes = "T " + std::to_string(T) + " top_k " + std::to_string(top_k) + " experts " +
-                             std::to_string(E) + " " + experts[0].gate.w.describe();
-  if (kbI4 != kbI) {
-    pad_expert_scales_kernel<<<ceil_div(E * nbH * kbI4, 256), 256, 0, stream_>>>(
-        reinterpret_cast<const float* const*>(ptrs + size_t{5} * E), E, static_cast<int>(nbH),
-        static_cast<int>(kbI), static_cast<int>(kbI4), down_scales);
-    check_launch("moe_experts (fp8 down scales)", shapes);
-  }
-
-  // One expert GEMM on its row slice: cuBLASLt, or the simple kernel for a slice it refuses.
-  auto expert_gemm = [&](const uint8_t* qe, const float* se, int64_t rows_e, const Weight& w, void* out,
-                         int64_t ldo, DType out_dtype, const float* padded, const char* op) {
-    if (cublaslt_fp8(qe, se, rows_e, w, out, ldo, out_dtype, space, padded)) return;
-    const int64_t N = w.w.shape[0], K = w.w.shape[1];
-    fp8_gemm_simple_kernel<<<ceil_div(rows_e * N, 256), 256, 0, stream_>>>(
-        qe, se, w.w.ptr<uint8_t>(), w.scale_inv.ptr<float>(), w.scale_inv.stride[0], static_cast<int>(rows_e),
-        static_cast<int>(N), static_cast<int>(K), out, ldo, float_kind(out_dtype));
-    check_launch(op, shapes);
-  };
-  // gate | up: x rows gathered and quantized once, [rows, H] -> hidden [rows, 2I] (bf16).
-  quantize_segments_kernel<false><<<ceil_div(rows * kbH, 8), 256, 0, stream_>>>(
-      static_cast<const bf16*>(x), ldx, row_token, 0, d_off, d_poff, E, static_cast<int>(rows), static_cast<int>(H),
-      q, act_scales);
-  check_launch("moe_experts (fp8 act quantize x)", shapes);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = poff[e], rows_e = poff[e + 1] - poff[e];
-    if (rows_e == 0) continue;
-    const uint8_t* qe = q + r0 * H;
-    const float* se = act_scales + r0 * kbH;
-    expert_gemm(qe, se, rows_e, experts[e].gate, hidden + r0 * 2 * I, 2 * I, DType::BF16, nullptr,
-                "moe_experts (fp8 gate)");
-    expert_gemm(qe, se, rows_e, experts[e].up, hidden + r0 * 2 * I + I, 2 * I, DType::BF16, nullptr,
-                "moe_experts (fp8 up)");
-  }
-  // down: bf16(silu(gate) * up) quantized, [rows, I] -> y [rows, H] (f32 for the combine).
-  quantize_segments_kernel<true><<<ceil_div(rows * kbI, 8), 256, 0, stream_>>>(
-      hidden, 2 * I, nullptr, I, d_off, d_poff, E, static_cast<int>(rows), static_cast<int>(I), q, act_scales);
-  check_launch("moe_experts (fp8 act quantize swiglu)", shapes);
-  for (int e = 0; e < E; ++e) {
-    const int64_t r0 = poff[e], rows_e = poff[e + 1] - poff[e];
-    if (rows_e == 0) continue;
-    expert_gemm(q + r0 * I, act_scales + r0 * kbI, rows_e, experts[e].down, yb + r0 * H, H, DType::F32,
-                kbI4 != kbI ? down_scales + static_cast<int64_t>(e) * nbH * kbI4 : nullptr, "moe_experts (fp8 down)");
-  }
-  padded_positions_kernel<<<ceil_div(P, 256), 256, 0, stream_>>>(topk_ids, static_cast<int>(P), d_off, d_poff,
-                                                                 entry_pos, d_pos);
-  check_launch("moe_experts (fp8 act positions)", shapes);
-  *y = yb;
-  *y_pos = d_pos;
-  return true;
 }
 
 }  // namespace deepinfer::cuda

@@ -468,7 +468,7 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
     gemm_fp8_fold(a, lda, M, w, ov);
     return;
   }
-  // FP8 weight, many rows (prefill): FP8 activations on cuBLASLt when it takes the shape.
+  // FP8 weight, many rows (prefill): FP8 activations on CUTLASS (cutlass_fp8.cu) or cuBLASLt.
   if (fp8 && gemm_fp8_act(a, lda, M, w, ov)) return;
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.

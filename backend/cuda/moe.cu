@@ -1,8 +1,9 @@
 // moe_routing (sigmoid/softmax scores, correction bias, group limit, top-k, fused in one
 // kernel: one warp per token) and moe_experts (stable permutation of (token, slot) pairs
 // by expert, grouped GEMMs for gate/up and down, SiLU-mul, weighted combine). The grouped
-// GEMMs: the stream / pipeline kernels in decode, CUTLASS (BF16) or FP8 activations in prefill,
-// moe_qgemm.cu for FP4 (and FP8 when chosen) weights, the own tiles otherwise.
+// GEMMs: the stream / pipeline kernels in decode, CUTLASS in prefill (BF16: moe_cutlass.cu; FP8
+// with FP8 activations: cutlass_fp8.cu), moe_qgemm.cu for FP4 (and FP8 where CUTLASS does not
+// take the step) weights, the own tiles otherwise.
 //
 // Determinism: the permutation is stable (rank = order of the pair in the batch), every
 // expert row is computed on its own with a fixed K order (gemm.cu), and the combine sums
@@ -373,8 +374,8 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   const bool x_aligned = xv.dtype == DType::F32 ||
                          (xv.row_stride % 8 == 0 && (reinterpret_cast<uintptr_t>(xv.data) & 15) == 0);
   const int P = static_cast<int>(T * K);
-  // Quantized weights (FP4 always, FP8 in prefill when CudaOptions::moe_qgemm_fp8 and FP8
-  // activations do not take the step) on the tensor-core grouped GEMM of moe_qgemm.cu from
+  // Quantized weights (FP4 always, FP8 in prefill when CudaOptions::moe_qgemm_fp8 and CUTLASS
+  // does not take the step) on the tensor-core grouped GEMM of moe_qgemm.cu from
   // moe_qgemm_min_tokens tokens; never batch-invariant (that mode keeps the kernels below and
   // moe_fp4.cu's, which are).
   const auto qgemm_takes = [&](int kind) {
@@ -454,20 +455,20 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     a = tmp;
     lda = H;
   }
-  // Prefill on FP8 experts: FP8 activations (1x128) and cuBLASLt's block-scaled GEMM per
-  // expert (fp8_gemm.cu), when enabled and cuBLASLt takes the shapes; never batch-invariant.
-  const float* y_fp8 = nullptr;
-  const int32_t* y_fp8_pos = nullptr;
-  if (fp8 && !few_rows && !clamped &&
-      moe_fp8_act(a, lda, T, K, topk_ids.ptr<int32_t>(), experts, row_token, offsets, entry_pos, &y_fp8, &y_fp8_pos)) {
+  // Prefill on FP8 experts: FP8 activations (1x128) on CUTLASS's blockwise-scaled grouped GEMM
+  // (cutlass_fp8.cu: no host sync, graph-capturable), when enabled and it takes the shapes;
+  // never batch-invariant nor clamped.
+  if (fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_fp8_ && cutlass_moe_fp8_fits(experts)) {
+    const float* yc = moe_experts_cutlass_fp8(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
     moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
-        y_fp8, H, y_fp8_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+        yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
   }
-  // FP4, and FP8 where FP8 activations did not take the step (H200, bench/NOTES.md "mixq": the
-  // bench model's prefill 4096 ran 99.7k tok/s on FP8 activations against 80.0k here; at 512, 48
-  // rows per expert, FP8 activations do not take it and this gives 55.0k against the own tiles' 35.3k).
+  // FP4, and FP8 where CUTLASS did not take the step (CudaOptions::moe_cutlass_fp8 false, H or I
+  // not a multiple of 16): the tensor-core grouped GEMM of moe_qgemm.cu (W8A16 for FP8). H200
+  // (bench/NOTES.md "fp8grp"): CUTLASS FP8 prefill 512 / 4096 95.2k / 166.6k tok/s against 58.6k
+  // here / ~100k on cuBLASLt per expert (the path it replaced, deleted).
   if (qgemm) {
     const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
                                         tiles, num_tiles, tile_rows, max_tiles, limit, shapes);

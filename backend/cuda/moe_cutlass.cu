@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 
+#include "backend/cuda/cutlass_grouped.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -69,13 +70,26 @@ struct Grouped {
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
+  // Arguments of `groups` groups from group `first` of the arrays g (GroupArrays).
+  template <class Arrays>
+  static typename Gemm::Arguments args(int groups, const Arrays& g, int first, int num_sms, int device) {
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = device;
+    hw.sm_count = num_sms;
+    typename Gemm::Arguments out{
+        cutlass::gemm::GemmUniversalMode::kGrouped,
+        {groups, g.shapes + first, nullptr},
+        {g.a + first, g.sa + first, g.b + first, g.sb + first},
+        {{}, nullptr, nullptr, reinterpret_cast<typename Epilogue::ElementD**>(g.d + first), g.sd + first},
+        hw};
+    out.epilogue.thread.alpha = 1.0f;
+    out.epilogue.thread.beta = 0.0f;
+    return out;
+  }
 };
 using StrideA = Grouped<Tile64, float>::StrideA;
 using StrideB = Grouped<Tile64, float>::StrideB;
 using StrideD = Grouped<Tile64, float>::StrideD;
-template <class G>
-constexpr bool kSameStrides = std::is_same_v<typename G::StrideA, StrideA> &&
-                              std::is_same_v<typename G::StrideB, StrideB> && std::is_same_v<typename G::StrideD, StrideD>;
 
 // Device arrays of the 3E groups: [0, 2E) gate | up (2e: gate, 2e + 1: up), [2E, 3E) down.
 struct GroupArrays {
@@ -126,56 +140,6 @@ __global__ void cutlass_moe_gather_kernel(const bf16* x, int64_t ldx, int64_t H,
   for (int64_t c = threadIdx.x; c < H / 8; c += blockDim.x) dst[c] = src[c];
 }
 
-template <class G>
-typename G::Gemm::Arguments grouped_args(int groups, const GroupArrays& g, int first, int num_sms, int device) {
-  cutlass::KernelHardwareInfo hw;
-  hw.device_id = device;
-  hw.sm_count = num_sms;
-  typename G::Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kGrouped,
-      {groups, g.shapes + first, nullptr},
-      {g.a + first, g.sa + first, g.b + first, g.sb + first},
-      {{}, nullptr, nullptr, reinterpret_cast<typename G::Epilogue::ElementD**>(g.d + first), g.sd + first},
-      hw};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  return args;
-}
-
-template <class T>
-T* carve(char*& p, size_t count) {
-  T* out = reinterpret_cast<T*>(p);
-  p += (count * sizeof(T) + 255) / 256 * 256;
-  return out;
-}
-
-// One tile configuration's gate | up and down GEMMs, initialized on the group arrays.
-template <class Tile>
-struct TilePair {
-  using GateUp = Grouped<Tile, cutlass::bfloat16_t>;
-  using Down = Grouped<Tile, float>;
-  static_assert(kSameStrides<GateUp> && kSameStrides<Down>, "one stride type per operand for every GEMM");
-  typename GateUp::Gemm gate_up;
-  typename Down::Gemm down;
-  static size_t workspace_bytes(int E, int num_sms, int device) {
-    const GroupArrays none{};
-    return GateUp::Gemm::get_workspace_size(grouped_args<GateUp>(2 * E, none, 0, num_sms, device)) +
-           Down::Gemm::get_workspace_size(grouped_args<Down>(E, none, 0, num_sms, device)) + 512;
-  }
-  void init(int E, const GroupArrays& g, char* workspace, int num_sms, int device, cudaStream_t stream) {
-    const auto a1 = grouped_args<GateUp>(2 * E, g, 0, num_sms, device);
-    const auto a2 = grouped_args<Down>(E, g, 2 * E, num_sms, device);
-    char* ws2 = workspace + (GateUp::Gemm::get_workspace_size(a1) + 255) / 256 * 256;
-    check(gate_up.can_implement(a1), "gate|up can_implement");
-    check(down.can_implement(a2), "down can_implement");
-    check(gate_up.initialize(a1, workspace, stream), "gate|up initialize");
-    check(down.initialize(a2, ws2, stream), "down initialize");
-  }
-  static void check(cutlass::Status st, const char* what) {
-    DI_CHECK(st == cutlass::Status::kSuccess, "moe_experts (cutlass ", what, "): ", cutlassGetStatusString(st));
-  }
-};
-
 }  // namespace
 
 // Per expert count: the group arrays, the workspaces and every tile configuration's GEMMs
@@ -183,8 +147,8 @@ struct TilePair {
 struct CudaBackend::CutlassMoe {
   void* mem = nullptr;
   GroupArrays g{};
-  TilePair<Tile64> t64;
-  TilePair<Tile128x256> wide;
+  CutlassTilePair<Grouped, Tile64, GroupArrays> t64;
+  CutlassTilePair<Grouped, Tile128x256, GroupArrays> wide;
   ~CutlassMoe() { cudaFree(mem); }
 };
 
@@ -197,21 +161,21 @@ CudaBackend::CutlassMoe& CudaBackend::cutlass_moe(int E) {
            " experts must be set up outside a graph capture; run the step once uncaptured first");
   auto s = std::make_shared<CutlassMoe>();
   const size_t n = 3 * static_cast<size_t>(E);
-  const size_t ws64 = TilePair<Tile64>::workspace_bytes(E, num_sms_, device_);
-  const size_t ws_wide = TilePair<Tile128x256>::workspace_bytes(E, num_sms_, device_);
+  const size_t ws64 = CutlassTilePair<Grouped, Tile64, GroupArrays>::workspace_bytes(E, num_sms_, device_);
+  const size_t ws_wide = CutlassTilePair<Grouped, Tile128x256, GroupArrays>::workspace_bytes(E, num_sms_, device_);
   const size_t bytes = 256 * 9 + n * (sizeof(Shape3) + 3 * sizeof(void*) + sizeof(StrideA) + sizeof(StrideB) +
                                       sizeof(StrideD)) + ws64 + ws_wide;
   DI_CUDA(cudaMalloc(&s->mem, bytes), "moe_experts (cutlass): group arrays and workspace of ", bytes, " bytes");
   char* p = static_cast<char*>(s->mem);
-  s->g.shapes = carve<Shape3>(p, n);
-  s->g.a = carve<const ElementAB*>(p, n);
-  s->g.b = carve<const ElementAB*>(p, n);
-  s->g.d = carve<void*>(p, n);
-  s->g.sa = carve<StrideA>(p, n);
-  s->g.sb = carve<StrideB>(p, n);
-  s->g.sd = carve<StrideD>(p, n);
-  char* w64 = carve<char>(p, ws64);
-  char* w_wide = carve<char>(p, ws_wide);
+  s->g.shapes = cutlass_carve<Shape3>(p, n);
+  s->g.a = cutlass_carve<const ElementAB*>(p, n);
+  s->g.b = cutlass_carve<const ElementAB*>(p, n);
+  s->g.d = cutlass_carve<void*>(p, n);
+  s->g.sa = cutlass_carve<StrideA>(p, n);
+  s->g.sb = cutlass_carve<StrideB>(p, n);
+  s->g.sd = cutlass_carve<StrideD>(p, n);
+  char* w64 = cutlass_carve<char>(p, ws64);
+  char* w_wide = cutlass_carve<char>(p, ws_wide);
   s->t64.init(E, s->g, w64, num_sms_, device_, stream_);
   s->wide.init(E, s->g, w_wide, num_sms_, device_, stream_);
   return *cutlass_moe_.emplace(E, std::move(s)).first->second;

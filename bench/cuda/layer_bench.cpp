@@ -11,6 +11,7 @@
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
+//                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
@@ -479,8 +480,9 @@ bool parse_counts(const char* text, const char* flag, const char* what, std::vec
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
-       no_side = false;
+       no_side = false, no_fp8_cutlass = false;
   std::string out_path;
+  int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool no_pdl = false;
@@ -495,6 +497,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
+    else if (!std::strcmp(argv[i], "--no-fp8-cutlass")) no_fp8_cutlass = true;  // FP8 prefill experts: not cutlass_fp8.cu
+    else if (!std::strcmp(argv[i], "--moe-tile") && i + 1 < argc) moe_tile = std::atoi(argv[++i]);  // CudaOptions::moe_cutlass_tile
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--dense-pipe-rows") && i + 1 < argc) {
@@ -516,6 +520,8 @@ int main(int argc, char** argv) {
     opts.batch_invariant = env_settings().get_bool("DEEPINFER_BATCH_INVARIANT");
     opts.cuda = cuda_options(env_settings());
     if (no_qgemm) opts.cuda.moe_qgemm_fp8 = false;
+    if (no_fp8_cutlass) opts.cuda.moe_cutlass_fp8 = false;
+    if (moe_tile > 0) opts.cuda.moe_cutlass_tile = moe_tile;
     if (pipe_tokens > 0) opts.cuda.pipe_max_tokens = pipe_tokens;
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;

@@ -246,41 +246,63 @@ TEST_F(Fp8Ops, GemmMatchesCpu) {
   }
 }
 
-// gemm() on an FP8 weight with many rows runs FP8 activations on CUDA: it matches the
-// quantize + FP8 GEMM reference far closer than the ~2.5% by which W8A16 differs from it.
-// Few rows (decode) stay W8A16 and match the CPU gemm.
+// gemm() on an FP8 weight with many rows runs FP8 activations on CUDA (cuBLASLt): it matches
+// the quantize + FP8 GEMM reference far closer than the ~2.5% by which W8A16 differs from it.
+// Odd shapes (M not a multiple of 4: its last rows run W8A16; N not of 128, ceil(K/128) % 4 != 0),
+// BF16 and F32 outputs NaN-poisoned inside guard bytes. Few rows (decode) stay W8A16 and match
+// the CPU gemm.
 TEST_F(Fp8Ops, GemmOnFp8WeightTakesFp8ActivationsForManyRows) {
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{512, 1536, 2048}, {256, 2048, 1408},
-                         {132, 576, 2048}, {16, 512, 1024}}) {
-    const std::string what = "gemm fp8 M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K);
-    HostFp8Weight hw = random_fp8_weight(rng_, N, K);
-    WeightPair w = upload(hw, N, K);
-    const std::vector<float> x = randn(M * K);
-    Tensor og = gpu_poisoned(*gpu_, DType::BF16, {M, N});
-    gpu_->gemm(gpu_float(*gpu_, x, {M, K}, DType::BF16), w.gpu, og);
-    Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
-    if (M > 128) {
-      Quantized xq = quantize_on_cpu(x, M, K);
-      cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, w.cpu, oc);
-      expect_close(download(*gpu_, og), values(oc), 5e-3, what + " vs the FP8-activation reference");
-    } else {
-      cpu_->gemm(cpu_f32(x, {M, K}), w.cpu, oc);
-      expect_close(download(*gpu_, og), values(oc), kTolBF16, what + " vs the W8A32 reference");
+                         {132, 576, 2048}, {133, 200, 384}, {16, 512, 1024}}) {
+    for (DType odt : {DType::BF16, DType::F32}) {
+      const std::string what = "gemm fp8 M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                               std::to_string(K) + " out " + std::string(dtype_name(odt));
+      HostFp8Weight hw = random_fp8_weight(rng_, N, K);
+      WeightPair w = upload(hw, N, K);
+      const std::vector<float> x = randn(M * K);
+      Tensor og = gpu_guarded(*gpu_, odt, {M, N});
+      gpu_->gemm(gpu_float(*gpu_, x, {M, K}, DType::BF16), w.gpu, og);
+      const std::vector<float> got = download(*gpu_, og);
+      expect_guards_intact(what);
+      Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
+      if (M > 128) {
+        Quantized xq = quantize_on_cpu(x, M, K);
+        cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, w.cpu, oc);
+        expect_close(got, values(oc), 5e-3, what + " vs the FP8-activation reference");
+      } else {
+        cpu_->gemm(cpu_f32(x, {M, K}), w.cpu, oc);
+        expect_close(got, values(oc), kTolBF16, what + " vs the W8A32 reference");
+      }
     }
   }
 }
 
 // Routed experts on FP8 weights with many rows per expert (prefill) take FP8 activations on
-// CUDA (moe_fp8_act: x quantized 1x128 per permuted row, cuBLASLt per expert slice, SiLU-mul
-// quantized again, down): they match a CPU composition of quantize_fp8_1x128 + gemm_fp8_1x128
-// per expert far closer than the W8A32 reference (which differs by the ~2.5% activation
-// quantization). Odd expert sizes, experts with no rows, N and K not multiples of 128,
-// ceil(K/128) % 4 != 0 (padded weight scales). Batch-invariant mode keeps W8A16.
+// CUDA: x quantized 1x128 per permuted row, gate | up, SiLU-mul quantized again, down, on
+// CUTLASS's blockwise-scaled grouped GEMM (cutlass_fp8.cu, both tile configurations). They match a CPU
+// composition of quantize_fp8_1x128 + gemm_fp8_1x128 per expert far closer than the W8A32
+// reference (which differs by the ~2.5% activation quantization). Skewed loads: expert 0 gets
+// no rows, the last one row, expert 1 about half the tokens; N and K not multiples of 128,
+// a bench-like shape (H 2048, I 1408); NaN-poisoned outputs inside guard bytes; a CUDA graph
+// captured on one routing and replayed on another. Batch-invariant mode keeps W8A16.
 TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
   struct Case {
     int64_t T, H, I, E, K;
   };
-  for (const Case c : {Case{300, 256, 192, 8, 2}, Case{150, 384, 160, 6, 3}}) {
+  struct Mode {
+    const char* name;
+    int tile;  // CudaOptions::moe_cutlass_tile
+  };
+  const Mode modes[] = {{"cutlass 64x128", 64}, {"cutlass 128x128", 256}};
+  auto error = [](const std::vector<float>& got, const std::vector<float>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+      den += double(ref[i]) * ref[i];
+    }
+    return std::sqrt(num / den);
+  };
+  for (const Case c : {Case{300, 256, 192, 8, 2}, Case{150, 384, 160, 6, 3}, Case{64, 2048, 1408, 8, 4}}) {
     const std::string what = "moe_experts fp8 T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
                              std::to_string(c.I) + " experts " + std::to_string(c.E);
     std::vector<ExpertWeights> wc(static_cast<size_t>(c.E));
@@ -293,93 +315,113 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
         w.scale_inv = cpu_f32(hw.scales, {blocks_of(N), blocks_of(K)});
       }
     }
-    // Distinct experts per token, never expert 1 nor the last (0 rows there).
-    std::vector<int32_t> ids(static_cast<size_t>(c.T * c.K));
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::vector<int32_t> pool;
-      for (int32_t e = 0; e < c.E; ++e)
-        if (e != 1 && e != c.E - 1) pool.push_back(e);
-      std::shuffle(pool.begin(), pool.end(), rng_);
-      for (int64_t j = 0; j < c.K; ++j) ids[t * c.K + j] = pool[j];
-    }
+    // Distinct experts per token: never expert 0, the last only as token 0's first slot,
+    // expert 1 first in about half the tokens, the rest shuffled.
+    auto skewed_ids = [&] {
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < c.T; ++t) {
+        std::vector<int32_t> pool;
+        for (int32_t e = 2; e < c.E - 1; ++e) pool.push_back(e);
+        std::shuffle(pool.begin(), pool.end(), rng_);
+        if (std::uniform_int_distribution<int>(0, 1)(rng_)) pool.insert(pool.begin(), 1);
+        if (t == 0) pool.insert(pool.begin(), static_cast<int32_t>(c.E - 1));
+        ids.insert(ids.end(), pool.begin(), pool.begin() + c.K);
+      }
+      return ids;
+    };
+    const std::vector<int32_t> ids = skewed_ids(), ids_b = skewed_ids();
     const std::vector<float> x = randn(c.T * c.H), w = randn(c.T * c.K, 0.5f, false);
 
     // Reference: per expert its rows in pair order, quantized, gate/up (BF16 like the device's
     // hidden), bf16(silu(g) * u) quantized, down (F32); the combine in slot order.
-    std::vector<float> y(static_cast<size_t>(c.T * c.K * c.H));
-    for (int64_t e = 0; e < c.E; ++e) {
-      std::vector<int64_t> pairs;
-      for (int64_t i = 0; i < c.T * c.K; ++i)
-        if (ids[i] == e) pairs.push_back(i);
-      const int64_t n = static_cast<int64_t>(pairs.size());
-      if (n == 0) continue;
-      std::vector<float> xe(static_cast<size_t>(n * c.H));
-      for (int64_t r = 0; r < n; ++r)
-        std::copy_n(x.begin() + (pairs[r] / c.K) * c.H, c.H, xe.begin() + r * c.H);
-      Quantized xq = quantize_on_cpu(xe, n, c.H);
-      Tensor g = cpu_f32(std::vector<float>(n * c.I), {n, c.I}), u = cpu_f32(std::vector<float>(n * c.I), {n, c.I});
-      cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, wc[e].gate, g);
-      cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, wc[e].up, u);
-      std::vector<float> act(static_cast<size_t>(n * c.I));
-      auto bf = [](float v) { return bf16_to_float(float_to_bf16(v)); };
-      for (int64_t i = 0; i < n * c.I; ++i) {
-        const float a = bf(g.ptr<float>()[i]), b = bf(u.ptr<float>()[i]);
-        act[i] = bf(a / (1.0f + std::exp(-a)) * b);
+    auto reference = [&](const std::vector<int32_t>& route) {
+      std::vector<float> y(static_cast<size_t>(c.T * c.K * c.H));
+      for (int64_t e = 0; e < c.E; ++e) {
+        std::vector<int64_t> pairs;
+        for (int64_t i = 0; i < c.T * c.K; ++i)
+          if (route[i] == e) pairs.push_back(i);
+        const int64_t n = static_cast<int64_t>(pairs.size());
+        if (n == 0) continue;
+        std::vector<float> xe(static_cast<size_t>(n * c.H));
+        for (int64_t r = 0; r < n; ++r)
+          std::copy_n(x.begin() + (pairs[r] / c.K) * c.H, c.H, xe.begin() + r * c.H);
+        Quantized xq = quantize_on_cpu(xe, n, c.H);
+        Tensor g = cpu_f32(std::vector<float>(n * c.I), {n, c.I}), u = cpu_f32(std::vector<float>(n * c.I), {n, c.I});
+        cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, wc[e].gate, g);
+        cpu_->gemm_fp8_1x128(xq.q_cpu, xq.s_cpu, wc[e].up, u);
+        std::vector<float> act(static_cast<size_t>(n * c.I));
+        auto bf = [](float v) { return bf16_to_float(float_to_bf16(v)); };
+        for (int64_t i = 0; i < n * c.I; ++i) {
+          const float a = bf(g.ptr<float>()[i]), b = bf(u.ptr<float>()[i]);
+          act[i] = bf(a / (1.0f + std::exp(-a)) * b);
+        }
+        Quantized aq = quantize_on_cpu(act, n, c.I);
+        Tensor ye = cpu_f32(std::vector<float>(n * c.H), {n, c.H});
+        cpu_->gemm_fp8_1x128(aq.q_cpu, aq.s_cpu, wc[e].down, ye);
+        for (int64_t r = 0; r < n; ++r) std::copy_n(ye.ptr<float>() + r * c.H, c.H, y.begin() + pairs[r] * c.H);
       }
-      Quantized aq = quantize_on_cpu(act, n, c.I);
-      Tensor ye = cpu_f32(std::vector<float>(n * c.H), {n, c.H});
-      cpu_->gemm_fp8_1x128(aq.q_cpu, aq.s_cpu, wc[e].down, ye);
-      for (int64_t r = 0; r < n; ++r) std::copy_n(ye.ptr<float>() + r * c.H, c.H, y.begin() + pairs[r] * c.H);
-    }
-    std::vector<float> want(static_cast<size_t>(c.T * c.H));
-    for (int64_t t = 0; t < c.T; ++t)
-      for (int64_t h = 0; h < c.H; ++h) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < c.K; ++j) acc += w[t * c.K + j] * y[(t * c.K + j) * c.H + h];
-        want[t * c.H + h] = acc;
-      }
+      std::vector<float> want(static_cast<size_t>(c.T * c.H));
+      for (int64_t t = 0; t < c.T; ++t)
+        for (int64_t h = 0; h < c.H; ++h) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < c.K; ++j) acc += w[t * c.K + j] * y[(t * c.K + j) * c.H + h];
+          want[t * c.H + h] = acc;
+        }
+      return want;
+    };
+    const std::vector<float> want = reference(ids);
     Tensor w8 = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
     cpu_->moe_experts(cpu_f32(x, {c.T, c.H}), cpu_i32(ids, {c.T, c.K}), cpu_f32(w, {c.T, c.K}), wc, w8);
 
-    auto error = [](const std::vector<float>& got, const std::vector<float>& ref) {
-      double num = 0, den = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
-        den += double(ref[i]) * ref[i];
-      }
-      return std::sqrt(num / den);
-    };
-    // A backend with the path on and a row threshold these shapes (~75 rows per expert) pass
-    // (the default, 128 rows per expert, is set for the bench model's prefill 2048+).
-    BackendOptions act_options = env_backend_options();
-    act_options.cuda.fp8_moe_act = true;
-    act_options.cuda.fp8_moe_min_rows = 32;
-    std::unique_ptr<Backend> gpu_act = make_cuda_backend(act_options);
-    for (Backend* b : {gpu_act.get(), gpu_inv_.get()}) {
-      const bool inv = b == gpu_inv_.get();
-      Tensor og = gpu_poisoned(*b, DType::BF16, {c.T, c.H});
+    auto upload_experts = [&](Backend& b) {
       std::vector<ExpertWeights> experts(wc.size());
       for (size_t e = 0; e < wc.size(); ++e) {
         for (auto [dst, src] : {std::pair<Weight*, const Weight*>{&experts[e].gate, &wc[e].gate},
                                 {&experts[e].up, &wc[e].up}, {&experts[e].down, &wc[e].down}}) {
-          dst->w = gpu_copy(*b, src->w);
-          dst->scale_inv = gpu_copy(*b, src->scale_inv);
+          dst->w = gpu_copy(b, src->w);
+          dst->scale_inv = gpu_copy(b, src->scale_inv);
         }
       }
-      b->moe_experts(gpu_float(*b, x, {c.T, c.H}, DType::BF16), gpu_copy(*b, cpu_i32(ids, {c.T, c.K})),
-                     gpu_float(*b, w, {c.T, c.K}, DType::F32), experts, og);
+      return experts;
+    };
+    for (const Mode& mode : modes) {
+      BackendOptions options = env_backend_options();
+      options.cuda.moe_cutlass_tile = mode.tile;
+      std::unique_ptr<Backend> b = make_cuda_backend(options);
+      const std::string mwhat = what + " (" + mode.name + ")";
+      const std::vector<ExpertWeights> experts = upload_experts(*b);
+      Tensor xg = gpu_float(*b, x, {c.T, c.H}, DType::BF16), wg = gpu_float(*b, w, {c.T, c.K}, DType::F32);
+      Tensor idg = gpu_copy(*b, cpu_i32(ids, {c.T, c.K}));
+      Tensor og = gpu_guarded(*b, DType::BF16, {c.T, c.H});
+      b->moe_experts(xg, idg, wg, experts, og);
       const std::vector<float> got = download(*b, og);
+      expect_guards_intact(mwhat);
       const double vs_fp8 = error(got, want), vs_w8 = error(got, values(w8));
-      std::printf("%s%s: normalised error %.5f vs FP8 activations, %.5f vs W8A32\n", what.c_str(),
-                  inv ? " (batch-invariant)" : "", vs_fp8, vs_w8);
-      if (inv) {
-        expect_close(got, values(w8), kTolBF16, what + " (batch-invariant) vs W8A32");
-        EXPECT_LT(vs_w8, vs_fp8) << what << " (batch-invariant) took FP8 activations, seed " << seed_;
-      } else {
-        expect_close(got, want, 1e-2, what + " vs the FP8-activation reference");
-        EXPECT_LT(vs_fp8, vs_w8 / 2) << what << " did not take FP8 activations, seed " << seed_;
-      }
+      std::printf("%s: normalised error %.5f vs FP8 activations, %.5f vs W8A32\n", mwhat.c_str(), vs_fp8, vs_w8);
+      expect_close(got, want, 1e-2, mwhat + " vs the FP8-activation reference");
+      EXPECT_LT(vs_fp8, vs_w8 / 2) << mwhat << " did not take FP8 activations, seed " << seed_;
+      // Graph: captured on this routing, replayed after the ids change in place.
+      ASSERT_TRUE(b->supports_graphs());
+      b->graph_capture_begin();
+      b->moe_experts(xg, idg, wg, experts, og);
+      const int graph = b->graph_capture_end();
+      b->copy(cpu_i32(ids_b, {c.T, c.K}), idg);
+      poison(*b, og);
+      b->graph_replay(graph);
+      const std::vector<float> replayed = download(*b, og);
+      expect_guards_intact(mwhat + " graph replay");
+      expect_close(replayed, reference(ids_b), 1e-2, mwhat + " graph replay on a new routing vs the FP8-activation reference");
+      b->graph_release(graph);
     }
+    Tensor oi = gpu_poisoned(*gpu_inv_, DType::BF16, {c.T, c.H});
+    gpu_inv_->moe_experts(gpu_float(*gpu_inv_, x, {c.T, c.H}, DType::BF16), gpu_copy(*gpu_inv_, cpu_i32(ids, {c.T, c.K})),
+                          gpu_float(*gpu_inv_, w, {c.T, c.K}, DType::F32), upload_experts(*gpu_inv_), oi);
+    const std::vector<float> got = download(*gpu_inv_, oi);
+    const double vs_fp8 = error(got, want), vs_w8 = error(got, values(w8));
+    std::printf("%s (batch-invariant): normalised error %.5f vs FP8 activations, %.5f vs W8A32\n", what.c_str(),
+                vs_fp8, vs_w8);
+    expect_close(got, values(w8), kTolBF16, what + " (batch-invariant) vs W8A32");
+    EXPECT_LT(vs_w8, vs_fp8) << what << " (batch-invariant) took FP8 activations, seed " << seed_;
   }
 }
 

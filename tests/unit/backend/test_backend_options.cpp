@@ -30,10 +30,9 @@ void expect_defaults(const CudaOptions& o) {
   EXPECT_EQ(o.pipe_max_tokens, d.pipe_max_tokens);
   EXPECT_EQ(o.attn_chunk, d.attn_chunk);
   EXPECT_EQ(o.fp8_act_min_rows, d.fp8_act_min_rows);
-  EXPECT_EQ(o.fp8_moe_act, d.fp8_moe_act);
-  EXPECT_EQ(o.fp8_moe_min_rows, d.fp8_moe_min_rows);
   EXPECT_EQ(o.moe_cutlass, d.moe_cutlass);
   EXPECT_EQ(o.moe_cutlass_tile, d.moe_cutlass_tile);
+  EXPECT_EQ(o.moe_cutlass_fp8, d.moe_cutlass_fp8);
   EXPECT_EQ(o.moe_qgemm_fp4, d.moe_qgemm_fp4);
   EXPECT_EQ(o.moe_qgemm_fp8, d.moe_qgemm_fp8);
   EXPECT_EQ(o.moe_qgemm_min_tokens, d.moe_qgemm_min_tokens);
