@@ -33,8 +33,8 @@ struct LoadOptions {
   bool random_weights = false;   // ignore files; make weights from `seed` (bench)
   uint64_t seed = 0;
   DType random_weight_dtype = DType::BF16;  // BF16 or F8_E4M3 (block-scaled)
-  // deepseek_v4 with F8_E4M3: routed experts FP4 e2m1 packed with E8M0 scales (V4-Flash's
-  // format); false: F8_E4M3 like the dense linears (the tensor-core expert path for prefill).
+  // deepseek_v4 / deepseek_v41 with F8_E4M3: routed experts FP4 e2m1 packed with E8M0 scales
+  // (V4-Flash's and V4.1-Flash's format); false: F8_E4M3 like the dense linears.
   bool random_fp4_experts = true;
   // Scan every checkpoint tensor the model uses for NaN/Inf (model/weight_check.h) and fail
   // naming the first; false skips it (trusted checkpoints). Random weights are never scanned.

@@ -128,6 +128,10 @@ ModelWeights upload_weights(const ModelWeights& host, Backend& backend);
 // scale_inv (F32) has add = 1.5 base, mul = 0.5 base with base = sqrt(3/fan_in) / 448,
 // so block scales vary in [base, 2 base). Norms: add 1, mul 0.1.
 // e_score_correction_bias: mul 0.01.
+// Rounding per dtype: F32 / BF16 / F8_E4M3 as said; I8 / U8 (FP4 e2m1 packed two per byte, V4's
+// and V4.1's routed experts): the e4m3 byte of the value (mul 448: uniform over the e4m3 codes,
+// none a NaN; every byte is two valid e2m1 codes); F8_E8M0 (scale bytes): 127 + floor(log2 |v|)
+// clamped to [0, 254] (exact for a power of two, never 0xff, the NaN code).
 struct RandomFill {
   float mul = 0.0f;
   float add = 0.0f;
@@ -137,6 +141,9 @@ struct TensorSpec {
   DType dtype = DType::BF16;
   std::vector<int64_t> shape;
   RandomFill fill;
+  // Made and kept on the host even when make_random_tensors is given a backend: tensors the
+  // loader reads on the host (the V4 family's norms, block scales, router; V4TensorLoader).
+  bool host = false;
 };
 // weight_dtype: BF16, F32 (everything in that dtype, bias F32) or F8_E4M3
 // (block-scaled linears, as in the official V3 checkpoint: embeddings, norms,
@@ -156,25 +163,43 @@ inline float random_weight_value(uint64_t seed, uint64_t tensor_index, uint64_t 
 class RandomLayout {
  public:
   RandomLayout(const ModelConfig& config, DType weight_dtype);  // weight_dtype as above
-  void add(const std::string& name, DType dtype, std::vector<int64_t> shape, RandomFill fill);
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape, RandomFill fill,
+           bool host = false);
   // A norm weight [dim] (fill: add 1, mul 0.1 by default) in the dense dtype.
   void norm(const std::string& name, int64_t dim, RandomFill fill = {0.1f, 1.0f});
-  // prefix.weight [n, k] (and its FP8 block scales when quantizable in an FP8 layout).
-  void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true);
+  // prefix.weight [n, k] (and its FP8 block scales when quantizable in an FP8 layout); host: the
+  // weight stays on the host (TensorSpec::host).
+  void linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable = true, bool host = false);
+  // prefix.weight [n, k / 2] FP4 e2m1 codes (I8, two per byte) and prefix.scale [n, k / 32] E8M0
+  // bytes, one power of two for the whole tensor: the largest code (6) times it near sqrt(3 / k).
+  // k % 32 == 0.
+  void fp4_linear(const std::string& prefix, int64_t n, int64_t k);
+  // The V4 family's loaders read norms and block scales on the host (TensorSpec::host), and V4.1's
+  // checkpoint has E8M0 block scales (the F32 draws above rounded down to a power of two).
+  void set_v4_family(bool e8m0_scales) {
+    small_on_host_ = true;
+    e8m0_scales_ = e8m0_scales;
+  }
   std::vector<TensorSpec> take() { return std::move(specs_); }
   DType dense_dtype() const { return dense_dtype_; }  // norms, embeddings, unquantized linears
+  int64_t block_n() const { return block_n_; }
+  bool fp8() const { return fp8_; }
 
  private:
   bool fp8_;
   DType dense_dtype_ = DType::BF16;
   int64_t block_n_ = 128;
   int64_t block_k_ = 128;
+  bool small_on_host_ = false, e8m0_scales_ = false;
   std::vector<TensorSpec> specs_;
 };
 
 // The tensors of `specs` filled as above, tensor i of the list being layout tensor
 // first_index + i (an extension list continues after checkpoint_layout's); host buffers when
-// `backend` is nullptr, else allocated and filled on it. `source` finds them by name.
+// `backend` is nullptr, else allocated and filled on it (Backend::fill_random where fill.add == 0,
+// I8 / U8 through an F8_E4M3 view; other fills made on the host and copied, constant ones
+// (mul == 0) once per dtype, shape and value), except the specs marked host. `source` finds them
+// by name. The same seed gives the same bits on every backend.
 struct RandomTensors {
   TensorSource source;
   std::vector<std::shared_ptr<const void>> owners;

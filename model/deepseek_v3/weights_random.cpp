@@ -1,7 +1,9 @@
 // Random checkpoints: the canonical tensor list of a config and its
 // counter-based fill (weights.h), on the host.
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <sys/stat.h>
 
 #include "core/error.h"
@@ -23,24 +25,32 @@ RandomLayout::RandomLayout(const ModelConfig& c, DType weight_dtype)
 }
 
 void RandomLayout::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                       RandomFill fill) {
-  specs_.push_back({name, dtype, std::move(shape), fill});
+                       RandomFill fill, bool host) {
+  specs_.push_back({name, dtype, std::move(shape), fill, host});
 }
 
 void RandomLayout::norm(const std::string& name, int64_t dim, RandomFill fill) {
-  add(name, dense_dtype_, {dim}, fill);
+  add(name, dense_dtype_, {dim}, fill, small_on_host_);
 }
 
-void RandomLayout::linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable) {
+void RandomLayout::linear(const std::string& prefix, int64_t n, int64_t k, bool quantizable, bool host) {
   const float bound = static_cast<float>(std::sqrt(3.0 / static_cast<double>(k)));
   if (fp8_ && quantizable) {
-    add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f, 0.0f});
+    add(prefix + ".weight", DType::F8_E4M3, {n, k}, {448.0f, 0.0f}, host);
     const float base = bound / 448.0f;
-    add(prefix + ".weight_scale_inv", DType::F32,
-        {(n + block_n_ - 1) / block_n_, (k + block_k_ - 1) / block_k_}, {base * 0.5f, base * 1.5f});
+    add(prefix + ".weight_scale_inv", e8m0_scales_ ? DType::F8_E8M0 : DType::F32,
+        {(n + block_n_ - 1) / block_n_, (k + block_k_ - 1) / block_k_}, {base * 0.5f, base * 1.5f},
+        small_on_host_ || host);
   } else {
-    add(prefix + ".weight", dense_dtype_, {n, k}, {bound, 0.0f});
+    add(prefix + ".weight", dense_dtype_, {n, k}, {bound, 0.0f}, host);
   }
+}
+
+void RandomLayout::fp4_linear(const std::string& prefix, int64_t n, int64_t k) {
+  DI_CHECK(k % 32 == 0, "random weights: FP4 tensor '", prefix, ".weight' needs K % 32 == 0 (E8M0 scales per 32), K = ", k);
+  const int e = static_cast<int>(std::floor(std::log2(std::sqrt(3.0 / static_cast<double>(k)) / 6.0)));
+  add(prefix + ".weight", DType::I8, {n, k / 2}, {448.0f, 0.0f});
+  add(prefix + ".scale", DType::F8_E8M0, {n, k / 32}, {0.0f, std::ldexp(1.0f, e)});
 }
 
 namespace {
@@ -129,8 +139,17 @@ void fill(const TensorSpec& spec, uint64_t seed, uint64_t index, void* out, int6
         static_cast<uint16_t*>(out)[i] = float_to_bf16(v);
         break;
       case DType::F8_E4M3:
+      case DType::I8:
+      case DType::U8:
         static_cast<uint8_t*>(out)[i] = float_to_fp8_e4m3(v);
         break;
+      case DType::F8_E8M0: {
+        int e = 0;
+        std::frexp(v, &e);  // |v| = m 2^e, m in [0.5, 1): floor(log2 |v|) = e - 1
+        static_cast<uint8_t*>(out)[i] =
+            v == 0.0f ? uint8_t{0} : static_cast<uint8_t>(std::clamp(126 + e, 0, 254));
+        break;
+      }
       default:
         fail("random weights: tensor '", spec.name, "' has unsupported dtype ", dtype_name(spec.dtype));
     }
@@ -148,11 +167,14 @@ RandomTensors make_random_tensors(const std::vector<TensorSpec>& specs, uint64_t
                                   uint64_t first_index, Backend* backend) {
   RandomTensors out;
   auto tensors = std::make_shared<std::map<std::string, Tensor>>();
+  // Constant tensors (mul 0: every FP4 tensor's E8M0 scales) filled once per dtype, shape and
+  // value on the host; kept until the copies have run.
+  std::map<std::tuple<DType, std::vector<int64_t>, float>, std::shared_ptr<HostBuffer>> constants;
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
     const uint64_t k = first_index + i;
     Tensor t;
-    if (backend == nullptr) {
+    if (backend == nullptr || spec.host) {
       auto buffer = std::make_shared<HostBuffer>(spec.dtype, spec.shape);
       t = buffer->tensor();
       fill(spec, seed, k, t.data, t.numel());
@@ -160,9 +182,19 @@ RandomTensors make_random_tensors(const std::vector<TensorSpec>& specs, uint64_t
     } else {
       auto buffer = std::make_shared<DeviceBuffer>(backend->alloc(spec.dtype, spec.shape));
       t = buffer->tensor();
-      if (spec.fill.add == 0.0f) {
-        // fmaf(u, mul, 0) == mul * u: the backend's own fill_random gives the same bits.
-        backend->fill_random(t, random_hash(seed, k), spec.fill.mul);
+      if (spec.fill.add == 0.0f && spec.dtype != DType::F8_E8M0) {
+        // fmaf(u, mul, 0) == mul * u: the backend's own fill_random gives the same bits (I8 / U8:
+        // the e4m3 bytes, fill() above).
+        Tensor view = t;
+        if (view.dtype == DType::I8 || view.dtype == DType::U8) view.dtype = DType::F8_E4M3;
+        backend->fill_random(view, random_hash(seed, k), spec.fill.mul);
+      } else if (spec.fill.mul == 0.0f) {
+        std::shared_ptr<HostBuffer>& host = constants[{spec.dtype, spec.shape, spec.fill.add}];
+        if (!host) {
+          host = std::make_shared<HostBuffer>(spec.dtype, spec.shape);
+          fill(spec, seed, k, host->tensor().data, host->tensor().numel());  // no draw: any index
+        }
+        backend->copy(host->tensor(), t);
       } else {
         HostBuffer host(spec.dtype, spec.shape);
         fill(spec, seed, k, host.tensor().data, host.tensor().numel());

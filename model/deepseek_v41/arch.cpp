@@ -27,7 +27,10 @@ std::unique_ptr<Model> load(ModelConfig config, const std::string& dir, Backend&
              trunc.exact_keep, " = ", trunc.num_layers - trunc.first_layer,
              " truncated layers x (sliding_window - 1) + 1)");
   if (options.random_weights) {
-    V41Weights w = random_v41_weights(v41, options.seed, options.random_weight_dtype);
+    // V4.1-Flash's formats with F8_E4M3: FP8 dense with 32x32 E8M0 blocks (the config's), FP4
+    // routed experts (random_fp4_experts); made on a device backend's device.
+    const bool fp4 = options.random_weight_dtype == DType::F8_E4M3 && options.random_fp4_experts;
+    V41Weights w = random_v41_weights(v41, options.seed, options.random_weight_dtype, fp4, &backend);
     return std::make_unique<DeepseekV41Model>(std::move(v41), std::move(w), backend, trunc);
   }
   auto reader = std::make_shared<const CheckpointReader>(CheckpointReader::open(dir));

@@ -241,8 +241,13 @@ void load_dspark_weights(const DeepseekV41Config& c, std::shared_ptr<const Check
   load_dspark(dc, dl, w);
 }
 
-std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weight_dtype) {
+std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weight_dtype, bool fp4_experts) {
   RandomLayout lay(c.base, weight_dtype);
+  lay.set_v4_family(/*e8m0_scales=*/true);
+  const bool fp4 = fp4_experts && lay.fp8();
+  // wo_a is cut into its groups' rows: FP8 only where they fall on whole scale blocks, and not in the
+  // drafter's stages (load_block keeps neither FP8).
+  const bool wo_a_fp8 = c.o_lora_rank % lay.block_n() == 0;
   const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult,
                 mixes = (2 + hc) * hc;
   const int64_t heads = c.base.num_attention_heads, D = c.head_dim, ql = c.base.q_lora_rank;
@@ -258,18 +263,18 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
     lay.norm(p + "attn_norm.weight", H);
     lay.norm(p + "ffn_norm.weight", H);
     for (const char* site : {"hc_attn_", "hc_ffn_"}) {
-      lay.add(p + site + "fn", DType::F32, {mixes, hc * H}, {fn_bound, 0.0f});
-      lay.add(p + site + "base", DType::F32, {mixes}, {0.5f, 0.0f});
-      lay.add(p + site + "scale", DType::F32, {3}, {0.1f, 1.0f});
+      lay.add(p + site + "fn", DType::F32, {mixes, hc * H}, {fn_bound, 0.0f}, true);
+      lay.add(p + site + "base", DType::F32, {mixes}, {0.5f, 0.0f}, true);
+      lay.add(p + site + "scale", DType::F32, {3}, {0.1f, 1.0f}, true);
     }
     lay.linear(a + "wq_a", ql, H);
     lay.norm(a + "q_norm.weight", ql);
     lay.linear(a + "wq_b", heads * D, ql);
     lay.linear(a + "wkv", D, H);
     lay.norm(a + "kv_norm.weight", D);
-    lay.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups);
+    lay.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups, wo_a_fp8 && l >= 0);
     lay.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank);
-    lay.add(a + "attn_sink", DType::F32, {heads}, {1.0f, 0.0f});
+    lay.add(a + "attn_sink", DType::F32, {heads}, {1.0f, 0.0f}, true);
     if (l >= 0 && c.is_kv_source(l)) {
       lay.linear(a + "compressor.wkv", D, H, false);
       if (c.ratio(l) > 1) lay.linear(a + "compressor.wgate", D, H, false);
@@ -281,14 +286,20 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
       lay.linear(a + "indexer.wq_b", nh * di, ql, false);
       lay.linear(a + "indexer.weights_proj", nh, H, false);
     }
-    lay.linear(f + "gate", experts, H, false);
-    lay.add(f + "gate.bias", DType::F32, {experts}, {0.1f, 0.0f});
-    lay.add(f + "gate.bias_vl", DType::F32, {experts}, {0.1f, 0.0f});
+    lay.linear(f + "gate", experts, H, false, /*host=*/true);  // divided by gate_temp on the host
+    lay.add(f + "gate.bias", DType::F32, {experts}, {0.1f, 0.0f}, true);
+    lay.add(f + "gate.bias_vl", DType::F32, {experts}, {0.1f, 0.0f}, true);
     for (int64_t e = 0; e < experts; ++e) {
       const std::string x = f + "experts." + std::to_string(e) + ".";
-      lay.linear(x + "w1", I, H);
-      lay.linear(x + "w3", I, H);
-      lay.linear(x + "w2", H, I);
+      if (fp4 && l >= 0) {
+        lay.fp4_linear(x + "w1", I, H);
+        lay.fp4_linear(x + "w3", I, H);
+        lay.fp4_linear(x + "w2", H, I);
+      } else {
+        lay.linear(x + "w1", I, H);
+        lay.linear(x + "w3", I, H);
+        lay.linear(x + "w2", H, I);
+      }
     }
     if (c.base.n_shared_experts > 0) {
       lay.linear(f + "shared_experts.w1", I, H);
@@ -303,8 +314,8 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
     lay.add(g + "embed.weight", lay.dense_dtype(), {hashing.rows[e], c.engram_head_dim},
             {1.0f, 0.0f});
     lay.linear(g + "wkv", (hc + 1) * H, hashing.cols() * c.engram_head_dim, false);
-    lay.add(g + "q_weight", DType::F32, {hc, H}, {0.3f, 1.0f});
-    lay.add(g + "k_weight", DType::F32, {hc, H}, {0.3f, 1.0f});
+    lay.add(g + "q_weight", DType::F32, {hc, H}, {0.3f, 1.0f}, true);
+    lay.add(g + "k_weight", DType::F32, {hc, H}, {0.3f, 1.0f}, true);
   }
   if (c.base.num_nextn_predict_layers > 0) {  // the DSpark drafter (load_dspark's names; after
     // every other tensor, so theirs keep their random values)
@@ -314,31 +325,35 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
     lay.linear("mtp.0.main_proj", H, taps * H, false);
     lay.norm("mtp.0.main_norm.weight", H);
     const std::string last = "mtp." + std::to_string(S - 1) + ".";
-    lay.add(last + "hc_head_fn", DType::F32, {hc, hc * H}, {fn_bound, 0.0f});
-    lay.add(last + "hc_head_base", DType::F32, {hc}, {0.5f, 0.0f});
-    lay.add(last + "hc_head_scale", DType::F32, {1}, {0.1f, 1.0f});
+    lay.add(last + "hc_head_fn", DType::F32, {hc, hc * H}, {fn_bound, 0.0f}, true);
+    lay.add(last + "hc_head_base", DType::F32, {hc}, {0.5f, 0.0f}, true);
+    lay.add(last + "hc_head_scale", DType::F32, {1}, {0.1f, 1.0f}, true);
     lay.norm(last + "norm.weight", H);
     if (r > 0) {
       lay.add(last + "markov_head.markov_w1.weight", lay.dense_dtype(), {V, r}, {1.0f, 0.0f});
       lay.linear(last + "markov_head.markov_w2", V, r, false);
     }
     if (c.dspark_confidence_head)
-      lay.linear(last + "confidence_head.proj", 1, H + (c.dspark_confidence_with_markov ? r : 0), false);
+      lay.linear(last + "confidence_head.proj", 1, H + (c.dspark_confidence_with_markov ? r : 0), false,
+                 /*host=*/true);  // DsparkDrafter reads its row on the host
   }
   return lay.take();
 }
 
-V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType weight_dtype) {
-  RandomTensors t = make_random_tensors(v41_random_specs(c, weight_dtype), seed, 0, nullptr);
+V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType weight_dtype, bool fp4_experts,
+                              Backend* backend) {
+  const bool device = backend != nullptr && backend->device() != Device::CPU;
+  RandomTensors t =
+      make_random_tensors(v41_random_specs(c, weight_dtype, fp4_experts), seed, 0, device ? backend : nullptr);
   V41Weights w;
   for (const std::shared_ptr<const void>& o : t.owners)
     w.owners.push_back(std::const_pointer_cast<void>(o));
-  V4TensorLoader ld(c, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners,
-                    pr_name);
-  load(c, ld, w, false);
+  const std::string origin = "random weights (seed " + std::to_string(seed) + ")";
+  V4TensorLoader ld(c, t.source, origin, w.owners, pr_name);
+  load(c, ld, w, /*packed_fp4=*/device);
   if (has_dspark(c, ld)) {
     const DeepseekV41Config dc = dspark_stage_config(c);
-    V4TensorLoader dl(dc, t.source, "random weights (seed " + std::to_string(seed) + ")", w.owners, pr_name);
+    V4TensorLoader dl(dc, t.source, origin, w.owners, pr_name);
     load_dspark(dc, dl, w);
   }
   for (int64_t i = 0; i < c.base.vocab_size && !c.engram_layers.empty(); ++i)

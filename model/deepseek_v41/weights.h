@@ -98,11 +98,21 @@ void load_dspark_weights(const DeepseekV41Config& config, std::shared_ptr<const 
 // Random weights (bench, tests): every tensor load_v41_weights reads (the drafter's after all others,
 // when the config declares drafter layers), under the released names, in
 // weight_dtype (BF16, F32, or F8_E4M3: block-scaled linears as model/weights.h's RandomLayout makes
-// them; routers, compressors, indexers and the head stay in the dense dtype), F32 hc / sinks /
-// biases.
-std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& config, DType weight_dtype);
+// them, E8M0 block scales; routers, compressors, indexers and the head stay in the dense dtype), F32
+// hc / sinks / biases. fp4_experts (with F8_E4M3): the main layers' routed experts FP4 e2m1 (I8
+// nibble-packed) with an E8M0 scale per 32, the checkpoint's format; the drafter's keep the dense
+// format. wo_a is FP8 only where o_lora_rank is a multiple of the scale block (the loader keeps it
+// FP8 then; otherwise it would dequantize it on the host), else in the dense dtype. Norms, hc,
+// sinks, biases, block scales and the router are marked host (TensorSpec::host: the loader reads
+// them there).
+std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& config, DType weight_dtype,
+                                         bool fp4_experts = false);
 // Those tensors filled from `seed` (model/weights.h's make_random_tensors) and read as a
-// checkpoint.
-V41Weights random_v41_weights(const DeepseekV41Config& config, uint64_t seed, DType weight_dtype);
+// checkpoint: on the host when `backend` is nullptr or the CPU backend, else made on the backend's
+// device (Backend::fill_random; the host-marked ones on the host, uploaded by the model), FP4
+// experts and FP8 wo_a kept packed as load_v41_weights(..., packed_fp4 = true) keeps them. The same
+// seed gives the same bits on every backend.
+V41Weights random_v41_weights(const DeepseekV41Config& config, uint64_t seed, DType weight_dtype,
+                              bool fp4_experts = false, Backend* backend = nullptr);
 
 }  // namespace deepinfer

@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "model/deepseek_v41/config.h"
+#include "model/deepseek_v41/weights.h"
 #include "model/weights.h"
 #include "temp_dir.h"
 
@@ -377,6 +379,113 @@ TEST(Weights, RandomWeightsMadeOnABackendEqualHostOnes) {
     ModelWeights on_cpu = make_random_weights(c, 21, dtype, true, *cpu);
     expect_same_weights(host, on_cpu);
   }
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+// DeepSeek-V4.1's random weights in its checkpoint's formats (model/deepseek_v41/weights.h): dense
+// FP8 e4m3 with 32x32 E8M0 block scales, routed experts FP4 e2m1 (I8, two per byte) with an E8M0
+// scale per 32, made on a device backend (fill_random; here the default host generator behind a
+// fake device) equal to the host-made ones, the same bits for the same seed, no NaN code anywhere.
+namespace deepinfer {
+namespace {
+
+DeepseekV41Config v41_fixture() {
+  return load_deepseek_v41_config(std::string(DEEPINFER_SOURCE_DIR) + "/tests/golden/fixtures/v41_fp8_fp4/config.json");
+}
+
+std::vector<uint8_t> raw_bytes(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return {p, p + t.num_bytes()};
+}
+
+TEST(Weights, V41RandomFormatsValidAndEqualOnEveryBackend) {
+  const DeepseekV41Config c = v41_fixture();
+  const std::vector<TensorSpec> specs = v41_random_specs(c, DType::F8_E4M3, /*fp4_experts=*/true);
+  const RandomTensors host = make_random_tensors(specs, 5, 0, nullptr);
+  const RandomTensors again = make_random_tensors(specs, 5, 0, nullptr);
+  const RandomTensors other = make_random_tensors(specs, 6, 0, nullptr);
+  FakeDeviceBackend fake;
+  const RandomTensors dev = make_random_tensors(specs, 5, 0, &fake);
+  int fp4 = 0, fp8 = 0, e8m0 = 0, on_host = 0, differ = 0;
+  for (const TensorSpec& s : specs) {
+    const Tensor h = *host.source.find(s.name), d = *dev.source.find(s.name);
+    EXPECT_EQ(d.device, s.host ? Device::CPU : Device::CUDA) << s.name;
+    on_host += s.host;
+    const std::vector<uint8_t> b = raw_bytes(h);
+    EXPECT_EQ(b, raw_bytes(d)) << s.name << ": made on the backend differs from the host's";
+    EXPECT_EQ(b, raw_bytes(*again.source.find(s.name))) << s.name << ": same seed, other bits";
+    differ += b != raw_bytes(*other.source.find(s.name));
+    if (s.dtype == DType::F8_E4M3) {
+      ++fp8;
+      for (uint8_t v : b) ASSERT_NE(v & 0x7f, 0x7f) << s.name << ": e4m3 NaN code";
+    } else if (s.dtype == DType::F8_E8M0) {
+      ++e8m0;
+      for (uint8_t v : b) ASSERT_NE(v, 0xff) << s.name << ": E8M0 NaN code";
+    } else if (s.dtype == DType::I8) {
+      ++fp4;
+      ASSERT_NE(s.name.find(".ffn.experts."), std::string::npos) << s.name;  // only routed experts
+      const Tensor scale = *host.source.find(s.name.substr(0, s.name.size() - 7) + ".scale");
+      ASSERT_EQ(scale.dtype, DType::F8_E8M0) << s.name;
+      const int64_t k = s.shape[1] * 2;
+      ASSERT_EQ(scale.dims(), (std::vector<int64_t>{s.shape[0], k / 32})) << s.name;
+      // The largest e2m1 value (6) times the scale: within a factor 2 below sqrt(3 / k).
+      const double top = 6.0 * e8m0_to_float(static_cast<const uint8_t*>(scale.data)[0]),
+                   bound = std::sqrt(3.0 / static_cast<double>(k));
+      EXPECT_LE(top, bound) << s.name;
+      EXPECT_GT(top, bound / 2) << s.name;
+      std::vector<int> nibbles(16, 0);
+      for (uint8_t v : b) ++nibbles[v & 15], ++nibbles[v >> 4];
+      int used = 0;
+      for (int n : nibbles) used += n > 0;
+      EXPECT_GE(used, 12) << s.name << ": the codes should spread over the e2m1 values";
+    }
+  }
+  EXPECT_EQ(fp4, 3 * c.base.n_routed_experts * c.num_layers());
+  EXPECT_GT(fp8, 20);
+  EXPECT_GT(e8m0, fp4);  // the experts' and the FP8 blocks' scales
+  EXPECT_GT(on_host, 0);
+  EXPECT_GT(differ, fp4 + fp8 - 1);  // every drawn weight changes with the seed
+}
+
+// The loader over them: packed FP4 experts and FP8 32x32 linears kept as they are for a device
+// backend (weights on the device, block scales read on the host), dequantized for the CPU; the
+// dequantized experts are the packed codes times their scales.
+TEST(Weights, V41RandomWeightsKeepDeviceFormats) {
+  const DeepseekV41Config c = v41_fixture();
+  FakeDeviceBackend fake;
+  const V41Weights dev = random_v41_weights(c, 9, DType::F8_E4M3, true, &fake);
+  const V41Weights host = random_v41_weights(c, 9, DType::F8_E4M3, true);
+  ASSERT_EQ(dev.layers.size(), static_cast<size_t>(c.num_layers()));
+  const Weight& packed = dev.layers[2].experts[1].down;
+  EXPECT_EQ(packed.w.dtype, DType::I8);
+  EXPECT_EQ(packed.w.device, Device::CUDA);
+  EXPECT_EQ(packed.block_n, 1);
+  EXPECT_EQ(packed.block_k, 32);
+  const Weight& deq = host.layers[2].experts[1].down;
+  ASSERT_EQ(deq.w.dtype, DType::F32);
+  const int64_t N = deq.w.size(0), K = deq.w.size(1);
+  static const float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t byte = static_cast<const uint8_t*>(packed.w.data)[n * K / 2 + k / 2];
+      const uint8_t code = k % 2 == 0 ? byte & 15 : byte >> 4;
+      const float v = (code & 8 ? -1.0f : 1.0f) * kE2m1[code & 7] *
+                      e8m0_to_float(static_cast<const uint8_t*>(packed.scale_inv.data)[n * K / 32 + k / 32]);
+      ASSERT_EQ(deq.w.ptr<const float>()[n * K + k], v) << n << ", " << k;
+    }
+  const Weight& wq = dev.layers[0].wq_a;
+  EXPECT_EQ(wq.w.dtype, DType::F8_E4M3);
+  EXPECT_EQ(wq.w.device, Device::CUDA);
+  EXPECT_EQ(wq.block_k, 32);
+  EXPECT_EQ(wq.scale_inv.dtype, DType::F32);  // E8M0 bytes read as their powers of two
+  EXPECT_EQ(wq.scale_inv.device, Device::CPU);
+  for (int64_t i = 0; i < wq.scale_inv.numel(); ++i) {
+    int e = 0;
+    EXPECT_EQ(std::frexp(wq.scale_inv.ptr<const float>()[i], &e), 0.5f) << "scale " << i << " is not a power of two";
+  }
+  EXPECT_EQ(dev.layers[0].gate.w.device, Device::CPU);  // the router, divided by gate_temp on the host
 }
 
 }  // namespace
