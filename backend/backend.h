@@ -564,7 +564,8 @@ class Backend {
   // Ops issued between side_begin() and side_end() start after everything issued before
   // side_begin() and may overlap the ops issued after side_end(), until side_join(): from
   // then on everything waits for them. The caller keeps the two lines independent (neither
-  // touches a buffer the other writes). One side line at a time; each op's results are
+  // touches a buffer the other writes; the backend's own scratch is per line, any op may run
+  // on either). One side line at a time; each op's results are
   // the same as in issue order. Defaults: nothing to do (ops run in issue order).
   virtual void side_begin() {}
   virtual void side_end() {}

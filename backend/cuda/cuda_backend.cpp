@@ -132,6 +132,7 @@ CudaBackend::~CudaBackend() {
     if (g) cudaGraphExecDestroy(g);
   }
   for (Scratch& s : scratch_) cudaFree(s.ptr);
+  for (Scratch& s : side_scratch_) cudaFree(s.ptr);
   expert_tables_.clear();
   for (auto& [key, plan] : lt_plans_) {
     if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
@@ -301,6 +302,7 @@ void CudaBackend::set_smem_limit(const void* kernel, size_t num_bytes, const cha
 void CudaBackend::side_swap() {
   std::swap(stream_, side_stream_);
   std::swap(lt_workspace_, side_lt_workspace_);
+  std::swap(scratch_, side_scratch_);
   on_side_ = !on_side_;
 }
 

@@ -163,7 +163,8 @@ class CudaBackend final : public Backend {
   // Checks the launch just issued (and, with DEEPINFER_CUDA_SYNC=1, its completion).
   void check_launch(const char* op, const std::string& shapes);
   // Scratch device memory of at least num_bytes for `slot` (grows outside captures only;
-  // contents are not kept across growth). Slots let one op hold several buffers.
+  // contents are not kept across growth). Slots let one op hold several buffers; the side line
+  // has its own set.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
               kSlotMoeAct, kSlotMoeOut, kSlotMoeGather, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
               kSlotV41, kSlotCount };
@@ -315,6 +316,10 @@ class CudaBackend final : public Backend {
     size_t num_bytes = 0;
   };
   Scratch scratch_[kSlotCount];
+  // The side line's own slots (side_swap exchanges them with scratch_): an op on the side line
+  // never shares scratch with one running at the same time on the main line (a FP8 prefill once
+  // crashed when both lines used kSlotGemmW).
+  Scratch side_scratch_[kSlotCount];
   // cuBLASLt algorithm per (M, N, K, ldx, ldo, out dtype); nullopt-like flag when none fits.
   struct LtPlan {
     bool ok = false;

@@ -422,6 +422,44 @@ TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
     g.graph_release(graph);
     EXPECT_EQ(std::memcmp(ref.data(), replayed.data(), ref.size() * sizeof(float)), 0)
         << what << " (graph)";
+    // Both lines in gemm_swiglu at once (its scratch slots): each line has its own scratch
+    // (CudaBackend::side_swap), so each result equals the one computed in line. A second MLP of
+    // another width runs on the main line while the shared expert runs on the side line.
+    Weight mg, mu, md;
+    const int64_t Im = c.I + 8;
+    expert_weight(Im, c.H, c.fp8, &mg, &unused);
+    expert_weight(Im, c.H, c.fp8, &mu, &unused);
+    expert_weight(c.H, Im, c.fp8, &md, &unused);
+    Tensor gate_up2 = gpu_poisoned(g, DType::BF16, {c.T, 2 * Im});
+    Tensor gate2 = gate_up2, up2 = gate_up2;
+    gate2.shape[1] = up2.shape[1] = Im;
+    up2.data = static_cast<uint16_t*>(up2.data) + Im;
+    auto mlp = [&](Tensor& out, bool main_line) {
+      if (main_line) {
+        g.gemm_pair(x, mg, mu, gate2, up2);
+        g.gemm_swiglu(gate_up2, md, out, false);
+      } else {
+        g.gemm_pair(x, sg, su, gate, up);
+        g.gemm_swiglu(gate_up, sd, out, false);
+      }
+    };
+    Tensor m_ref = gpu_poisoned(g, DType::BF16, {c.T, c.H}), s_ref = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    mlp(m_ref, true);
+    mlp(s_ref, false);
+    Tensor m_got = gpu_poisoned(g, DType::BF16, {c.T, c.H}), s_got = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    for (int rep = 0; rep < 4; ++rep) {
+      poison(g, m_got);
+      poison(g, s_got);
+      g.side_begin();
+      mlp(s_got, false);
+      g.side_end();
+      mlp(m_got, true);
+      g.side_join();
+      const std::vector<float> mr = download(g, m_ref), mg_ = download(g, m_got), sr = download(g, s_ref),
+                               sg_ = download(g, s_got);
+      ASSERT_EQ(std::memcmp(mr.data(), mg_.data(), mr.size() * sizeof(float)), 0) << what << " main line, rep " << rep;
+      ASSERT_EQ(std::memcmp(sr.data(), sg_.data(), sr.size() * sizeof(float)), 0) << what << " side line, rep " << rep;
+    }
   }
 }
 
