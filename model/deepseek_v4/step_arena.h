@@ -30,6 +30,8 @@ class StepArena {
   }
   uint64_t epoch() const { return epoch_; }
   size_t capacity_bytes() const;
+  // Most bytes live at once since the step started (chunks before the current one counted whole).
+  size_t peak_bytes() const { return peak_; }
 
  private:
   Backend& be_;

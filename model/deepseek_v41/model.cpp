@@ -245,8 +245,21 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
     }
     const Tensor* ent_cache =
         ratio > 0 ? &kv[static_cast<size_t>(G->compressed)][static_cast<size_t>(slot)] : nullptr;
+    // What later layers reuse (the chosen entries, the candidate bias) lives to the step's end;
+    // the rest of this sequence's temporaries (its gathered keys and rows, scores, lists: they
+    // grow with its context) go back when its attention is issued, so a step's peak is one
+    // sequence's, not the batch's sum (V4.1-Flash at batch 64 x 128k asked for 36 GiB).
+    const bool candidates = l == c.candidate_source_layer;
     if (index) {
       ch.k = 0;
+      if (nc > 0) {
+        if (candidates) ch.candidates = alloc(DType::F32, {nq, nc});
+        ch.k = std::min<int64_t>(c.index_topk, nc);
+        ch.chosen = alloc(DType::I32, {nq, ch.k});
+      }
+    }
+    ArenaScope scope(arena_);
+    if (index) {
       if (nc > 0) {
         const Tensor& key_cache =
             kv[static_cast<size_t>(G->indexer_keys)][static_cast<size_t>(slot)];
@@ -262,8 +275,7 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
                                    iw.tensor().slice_rows(t0, t1), positions.slice_rows(t0, t1),
                                    ratio, 1.0f / std::sqrt(static_cast<float>(di)),
                                    1.0f / std::sqrt(static_cast<float>(nh)), scores.tensor());
-        if (l == c.candidate_source_layer) {
-          ch.candidates = alloc(DType::F32, {nq, nc});
+        if (candidates) {
           be_.candidate_blocks(scores.tensor(), positions.slice_rows(t0, t1), ratio,
                                c.candidate_topk_blocks, c.candidate_block_size,
                                ch.candidates.tensor());
@@ -271,8 +283,6 @@ void DeepseekV41Model::attention(int l, const StepBatch& batch, const StepHost& 
                    ch.candidates.tensor().defined()) {
           be_.add(scores.tensor(), ch.candidates.tensor());
         }
-        ch.k = std::min<int64_t>(c.index_topk, nc);
-        ch.chosen = alloc(DType::I32, {nq, ch.k});
         be_.topk_finite(scores.tensor(), ch.chosen.tensor());
       }
     }

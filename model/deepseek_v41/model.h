@@ -64,6 +64,8 @@ class DeepseekV41Model : public Model {
                Tensor* hidden_out = nullptr) override;
   int64_t mtp_hidden_size() const override { return config_.hc_mult * config_.base.hidden_size; }
   uint64_t workspace_epoch() const override { return arena_.epoch(); }
+  // The last forward's peak of temporaries (step_arena.h), for tests and benches.
+  size_t step_peak_bytes() const { return arena_.peak_bytes(); }
   // Each step reads its token ids and block tables back (StepHost): not capturable.
   bool graph_capturable() const override { return false; }
   PrefillTruncation prefill_truncation() const override;

@@ -335,6 +335,33 @@ TEST_F(TruncationV41, CompactWithTheDrafterDraftsAsFullPrefill) {
   EXPECT_TRUE(drafter_kv);
 }
 
+// A step's temporaries: each sequence's gathered entries, keys and scores (they grow with its
+// context) go back once its attention is issued, so a decode step of four sequences of 480 tokens
+// peaks about where one sequence's does, not four times as high (V4.1-Flash at batch 64 x 128k
+// asked for a 36 GiB arena before). The step-sized buffers (four rows instead of one) stay.
+TEST_F(TruncationV41, StepPeakDoesNotGrowWithTheBatchsContexts) {
+  auto m = make("off", 140);
+  auto peak = [&](int nseqs) {
+    PagedDriver d(*m, *backend_, kBlockSize, 1400);
+    std::vector<PagedDriver::Chunk> prefill, decode;
+    for (int i = 0; i < nseqs; ++i) {
+      const int seq = d.add_sequence();
+      prefill.push_back({seq, prompt(480, 40 + i), false, true, 0});
+      decode.push_back({seq, {5}, false, true, 0});
+    }
+    d.step(prefill);
+    d.step(decode);
+    return m->step_peak_bytes();
+  };
+  const size_t one = peak(1), four = peak(4);
+  // One ratio-1 layer's gathered rows of one sequence: 480 entries x head_dim F32 (120 KiB).
+  const size_t rows = 480 * static_cast<size_t>(config_.head_dim) * sizeof(float);
+  std::printf("[v41 arena] decode step peak: %zu B with one sequence, %zu B with four (%zu B of rows per "
+              "sequence and layer)\n", one, four, rows);
+  EXPECT_GT(one, rows) << "the step gathered less than one layer's rows: the test proves nothing";
+  EXPECT_LT(four, one + 2 * rows);
+}
+
 TEST_F(TruncationV41, LogitsBelowTheFloorAreRefused) {
   auto m = make("compact", 12);
   PagedDriver d(*m, *backend_, kBlockSize, 192);
