@@ -4,7 +4,7 @@
   python3 bench/llamacpp_pareto.py llamacpp_sweep.jsonl ours_sweep.jsonl > llamacpp_pareto.jsonl
 
 llamacpp_sweep.jsonl: llama-batched-bench `--output-format jsonl` lines, each with a "kind" field
-("prefill" or "decode") that the calling script adds (bench/cuda/vs_llamacpp_cuda.sh does). A
+("prefill" or "decode"; "warmup" records are skipped) that the calling script adds (bench/cuda/vs_llamacpp_cuda.sh does). A
 prefill record of `-npp P -npl B` becomes a point at batch B: time per prefill t_pp (the B prompts
 of P tokens, no shared prefix), input tokens/s speed_pp. A decode record of `-npp P -ntg G -npl B`
 becomes output tokens/s speed_tg (B x G tokens over t_tg) and tokens/s per request speed_tg / B.
@@ -39,6 +39,8 @@ def main():
                 continue
             p = json.loads(line)
             kind = p.get("kind")
+            if kind == "warmup":  # a configuration run only to pay the process's one-time set-up
+                continue
             if kind not in ("prefill", "decode"):
                 raise SystemExit(f"{peer_path} line {lineno}: no kind (prefill|decode) on the record")
             ref = ours.get((kind, p["pp"]))
