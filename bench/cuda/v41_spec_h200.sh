@@ -13,9 +13,10 @@
 #      exact verification): decode tok/s with / without drafts at batch 1 and 8 (prompts of 512
 #      tokens, 32 generated), the drafter's measured acceptance, mismatched tokens against k = 0;
 #      then batch 2 with the batch-invariant kernels (must be 0 mismatched: exit 4 if not).
-#   2. spec32k (50 s): batch 1, 8, 32, 64 at context 32k: plain decode step, drafter block (5
-#      drafts + Markov + confidence heads), verify step of 1 + 5 tokens per sequence; the speedup at
-#      per-position acceptance 0 .. 1 and at stage 1's measured tokens per verify step.
+#   2. spec32k (50 s): batch 1, 8, 32, 64 at context 32k (2 reps after a warm-up): plain decode
+#      step, drafter block (5 drafts + Markov + confidence heads), verify step of 1 + 5 tokens per
+#      sequence; the speedup at per-position acceptance 0 .. 1 and at stage 1's measured tokens per
+#      verify step.
 #   3. spec128k (20 s): the same at batch 1, context 128k.
 #   4. decode128k_b64 (30 s): plain decode at batch 64 x 128k on the config without the drafter
 #      (out of memory in session 12 before 0b7f9f2's per-sequence arena scope).
@@ -31,7 +32,8 @@ bin="${BIN:?BIN must name deepinfer_v4_model_bench}"
 [[ -x "$bin" ]] || { echo "BIN=$bin is not an executable" | tee -a "$out/summary.log"; exit 1; }
 cfg="${CFG:-$here/bench-v41-flash-12l-dspark.config.json}"    # CFG / PLAIN_CFG / BACKEND: a local dry run
 plain="${PLAIN_CFG:-$here/bench-v41-flash-12l.config.json}"
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm --format=csv; } > "$out/gpu.txt" 2>&1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm --format=csv;
+  echo "BIN=$bin"; sha256sum "$bin"; } > "$out/gpu.txt" 2>&1
 stage() {
   local name="$1" limit="$2" config="$3"; shift 3
   local t0; t0=$(date +%s)
@@ -50,7 +52,7 @@ tpv_flag=()
 [[ -n "$tpv" ]] && tpv_flag=(--tokens-per-verify "$tpv")
 # 2-3. Speculation's parts at 32k (batch 1-64) and 128k (batch 1).
 stage spec32k 50 "$cfg" --spec dspark --batches "${SPEC_BATCHES:-1,8,32,64}" --contexts "${SPEC_CONTEXT:-32768}" \
-  --prefill '' --reps 3 ${tpv_flag[@]+"${tpv_flag[@]}"}
+  --prefill '' --reps 2 ${tpv_flag[@]+"${tpv_flag[@]}"}
 stage spec128k 20 "$cfg" --spec dspark --batches 1 --contexts "${LONG_CONTEXT:-131072}" --prefill '' --reps 3 ${tpv_flag[@]+"${tpv_flag[@]}"}
 # 4. Plain decode at batch 64 x 128k, the text model alone (session 12's configuration).
 stage decode128k_b64 30 "$plain" --batches "${LONG_BATCH:-64}" --contexts "${LONG_CONTEXT:-131072}" --prefill '' --reps 2
