@@ -135,10 +135,6 @@ struct CudaOptions {
   int64_t pipe_dense_fp8_rows = 32;
   int64_t pipe_dense_bf16_rows = 8;
   bool pdl = true;                // the dense pipeline GEMMs as programmatic dependent launches (false: plain)
-  // FP8 (128x128-scaled) weights in the pipeline and stream kernels: e4m3 -> bf16 through the
-  // conversion chain e4m3 -> f16 -> f32 -> bf16 (true; main until fp8dec17) or by bit placement
-  // and a bf16 multiply (false). Exact either way: the same bits. A/B in bench/NOTES.md fp8dec17.
-  bool fp8_cvt_chain = false;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)

@@ -101,7 +101,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
   pdl_ = o.pdl;
-  fp8_cvt_chain_ = o.fp8_cvt_chain;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;

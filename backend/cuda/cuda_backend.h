@@ -289,10 +289,6 @@ class CudaBackend final : public Backend {
   int64_t pipe_dense_fp8_rows_ = 32;
   int64_t pipe_dense_bf16_rows_ = 8;
   bool pdl_ = true;
-  // CudaOptions::fp8_cvt_chain: kWeightFP8 bytes in the pipeline and stream kernels through the
-  // e4m3 -> f16 -> f32 -> bf16 conversion instructions (true) or by bit placement (false, the
-  // default; stream_mma.cuh). Same bits either way.
-  bool fp8_cvt_chain_ = false;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256

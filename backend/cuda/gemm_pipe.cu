@@ -64,8 +64,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
 // block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
-// CV: the FP8 conversion (stream_mma.cuh, Fp8Cvt); BF16 ignores it.
-template <int WK, int D, int CV>
+template <int WK, int D>
 __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK>();
   extern __shared__ uint4 smem[];
@@ -199,7 +198,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
           raw.u[1] = st[bf16_slot(j, g, 2 * q + 1)];
         }
         uint32_t w[8];
-        w_words<WK, CV>(raw, w);
+        w_words<WK>(raw, w);
         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
@@ -240,19 +239,18 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   }
 }
 
-template <int WK, int CV>
+template <int WK>
 const void* pick_stages(int stages) {
   switch (stages) {
-    case 2: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 2, CV>);
-    case 3: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 3, CV>);
-    case 8: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 8, CV>);
-    default: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 4, CV>);
+    case 2: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 2>);
+    case 3: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 3>);
+    case 8: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 8>);
+    default: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 4>);
   }
 }
 
-const void* pick_kernel(int w_kind, int stages, bool fp8_chain) {
-  if (w_kind != kWeightFP8) return pick_stages<kWeightBF16, kFp8Place>(stages);
-  return fp8_chain ? pick_stages<kWeightFP8, kFp8Chain>(stages) : pick_stages<kWeightFP8, kFp8Place>(stages);
+const void* pick_kernel(int w_kind, int stages) {
+  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(stages) : pick_stages<kWeightBF16>(stages);
 }
 
 }  // namespace
@@ -265,10 +263,10 @@ bool pipe_gemm_supported(const GemmProblem& p) {
          p.tile_rows == kEntryRows && p.max_tiles > 0;
 }
 
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool fp8_chain) {
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.kernel = pick_kernel(p.w_kind, plan.stages, fp8_chain);
+  plan.kernel = pick_kernel(p.w_kind, plan.stages);
   const int ks = k_split(p.K);
   const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
   plan.threads = ks * 32;

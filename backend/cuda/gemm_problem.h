@@ -74,9 +74,7 @@ struct GemmProblem {
 // depend on M, on the row's position or on the grouping (batch-invariant). Returns false
 // (launching nothing) when the problem does not fit it (K % 64, alignment).
 bool stream_gemm_supported(const GemmProblem& p);
-// fp8_chain: kWeightFP8 bytes through the conversion chain instead of bit placement
-// (CudaOptions::fp8_cvt_chain; same bits).
-void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool fp8_chain = false);
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
 
 // The same GEMM with the weights staged through shared memory by cp.async in a D-stage
 // pipeline per warp, over a grid of about (SMs x resident blocks) blocks that walk the
@@ -92,7 +90,7 @@ struct PipePlan {
   int64_t max_items = 0;  // grid bound: max_tiles x column tiles
 };
 bool pipe_gemm_supported(const GemmProblem& p);
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool fp8_chain = false);
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
 // pdl: launched as a programmatic dependent of the previous kernel in the stream (the dense form
 // streams its first weight chunks before waiting for it).

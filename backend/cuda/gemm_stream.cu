@@ -32,8 +32,7 @@ namespace {
 using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
-// CV: the FP8 conversion (stream_mma.cuh, Fp8Cvt); the other kinds ignore it.
-template <int WK, int MT, int NT, int CV>
+template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
   pdl_trigger();  // a following pipeline GEMM (o after uv) may start streaming its weights (dec18)
   extern __shared__ float red[];  // [KS][MT * NT * 4][32]
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         uint32_t w[8];
-        w_words<WK, CV>(cur[j], w, fcur[j]);
+        w_words<WK>(cur[j], w, fcur[j]);
         float part[MT][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
   }
 }
 
-template <int WK, int MT, int CV = kFp8Place>
+template <int WK, int MT>
 void launch(const GemmProblem& p, cudaStream_t stream) {
   const int ks = k_split(p.K);
   const int kpw = stream_kpw(p.K);
@@ -202,7 +201,7 @@ void launch(const GemmProblem& p, cudaStream_t stream) {
   const int max_group_rows = p.group_offsets ? p.max_rows : p.M;
   dim3 grid(ceil_div(p.N, 8 * kNT), groups, std::max(1u, ceil_div(max_group_rows, rows_per_z)));
   const size_t smem = size_t{4} * ks * MT * kNT * 4 * 32;
-  stream_gemm_kernel<WK, MT, kNT, CV><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
+  stream_gemm_kernel<WK, MT, kNT><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -220,17 +219,12 @@ bool stream_gemm_supported(const GemmProblem& p) {
   return true;
 }
 
-void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool fp8_chain) {
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream) {
   // Rows per warp pass: 16 for few rows (decode, MoE experts), 64 otherwise. Either gives
   // the same bits per row (see the file comment).
   const int rows = p.group_offsets ? p.max_rows / std::max(1, p.num_groups) : p.M;
   const bool wide = rows > 24;
-  if (p.w_kind == kWeightFP8 && fp8_chain) {
-    if (wide)
-      launch<kWeightFP8, 4, kFp8Chain>(p, stream);
-    else
-      launch<kWeightFP8, 1, kFp8Chain>(p, stream);
-  } else if (p.w_kind == kWeightFP8) {
+  if (p.w_kind == kWeightFP8) {
     if (wide)
       launch<kWeightFP8, 4>(p, stream);
     else

@@ -66,56 +66,6 @@ __device__ __forceinline__ void fp8x16_to_bf16x16(const uint4& v, uint32_t (&out
   fp8x16_scaled_to_bf16x16(v, 1.0f, out);
 }
 
-// How the weight-streaming kernels turn kWeightFP8 bytes into BF16 (CudaOptions::fp8_cvt_chain,
-// fp8dec17): kFp8Place places the bits with integer ops and one bf16 multiply per pair
-// (fp8x16_place_to_bf16x16); kFp8Chain converts e4m3 -> f16 -> f32 -> bf16 (fp8x16_to_bf16x16:
-// per pair one F2FP unpack, two HADD2.F32 and one F2FP pack, conversions that the H200 runs at a
-// fraction of its integer rate). Both give every code's exact value, so the same bits.
-enum Fp8Cvt : int { kFp8Place = 0, kFp8Chain = 1 };
-
-// prmt with a constant selector and a zero second operand; a selector nibble with bit 3 set
-// fills the result byte with the sign of the selected byte (PTX prmt's default mode).
-template <uint32_t kSel>
-__device__ __forceinline__ uint32_t prmt_zero(uint32_t x) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(x), "r"(0u), "n"(kSel));
-  return d;
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// True when one of the 16 bytes is an e4m3 NaN code (0x7F / 0xFF): a byte's 7 magnitude bits
-// plus 1 reach bit 7 only when they are all set (no carry leaves the byte).
-__device__ __forceinline__ bool fp8x16_has_nan(const uint4& v) {
-  constexpr uint32_t kMag = 0x7F7F7F7Fu, kOne = 0x01010101u;
-  const uint32_t t = ((v.x & kMag) + kOne) | ((v.y & kMag) + kOne) | ((v.z & kMag) + kOne) | ((v.w & kMag) + kOne);
-  return (t & 0x80808080u) != 0;
-}
-
-// 16 e4m3 bytes -> 8 words of bf16 pairs, the same values (and bits) as fp8x16_to_bf16x16
-// without conversion instructions. Per 4 bytes: prmt's sign mode widens byte b to the 16-bit
-// sext(b) (pairs {b0, b1} and {b2, b3}); << 4 puts b's 7 magnitude bits (exponent | mantissa) on
-// bf16's bits 4..10 and a copy of its sign on bit 15, and the mask drops the other copies. The
-// bf16 exponent field is then e4m3's, so each half is the code's value x 2^-120 (bias 127 against
-// 7), the subnormal codes (exponent 0) on bf16 subnormals of the same significand; one bf16
-// multiply by 2^120 (0x7B80) gives the value exactly (every product is a bf16 normal or a zero of
-// the code's sign). NaN codes would come out as +-480: a lane whose 16 bytes hold one takes the
-// conversion chain instead.
-__device__ __forceinline__ void fp8x16_place_to_bf16x16(const uint4& v, uint32_t (&out)[8]) {
-  constexpr uint32_t kKeep = 0x87F087F0u, kTwo120 = 0x7B807B80u;
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = bf16x2_mul((prmt_zero<0x9180u>(w[i]) << 4) & kKeep, kTwo120);
-    out[2 * i + 1] = bf16x2_mul((prmt_zero<0xB3A2u>(w[i]) << 4) & kKeep, kTwo120);
-  }
-  if (fp8x16_has_nan(v)) fp8x16_to_bf16x16(v, out);
-}
-
 // Raw weight bytes of one lane for one chunk: bf16 needs 32 bytes, fp8 16.
 template <int WK>
 struct WRaw {
@@ -135,13 +85,10 @@ __device__ __forceinline__ WRaw<WK> load_w(const void* row, int k) {
   return r;
 }
 
-template <int WK, int CV = kFp8Place>
+template <int WK>
 __device__ __forceinline__ void w_words(const WRaw<WK>& r, uint32_t (&w)[8], float fold = 1.0f) {
   if constexpr (WK == kWeightFP8) {
-    if constexpr (CV == kFp8Chain)
-      fp8x16_to_bf16x16(r.u[0], w);
-    else
-      fp8x16_place_to_bf16x16(r.u[0], w);
+    fp8x16_to_bf16x16(r.u[0], w);
   } else if constexpr (WK == kWeightFP8Fold) {
     fp8x16_scaled_to_bf16x16(r.u[0], fold, w);
   } else {

@@ -10,7 +10,6 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
-//                             [--fp8-cvt-chain]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--out FILE.jsonl]
@@ -30,8 +29,6 @@
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: those as plain launches (CudaOptions::pdl false). A/Bs (dec18).
-// --fp8-cvt-chain: FP8 weights in the pipeline / stream kernels through the e4m3 -> f16 -> f32 ->
-// bf16 conversion instructions instead of bit placement (CudaOptions::fp8_cvt_chain; A/B, fp8dec17).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -488,7 +485,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool no_pdl = false, fp8_cvt_chain = false;
+  bool no_pdl = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -511,7 +508,6 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--fp8-cvt-chain")) fp8_cvt_chain = true;
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
     } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
@@ -530,7 +526,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (fp8_cvt_chain) opts.cuda.fp8_cvt_chain = true;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
