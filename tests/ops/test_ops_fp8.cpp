@@ -427,6 +427,125 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
 
 // Random FP8 checkpoints made on the device (fill_random's e4m3 kernel, scales copied from the
 // host) equal the host-made ones byte for byte: what --random-weights --dtype fp8 loads.
+// Every e4m3 code through the weight-streaming kernels (fp8dec17), which turn FP8 weight bytes
+// into BF16 in registers (stream_mma.cuh fp8x16_to_bf16x16) before a BF16 MMA: each code must
+// come out as its exact value, on the pipeline kernel's dense form (rows <= 64) and on the stream
+// kernel.
+//  1. Weight [64, 256] holding code (n + k) & 255 at row n, column k, the two NaN codes replaced
+//     by 0 (a NaN anywhere in a weight row makes that whole output column NaN, whatever the
+//     activations: 0 x NaN is NaN): every other code at every byte of a lane's 16; scales 2^-4
+//     and 8 for the two K blocks. One-hot rows (row m picks column 4m + r, r < 4): out[m, n]
+//     (F32) must equal the code's value (fp8_e4m3_to_float, the CPU reference's decoding) times
+//     its block scale exactly.
+//  2. Random codes over all 256 with the NaN codes 0x7F / 0xFF only in every fifth weight row, K
+//     2048 (8 warps), N 80, 40 rows of magnitudes 1e-3 .. 1e3, eight of them scaled by 2^-60 ..
+//     2^80: the NaN rows' columns are NaN, the two kernels give the same bits, the other columns
+//     are within kTolBF16 of the CPU gemm (the rows of magnitude 1e-3 .. 1e3).
+// Outputs NaN-poisoned between guard bytes.
+TEST_F(Fp8Ops, EveryE4m3CodeExactInStreamingKernels) {
+  auto backend_with = [](bool pipe) {
+    BackendOptions o = env_backend_options();
+    o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;  // 0: FP8 rows (<= 128) on the stream kernel
+    return make_cuda_backend(o);
+  };
+  struct Arm {
+    const char* name;
+    std::unique_ptr<Backend> b;
+  };
+  Arm arms[] = {{"pipe", backend_with(true)}, {"stream", backend_with(false)}};
+  auto run = [&](Backend& b, const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+                 const std::vector<float>& x, int64_t M, int64_t N, int64_t K, const std::string& what) {
+    Weight w;
+    w.w = gpu_copy(b, cpu_raw(DType::F8_E4M3, codes.data(), {N, K}));
+    w.scale_inv = gpu_copy(b, cpu_f32(scales, {blocks_of(N), blocks_of(K)}));
+    Tensor og = gpu_guarded(b, DType::F32, {M, N});
+    b.gemm(gpu_float(b, x, {M, K}, DType::BF16), w, og);
+    std::vector<float> got = download(b, og);
+    expect_guards_intact(what);
+    return got;
+  };
+
+  {  // 1. every code but NaN, one-hot rows
+    constexpr int64_t M = 64, N = 64, K = 256;
+    std::vector<uint8_t> codes(N * K);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const auto c = static_cast<uint8_t>((n + k) & 255);
+        codes[n * K + k] = (c & 0x7F) == 0x7F ? 0 : c;
+      }
+    const std::vector<float> scales = {0.0625f, 8.0f};
+    for (int64_t r = 0; r < 4; ++r) {
+      std::vector<float> x(M * K, 0.0f);
+      for (int64_t m = 0; m < M; ++m) x[m * K + 4 * m + r] = 1.0f;
+      for (Arm& arm : arms) {
+        const std::string what = std::string(arm.name) + ", one-hot column offset " + std::to_string(r);
+        const std::vector<float> got = run(*arm.b, codes, scales, x, M, N, K, what);
+        for (int64_t m = 0; m < M; ++m) {
+          const int64_t k = 4 * m + r;
+          for (int64_t n = 0; n < N; ++n) {
+            const uint8_t code = codes[n * K + k];
+            ASSERT_EQ(got[m * N + n], fp8_e4m3_to_float(code) * scales[k / 128])
+                << what << ": code 0x" << std::hex << int(code) << std::dec << " at weight row " << n << ", K " << k;
+          }
+        }
+      }
+    }
+  }
+
+  {  // 2. random codes, NaN rows, activations over many magnitudes
+    constexpr int64_t M = 40, N = 80, K = 2048;
+    std::vector<uint8_t> codes(N * K);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t k = 0; k < K; ++k) {
+        int c = byte(rng_);
+        if ((c & 0x7F) == 0x7F) c -= 1;  // NaN codes only where placed below
+        codes[n * K + k] = static_cast<uint8_t>(c);
+      }
+      if (n % 5 == 3) codes[n * K + byte(rng_) * 8 + n % 8] = n % 2 ? 0xFF : 0x7F;
+    }
+    std::vector<float> scales(blocks_of(N) * blocks_of(K));
+    for (float& s : scales) s = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng_) / 64;
+    std::vector<float> x = spread_rows(rng_, M, K);
+    for (int64_t m = 0; m < 8; ++m)  // rows scaled by 2^-60, 2^-40, ..., 2^80
+      for (int64_t k = 0; k < K; ++k) x[m * K + k] = std::ldexp(x[m * K + k], static_cast<int>(20 * m - 60));
+    Weight wc;
+    wc.w = cpu_raw(DType::F8_E4M3, codes.data(), {N, K});
+    wc.scale_inv = cpu_f32(scales, {blocks_of(N), blocks_of(K)});
+    Tensor oc = cpu_f32(std::vector<float>(M * N), {M, N});
+    cpu_->gemm(cpu_f32(x, {M, K}), wc, oc);
+    const std::vector<float> want = values(oc);
+    std::vector<float> ref;
+    for (Arm& arm : arms) {
+      const std::string what = std::string(arm.name) + ", random codes, K 2048";
+      const std::vector<float> got = run(*arm.b, codes, scales, x, M, N, K, what);
+      std::vector<float> g, r;
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t n = 0; n < N; ++n) {
+          const size_t at = static_cast<size_t>(m * N + n);
+          if (n % 5 == 3) {
+            ASSERT_TRUE(std::isnan(got[at])) << what << ": row " << m << " column " << n << " (a NaN weight) = " << got[at];
+            continue;
+          }
+          ASSERT_FALSE(std::isnan(got[at])) << what << ": row " << m << " column " << n << ", seed " << seed_;
+          if (m >= 8) {  // the rows scaled by 2^-60 .. 2^80 would dominate the normalised error
+            g.push_back(got[at]);
+            r.push_back(want[at]);
+          }
+        }
+      }
+      expect_close(g, r, kTolBF16, what);
+      if (ref.empty()) {
+        ref = got;  // the pipeline kernel; the stream kernel must give its bits
+        continue;
+      }
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0 || (std::isnan(got[i]) && std::isnan(ref[i])))
+            << what << ": element " << i << " = " << got[i] << ", pipeline kernel " << ref[i] << ", seed " << seed_;
+    }
+  }
+}
+
 TEST_F(Fp8Ops, RandomFp8WeightsOnDeviceEqualHost) {
   const nlohmann::json j = {{"model_type", "deepseek_v3"}, {"vocab_size", 96}, {"hidden_size", 256},
                             {"intermediate_size", 320}, {"moe_intermediate_size", 136}, {"num_hidden_layers", 2},
