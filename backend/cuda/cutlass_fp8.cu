@@ -18,26 +18,34 @@
 #include "backend/cuda/cutlass_grouped.cuh"
 #include "backend/cuda/fp8_quant.cuh"
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace deepinfer::cuda {
 namespace {
 
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K)
-using Shape3 = ProblemShape::UnderlyingProblemShape;
+using Shape3 = CutlassShape3;
 using ElementAB = cutlass::float_e4m3_t;
 // 1x128 activation scales (M-major), 128x128 weight scales (K-major: the checkpoint's layout).
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128, cute::GMMA::Major::MN, cute::GMMA::Major::K>;
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+// e4m3 x e4m3 operands with their blockwise scales: A row-major with its scale layout, B
+// column-major (the [N, K] weights) with theirs.
+struct Fp8BlockwiseOperands {
+  static constexpr int kAlignAB = 16;
+  template <class TileShape, class ClusterShape, int kEpilogueBytes, class Schedule>
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB,
+      cute::tuple<cutlass::layout::RowMajor*, LayoutSFA*>, kAlignAB, ElementAB,
+      cute::tuple<cutlass::layout::ColumnMajor*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>, Schedule>::CollectiveOp;
+  template <class ML, class Arrays>
+  static typename ML::Arguments mainloop_args(const Arrays& g, int first) {
+    return {g.a + first, g.sa + first, g.b + first, g.sb + first, g.sfa + first, g.lsfa + first,
+            g.sfb + first, g.lsfb + first};
+  }
+};
 
 // Two tile configurations (compile time on 2 cores), K 128 (one scale block per K step), no
 // cluster: 64x128 on 2 ping-pong consumer warpgroups (experts of few rows), 128x128 on 2
@@ -53,46 +61,7 @@ struct Tile128 {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
 template <class Tile, class ElementD>
-struct Grouped {
-  using TileShape = typename Tile::Shape;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  static constexpr int kAlignAB = 16;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*,
-      kAlignD, ElementD, cutlass::layout::RowMajor*, kAlignD, typename Tile::Epilogue,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB,
-      cute::tuple<cutlass::layout::RowMajor*, LayoutSFA*>, kAlignAB, ElementAB,
-      cute::tuple<cutlass::layout::ColumnMajor*, LayoutSFB*>, kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename Epilogue::SharedStorage))>,
-      typename Tile::Kernel>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-  // Arguments of `groups` groups from group `first` of the arrays g (GroupArrays).
-  template <class Arrays>
-  static typename Gemm::Arguments args(int groups, const Arrays& g, int first, int num_sms, int device) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = num_sms;
-    typename Gemm::Arguments out{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {groups, g.shapes + first, nullptr},
-        {g.a + first, g.sa + first, g.b + first, g.sb + first, g.sfa + first, g.lsfa + first, g.sfb + first,
-         g.lsfb + first},
-        {{}, nullptr, nullptr, reinterpret_cast<typename Epilogue::ElementD**>(g.d + first), g.sd + first},
-        hw};
-    out.epilogue.thread.alpha = 1.0f;
-    out.epilogue.thread.beta = 0.0f;
-    return out;
-  }
-};
+using Grouped = CutlassGrouped<Fp8BlockwiseOperands, Tile, ElementD>;
 using StrideA = Grouped<Tile64, float>::StrideA;
 using StrideB = Grouped<Tile64, float>::StrideB;
 using StrideD = Grouped<Tile64, float>::StrideD;
@@ -216,18 +185,12 @@ float* CudaBackend::moe_experts_cutlass_fp8(const void* x, int64_t ldx, int P, i
   // Tiles: 64x128 while the experts average fewer than 128 rows, else 128x128 (or as pinned
   // by CudaOptions::moe_cutlass_tile: 64, or 256 for the larger one).
   const bool small = moe_cutlass_tile_ == 64 || (moe_cutlass_tile_ == 0 && P < 128 * E);
-  auto run = [&](auto& pair, bool down) {
+  auto run_tile = [&](bool down) {
     const char* op = down ? "moe_experts (cutlass fp8 down)" : "moe_experts (cutlass fp8 gate|up)";
-    const cutlass::Status st = down ? pair.down.run(stream_) : pair.gate_up.run(stream_);
+    const cutlass::Status st = small ? s.t64.run(down, stream_) : s.t128.run(down, stream_);
     DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes,
              small ? " (64x128 tiles)" : " (128x128 tiles)");
     check_launch(op, shapes);
-  };
-  auto run_tile = [&](bool down) {
-    if (small)
-      run(s.t64, down);
-    else
-      run(s.t128, down);
   };
   run_tile(false);
   quantize_segments_kernel<true><<<ceil_div(int64_t{P} * kbI, 8), 256, 0, stream_>>>(

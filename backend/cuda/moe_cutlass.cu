@@ -15,21 +15,26 @@
 #include "backend/cuda/device_utils.cuh"
 
 #include "backend/cuda/cutlass_grouped.cuh"
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/group_array_problem_shape.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 
 namespace deepinfer::cuda {
 namespace {
 
-using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K)
-using Shape3 = ProblemShape::UnderlyingProblemShape;
+using Shape3 = CutlassShape3;
 using ElementAB = cutlass::bfloat16_t;
+
+// BF16 x BF16 operands: A row-major (the permuted rows), B column-major (the [N, K] weights).
+struct Bf16Operands {
+  static constexpr int kAlignAB = 8;
+  template <class TileShape, class ClusterShape, int kEpilogueBytes, class Schedule>
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, cutlass::layout::RowMajor*, kAlignAB,
+      ElementAB, cutlass::layout::ColumnMajor*, kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>, Schedule>::CollectiveOp;
+  template <class ML, class Arrays>
+  static typename ML::Arguments mainloop_args(const Arrays& g, int first) {
+    return {g.a + first, g.sa + first, g.b + first, g.sb + first};
+  }
+};
 
 // Two tile configurations (compile time on 2 cores), no cluster (experts of few rows gain
 // nothing from multicast along M): 128x256x64 tiles on 2 cooperative consumer warpgroups, and
@@ -48,45 +53,7 @@ struct Tile64 {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 template <class Tile, class ElementD>
-struct Grouped {
-  using TileShape = typename Tile::Shape;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  static constexpr int kAlignAB = 8;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor*,
-      kAlignD, ElementD, cutlass::layout::RowMajor*, kAlignD,
-      typename Tile::Epilogue,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, cutlass::layout::RowMajor*, kAlignAB,
-      ElementAB, cutlass::layout::ColumnMajor*, kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename Epilogue::SharedStorage))>,
-      typename Tile::Kernel>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using StrideA = typename Kernel::InternalStrideA;
-  using StrideB = typename Kernel::InternalStrideB;
-  using StrideD = typename Kernel::InternalStrideD;
-  // Arguments of `groups` groups from group `first` of the arrays g (GroupArrays).
-  template <class Arrays>
-  static typename Gemm::Arguments args(int groups, const Arrays& g, int first, int num_sms, int device) {
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = num_sms;
-    typename Gemm::Arguments out{
-        cutlass::gemm::GemmUniversalMode::kGrouped,
-        {groups, g.shapes + first, nullptr},
-        {g.a + first, g.sa + first, g.b + first, g.sb + first},
-        {{}, nullptr, nullptr, reinterpret_cast<typename Epilogue::ElementD**>(g.d + first), g.sd + first},
-        hw};
-    out.epilogue.thread.alpha = 1.0f;
-    out.epilogue.thread.beta = 0.0f;
-    return out;
-  }
-};
+using Grouped = CutlassGrouped<Bf16Operands, Tile, ElementD>;
 using StrideA = Grouped<Tile64, float>::StrideA;
 using StrideB = Grouped<Tile64, float>::StrideB;
 using StrideD = Grouped<Tile64, float>::StrideD;
@@ -198,18 +165,12 @@ float* CudaBackend::moe_experts_cutlass(const void* x, int64_t ldx, int P, int E
   check_launch("moe_experts (cutlass setup)", shapes);
   // Tiles: 64x128 while the experts average fewer than 128 rows, else 128x256 (or as chosen).
   const bool small = moe_cutlass_tile_ == 64 || (moe_cutlass_tile_ == 0 && P < 128 * E);
-  auto run = [&](auto& pair, bool down) {
+  auto run_tile = [&](bool down) {
     const char* op = down ? "moe_experts (cutlass down)" : "moe_experts (cutlass gate|up)";
-    const cutlass::Status st = down ? pair.down.run(stream_) : pair.gate_up.run(stream_);
+    const cutlass::Status st = small ? s.t64.run(down, stream_) : s.wide.run(down, stream_);
     DI_CHECK(st == cutlass::Status::kSuccess, op, ": ", cutlassGetStatusString(st), " for ", shapes,
              small ? " (64x128 tiles)" : " (128x256 tiles)");
     check_launch(op, shapes);
-  };
-  auto run_tile = [&](bool down) {
-    if (small)
-      run(s.t64, down);
-    else
-      run(s.wide, down);
   };
   run_tile(false);
   Tensor hid(hidden, DType::BF16, {P, 2 * I}, Device::CUDA);

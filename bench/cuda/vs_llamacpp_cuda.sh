@@ -10,6 +10,10 @@
 #   4. ROUNDS rounds of `deepinfer bench` (--backend cuda, no speculation: kernels against kernels)
 #      and llama-batched-bench (all layers on the GPU, flash attention on), same model files;
 #   5. medians and ratios in $OUT/summary.txt; raw records deepinfer.jsonl and llamacpp.jsonl.
+# SWEEP=1 replaces 4-5 by the Pareto sweep of both engines at the same points (prefill 512 / 4096 at
+# batch 1-8, decode of 64 tokens after 512 at batch 1-64), ROUNDS rounds interleaved: sweep.jsonl,
+# llamacpp_sweep.jsonl, llamacpp_pareto.jsonl (plot with bench/plot_pareto.py sweep.jsonl
+# llamacpp_pareto.jsonl --out-dir D).
 #
 #   LLAMA_SRC_TAR=llama.tar.xz TOKENIZER_TAR=tok.tar.xz DEEPINFER=path/to/deepinfer \
 #   CONFIG=bench-v3-7b/config.json OUT=dir bench/cuda/vs_llamacpp_cuda.sh
@@ -66,9 +70,56 @@ log "3. GGUF (llama.cpp's converter, BF16)"
 log "converted: $(du -h "$work/model-bf16.gguf" | cut -f1)"
 [[ "${PREP_ONLY:-0}" == 1 ]] && { log "prepared (PREP_ONLY=1)"; exit 0; }
 
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [[ "${SWEEP:-0}" == 1 ]]; then
+  # Pareto sweep (issue 17 item 5) of both engines at the same points, ROUNDS rounds interleaved:
+  # prefill 512 and 4096 at batch 1, 2, 4, 8 (no shared prefix), decode of 64 tokens after 512-token
+  # prompts at batch 1 to 64. Records: sweep.jsonl (ours, curves tagged "h200 bf16 rN: "),
+  # llamacpp_sweep.jsonl (llama-batched-bench's, with round and kind), and llamacpp_pareto.jsonl
+  # (bench/llamacpp_pareto.py: theirs on our axes and configuration, for bench/plot_pareto.py).
+  : > "$out/sweep.jsonl"
+  : > "$out/llamacpp_sweep.jsonl"
+  for r in $(seq 1 "$rounds"); do
+    "$di" bench --backend cuda --model "$work/model" --skip-weight-check --sweep --prefill 512,4096 \
+      --prefill-batch 1,2,4,8 --batch 1,2,4,8,16,32,64 --contexts 512 --gen-len 64 --num-speculative-tokens 0 \
+      --repeats 2 --warmup 1 --roofline-gbps 4160 --peak-tflops 777 --tag "h200 bf16 r$r: " \
+      --output "$out/sweep.jsonl" >> "$out/deepinfer.log" 2>&1 || log "deepinfer sweep round $r failed: rc $?"
+    # The first configuration of a llama-batched-bench process pays one-time CUDA set-up (seen
+    # 2026-12-03: prefill 512 at batch 1 took 0.33 s, the next 1,024 tokens 0.13 s): a 256-token
+    # configuration goes first and is kept as kind "warmup" (bench/llamacpp_pareto.py skips it).
+    "$lb" -m "$work/model-bf16.gguf" -ngl 99 -fa on -c 32800 -b 4096 -ub 4096 -npp 256,512,4096 -ntg 1 -npl 1,2,4,8 \
+      --output-format jsonl 2>> "$out/llamacpp.err" | grep '^{' | sed "s/^{/{\"round\": $r, \"kind\": \"prefill\", /" |
+      sed '/"pp": 256,/s/"kind": "prefill"/"kind": "warmup"/' >> "$out/llamacpp_sweep.jsonl"
+    "$lb" -m "$work/model-bf16.gguf" -ngl 99 -fa on -c 36864 -b 4096 -ub 512 -npp 512 -ntg 64 -npl 1,2,4,8,16,32,64 \
+      --output-format jsonl 2>> "$out/llamacpp.err" | grep '^{' | sed "s/^{/{\"round\": $r, \"kind\": \"decode\", /" >> "$out/llamacpp_sweep.jsonl"
+    log "sweep round $r done: $(grep -c . "$out/sweep.jsonl") records of ours, $(grep -c . "$out/llamacpp_sweep.jsonl") of llama.cpp"
+  done
+  for r in $(seq 1 "$rounds"); do
+    grep "\"round\": $r," "$out/llamacpp_sweep.jsonl" > "$work/lc_r$r.jsonl"
+    grep "h200 bf16 r$r: " "$out/sweep.jsonl" > "$work/ours_r$r.jsonl"
+    python3 "$root/bench/llamacpp_pareto.py" "$work/lc_r$r.jsonl" "$work/ours_r$r.jsonl" >> "$out/llamacpp_pareto.jsonl"
+  done
+  python3 - "$out" <<'PY' | tee -a "$out/summary.txt"
+import json, statistics, sys
+out = sys.argv[1]
+recs = [json.loads(l) for f in ("sweep.jsonl", "llamacpp_pareto.jsonl") for l in open(f"{out}/{f}") if l.startswith("{")]
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+print("Pareto sweep medians over rounds, bench config BF16, same weights; y = input tok/s (prefill), output tok/s (decode)")
+print(f"{'point':24} {'deepinfer':>10} {'llama.cpp':>10} {'ratio':>7}")
+for kind, plen, ykey, batches in (("prefill", 512, "input_tokens_per_s", (1, 2, 4, 8)),
+                                 ("prefill", 4096, "input_tokens_per_s", (1, 2, 4, 8)),
+                                 ("decode", 512, "tokens_per_s", (1, 2, 4, 8, 16, 32, 64))):
+    for b in batches:
+        vals = {e: med([r[ykey] for r in recs if r.get("engine", "deepinfer") == e and r["kind"] == kind
+                        and r["prompt_len"] == plen and r["batch"] == b]) for e in ("deepinfer", "llama.cpp")}
+        print(f"{kind + ' ' + str(plen) + ' b' + str(b):24} {vals['deepinfer']:10.1f} {vals['llama.cpp']:10.1f} "
+              f"{vals['deepinfer'] / vals['llama.cpp']:7.2f}")
+PY
+  exit 0
+fi
+
 : > "$out/deepinfer.jsonl"
 : > "$out/llamacpp.jsonl"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 for r in $(seq 1 "$rounds"); do
   "$di" bench --backend cuda --model "$work/model" --skip-weight-check --prefill 512,4096 --batch 1,8,64 \
     --prompt-len 512 --gen-len 128 --num-speculative-tokens 0 --repeats 1 --warmup 1 --tag "round$r" \

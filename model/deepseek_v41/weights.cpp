@@ -85,15 +85,17 @@ V41Layer load_block(const DeepseekV41Config& c, V4TensorLoader& ld, const std::s
 
 // The DSpark drafter (dspark.h) under DeepSeek's names: stages `mtp.S.*` as window-only blocks of
 // dc's (the drafter's) experts, `mtp.0.main_{proj,norm}`, and on the last stage `hc_head_*`, `norm`,
-// `markov_head.markov_w{1,2}` and (optional) `confidence_head.proj`.
-void load_dspark(const DeepseekV41Config& dc, V4TensorLoader& ld, V41Weights& w) {
+// `markov_head.markov_w{1,2}` and (optional) `confidence_head.proj`. packed_fp4: the stages' FP4
+// experts and FP8 wo_a stay packed as the main layers' (load_block).
+void load_dspark(const DeepseekV41Config& dc, V4TensorLoader& ld, V41Weights& w, bool packed_fp4) {
   DsparkWeights& d = w.dspark;
   const int S = dc.base.num_nextn_predict_layers;
   const int64_t H = dc.base.hidden_size, V = dc.base.vocab_size, hc = dc.hc_mult, r = dc.dspark_markov_rank;
   const int64_t taps = static_cast<int64_t>(dc.dspark_target_layers.size());
   for (int s = 0; s < S; ++s) {
     ld.set_note("DSpark drafter stage " + std::to_string(s));
-    d.stages.push_back(load_block(dc, ld, "mtp." + std::to_string(s) + ".", -1, dc.base.n_routed_experts, w.owners));
+    d.stages.push_back(
+        load_block(dc, ld, "mtp." + std::to_string(s) + ".", -1, dc.base.n_routed_experts, w.owners, packed_fp4));
   }
   ld.set_note("");
   d.main_proj = ld.linear("mtp.0.main_proj", H, taps * H,
@@ -225,7 +227,7 @@ V41Weights load_v41_weights(const DeepseekV41Config& c,
   if (has_dspark(c, ld)) {
     const DeepseekV41Config dc = dspark_stage_config(c);
     V4TensorLoader dl(dc, reader, w.owners, pr_name);
-    load_dspark(dc, dl, w);
+    load_dspark(dc, dl, w, packed_fp4);
   }
   if (!c.engram_layers.empty()) w.engram_token_map = read_token_map(c, *reader);
   return w;
@@ -238,15 +240,16 @@ void load_dspark_weights(const DeepseekV41Config& c, std::shared_ptr<const Check
   w.owners.push_back(std::const_pointer_cast<void>(std::static_pointer_cast<const void>(reader)));
   const DeepseekV41Config dc = dspark_stage_config(c);
   V4TensorLoader dl(dc, reader, w.owners, pr_name);
-  load_dspark(dc, dl, w);
+  load_dspark(dc, dl, w, /*packed_fp4=*/false);
 }
 
 std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weight_dtype, bool fp4_experts) {
   RandomLayout lay(c.base, weight_dtype);
   lay.set_v4_family(/*e8m0_scales=*/true);
   const bool fp4 = fp4_experts && lay.fp8();
-  // wo_a is cut into its groups' rows: FP8 only where they fall on whole scale blocks, and not in the
-  // drafter's stages (load_block keeps neither FP8).
+  // wo_a is cut into its groups' rows: FP8 only where they fall on whole scale blocks. The drafter's
+  // stages take the main layers' formats (FP4 experts, FP8 wo_a): the CUDA expert kernels take FP8
+  // only in 128x128 blocks, so 32x32 FP8 experts could not run there.
   const bool wo_a_fp8 = c.o_lora_rank % lay.block_n() == 0;
   const int64_t H = c.base.hidden_size, V = c.base.vocab_size, hc = c.hc_mult,
                 mixes = (2 + hc) * hc;
@@ -272,7 +275,7 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
     lay.linear(a + "wq_b", heads * D, ql);
     lay.linear(a + "wkv", D, H);
     lay.norm(a + "kv_norm.weight", D);
-    lay.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups, wo_a_fp8 && l >= 0);
+    lay.linear(a + "wo_a", c.o_groups * c.o_lora_rank, heads * D / c.o_groups, wo_a_fp8);
     lay.linear(a + "wo_b", H, c.o_groups * c.o_lora_rank);
     lay.add(a + "attn_sink", DType::F32, {heads}, {1.0f, 0.0f}, true);
     if (l >= 0 && c.is_kv_source(l)) {
@@ -291,7 +294,7 @@ std::vector<TensorSpec> v41_random_specs(const DeepseekV41Config& c, DType weigh
     lay.add(f + "gate.bias_vl", DType::F32, {experts}, {0.1f, 0.0f}, true);
     for (int64_t e = 0; e < experts; ++e) {
       const std::string x = f + "experts." + std::to_string(e) + ".";
-      if (fp4 && l >= 0) {
+      if (fp4) {
         lay.fp4_linear(x + "w1", I, H);
         lay.fp4_linear(x + "w3", I, H);
         lay.fp4_linear(x + "w2", H, I);
@@ -354,7 +357,7 @@ V41Weights random_v41_weights(const DeepseekV41Config& c, uint64_t seed, DType w
   if (has_dspark(c, ld)) {
     const DeepseekV41Config dc = dspark_stage_config(c);
     V4TensorLoader dl(dc, t.source, origin, w.owners, pr_name);
-    load_dspark(dc, dl, w);
+    load_dspark(dc, dl, w, /*packed_fp4=*/device);
   }
   for (int64_t i = 0; i < c.base.vocab_size && !c.engram_layers.empty(); ++i)
     w.engram_token_map.push_back(static_cast<int32_t>(i % c.engram_compressed_vocab_size));

@@ -100,8 +100,8 @@ void load_dspark_weights(const DeepseekV41Config& config, std::shared_ptr<const 
 // weight_dtype (BF16, F32, or F8_E4M3: block-scaled linears as model/weights.h's RandomLayout makes
 // them, E8M0 block scales; routers, compressors, indexers and the head stay in the dense dtype), F32
 // hc / sinks / biases. fp4_experts (with F8_E4M3): the main layers' routed experts FP4 e2m1 (I8
-// nibble-packed) with an E8M0 scale per 32, the checkpoint's format; the drafter's keep the dense
-// format. wo_a is FP8 only where o_lora_rank is a multiple of the scale block (the loader keeps it
+// nibble-packed) with an E8M0 scale per 32, the checkpoint's format, the drafter's stages' too (as
+// the main layers'; loaded packed on a device). wo_a is FP8 only where o_lora_rank is a multiple of the scale block (the loader keeps it
 // FP8 then; otherwise it would dequantize it on the host), else in the dense dtype. Norms, hc,
 // sinks, biases, block scales and the router are marked host (TensorSpec::host: the loader reads
 // them there).

@@ -35,13 +35,30 @@ with tempfile.TemporaryDirectory() as tmp:
             assert x["tokens"] == x["batch"] * 3, x  # gen 4: the timed part starts after the first token
             assert abs(x["per_user_tokens_per_s"] - x["tokens_per_s"] / x["batch"]) < 1e-6 * x["tokens_per_s"], x
 
-    # A peer's decode points at context 8 go beside ours on the same plot.
-    peer = os.path.join(tmp, "peer.jsonl")
-    base = {k: recs[4][k] for k in ("model", "dtype", "backend", "num_speculative_tokens", "parallel", "gen_len")}
-    with open(peer, "w") as f:
+    # llama.cpp's points (llama-batched-bench's JSONL, kind added as bench/cuda/vs_llamacpp_cuda.sh
+    # does) go through bench/llamacpp_pareto.py beside ours: decode at context 8, prefill 16.
+    conv = os.path.join(root, "bench/llamacpp_pareto.py")
+    lb = os.path.join(tmp, "llamacpp.jsonl")
+    with open(lb, "w") as f:
         for b, tps in ((1, 100.0), (2, 150.0)):
-            f.write(json.dumps(dict(base, engine="llama.cpp", kind="decode", curve="llama.cpp decode ctx=8", batch=b,
-                                    prompt_len=8, tokens_per_s=tps, per_user_tokens_per_s=tps / b)) + "\n")
+            f.write(json.dumps(dict(kind="decode", pp=8, tg=4, pl=b, t_tg=b * 4 / tps, speed_tg=tps)) + "\n")
+        f.write(json.dumps(dict(kind="prefill", pp=16, tg=1, pl=1, t_pp=0.5, speed_pp=32.0)) + "\n")
+    peer = os.path.join(tmp, "peer.jsonl")
+    with open(peer, "w") as f:
+        r = subprocess.run([sys.executable, conv, lb, out], stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    prs = [json.loads(l) for l in open(peer)]
+    assert [(x["engine"], x["kind"], x["batch"]) for x in prs] == [
+        ("llama.cpp", "decode", 1), ("llama.cpp", "decode", 2), ("llama.cpp", "prefill", 1)], prs
+    assert prs[1]["per_user_tokens_per_s"] == 75.0 and prs[1]["gen_len"] == 4, prs[1]
+    assert prs[2]["time_per_prefill_s"] == 0.5 and prs[2]["input_tokens_per_s"] == 32.0, prs[2]
+    # A llama.cpp run of another generation length, or a prompt length we did not measure, is refused.
+    for bad_rec, why in ((dict(kind="decode", pp=8, tg=5, pl=1, t_tg=1.0, speed_tg=5.0), "generated 5"),
+                         (dict(kind="prefill", pp=64, tg=1, pl=1, t_pp=1.0, speed_pp=64.0), "prompt length 64")):
+        with open(lb, "w") as f:
+            f.write(json.dumps(bad_rec) + "\n")
+        r = subprocess.run([sys.executable, conv, lb, out], capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and why in r.stderr, (r.returncode, r.stderr)
     pdir = os.path.join(tmp, "plots")
     r = subprocess.run([sys.executable, plot, out, peer, "--out-dir", pdir], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -55,6 +72,9 @@ with tempfile.TemporaryDirectory() as tmp:
     ours = sorted((p["batch"], p["tokens_per_s"]) for p in pts if p["engine"] == "deepinfer")
     assert ours == sorted((x["batch"], x["tokens_per_s"]) for x in recs[4:6]), ours
     assert sorted(p["batch"] for p in pts if p["engine"] == "llama.cpp") == [1, 2], pts
+    p16 = [p for p in pngs if p.startswith("prefill-ctx16")]
+    pts = json.load(open(os.path.join(pdir, p16[0][:-4] + ".json")))["points"]
+    assert [(p["engine"], p["batch"]) for p in pts if p["engine"] == "llama.cpp"] == [("llama.cpp", 1)], pts
 
     # A curve whose records differ in dtype is refused, naming the field.
     bad = os.path.join(tmp, "bad.jsonl")

@@ -488,5 +488,34 @@ TEST(Weights, V41RandomWeightsKeepDeviceFormats) {
   EXPECT_EQ(dev.layers[0].gate.w.device, Device::CPU);  // the router, divided by gate_temp on the host
 }
 
+// The DSpark drafter's stages take the main layers' device formats (FP4 experts packed, FP8 wo_a): the
+// CUDA expert kernels take FP8 experts only in 128x128 blocks, so V4.1's 32x32 FP8 would not run
+// (v41spec19). The bench's tiny config with a drafter (3 stages of 4 experts); on the host the same
+// codes dequantized.
+TEST(Weights, V41RandomDrafterTakesTheMainLayersDeviceFormats) {
+  const DeepseekV41Config c =
+      load_deepseek_v41_config(std::string(DEEPINFER_SOURCE_DIR) + "/bench/cuda/bench-v41-tiny-dspark.config.json");
+  FakeDeviceBackend fake;
+  const V41Weights dev = random_v41_weights(c, 9, DType::F8_E4M3, true, &fake);
+  const V41Weights host = random_v41_weights(c, 9, DType::F8_E4M3, true);
+  ASSERT_TRUE(dev.dspark.loaded());
+  ASSERT_EQ(dev.dspark.stages.size(), 3u);
+  for (const V41Layer& L : dev.dspark.stages) {
+    ASSERT_EQ(L.experts.size(), static_cast<size_t>(c.dspark_n_routed_experts));
+    for (const ExpertWeights& e : L.experts)
+      for (const Weight* w : {&e.gate, &e.up, &e.down}) {
+        EXPECT_EQ(w->w.dtype, DType::I8);
+        EXPECT_EQ(w->w.device, Device::CUDA);
+        EXPECT_EQ(w->block_n, 1);
+        EXPECT_EQ(w->block_k, 32);
+      }
+    EXPECT_EQ(L.wo_a.w.dtype, DType::F8_E4M3);  // o_lora_rank 32: whole 32x32 blocks per group
+    EXPECT_EQ(L.wo_a.w.device, Device::CUDA);
+  }
+  const Weight& deq = host.dspark.stages[2].experts[3].down;
+  EXPECT_EQ(deq.w.dtype, DType::F32);
+  EXPECT_EQ(host.dspark.stages[2].wo_a.w.dtype, DType::F32);
+}
+
 }  // namespace
 }  // namespace deepinfer
