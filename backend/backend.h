@@ -134,7 +134,10 @@ struct CudaOptions {
   // -3.5% at batch 1 / 8, +2% / +10% at 32 / 64 against cuBLASLt.
   int64_t pipe_dense_fp8_rows = 32;
   int64_t pipe_dense_bf16_rows = 8;
-  bool pdl = true;                // the dense pipeline GEMMs as programmatic dependent launches (false: plain)
+  // The dense pipeline GEMMs (dec18) and the decode step's other own kernels (pdl17: norms, rope
+  // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
+  // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
+  bool pdl = true;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)

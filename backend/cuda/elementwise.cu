@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl_launch.cuh"
 #include "backend/random.h"
 
 namespace deepinfer::cuda {
@@ -13,6 +14,8 @@ namespace {
 
 __global__ void embedding_kernel(const int32_t* ids, const void* table, int table_kind, int64_t H,
                                  int64_t vocab, void* out, int out_kind, int64_t ldo) {
+  pdl_wait();  // launched as a programmatic dependent (pdl_launch.cuh): ids may come from argmax
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   const bool ok = id >= 0 && id < vocab;
@@ -29,6 +32,7 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, int tabl
 __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
                                 int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
                                 void* out, int out_kind, int64_t ldo, bool add) {
+  pdl_wait();     // a programmatic dependent (pdl_launch.cuh): x and res after the kernel before
   pdl_trigger();  // the next GEMM may start streaming its weights (dec18)
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -94,6 +98,7 @@ __global__ void rope_kernel(void* x, int kind, int64_t T, int64_t H, int64_t s0,
 
 __global__ void silu_mul_kernel(const void* g, int g_kind, int64_t ldg, int64_t rows, int64_t I,
                                 void* out, int out_kind, int64_t ldo) {
+  pdl_wait();     // a programmatic dependent (pdl_launch.cuh)
   pdl_trigger();  // the down GEMM may start (dec18)
   const int64_t n = rows * I;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -106,6 +111,8 @@ __global__ void silu_mul_kernel(const void* g, int g_kind, int64_t ldg, int64_t 
 
 __global__ void add_kernel(void* x, int x_kind, int64_t ldx, const void* y, int y_kind,
                            int64_t ldy, int64_t rows, int64_t cols) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh)
+  pdl_trigger();
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -151,6 +158,8 @@ __global__ void kv_gather_kernel(const void* cache, int cache_kind, int64_t num_
 // (sample_rule::kNoToken, as the CPU op).
 __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
                               int32_t* ids) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh)
+  pdl_trigger();  // the next step's embedding may launch
   __shared__ float best_v[32];
   __shared__ int64_t best_i[32];
   const int64_t r = blockIdx.x;
@@ -285,7 +294,7 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
   DI_CHECK(o.rows == T && o.cols == table.shape[1], "embedding: out ", out.describe(), " must be [",
            T, ", ", table.shape[1], "]");
   if (T == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, embedding_kernel,
       ids.ptr<int32_t>(), table.data, float_kind(table.dtype), table.shape[1], table.shape[0], o.data,
       float_kind(o.dtype), o.row_stride);
   check_launch("embedding", ids.describe() + " " + table.describe());
@@ -303,7 +312,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
            " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
       xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
       float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
   check_launch("rms_norm", x.describe() + " -> " + out.describe());
@@ -324,7 +333,7 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& 
            weight.describe(), ", out ", out.describe(), " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
       xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
       weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
       ov.row_stride, true);
@@ -385,7 +394,7 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor& out) {
            " must be [T, 2 * I] for out ", out.describe());
   const int64_t n = o.rows * o.cols;
   if (n == 0) return;
-  silu_mul_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+  launch_pdl(pdl_, grid_for(n, 256, num_sms_), 256, 0, stream_, silu_mul_kernel,
       g.data, float_kind(g.dtype), g.row_stride, o.rows, o.cols, o.data, float_kind(o.dtype),
       o.row_stride);
   check_launch("silu_mul", gate_up.describe());
@@ -400,7 +409,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
            " differ in shape");
   const int64_t n = xv.rows * xv.cols;
   if (n == 0) return;
-  add_kernel<<<grid_for(n, 256, num_sms_), 256, 0, stream_>>>(
+  launch_pdl(pdl_, grid_for(n, 256, num_sms_), 256, 0, stream_, add_kernel,
       xv.data, float_kind(xv.dtype), xv.row_stride, yv.data, float_kind(yv.dtype), yv.row_stride,
       xv.rows, xv.cols);
   check_launch("add", x.describe());
@@ -452,7 +461,7 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
   DI_CHECK(ids.numel() == l.rows, "argmax: ids ", ids.describe(), " must have one entry per row of ",
            logits.describe());
   if (l.rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(l.rows), 1024, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(l.rows), 1024, 0, stream_, argmax_kernel,
       l.data, float_kind(l.dtype), l.row_stride, l.cols, ids.ptr<int32_t>());
   check_launch("argmax", logits.describe());
 }

@@ -5,6 +5,7 @@
 // for the norms, the same rope expression), so fused and unfused agree to the bit.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -20,6 +21,7 @@ struct NormSide {
 // grid (rows, 2), 256 threads: blockIdx.y picks the side. Only `threads` of them work on a
 // side, with the reduction tree of elementwise.cu's block_sum over that many threads.
 __global__ void rms_norm_pair_kernel(NormSide a, NormSide b, float eps) {
+  pdl_wait();     // a programmatic dependent (pdl_launch.cuh)
   pdl_trigger();  // q_b may start streaming its weights (dec18)
   __shared__ float scratch[32];
   const NormSide& s = blockIdx.y == 0 ? a : b;
@@ -68,6 +70,8 @@ struct RopeStoreArgs {
 // grid (T), 256 threads: token t's q pairs (H x rope_dim / 2), its latent row's rope pairs
 // and the row's other columns (copied to the cache slot).
 __global__ void mla_rope_store_kernel(RopeStoreArgs a) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh)
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int half = a.rope_dim / 2;
   const float* cs = a.cos_sin + static_cast<int64_t>(a.positions[t]) * a.rope_dim;
@@ -133,7 +137,7 @@ void CudaBackend::rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1
     return;
   }
   if (rows == 0) return;
-  rms_norm_pair_kernel<<<dim3(static_cast<unsigned>(rows), 2), 256, 0, stream_>>>(a, b, eps);
+  launch_pdl(pdl_, dim3(static_cast<unsigned>(rows), 2), 256, 0, stream_, rms_norm_pair_kernel, a, b, eps);
   check_launch("rms_norm_pair", x1.describe() + " / " + x2.describe());
 }
 
@@ -195,7 +199,7 @@ void CudaBackend::mla_rope_store(Tensor& q, Tensor& kv_rows, const Tensor& posit
   a.num_slots = kv.cache.shape[0] * kv.cache.shape[1];
   a.cache = kv.cache.data;
   a.cache_kind = float_kind(kv.cache.dtype);
-  mla_rope_store_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(a);
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, mla_rope_store_kernel, a);
   check_launch("mla_rope_store", q.describe() + " / " + kv_rows.describe() + " -> " + kv.cache.describe());
 }
 

@@ -343,7 +343,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
   // (gemm_stream.cu) when the shape fits it. The choice depends on the weight shape and
   // buffer alignment only, never on M, so batch-invariant results stay M-independent.
   if ((prefer_gemv || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(p)) {
-    launch_stream_gemm(p, stream_);
+    launch_stream_gemm(p, stream_, pdl_);
     check_launch(op, "stream " + shapes());
     return;
   }
@@ -524,7 +524,7 @@ void CudaBackend::gemm_fp8_fold(const void* a, int64_t lda, int64_t M, const Wei
   // order in either kernel.
   const bool stream_ok = stream_gemm_supported(p);
   if (stream_ok && (options_.batch_invariant || M <= 128)) {
-    launch_stream_gemm(p, stream_);
+    launch_stream_gemm(p, stream_, pdl_);
     check_launch("gemm (fp8, folded scales)", "stream " + shapes);
     return;
   }
@@ -565,7 +565,7 @@ void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
     Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
     return;
   }
-  launch_stream_gemm(p, stream_);
+  launch_stream_gemm(p, stream_, pdl_);
   check_launch("gemm_heads", x.describe() + " · " + w.describe() + " -> " + out.describe());
 }
 
@@ -644,7 +644,7 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
     Backend::gemm_pair(x, w1, w2, out1, out2);
     return;
   }
-  launch_stream_gemm(p, stream_);
+  launch_stream_gemm(p, stream_, pdl_);
   check_launch("gemm_pair", shapes());
 }
 

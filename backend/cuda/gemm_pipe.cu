@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
+#include "backend/cuda/pdl_launch.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -150,6 +151,7 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
     cp_async_commit();  // empty groups keep the count uniform for wait_group
   }
   if (dense) pdl_wait();  // activations and outputs: after the previous kernel
+  pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
@@ -288,16 +290,9 @@ void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, b
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
   if (blocks <= 0) return;
   void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(plan.threads);
-  config.dynamicSmemBytes = plan.smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = pdl ? 1 : 0;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config =
+      pdl_config(pdl, dim3(static_cast<unsigned>(blocks)), dim3(plan.threads), plan.smem_bytes, stream, &attr);
   cudaLaunchKernelExC(&config, plan.kernel, args);
 }
 

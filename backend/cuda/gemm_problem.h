@@ -72,9 +72,11 @@ struct GemmProblem {
 // Weight-streaming tensor-core GEMM (gemm_stream.cu): mma.sync m16n8k16 with 16-byte weight
 // and activation loads, fixed K split per (K) and no atomics, so a row's result does not
 // depend on M, on the row's position or on the grouping (batch-invariant). Returns false
-// (launching nothing) when the problem does not fit it (K % 64, alignment).
+// (launching nothing) when the problem does not fit it (K % 64, alignment). pdl: launched as a
+// programmatic dependent of the previous kernel (dense problems ask L2 for their first weight
+// chunks before waiting for it).
 bool stream_gemm_supported(const GemmProblem& p);
-void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream);
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool pdl = false);
 
 // The same GEMM with the weights staged through shared memory by cp.async in a D-stage
 // pipeline per warp, over a grid of about (SMs x resident blocks) blocks that walk the

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
+#include "backend/cuda/pdl_launch.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -31,13 +32,36 @@ namespace {
 
 using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
+// Weight chunks per warp a dense stream GEMM asks L2 for before its programmatic wait.
+constexpr int kStreamPrefetch = 4;
+
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
 template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {
-  pdl_trigger();  // a following pipeline GEMM (o after uv) may start streaming its weights (dec18)
   extern __shared__ float red[];  // [KS][MT * NT * 4][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
+  // A programmatic dependent (pdl_launch.cuh). Dense and per-head problems (gemm_heads: weights
+  // and their addresses from the arguments alone) ask L2 for the first kStreamPrefetch chunks of
+  // the warp's weights before waiting for the kernel before them; grouped ones (rows, groups and
+  // weight tables from the index kernel) wait first.
+  if (p.group_offsets == nullptr && p.active_groups == nullptr && p.w_ptrs == nullptr) {
+    const WeightSource ws = weight_source<WK>(p, blockIdx.y, blockIdx.x * 8 * NT);
+    const int kb = warp * kpw, ke = min(p.K, kb + min(kpw, kStreamPrefetch * kChunk));
+    for (int k = kb; k < ke; k += kChunk)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int r = min(ws.wrow0 + j * 8 + g, ws.wrows - 1);
+        prefetch_l2(static_cast<const char*>(ws.base) + (static_cast<int64_t>(r) * p.K + k + 16 * q) *
+                                                            (one_byte<WK>() ? 1 : 2));
+      }
+  }
+  pdl_wait();
+  pdl_trigger();  // a following pipeline GEMM (o after uv) may start streaming its weights (dec18)
   int grp = blockIdx.y;
   if (p.active_groups) {  // grid.y covers at most the groups with rows, listed in order
     if (grp >= *p.num_active_groups) return;
@@ -190,7 +214,7 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 }
 
 template <int WK, int MT>
-void launch(const GemmProblem& p, cudaStream_t stream) {
+void launch(const GemmProblem& p, bool pdl, cudaStream_t stream) {
   const int ks = k_split(p.K);
   const int kpw = stream_kpw(p.K);
   int groups = p.group_offsets ? p.num_groups : (p.heads > 0 ? p.heads : 1);
@@ -201,7 +225,7 @@ void launch(const GemmProblem& p, cudaStream_t stream) {
   const int max_group_rows = p.group_offsets ? p.max_rows : p.M;
   dim3 grid(ceil_div(p.N, 8 * kNT), groups, std::max(1u, ceil_div(max_group_rows, rows_per_z)));
   const size_t smem = size_t{4} * ks * MT * kNT * 4 * 32;
-  stream_gemm_kernel<WK, MT, kNT><<<grid, ks * 32, smem, stream>>>(p, kpw, rows_per_z);
+  launch_pdl(pdl, grid, ks * 32, smem, stream, stream_gemm_kernel<WK, MT, kNT>, p, kpw, rows_per_z);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -219,26 +243,26 @@ bool stream_gemm_supported(const GemmProblem& p) {
   return true;
 }
 
-void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream) {
+void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool pdl) {
   // Rows per warp pass: 16 for few rows (decode, MoE experts), 64 otherwise. Either gives
   // the same bits per row (see the file comment).
   const int rows = p.group_offsets ? p.max_rows / std::max(1, p.num_groups) : p.M;
   const bool wide = rows > 24;
   if (p.w_kind == kWeightFP8) {
     if (wide)
-      launch<kWeightFP8, 4>(p, stream);
+      launch<kWeightFP8, 4>(p, pdl, stream);
     else
-      launch<kWeightFP8, 1>(p, stream);
+      launch<kWeightFP8, 1>(p, pdl, stream);
   } else if (p.w_kind == kWeightFP8Fold) {
     if (wide)
-      launch<kWeightFP8Fold, 4>(p, stream);
+      launch<kWeightFP8Fold, 4>(p, pdl, stream);
     else
-      launch<kWeightFP8Fold, 1>(p, stream);
+      launch<kWeightFP8Fold, 1>(p, pdl, stream);
   } else {
     if (wide)
-      launch<kWeightBF16, 4>(p, stream);
+      launch<kWeightBF16, 4>(p, pdl, stream);
     else
-      launch<kWeightBF16, 1>(p, stream);
+      launch<kWeightBF16, 1>(p, pdl, stream);
   }
 }
 

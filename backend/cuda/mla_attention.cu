@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/mla_prefill.cuh"
+#include "backend/cuda/pdl_launch.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -110,6 +111,8 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [kSplitK][16][kChunk]
   bf16* P = reinterpret_cast<bf16*>(S + kSplitK * 16 * kChunk);  // [16][kChunk + 8]
   constexpr int LDP = kChunk + 8;
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
+  pdl_trigger();
 
   const int split = blockIdx.x, lt = blockIdx.y, t = a.token0 + lt, hg = blockIdx.z;
   int seq, pos;
@@ -236,6 +239,8 @@ __global__ void __launch_bounds__(128)
   __shared__ float l_tile[kCombineTile];
   __shared__ float red[4];
   __shared__ float inv_sh;
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
+  pdl_trigger();
   const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y, tid = threadIdx.x;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
@@ -669,10 +674,10 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
     const int nt = std::min(tokens_per_launch, T - t0);
     a.token0 = t0;
     dim3 grid(a.max_splits, nt, (H + 15) / 16);
-    kernel<<<grid, 256, smem, stream_>>>(a);
+    launch_pdl(pdl_, grid, 256, smem, stream_, kernel, a);
     check_launch(op, shapes);
-    mla_combine_kernel<<<dim3(nt, H), 128, 0, stream_>>>(a, chunk, out.data, float_kind(out.dtype),
-                                                          out.stride[0], out.stride[1]);
+    launch_pdl(pdl_, dim3(nt, H), 128, 0, stream_, mla_combine_kernel, a, chunk, out.data, float_kind(out.dtype),
+               out.stride[0], out.stride[1]);
     check_launch((name + " (combine)").c_str(), shapes);
   }
 }

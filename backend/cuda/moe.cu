@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
+#include "backend/cuda/pdl_launch.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -32,6 +33,8 @@ struct RoutingArgs {
 
 // One warp per token; shared memory: per warp 2 * E floats (scores, choice scores).
 __global__ void moe_routing_kernel(RoutingArgs a) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the router's logits
+  pdl_trigger();
   extern __shared__ float sm[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int t = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -153,6 +156,8 @@ __global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, 
                                        int32_t* offsets_out, int2* tiles, int32_t* num_tiles,
                                        int32_t* row_token, int32_t* entry_pos, int32_t* active,
                                        int32_t* num_active) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the routing's ids
+  pdl_trigger();
   extern __shared__ int32_t sm_idx[];
   int32_t* sid = sm_idx;
   int32_t* cnt = sid + P;
@@ -229,6 +234,8 @@ __global__ void moe_scatter_kernel(const int32_t* ids, int P, int K, int E, cons
 constexpr int kCombineCols = 4, kCombineSlots = 8;
 __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* entry_pos,
                                    const float* w, int K, void* out, int out_kind, int64_t ldo) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the down GEMM's rows
+  pdl_trigger();
   const int t = blockIdx.x;
   for (int64_t c0 = threadIdx.x; c0 < H; c0 += int64_t{kCombineCols} * blockDim.x) {
     float acc[kCombineCols] = {};
@@ -332,7 +339,7 @@ void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const Mo
   const int warps = 4;
   const size_t smem = size_t{warps} * 2 * E * sizeof(float);
   set_smem_limit(reinterpret_cast<const void*>(moe_routing_kernel), smem, "moe_routing");
-  moe_routing_kernel<<<ceil_div(l.rows, warps), warps * 32, smem, stream_>>>(a);
+  launch_pdl(pdl_, ceil_div(l.rows, warps), warps * 32, smem, stream_, moe_routing_kernel, a);
   check_launch("moe_routing", logits.describe());
 }
 
@@ -430,9 +437,8 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
                              std::to_string(E) + " " + experts[0].gate.w.describe();
   if (compact) {
     const size_t smem = sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1);
-    moe_index_small_kernel<<<1, 1024, smem, stream_>>>(topk_ids.ptr<int32_t>(), P, K, E, tile_rows,
-                                                      offsets, tiles, num_tiles, row_token, entry_pos,
-                                                      active, num_active);
+    launch_pdl(pdl_, 1, 1024, smem, stream_, moe_index_small_kernel, topk_ids.ptr<int32_t>(), P, K, E,
+               tile_rows, offsets, tiles, num_tiles, row_token, entry_pos, active, num_active);
     check_launch("moe_experts (index)", shapes);
   } else {
     moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
@@ -460,7 +466,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   // never batch-invariant nor clamped.
   if (fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_fp8_ && cutlass_moe_fp8_fits(experts)) {
     const float* yc = moe_experts_cutlass_fp8(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -472,7 +478,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (qgemm) {
     const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
                                         tiles, num_tiles, tile_rows, max_tiles, limit, shapes);
-    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -484,7 +490,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (!fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
       lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
     const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -556,7 +562,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   p.a = act;
   p.lda = I;
   if (!(pipe && launch_pipe(p, "moe_experts (down)", shapes))) launch_gemm(p, "moe_experts (down)", few_rows);
-  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);
 }
@@ -578,7 +584,7 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& 
            topk_weights.describe(), " ([T, k]) do not match out ", out.describe());
   if (T == 0) return;
   const int K = static_cast<int>(pos.shape[1]);
-  moe_combine_kernel<<<static_cast<unsigned>(T), 256, 0, stream_>>>(
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
       static_cast<const float*>(yv.data), H, pos.ptr<int32_t>(), topk_weights.ptr<float>(), K, ov.data,
       float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_combine", out.describe());

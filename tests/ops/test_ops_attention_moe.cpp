@@ -463,6 +463,187 @@ TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
   }
 }
 
+// Programmatic dependent launches (CudaOptions::pdl, backend/cuda/pdl_launch.cuh): every kernel
+// of a decode step (embedding, norms, rms_norm_pair, the dense GEMMs, gemm_heads' stream kernel,
+// mla_rope_store, the paged attention and its combine, the router, routing, the MoE index,
+// experts and combine, the shared experts on the side line, add, argmax) launched as a dependent
+// of the kernel before it gives the bits of plain launches, eager and replayed from a graph. Two
+// layers of a bench-like MLA + MoE step (small widths), their output's argmax embedded again as
+// the next step does; 1, 3 and 8 sequences of different contexts, BF16 and FP8 weights. A kernel
+// that read its input before its programmatic wait would read the previous kernel's half-written
+// rows (or the poison): the chain is long, so a missing wait shows as changed bits.
+TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
+  const int64_t Hd = 256, heads = 4, nope = 64, rope = 32, L = 128, Q = 128, vh = 64, E = 16, K = 4, I = 128,
+                V = 1000, bs = 16;
+  const int64_t qk = nope + rope, row = L + rope;
+  const MoeRouting routing{MoeRouting::Scoring::Sigmoid, static_cast<int>(E), static_cast<int>(K), 4, 2, true, true, true,
+                           2.5f};
+  BackendOptions po = env_backend_options(), so = env_backend_options();
+  po.cuda.pdl = true;
+  so.cuda.pdl = false;
+  const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
+  for (bool fp8 : {false, true}) {
+    for (const std::vector<int32_t>& lens : {std::vector<int32_t>{37}, std::vector<int32_t>{300, 5, 64},
+                                             std::vector<int32_t>{1, 17, 100, 640, 33, 129, 2, 70}}) {
+      const int64_t T = static_cast<int64_t>(lens.size());
+      const std::string what = "decode step T " + std::to_string(T) + (fp8 ? " fp8" : " bf16");
+      const PagedLayout lay = paged_layout(std::vector<int32_t>(lens.size(), 1), lens, bs);
+      std::vector<int32_t> pos(T), slots(T), ids0(T);
+      for (int64_t t = 0; t < T; ++t) {
+        pos[t] = lens[t] - 1;
+        slots[t] = lay.tables[t * lay.max_blocks + pos[t] / bs] * static_cast<int32_t>(bs) + pos[t] % bs;
+        ids0[t] = randint(0, static_cast<int>(V) - 1);
+      }
+      // Host weights (BF16, or FP8 128x128-blocked for the dense and expert GEMMs), shared by both.
+      Weight unused;
+      auto dense = [&](int64_t n, int64_t k) { return expert_weight(n, k, fp8, &unused, &unused); };
+      struct LayerW {
+        Weight qa, kva, qb, o, router, sg, su, sd;
+        std::vector<ExpertWeights> experts;
+        std::vector<float> n1, n2, nqa, nkv, uk, uv, bias, cache;
+      };
+      std::vector<LayerW> layers(2);
+      for (LayerW& l : layers) {
+        l.qa = dense(Q, Hd), l.kva = dense(row, Hd), l.qb = dense(heads * qk, Q), l.o = dense(Hd, heads * vh);
+        l.router = expert_weight(E, Hd, false, &unused, &unused);
+        l.sg = dense(2 * I, Hd), l.su = dense(2 * I, Hd), l.sd = dense(Hd, 2 * I);
+        for (int64_t e = 0; e < E; ++e) l.experts.push_back({dense(I, Hd), dense(I, Hd), dense(Hd, I)});
+        l.n1 = randn(Hd), l.n2 = randn(Hd), l.nqa = randn(Q), l.nkv = randn(L);
+        l.uk = randn(heads * L * nope, 0.125f), l.uv = randn(heads * vh * L, 0.1f);
+        l.bias = randn(E, 0.1f, false);
+        l.cache = randn(lay.num_blocks * bs * row);
+      }
+      const Weight lm = expert_weight(V, Hd, false, &unused, &unused);
+      const std::vector<float> table = randn(V * Hd), nf = randn(Hd), cs = randn(1024 * rope, 1.0f, false);
+
+      auto run = [&](Backend& b, bool graph) {
+        auto up = [&](const Weight& c) {
+          Weight g = c;
+          g.w = gpu_copy(b, c.w);
+          if (c.w.dtype == DType::F8_E4M3) g.scale_inv = gpu_copy(b, c.scale_inv);
+          return g;
+        };
+        auto view = [](const Tensor& t, std::vector<int64_t> dims, int64_t first) {  // a column window
+          Tensor v = t;
+          for (size_t i = 0; i < dims.size(); ++i) v.shape[i] = dims[i];
+          v.data = static_cast<char*>(t.data) + first * static_cast<int64_t>(dtype_size(t.dtype));
+          return v;
+        };
+        struct LayerG {
+          Weight qa, kva, qb, o, router, sg, su, sd;
+          std::vector<ExpertWeights> experts;
+          Tensor n1, n2, nqa, nkv, uk, uv, bias;
+          PagedKV kv;
+        };
+        std::vector<LayerG> lg;
+        for (const LayerW& l : layers) {
+          LayerG g;
+          g.qa = up(l.qa), g.kva = up(l.kva), g.qb = up(l.qb), g.o = up(l.o), g.router = up(l.router);
+          g.sg = up(l.sg), g.su = up(l.su), g.sd = up(l.sd);
+          for (const ExpertWeights& e : l.experts) g.experts.push_back({up(e.gate), up(e.up), up(e.down)});
+          g.n1 = gpu_float(b, l.n1, {Hd}, DType::BF16), g.n2 = gpu_float(b, l.n2, {Hd}, DType::BF16);
+          g.nqa = gpu_float(b, l.nqa, {Q}, DType::BF16), g.nkv = gpu_float(b, l.nkv, {L}, DType::BF16);
+          g.uk = gpu_float(b, l.uk, {heads, L, nope}, DType::BF16);
+          g.uv = gpu_float(b, l.uv, {heads, vh, L}, DType::BF16);
+          g.bias = gpu_float(b, l.bias, {E}, DType::F32);
+          g.kv = paged_addressing(&b, lay, gpu_float(b, l.cache, {lay.num_blocks, bs, row}, DType::BF16));
+          g.kv.slot_mapping = gpu_copy(b, cpu_i32(slots, {T}));
+          lg.push_back(g);
+        }
+        const Tensor lm_g = up(lm).w, table_g = gpu_float(b, table, {V, Hd}, DType::BF16);
+        const Tensor nf_g = gpu_float(b, nf, {Hd}, DType::BF16), cs_g = gpu_float(b, cs, {1024, rope}, DType::F32);
+        const Tensor pos_g = gpu_copy(b, cpu_i32(pos, {T})), ids = gpu_copy(b, cpu_i32(ids0, {T}));
+        Weight lm_w;
+        lm_w.w = lm_g;
+        Tensor res = gpu_poisoned(b, DType::BF16, {T, Hd}), h = gpu_poisoned(b, DType::BF16, {T, Hd});
+        Tensor xn = gpu_poisoned(b, DType::BF16, {T, Hd}), qa = gpu_poisoned(b, DType::BF16, {T, Q});
+        Tensor kva = gpu_poisoned(b, DType::BF16, {T, row}), q = gpu_poisoned(b, DType::BF16, {T, heads, qk});
+        Tensor qabs = gpu_poisoned(b, DType::BF16, {T, heads, row}), att = gpu_poisoned(b, DType::BF16, {T, heads, L});
+        Tensor oh = gpu_poisoned(b, DType::BF16, {T, heads, vh}), gu = gpu_poisoned(b, DType::BF16, {T, 4 * I});
+        Tensor shared = gpu_poisoned(b, DType::BF16, {T, Hd}), logits = gpu_poisoned(b, DType::F32, {T, E});
+        Tensor tk = gpu_poisoned(b, DType::I32, {T, K}), tw = gpu_poisoned(b, DType::F32, {T, K});
+        Tensor lmo = gpu_poisoned(b, DType::BF16, {T, V}), next = gpu_poisoned(b, DType::I32, {T});
+        Tensor h2 = gpu_poisoned(b, DType::BF16, {T, Hd});
+        Tensor q2(q.data, DType::BF16, {T, heads * qk}, Device::CUDA);  // q_b's output rows
+        Tensor oh2(oh.data, DType::BF16, {T, heads * vh}, Device::CUDA);  // o's input rows
+        auto step = [&] {
+          b.embedding(ids, table_g, res);
+          for (size_t li = 0; li < lg.size(); ++li) {
+            LayerG& l = lg[li];
+            if (li == 0)
+              b.rms_norm(res, l.n1, 1e-6f, xn);
+            else
+              b.add_rms_norm(res, h, l.n1, 1e-6f, xn);
+            b.gemm_pair(xn, l.qa, l.kva, qa, kva);
+            Tensor ckv = view(kva, {T, L}, 0);
+            b.rms_norm_pair(qa, l.nqa, qa, ckv, l.nkv, ckv, 1e-6f);
+            b.gemm(qa, l.qb, q2);
+            Tensor q_nope = view(q, {T, heads, nope}, 0), q_lat = view(qabs, {T, heads, L}, 0);
+            b.gemm_heads(q_nope, l.uk, q_lat);
+            Tensor q_rope = view(qabs, {T, heads, rope}, L);
+            b.mla_rope_store(q, kva, pos_g, cs_g, static_cast<int>(nope), static_cast<int>(L), static_cast<int>(rope),
+                             true, l.kv, q_rope);
+            b.mla_attention_paged(qabs, l.kv, 0.1f, static_cast<int>(L), att);
+            b.gemm_heads(att, l.uv, oh);
+            b.gemm(oh2, l.o, h);
+            b.add_rms_norm(res, h, l.n2, 1e-6f, xn);
+            Tensor sgate = view(gu, {T, 2 * I}, 0), sup = view(gu, {T, 2 * I}, 2 * I);
+            b.side_begin();
+            b.gemm_pair(xn, l.sg, l.su, sgate, sup);
+            b.gemm_swiglu(gu, l.sd, shared, false);
+            b.side_end();
+            b.gemm(xn, l.router, logits);
+            b.moe_routing(logits, l.bias, routing, tk, tw);
+            b.moe_experts(xn, tk, tw, l.experts, h);
+            b.side_join();
+            b.add(h, shared);
+          }
+          b.add_rms_norm(res, h, nf_g, 1e-6f, xn);
+          b.gemm(xn, lm_w, lmo);
+          b.argmax(lmo, next);
+          b.embedding(next, table_g, h2);
+        };
+        step();  // eager (and the scratch sized)
+        if (graph) {
+          // Every buffer of the step poisoned again: a graph kernel that read before its wait
+          // would find NaN or the poison id, not the eager step's equal values.
+          for (Tensor* t : {&res, &h, &xn, &qa, &kva, &q, &qabs, &att, &oh, &gu, &shared, &logits, &tk, &tw, &lmo,
+                            &next, &h2})
+            poison(b, *t);
+          for (LayerG& l : lg)  // the caches as before the eager step
+            b.copy(gpu_float(b, layers[&l - lg.data()].cache, {lay.num_blocks, bs, row}, DType::BF16), l.kv.cache);
+          b.graph_capture_begin();
+          step();
+          const int id = b.graph_capture_end();
+          b.graph_replay(id);
+          b.synchronize();
+          b.graph_release(id);
+        }
+        std::vector<float> out = download(b, h2);
+        for (const Tensor& t : {res, h, lmo, next}) {
+          const std::vector<float> v = download(b, t);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        for (LayerG& l : lg) {
+          const std::vector<float> v = download(b, l.kv.cache);
+          out.insert(out.end(), v.begin(), v.end());
+        }
+        return out;
+      };
+      const std::vector<float> ref = run(*plain, false);
+      for (bool graph : {false, true}) {
+        const std::vector<float> got = run(*pdl, graph);
+        ASSERT_EQ(got.size(), ref.size());
+        size_t bad = 0;  // the first element that differs from the plain launches' or is NaN
+        while (bad < got.size() && std::memcmp(&got[bad], &ref[bad], sizeof(float)) == 0 && !std::isnan(got[bad]))
+          ++bad;
+        ASSERT_EQ(bad, got.size()) << what << (graph ? " (graph)" : " (eager)") << ": element " << bad << " = "
+                                   << got[bad] << ", plain launches " << ref[bad] << ", seed " << seed_;
+      }
+    }
+  }
+}
+
 // V4's routed experts: each expert's SwiGLU clamped (silu(min(g, l)) * clamp(u, -l, l)); x is
 // scaled up so that the limit bites on many gate and up values; BF16 and FP8 experts, decode
 // and prefill row counts. The batch-invariant rows must also equal themselves computed alone.
