@@ -75,6 +75,29 @@ ThroughputSpec parse_throughput(const std::string& text) {
 
 // Offline throughput: every request queued at once, the engine's own batching
 // decides the steps. Returns the record (the caller adds the common fields).
+// EPLB's statistics flush held for a timed window (several processes; released at its end, where
+// a flush that fell due runs, outside the window).
+class EplbHold {
+ public:
+  EplbHold(Engine& engine, bool on) : engine_(engine), on_(on && engine.world_size() > 1) {
+    if (on_) engine_.hold_expert_replacement(true);
+  }
+  ~EplbHold() {
+    if (!on_) return;
+    try {
+      engine_.hold_expert_replacement(false);
+    } catch (const std::exception&) {
+      // The run failed and its communicator with it; the error already propagates.
+    }
+  }
+  EplbHold(const EplbHold&) = delete;
+  EplbHold& operator=(const EplbHold&) = delete;
+
+ private:
+  Engine& engine_;
+  bool on_;
+};
+
 json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParams& sampling, int warmup,
                     const std::function<Prompt(int)>& random_prompt) {
   SamplingParams p = sampling;
@@ -92,9 +115,14 @@ json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParam
   prompts.reserve(static_cast<size_t>(t.num_requests));
   for (int i = 0; i < t.num_requests; ++i) prompts.push_back(random_prompt(t.prompt_len));
   const EngineStats before = engine.stats();
-  const auto t0 = Clock::now();
-  std::vector<RequestOutput> out = engine.generate(prompts, {p});
-  const double elapsed_s = seconds_since(t0);
+  std::vector<RequestOutput> out;
+  double elapsed_s = 0;
+  {
+    EplbHold hold(engine, true);
+    const auto t0 = Clock::now();
+    out = engine.generate(prompts, {p});
+    elapsed_s = seconds_since(t0);
+  }
   const EngineStats& after = engine.stats();
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -290,6 +318,7 @@ int cmd_bench(int argc, char** argv) {
     rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
     // EPLB re-placements since the engine started: a window between two records with different
     // totals held one (DEEPINFER_EPLB_INTERVAL=0 keeps them out).
+    // EPLB's flushes run between timed windows (EplbHold), never inside one.
     if (several) rec["eplb_replacements_total"] = engine.stats().num_eplb_replacements;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
@@ -334,6 +363,7 @@ int cmd_bench(int argc, char** argv) {
       for (int run = 0; run < warmup + repeats; ++run) {
         std::vector<Prompt> prompts;
         for (int i = 0; i < pb; ++i) prompts.push_back(random_prompt(n));
+        EplbHold hold(engine, run >= warmup);
         const auto t0 = Clock::now();
         auto out = engine.generate(prompts, {p});
         const double dt = seconds_since(t0);
@@ -365,6 +395,7 @@ int cmd_bench(int argc, char** argv) {
       SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
       int64_t undrafted_timed = 0;  // steps after which drafting was skipped (spec_varlen), all runs
       for (int run = 0; run < warmup + repeats; ++run) {
+        EplbHold hold(engine, run >= warmup);
         const auto t0 = Clock::now();
         for (int i = 0; i < b; ++i)
           engine.add_request(text_prompts.empty() ? random_prompt(ctx)

@@ -177,6 +177,10 @@ Engine::Engine(const EngineConfig& config_in) {
   if (several) {
     comm = make_communicator(layout, backend->device(), backend->native_stream());
     plan.comm = comm.get();
+    if (plan.dp_size > 1 && plan.tp_size > 1) {  // --dp x --tp: the groups' communicators (owned by comm)
+      plan.tp_comm = &comm->split(plan.dp_rank, plan.tp_rank);
+      plan.dp_comm = &comm->split(plan.tp_rank, plan.dp_rank);
+    }
     lo.parallel = &plan;
     lo.load_mtp = false;
   }

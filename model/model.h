@@ -110,6 +110,10 @@ class Model {
   // Expert parallelism: EPLB re-placements so far (model/expert_parallel.h); benches record it
   // so a window that held one can be told apart.
   virtual int64_t num_expert_replacements() const { return 0; }
+  // EPLB's statistics flush (re-placement from the measured load) held while `hold` (a benchmark's
+  // timed window): a flush due meanwhile runs when the hold is released. Every rank calls it at
+  // the same point between steps (Runner::hold_expert_replacement); collective on release.
+  virtual void hold_expert_replacement(bool) {}
 };
 
 // Loads `dir` (config.json + safetensors) onto `backend`. Throws Error naming the
