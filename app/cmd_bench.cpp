@@ -316,9 +316,8 @@ int cmd_bench(int argc, char** argv) {
     rec["async_scheduling"] = config.async_scheduling && !several;
     rec["spec_steps_ahead_total"] = engine.stats().num_spec_steps_ahead;  // verify steps issued with drafts in flight
     rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
-    // EPLB re-placements since the engine started: a window between two records with different
-    // totals held one (DEEPINFER_EPLB_INTERVAL=0 keeps them out).
-    // EPLB's flushes run between timed windows (EplbHold), never inside one.
+    // EPLB re-placements since the engine started; they run between timed windows (EplbHold:
+    // one that fell due inside a window runs at its end), never inside one.
     if (several) rec["eplb_replacements_total"] = engine.stats().num_eplb_replacements;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
@@ -391,7 +390,7 @@ int cmd_bench(int argc, char** argv) {
       // The timed part starts when every request has its first token; it counts the tokens and
       // steps made after that point (with chunked prefill, requests admitted first decode while
       // later prompts are still in prefill: those tokens are not in the timed part).
-      std::vector<double> times, prefill_times, timed_tokens, timed_steps;
+      std::vector<double> times, prefill_times, timed_tokens, timed_steps, timed_comm_s, timed_comm_bytes;
       SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
       int64_t undrafted_timed = 0;  // steps after which drafting was skipped (spec_varlen), all runs
       for (int run = 0; run < warmup + repeats; ++run) {
@@ -420,6 +419,8 @@ int cmd_bench(int argc, char** argv) {
           const EngineStats& end = engine.stats();
           timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
           timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
+          timed_comm_s.push_back(end.ep_comm_s - at_decode.ep_comm_s);
+          timed_comm_bytes.push_back(static_cast<double>(end.ep_comm_bytes - at_decode.ep_comm_bytes));
           SpecDecodeStats d = end.spec;  // end - at_decode
           d.num_verify_steps -= at_decode.spec.num_verify_steps;
           d.num_draft_tokens -= at_decode.spec.num_draft_tokens;
@@ -445,6 +446,12 @@ int cmd_bench(int argc, char** argv) {
                   {"curve", tag + "decode ctx=" + std::to_string(ctx)},
                   // Pareto axes: output tokens/s of the batch against tokens/s seen by one request.
                   {"per_user_tokens_per_s", tokens / b / median(times)}};
+      // DEEPINFER_EP_COMM_TIMING: rank 0's time and bytes in the expert dispatch's collectives
+      // per decode step (against NCCL's bandwidth: bench/cuda/nccl_bw.py).
+      if (steps > 0 && median(timed_comm_s) > 0) {
+        rec["ep_comm_s_per_step"] = median(timed_comm_s) / steps;
+        rec["ep_comm_bytes_per_step"] = median(timed_comm_bytes) / steps;
+      }
       // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
       emit(rec, count_step(mc, StepKind::Decode, bytes_per_param, kTableBytes, b, 1, b, ctx + gen_len / 2.0,
                            kv_value_bytes),

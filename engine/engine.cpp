@@ -635,6 +635,8 @@ void Engine::Impl::refresh_load_stats() {
   stats.num_running_seqs = scheduler_->num_running();
   stats.num_waiting_seqs = scheduler_->num_waiting();
   stats.num_eplb_replacements = model->num_expert_replacements();
+  stats.ep_comm_s = model->expert_comm_seconds();
+  stats.ep_comm_bytes = model->expert_comm_bytes();
 }
 
 bool Engine::Impl::abort(const std::string& request_id) {

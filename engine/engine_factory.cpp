@@ -129,6 +129,7 @@ Engine::Engine(const EngineConfig& config_in) {
       DI_CHECK(interval >= 0 && interval <= (1 << 30), "DEEPINFER_EPLB_INTERVAL: expected steps >= 0 (0: never), got ",
                interval);
       plan.eplb_interval = static_cast<int>(interval);
+      plan.time_collectives = env.get_bool("DEEPINFER_EP_COMM_TIMING");
       if (layout.rank == 0)
         log_info("EPLB: ", plan.num_extra_experts, " redundant experts (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=", extra,
                  ", rounded up so ", plan.num_local_experts * config.ep, " physical experts divide over --ep ",

@@ -1,6 +1,7 @@
 #include "model/expert_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -102,6 +103,16 @@ void ExpertParallelMoe::set_placement(int layer, std::vector<int> physical_to_lo
     DI_CHECK(!reps[e].empty(), "expert parallelism: layer ", layer, "'s placement holds no copy of expert ", e);
   replicas_[l] = std::move(reps);
   placement_[l] = std::move(physical_to_logical);
+}
+
+double ExpertParallelMoe::comm_clock() {
+  if (!plan_.time_collectives) return 0;
+  backend_.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void ExpertParallelMoe::comm_time(double start) {
+  if (plan_.time_collectives) traffic_.comm_s += comm_clock() - start;
 }
 
 void ExpertParallelMoe::ensure(int64_t tokens, int64_t send_rows, int64_t recv_rows) {
@@ -221,7 +232,9 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
   for (int r = 0; r < W_; ++r) counts[2 * r] = static_cast<int32_t>(rows_to[r]), counts[2 * r + 1] = static_cast<int32_t>(pairs_to[r]);
   ensure(T, S, 0);
   backend_.copy(host_view(counts, {2 * W_}), counts_);
+  double t0 = comm_clock();
   comm.all_gather(counts_, counts_all_t_);
+  comm_time(t0);
   counts_all_.resize(static_cast<size_t>(2 * W_ * W_));
   Tensor cah = host_view(counts_all_, {2 * W_ * W_});
   backend_.copy(counts_all_t_, cah);
@@ -245,6 +258,8 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     traffic_.rows_out += rows_to[r];
     traffic_.entries_out += pairs_to[r];
     traffic_.outputs_back += pairs_to[r];
+    traffic_.comm_bytes += rows_to[r] * config_.hidden_size * static_cast<int64_t>(dtype_size(backend_.activation_dtype())) +
+                           pairs_to[r] * 8;
   }
   // 3. The payload: the rows, then each entry's row index and local expert.
   if (S > 0) {
@@ -255,16 +270,22 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     backend_.copy(host_view(send_local_, {S, 1}), sl);
     backend_.embedding(st, x, sx);  // row gather
   }
+  t0 = comm_clock();
   comm.all_to_all_v(send_x_, rows_to, recv_x_, recv_rows_);
   comm.all_to_all_v(send_row_t_, pairs_to, recv_row_, recv_pairs_);
   comm.all_to_all_v(send_local_t_, pairs_to, recv_local_, recv_pairs_);
+  comm_time(t0);
   if (M > 0) {  // one row per entry, through its expert alone with weight 1: the raw outputs
     Tensor xp = x_pairs_.slice_rows(0, M), yr = y_recv_.slice_rows(0, M);
     backend_.embedding(recv_row_.slice_rows(0, M), recv_x_.slice_rows(0, N), xp);
     backend_.moe_experts(xp, recv_local_.slice_rows(0, M), ones_.slice_rows(0, M), local_[l], yr);
   }
   // 4. Outputs back (the entry counts reversed), combined by the owner in slot order, shared experts added.
+  t0 = comm_clock();
   comm.all_to_all_v(y_recv_, recv_pairs_, y_back_, pairs_to);
+  comm_time(t0);
+  for (int r = 0; r < W_; ++r)
+    if (r != rank_) traffic_.comm_bytes += recv_pairs_[r] * config_.hidden_size * 4;  // F32 outputs back
   if (T == 0) return;
   Tensor pt = pos_t_.slice_rows(0, T);
   backend_.copy(host_view(pos_, {T, K}), pt);
@@ -281,7 +302,9 @@ void ExpertParallelMoe::forward_replicated(int layer, const MoeWeights& w, const
   Tensor own = chunk_out_.slice_rows(0, n);
   forward(layer, w, n > 0 ? x.slice_rows(b, b + n) : Tensor(), ws, own);
   Tensor send = chunk_out_.slice_rows(0, c), all = gathered_.slice_rows(0, G * c);
+  const double t0 = comm_clock();
   group.all_gather(send, all);
+  comm_time(t0);
   backend_.copy(all.slice_rows(0, T), out);
 }
 

@@ -72,6 +72,11 @@ class ExpertParallelMoe {
   // outputs that came back from other ranks (one per entry).
   struct Traffic {
     int64_t rows_out = 0, entries_out = 0, outputs_back = 0, tokens = 0;
+    // ParallelPlan::time_collectives: wall seconds in the dispatch's collectives (counts, rows,
+    // entries, outputs back, the chunks' gather; the device synchronized before and after each
+    // group, so a rank also waits for the slowest) and the bytes this rank sent to other ranks.
+    double comm_s = 0;
+    int64_t comm_bytes = 0;
   };
   const Traffic& traffic() const { return traffic_; }
   const std::vector<int>& placement(int layer) const { return placement_[static_cast<size_t>(layer)]; }
@@ -87,6 +92,10 @@ class ExpertParallelMoe {
 
  private:
   void ensure(int64_t tokens, int64_t send_rows, int64_t recv_rows);
+  // time_collectives: synchronizes the device and returns now (start), or adds the time since
+  // `start` to traffic_.comm_s (stop).
+  double comm_clock();
+  void comm_time(double start);
   void ensure_chunk(int64_t chunk_rows, int chunks);
   void set_placement(int layer, std::vector<int> physical_to_logical);
   void rebalance();

@@ -49,6 +49,7 @@ struct ParallelPlan {
   // copies of experts 0, 1, ...); EPLB replaces it per layer from measured load.
   std::vector<int> physical_to_logical;
   int eplb_interval = 0;           // steps between EPLB re-placements (0: never)
+  bool time_collectives = false;   // DEEPINFER_EP_COMM_TIMING: the dispatch's collectives timed
   // The FP8 GEMMs of non-CPU backends take 128x128 blocks only: shards must fall on block edges
   // (the CPU backend takes the finer blocks a misaligned shard gets: shard_weights).
   bool block_aligned = false;

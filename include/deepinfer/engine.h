@@ -208,6 +208,10 @@ struct EngineStats {
   int64_t num_graph_steps = 0;   // decode and verify (1 + k) steps that replayed a CUDA graph
   int64_t num_mtp_graph_runs = 0;  // MTP passes (drafting) that replayed a CUDA graph
   int64_t num_eplb_replacements = 0;  // expert parallelism: EPLB re-placements of the experts
+  // Expert parallelism with DEEPINFER_EP_COMM_TIMING=1: rank 0's seconds in the dispatch's
+  // collectives and bytes it sent to other ranks, since the engine started.
+  double ep_comm_s = 0;
+  int64_t ep_comm_bytes = 0;
   int num_kv_blocks = 0;
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)

@@ -89,6 +89,8 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
 DeepseekV3Model::~DeepseekV3Model() = default;
 
 int64_t DeepseekV3Model::num_expert_replacements() const { return ep_ ? ep_->num_rebalances() : 0; }
+double DeepseekV3Model::expert_comm_seconds() const { return ep_ ? ep_->traffic().comm_s : 0; }
+int64_t DeepseekV3Model::expert_comm_bytes() const { return ep_ ? ep_->traffic().comm_bytes : 0; }
 void DeepseekV3Model::hold_expert_replacement(bool hold) {
   if (ep_) ep_->hold(hold);
 }

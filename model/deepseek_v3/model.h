@@ -52,6 +52,8 @@ class DeepseekV3Model : public Model {
   uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
   int64_t num_expert_replacements() const override;
   void hold_expert_replacement(bool hold) override;
+  double expert_comm_seconds() const override;
+  int64_t expert_comm_bytes() const override;
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;
