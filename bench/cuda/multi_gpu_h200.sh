@@ -135,17 +135,17 @@ if step 4; then
   base=(bench --backend "$backend" --random-weights --config "$config" --dtype "$dtype" --num-speculative-tokens 0
         "${shape[@]}" --output "$OUT/bench.jsonl")
   common=("${base[@]}" "${prefill[@]}")
-  run_logged "4 bench 1 process" "$bin/deepinfer" "${common[@]}" --tag 1proc
+  run_logged "4 bench 1 process" "$bin/deepinfer" "${common[@]}" --tag 1proc_
   for layout in "--ep $np" "--dp $np --ep $np" "--tp 2 --ep $np"; do
     read -r -a flags <<< "$layout"
     if [[ $layout == "--tp 2 --ep $np" ]] && (( np != 2 )); then flags=(--dp $((np / 2)) --tp 2 --ep "$np"); fi
     run_logged "4 bench ${flags[*]}" "$spawn" -np "$np" "$bin/deepinfer" "${common[@]}" "${flags[@]}" \
-      --tag "$(echo "${flags[*]}" | tr -d ' -')"
+      --tag "$(echo "${flags[*]}" | tr -d ' -')_"
   done
   # The dispatch's collectives timed (device synchronized around them): ep_comm_s_per_step and
   # ep_comm_bytes_per_step in the decode records, against step 3's all-to-all bandwidth.
   DEEPINFER_EP_COMM_TIMING=1 run_logged "4 bench --dp $np --ep $np, collectives timed" "$spawn" -np "$np" \
-    "$bin/deepinfer" "${base[@]}" --dp "$np" --ep "$np" --tag "dp${np}ep${np}_commtimed"
+    "$bin/deepinfer" "${base[@]}" --dp "$np" --ep "$np" --tag "dp${np}ep${np}_commtimed_"
 fi
 echo "== done $(date -u +%FT%TZ); results in $OUT" | tee -a "$log"
 ls -la "$OUT" | tee -a "$log"
