@@ -75,6 +75,29 @@ ThroughputSpec parse_throughput(const std::string& text) {
 
 // Offline throughput: every request queued at once, the engine's own batching
 // decides the steps. Returns the record (the caller adds the common fields).
+// EPLB's statistics flush held for a timed window (several processes; released at its end, where
+// a flush that fell due runs, outside the window).
+class EplbHold {
+ public:
+  EplbHold(Engine& engine, bool on) : engine_(engine), on_(on && engine.world_size() > 1) {
+    if (on_) engine_.hold_expert_replacement(true);
+  }
+  ~EplbHold() {
+    if (!on_) return;
+    try {
+      engine_.hold_expert_replacement(false);
+    } catch (const std::exception&) {
+      // The run failed and its communicator with it; the error already propagates.
+    }
+  }
+  EplbHold(const EplbHold&) = delete;
+  EplbHold& operator=(const EplbHold&) = delete;
+
+ private:
+  Engine& engine_;
+  bool on_;
+};
+
 json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParams& sampling, int warmup,
                     const std::function<Prompt(int)>& random_prompt) {
   SamplingParams p = sampling;
@@ -92,9 +115,14 @@ json run_throughput(Engine& engine, const ThroughputSpec& t, const SamplingParam
   prompts.reserve(static_cast<size_t>(t.num_requests));
   for (int i = 0; i < t.num_requests; ++i) prompts.push_back(random_prompt(t.prompt_len));
   const EngineStats before = engine.stats();
-  const auto t0 = Clock::now();
-  std::vector<RequestOutput> out = engine.generate(prompts, {p});
-  const double elapsed_s = seconds_since(t0);
+  std::vector<RequestOutput> out;
+  double elapsed_s = 0;
+  {
+    EplbHold hold(engine, true);
+    const auto t0 = Clock::now();
+    out = engine.generate(prompts, {p});
+    elapsed_s = seconds_since(t0);
+  }
   const EngineStats& after = engine.stats();
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -288,8 +316,8 @@ int cmd_bench(int argc, char** argv) {
     rec["async_scheduling"] = config.async_scheduling && !several;
     rec["spec_steps_ahead_total"] = engine.stats().num_spec_steps_ahead;  // verify steps issued with drafts in flight
     rec["mtp_graph_runs_total"] = engine.stats().num_mtp_graph_runs;
-    // EPLB re-placements since the engine started: a window between two records with different
-    // totals held one (DEEPINFER_EPLB_INTERVAL=0 keeps them out).
+    // EPLB re-placements since the engine started; they run between timed windows (EplbHold:
+    // one that fell due inside a window runs at its end), never inside one.
     if (several) rec["eplb_replacements_total"] = engine.stats().num_eplb_replacements;
     const std::string line = rec.dump();
     if (file.is_open()) file << line << "\n" << std::flush;
@@ -334,6 +362,7 @@ int cmd_bench(int argc, char** argv) {
       for (int run = 0; run < warmup + repeats; ++run) {
         std::vector<Prompt> prompts;
         for (int i = 0; i < pb; ++i) prompts.push_back(random_prompt(n));
+        EplbHold hold(engine, run >= warmup);
         const auto t0 = Clock::now();
         auto out = engine.generate(prompts, {p});
         const double dt = seconds_since(t0);
@@ -361,10 +390,11 @@ int cmd_bench(int argc, char** argv) {
       // The timed part starts when every request has its first token; it counts the tokens and
       // steps made after that point (with chunked prefill, requests admitted first decode while
       // later prompts are still in prefill: those tokens are not in the timed part).
-      std::vector<double> times, prefill_times, timed_tokens, timed_steps;
+      std::vector<double> times, prefill_times, timed_tokens, timed_steps, timed_comm_s, timed_comm_bytes;
       SpecDecodeStats spec_timed;  // drafts verified in the timed parts (all runs)
       int64_t undrafted_timed = 0;  // steps after which drafting was skipped (spec_varlen), all runs
       for (int run = 0; run < warmup + repeats; ++run) {
+        EplbHold hold(engine, run >= warmup);
         const auto t0 = Clock::now();
         for (int i = 0; i < b; ++i)
           engine.add_request(text_prompts.empty() ? random_prompt(ctx)
@@ -389,6 +419,8 @@ int cmd_bench(int argc, char** argv) {
           const EngineStats& end = engine.stats();
           timed_tokens.push_back(static_cast<double>(end.num_generated_tokens - at_decode.num_generated_tokens));
           timed_steps.push_back(static_cast<double>(end.num_steps - at_decode.num_steps));
+          timed_comm_s.push_back(end.ep_comm_s - at_decode.ep_comm_s);
+          timed_comm_bytes.push_back(static_cast<double>(end.ep_comm_bytes - at_decode.ep_comm_bytes));
           SpecDecodeStats d = end.spec;  // end - at_decode
           d.num_verify_steps -= at_decode.spec.num_verify_steps;
           d.num_draft_tokens -= at_decode.spec.num_draft_tokens;
@@ -414,6 +446,12 @@ int cmd_bench(int argc, char** argv) {
                   {"curve", tag + "decode ctx=" + std::to_string(ctx)},
                   // Pareto axes: output tokens/s of the batch against tokens/s seen by one request.
                   {"per_user_tokens_per_s", tokens / b / median(times)}};
+      // DEEPINFER_EP_COMM_TIMING: rank 0's time and bytes in the expert dispatch's collectives
+      // per decode step (against NCCL's bandwidth: bench/cuda/nccl_bw.py).
+      if (steps > 0 && median(timed_comm_s) > 0) {
+        rec["ep_comm_s_per_step"] = median(timed_comm_s) / steps;
+        rec["ep_comm_bytes_per_step"] = median(timed_comm_bytes) / steps;
+      }
       // "tokens" are emitted tokens only (accepted drafts + the target's own), never drafts.
       emit(rec, count_step(mc, StepKind::Decode, bytes_per_param, kTableBytes, b, 1, b, ctx + gen_len / 2.0,
                            kv_value_bytes),

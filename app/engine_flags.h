@@ -56,11 +56,12 @@ inline void add_engine_flags(CLI::App& app, EngineConfig& c, ModelFlags& m) {
   app.add_flag("--enforce-eager", c.enforce_eager, "no CUDA graphs for decode steps");
   // Several processes (mpirun -np N deepinfer ..., or torchrun's RANK/WORLD_SIZE variables).
   app.add_option("--tp", c.tp, "tensor parallel ranks: attention heads and dense MLPs split over them "
-                 "(= the number of processes)")->check(CLI::PositiveNumber);
+                 "(= the number of processes, or / --dp)")->check(CLI::PositiveNumber);
   app.add_option("--ep", c.ep, "expert parallel ranks: routed experts split over them (= the number of "
                  "processes; 1: every expert's intermediate split under --tp)")->check(CLI::PositiveNumber);
-  app.add_option("--dp", c.dp, "attention data parallel ranks (with --tp 1): each its own sequences and KV, "
-                 "the MoE over every rank's rows")->check(CLI::PositiveNumber);
+  app.add_option("--dp", c.dp, "attention data parallel groups (--dp x --tp = the number of processes): each "
+                 "its own sequences and KV, heads split over its --tp ranks, the MoE over every group's rows")
+      ->check(CLI::PositiveNumber);
   app.add_flag("!--host-sampling", c.device_sampling,
                "sample every non-greedy row on the host (default: on the device when the row allows)");
   app.add_flag("!--no-async-scheduling", c.async_scheduling,

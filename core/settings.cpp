@@ -87,7 +87,10 @@ const std::vector<SettingInfo>& setting_table() {
        "over --ep; the effective value is logged"},
       {"DEEPINFER_EPLB_INTERVAL", SettingType::Int, "",
        "--ep: steps between EPLB re-placements from measured load (0: never; unset: 1000 when "
-       "there are redundant experts, else never); CPU backend only so far"},
+       "there are redundant experts, else never); held during bench's timed windows"},
+      {"DEEPINFER_EP_COMM_TIMING", SettingType::Bool, "0",
+       "--ep: time the expert dispatch's collectives (synchronizing the device around them); "
+       "bench records the seconds and bytes per step (ep_comm_s_per_step)"},
       // CUDA backend (BackendOptions::cuda).
       {"DEEPINFER_CUDA_SYNC", SettingType::Bool, "0",
        "synchronize and check errors after every CUDA op (debugging)"},

@@ -46,9 +46,22 @@ class SingleCommunicator final : public Communicator {
     DI_CHECK(root == 0, "broadcast_bytes: root ", root, " outside a single process");
   }
   void barrier() override {}
+
+ protected:
+  std::unique_ptr<Communicator> make_split(int, int) override { return std::make_unique<SingleCommunicator>(); }
 };
 
 }  // namespace
+
+Communicator& Communicator::split(int color, int key) {
+  DI_CHECK(color >= 0 && key >= 0, name(), " communicator: split(color ", color, ", key ", key,
+           "): both must be >= 0");
+  std::unique_ptr<Communicator> c = make_split(color, key);
+  DI_CHECK(c != nullptr && c->size() >= 1 && c->rank() >= 0 && c->rank() < c->size(), name(),
+           " communicator: split(color ", color, ", key ", key, ") made no communicator");
+  splits_.push_back(std::move(c));
+  return *splits_.back();
+}
 
 int64_t contiguous_bytes(const Tensor& t, const char* what) {
   DI_CHECK(t.defined() && t.is_contiguous(), what, ": ", t.describe(), " must be contiguous");

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -56,6 +57,22 @@ class Communicator {
   // implementation has a host path (NCCL: its bootstrap MPI, or staged through the device).
   virtual void broadcast_bytes(void* data, int64_t num_bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // A sub-communicator (collective: every rank of this one calls it, in the same order): the
+  // ranks that pass the same `color` form it, ranked by `key` (then by their rank here), as
+  // MPI_Comm_split / ncclCommSplit do. Owned by this communicator (valid while it lives).
+  // --dp x --tp: each data-parallel group's tensor-parallel ranks, and each tensor-parallel
+  // position's ranks across the groups (model/parallel.h).
+  Communicator& split(int color, int key);
+
+ protected:
+  virtual std::unique_ptr<Communicator> make_split(int color, int key) = 0;
+  // Implementations whose sub-communicators must go before their own handle call it first
+  // in their destructor.
+  void destroy_splits() { splits_.clear(); }
+
+ private:
+  std::vector<std::unique_ptr<Communicator>> splits_;
 };
 
 // Size 1: all_reduce_sum / broadcast leave t, all_gather and all_to_all_v copy in to out.

@@ -54,6 +54,17 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
   }
+  // A sub-communicator of MPI_Comm_split (owned: freed with this object while MPI lives).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), owned_(true) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    destroy_splits();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
@@ -64,7 +75,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t n = t.numel();
     gathered_.resize(static_cast<size_t>(bytes * size_));
     check_mpi(MPI_Allgather(t.data, as_count(bytes, "all_reduce_sum"), MPI_BYTE, gathered_.data(),
-                            as_count(bytes, "all_reduce_sum"), MPI_BYTE, MPI_COMM_WORLD),
+                            as_count(bytes, "all_reduce_sum"), MPI_BYTE, comm_),
               "all_reduce_sum");
     // Rank order, the same on every rank: ((r0 + r1) + r2) + ...
     switch (t.dtype) {
@@ -81,7 +92,7 @@ class MpiCommunicator final : public Communicator {
     DI_CHECK(contiguous_bytes(out, "all_gather out") == bytes * size_ && out.dtype == in.dtype,
              "all_gather: out ", out.describe(), " must hold ", size_, " x ", in.describe());
     check_mpi(MPI_Allgather(in.data, as_count(bytes, "all_gather"), MPI_BYTE, out.data,
-                            as_count(bytes, "all_gather"), MPI_BYTE, MPI_COMM_WORLD),
+                            as_count(bytes, "all_gather"), MPI_BYTE, comm_),
               "all_gather");
   }
   void all_to_all_v(const Tensor& in, std::span<const int64_t> send_rows, Tensor& out,
@@ -106,7 +117,7 @@ class MpiCommunicator final : public Communicator {
     DI_CHECK(so <= static_cast<int64_t>(in.num_bytes()) && ro <= static_cast<int64_t>(out.num_bytes()),
              "all_to_all_v: counts exceed in ", in.describe(), " or out ", out.describe());
     check_mpi(MPI_Alltoallv(in.data, sc.data(), sd.data(), MPI_BYTE, out.data, rc.data(), rd.data(),
-                            MPI_BYTE, MPI_COMM_WORLD),
+                            MPI_BYTE, comm_),
               "all_to_all_v");
   }
   void broadcast(Tensor& t, int root) override {
@@ -115,10 +126,17 @@ class MpiCommunicator final : public Communicator {
   }
   void broadcast_bytes(void* data, int64_t num_bytes, int root) override {
     DI_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " outside ", size_, " ranks");
-    check_mpi(MPI_Bcast(data, as_count(num_bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD),
+    check_mpi(MPI_Bcast(data, as_count(num_bytes, "broadcast"), MPI_BYTE, root, comm_),
               "broadcast");
   }
-  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
+
+ protected:
+  std::unique_ptr<Communicator> make_split(int color, int key) override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm_, color, key, &sub), "split");
+    return std::make_unique<MpiCommunicator>(sub);
+  }
 
  private:
   template <typename T>
@@ -131,6 +149,8 @@ class MpiCommunicator final : public Communicator {
       dst[i] = acc;
     }
   }
+  MPI_Comm comm_ = MPI_COMM_WORLD;
+  bool owned_ = false;
   int rank_ = 0, size_ = 1;
   std::vector<char> gathered_;
 };

@@ -32,6 +32,8 @@ struct NcclApi {
   decltype(&ncclGetUniqueId) get_unique_id = nullptr;
   decltype(&ncclCommInitRank) comm_init_rank = nullptr;
   decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommUserRank) comm_user_rank = nullptr;
+  decltype(&ncclCommCount) comm_count = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclBroadcast) broadcast = nullptr;
@@ -39,6 +41,7 @@ struct NcclApi {
   decltype(&ncclRecv) recv = nullptr;
   decltype(&ncclGroupStart) group_start = nullptr;
   decltype(&ncclGroupEnd) group_end = nullptr;
+  decltype(&ncclCommSplit) comm_split = nullptr;  // NCCL >= 2.18; null in older libraries
 };
 
 const NcclApi& nccl() {
@@ -56,6 +59,8 @@ const NcclApi& nccl() {
     load(a.get_unique_id, "ncclGetUniqueId");
     load(a.comm_init_rank, "ncclCommInitRank");
     load(a.comm_destroy, "ncclCommDestroy");
+    load(a.comm_user_rank, "ncclCommUserRank");
+    load(a.comm_count, "ncclCommCount");
     load(a.all_reduce, "ncclAllReduce");
     load(a.all_gather, "ncclAllGather");
     load(a.broadcast, "ncclBroadcast");
@@ -63,6 +68,8 @@ const NcclApi& nccl() {
     load(a.recv, "ncclRecv");
     load(a.group_start, "ncclGroupStart");
     load(a.group_end, "ncclGroupEnd");
+    // Optional: only --dp x --tp needs it (Communicator::split), which names it when missing.
+    a.comm_split = reinterpret_cast<decltype(&ncclCommSplit)>(dlsym(lib, "ncclCommSplit"));
     return a;
   }();
   return api;
@@ -147,7 +154,8 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId id{};
     if (rank_ == 0) check_nccl(nccl().get_unique_id(&id), "get unique id");
     if (l.launcher == "mpirun") {
-      bootstrap_ = make_mpi_communicator();
+      own_bootstrap_ = make_mpi_communicator();
+      bootstrap_ = own_bootstrap_.get();
       DI_CHECK(bootstrap_ != nullptr, "NCCL under mpirun: this build has no MPI to pass the unique id; "
                "use torchrun's variables (MASTER_ADDR, MASTER_PORT) instead");
       bootstrap_->broadcast_bytes(&id, sizeof(id), 0);
@@ -156,7 +164,14 @@ class NcclCommunicator final : public Communicator {
     }
     check_nccl(nccl().comm_init_rank(&comm_, size_, id, rank_), "comm init");
   }
+  // A sub-communicator of ncclCommSplit (host bytes over the parent bootstrap's split, if any).
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, Communicator* bootstrap)
+      : stream_(stream), comm_(comm), bootstrap_(bootstrap) {
+    check_nccl(nccl().comm_user_rank(comm_, &rank_), "comm user rank");
+    check_nccl(nccl().comm_count(comm_, &size_), "comm count");
+  }
   ~NcclCommunicator() override {
+    destroy_splits();
     if (staging_ != nullptr) cudaFree(staging_);
     if (comm_ != nullptr) nccl().comm_destroy(comm_);
   }
@@ -223,6 +238,16 @@ class NcclCommunicator final : public Communicator {
     broadcast_bytes(&one, sizeof(one), 0);
   }
 
+ protected:
+  std::unique_ptr<Communicator> make_split(int color, int key) override {
+    DI_CHECK(nccl().comm_split != nullptr, "NCCL: this libnccl.so.2 has no ncclCommSplit (NCCL >= 2.18 "
+             "needed for --dp with --tp > 1)");
+    Communicator* bootstrap = bootstrap_ != nullptr ? &bootstrap_->split(color, key) : nullptr;  // owned there
+    ncclComm_t sub = nullptr;
+    check_nccl(nccl().comm_split(comm_, color, key, &sub, nullptr), "comm split");
+    return std::make_unique<NcclCommunicator>(sub, stream_, bootstrap);
+  }
+
  private:
   static void check_device(const Tensor& t, const char* what) {
     DI_CHECK(t.device == Device::CUDA, "NCCL ", what, ": ", t.describe(), " must be device memory");
@@ -230,7 +255,8 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
-  std::unique_ptr<Communicator> bootstrap_;  // MPI under mpirun
+  std::unique_ptr<Communicator> own_bootstrap_;  // MPI under mpirun
+  Communicator* bootstrap_ = nullptr;            // it, or (a split) the parent bootstrap's split
   void* staging_ = nullptr;
   int64_t staging_bytes_ = 0;
 };

@@ -69,10 +69,15 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
     const int64_t enough = static_cast<int64_t>(cfg.max_num_seqs) * ((max_model_len + bs - 1) / bs);
     num_blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(fit, 1), enough));
   }
-  stats.num_kv_blocks = num_blocks;
+  // --dp: num_blocks is each data-parallel rank's pool; the leader's block manager holds every
+  // rank's, one partition each (a sequence's blocks all on its rank: runner/runner.h).
+  const int dp = comm && comm->size() > 1 ? std::max(cfg.dp, 1) : 1;
+  std::vector<KvGroupPool> pools = kv_group_pools(kv_groups, num_blocks, pool_limits);
+  for (KvGroupPool& p : pools) p.num_blocks *= dp;
+  stats.num_kv_blocks = num_blocks * dp;
   stats.kv_block_size = bs;
-  blocks_ = std::make_unique<BlockManager>(kv_group_pools(kv_groups, num_blocks, pool_limits), bs,
-                                           cfg.enable_prefix_caching);
+  blocks_ = std::make_unique<BlockManager>(std::move(pools), bs, cfg.enable_prefix_caching);
+  if (dp > 1) blocks_->set_partitions(dp);
   scheduler_ = std::make_unique<Scheduler>(
       SchedulerConfig{cfg.max_num_seqs, cfg.max_num_batched_tokens}, *blocks_);
   RunnerConfig rc = runner_config(cfg, *model, num_blocks, max_model_len);
@@ -81,8 +86,9 @@ Engine::Impl::Impl(const EngineConfig& cfg, std::unique_ptr<Backend> backend_in,
   rc.dp_size = comm ? cfg.dp : 1;
   runner_ = std::make_unique<Runner>(*model, *backend, rc);
   for (int g = 0; g < blocks_->num_groups(); ++g)
-    DI_CHECK(runner_->group_num_blocks(g) == blocks_->num_blocks(g), "engine: KV group ", g, " has ",
-             runner_->group_num_blocks(g), " blocks in the runner, ", blocks_->num_blocks(g), " in the block manager");
+    DI_CHECK(runner_->group_num_blocks(g) * dp == blocks_->num_blocks(g), "engine: KV group ", g, " has ",
+             runner_->group_num_blocks(g), " blocks in the runner (x ", dp, " data-parallel ranks), ",
+             blocks_->num_blocks(g), " in the block manager");
   sampler_ = std::make_unique<Sampler>(sample_vocab);
   stats.num_speculative_tokens = spec_k_;
   stats.spec_varlen = spec_k_ > 0 ? std::max(cfg.spec_varlen, 0) : 0;
@@ -629,6 +635,8 @@ void Engine::Impl::refresh_load_stats() {
   stats.num_running_seqs = scheduler_->num_running();
   stats.num_waiting_seqs = scheduler_->num_waiting();
   stats.num_eplb_replacements = model->num_expert_replacements();
+  stats.ep_comm_s = model->expert_comm_seconds();
+  stats.ep_comm_bytes = model->expert_comm_bytes();
 }
 
 bool Engine::Impl::abort(const std::string& request_id) {

@@ -43,6 +43,8 @@ int64_t Engine::follow() {
   return impl_->runner().follow();
 }
 
+void Engine::hold_expert_replacement(bool hold) { impl_->runner().hold_expert_replacement(hold); }
+
 std::string Engine::add_request(const Prompt& prompt, const SamplingParams& params,
                                 std::string request_id) {
   return impl_->add_request(prompt, params, std::move(request_id));

@@ -129,6 +129,7 @@ Engine::Engine(const EngineConfig& config_in) {
       DI_CHECK(interval >= 0 && interval <= (1 << 30), "DEEPINFER_EPLB_INTERVAL: expected steps >= 0 (0: never), got ",
                interval);
       plan.eplb_interval = static_cast<int>(interval);
+      plan.time_collectives = env.get_bool("DEEPINFER_EP_COMM_TIMING");
       if (layout.rank == 0)
         log_info("EPLB: ", plan.num_extra_experts, " redundant experts (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=", extra,
                  ", rounded up so ", plan.num_local_experts * config.ep, " physical experts divide over --ep ",
@@ -177,6 +178,10 @@ Engine::Engine(const EngineConfig& config_in) {
   if (several) {
     comm = make_communicator(layout, backend->device(), backend->native_stream());
     plan.comm = comm.get();
+    if (plan.dp_size > 1 && plan.tp_size > 1) {  // --dp x --tp: the groups' communicators (owned by comm)
+      plan.tp_comm = &comm->split(plan.dp_rank, plan.tp_rank);
+      plan.dp_comm = &comm->split(plan.tp_rank, plan.dp_rank);
+    }
     lo.parallel = &plan;
     lo.load_mtp = false;
   }

@@ -44,8 +44,33 @@ BlockManager::BlockManager(std::vector<KvGroupPool> groups, int block_size, bool
     p.has_hash.assign(n, false);
     p.cached.resize(n);
     p.free_pos.resize(n);
-    for (int32_t b = 0; b < n; ++b) p.free_pos[b] = p.free_list.insert(p.free_list.end(), b);
+    p.free_lists.resize(1);
+    for (int32_t b = 0; b < n; ++b) p.free_pos[b] = p.free_lists[0].insert(p.free_lists[0].end(), b);
+    p.num_free = n;
   }
+}
+
+void BlockManager::set_partitions(int n) {
+  DI_CHECK(n >= 1, "KV cache: ", n, " partitions");
+  for (size_t g = 0; g < pools_.size(); ++g) {
+    Pool& p = pools_[g];
+    const int blocks = static_cast<int>(p.ref_counts.size());
+    DI_CHECK(p.num_free == blocks, "KV cache: set_partitions after blocks were taken");
+    DI_CHECK(blocks % n == 0, "KV cache: group ", g, "'s ", blocks, " blocks do not divide into ", n,
+             " data-parallel partitions");
+    p.free_lists.assign(static_cast<size_t>(n), {});
+    for (int32_t b = 0; b < blocks; ++b)
+      p.free_pos[b] = p.free_lists[static_cast<size_t>(b % n)].insert(p.free_lists[static_cast<size_t>(b % n)].end(), b);
+  }
+  partitions_ = n;
+}
+
+int BlockManager::partition_of(const KVBlocks& seq) const {
+  if (seq.partition >= 0) return seq.partition;
+  int best = 0;
+  for (int q = 1; q < partitions_; ++q)
+    if (num_free_blocks(0, q) > num_free_blocks(0, best)) best = q;
+  return best;
 }
 
 int BlockManager::min_free_blocks() const {
@@ -95,10 +120,12 @@ uint64_t BlockManager::chain_hash(uint64_t parent, std::span<const int32_t> toke
   return h;
 }
 
-int32_t BlockManager::take_free_block(Pool& p) {
-  DI_CHECK(!p.free_list.empty(), "KV cache: no free block");
-  int32_t b = p.free_list.front();
-  p.free_list.pop_front();
+int32_t BlockManager::take_free_block(Pool& p, int partition) {
+  std::list<int32_t>& free_list = p.free_lists[static_cast<size_t>(partition)];
+  DI_CHECK(!free_list.empty(), "KV cache: no free block", partitions_ > 1 ? " in this partition" : "");
+  int32_t b = free_list.front();
+  free_list.pop_front();
+  --p.num_free;
   if (p.has_hash[b]) {  // evict its cached contents
     p.by_hash.erase(p.hash_of[b]);
     p.has_hash[b] = false;
@@ -108,15 +135,20 @@ int32_t BlockManager::take_free_block(Pool& p) {
   return b;
 }
 
-void BlockManager::add_ref(Pool& p, int32_t b) {
-  if (p.ref_counts[b]++ == 0) p.free_list.erase(p.free_pos[b]);
+void BlockManager::add_ref(Pool& p, int32_t b) const {
+  if (p.ref_counts[b]++ == 0) {
+    p.free_lists[static_cast<size_t>(b % partitions_)].erase(p.free_pos[b]);
+    --p.num_free;
+  }
 }
 
-void BlockManager::drop_ref(Pool& p, int32_t b) {
+void BlockManager::drop_ref(Pool& p, int32_t b) const {
   DI_CHECK(p.ref_counts[b] > 0, "KV cache: block ", b, " released more often than taken");
   if (--p.ref_counts[b] == 0) {
     // Blocks with no reusable contents go first in line to be taken.
-    p.free_pos[b] = p.has_hash[b] ? p.free_list.insert(p.free_list.end(), b) : p.free_list.insert(p.free_list.begin(), b);
+    std::list<int32_t>& free_list = p.free_lists[static_cast<size_t>(b % partitions_)];
+    p.free_pos[b] = p.has_hash[b] ? free_list.insert(free_list.end(), b) : free_list.insert(free_list.begin(), b);
+    ++p.num_free;
   }
 }
 
@@ -126,7 +158,7 @@ void BlockManager::check_seq(const KVBlocks& seq) const {
 }
 
 int32_t BlockManager::lookup(int g, int64_t block, std::span<const uint64_t> hashes,
-                             std::span<const int32_t> tokens) const {
+                             std::span<const int32_t> tokens, int partition) const {
   const int64_t n = specs_[static_cast<size_t>(g)].tokens_per_row;
   const int64_t j = (block + 1) * n - 1;  // its last token block
   if (j >= static_cast<int64_t>(hashes.size())) return -1;
@@ -138,21 +170,22 @@ int32_t BlockManager::lookup(int g, int64_t block, std::span<const uint64_t> has
   if (c.parent_hash != (j == 0 ? 0 : hashes[j - 1]) ||
       !std::equal(c.tokens.begin(), c.tokens.end(), block_tokens.begin(), block_tokens.end()))
     return -1;
+  if (partition >= 0 && it->second % partitions_ != partition) return -1;
   return it->second;
 }
 
 bool BlockManager::group_serves(int g, int64_t num_tokens, std::span<const uint64_t> hashes,
-                                std::span<const int32_t> tokens) const {
+                                std::span<const int32_t> tokens, int partition) const {
   const KvGroupPool& spec = specs_[static_cast<size_t>(g)];
   if (spec.window == 0) {
     const int64_t span = int64_t{spec.tokens_per_row} * block_size_;
     if (num_tokens % span != 0) return false;
     for (int64_t i = 0; i < num_tokens / span; ++i)
-      if (lookup(g, i, hashes, tokens) < 0) return false;
+      if (lookup(g, i, hashes, tokens, partition) < 0) return false;
     return true;
   }
   for (int64_t i = first_kept_block(g, num_tokens); i < num_tokens / block_size_; ++i)
-    if (lookup(g, i, hashes, tokens) < 0) return false;
+    if (lookup(g, i, hashes, tokens, partition) < 0) return false;
   return true;
 }
 
@@ -166,20 +199,27 @@ int BlockManager::acquire_cached_prefix(std::span<const int32_t> tokens, KVBlock
     parent = chain_hash(parent, tokens.subspan(i * block_size_, block_size_));
     hashes.push_back(parent);
   }
+  // Partitions: the chain is hit within the partition of group 0's first cached block.
+  int partition = -1;
+  if (partitions_ > 1) {
+    const int32_t first = max_blocks > 0 ? lookup(0, 0, hashes, tokens) : -1;
+    if (first < 0) return 0;
+    partition = first % partitions_;
+  }
   // The longest run every group without a window holds from the start bounds the hit ...
   int64_t hit = max_blocks * block_size_;
   for (int g = 0; g < num_groups(); ++g) {
     const KvGroupPool& spec = specs_[static_cast<size_t>(g)];
     if (spec.window > 0) continue;
     int64_t k = 0;
-    while (lookup(g, k, hashes, tokens) >= 0) ++k;
+    while (lookup(g, k, hashes, tokens, partition) >= 0) ++k;
     hit = std::min(hit, k * spec.tokens_per_row * block_size_);
   }
   // ... then the longest prefix within it that every group serves (window groups only need
   // the blocks of their window, so a shorter prefix may be served where a longer is not).
   for (; hit > 0; hit -= block_size_) {
     bool all = true;
-    for (int g = 0; g < num_groups() && all; ++g) all = group_serves(g, hit, hashes, tokens);
+    for (int g = 0; g < num_groups() && all; ++g) all = group_serves(g, hit, hashes, tokens, partition);
     if (all) break;
   }
   if (hit <= 0) return 0;
@@ -193,7 +233,7 @@ int BlockManager::acquire_cached_prefix(std::span<const int32_t> tokens, KVBlock
         ids.push_back(kNullBlock);
         continue;
       }
-      const int32_t b = lookup(g, i, hashes, tokens);
+      const int32_t b = lookup(g, i, hashes, tokens, partition);
       DI_CHECK(b >= 0, "KV cache: prefix block ", i, " of group ", g, " vanished");
       add_ref(p, b);
       ids.push_back(b);
@@ -201,6 +241,7 @@ int BlockManager::acquire_cached_prefix(std::span<const int32_t> tokens, KVBlock
   }
   hashes.resize(static_cast<size_t>(hit / block_size_));
   seq.block_hashes = std::move(hashes);
+  if (partitions_ > 1) seq.partition = partition;
   return static_cast<int>(hit);
 }
 
@@ -231,6 +272,7 @@ int BlockManager::fork(const KVBlocks& parent, int64_t num_tokens, KVBlocks& chi
   }
   const size_t num_full = std::min(parent.block_hashes.size(), static_cast<size_t>(num_tokens / block_size_));
   child.block_hashes.assign(parent.block_hashes.begin(), parent.block_hashes.begin() + num_full);
+  child.partition = parent.partition;
   return static_cast<int>(num_tokens);
 }
 
@@ -260,18 +302,22 @@ int BlockManager::blocks_needed(const KVBlocks& seq, int64_t begin, int64_t end)
 
 bool BlockManager::can_allocate_slots(const KVBlocks& seq, int64_t begin, int64_t end) const {
   check_seq(seq);
+  const int part = partition_of(seq);
   for (int g = 0; g < num_groups(); ++g)
-    if (blocks_needed(g, seq, begin, end) > num_free_blocks(g)) return false;
+    if (blocks_needed(g, seq, begin, end) > num_free_blocks(g, part)) return false;
   return true;
 }
 
 void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std::vector<BlockCopy>& copies) {
   DI_CHECK(0 <= begin && begin <= end, "KV cache: bad token range [", begin, ", ", end, ")");
+  const int part = partition_of(seq);
   for (int g = 0; g < num_groups(); ++g)
-    DI_CHECK(blocks_needed(g, seq, begin, end) <= num_free_blocks(g), "KV cache: writing tokens [", begin,
-             ", ", end, ") needs ", blocks_needed(g, seq, begin, end), " blocks, only ", num_free_blocks(g),
-             " free", g == 0 ? std::string() : " in group " + std::to_string(g));
+    DI_CHECK(blocks_needed(g, seq, begin, end) <= num_free_blocks(g, part), "KV cache: writing tokens [", begin,
+             ", ", end, ") needs ", blocks_needed(g, seq, begin, end), " blocks, only ", num_free_blocks(g, part),
+             " free", g == 0 ? std::string() : " in group " + std::to_string(g),
+             partitions_ > 1 ? " in partition " + std::to_string(part) : std::string());
   check_seq(seq);
+  if (partitions_ > 1) seq.partition = part;
   seq.more_block_ids.resize(specs_.size() - 1);
   for (int g = 0; g < num_groups(); ++g) {
     std::vector<int32_t>& ids = seq.group(g);
@@ -288,7 +334,7 @@ void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std
       const int32_t shared = ids[static_cast<size_t>(i)];
       DI_CHECK(shared != kNullBlock, "KV cache: group ", g, " writes into freed block ", i);
       if (p.ref_counts[shared] <= 1) continue;
-      const int32_t copy = take_free_block(p);
+      const int32_t copy = take_free_block(p, part);
       --p.ref_counts[shared];  // still >= 1: the other users keep it
       ids[static_cast<size_t>(i)] = copy;
       // A written block is no longer the registered full block (if it was one): the token
@@ -297,7 +343,7 @@ void BlockManager::allocate_slots(KVBlocks& seq, int64_t begin, int64_t end, std
       if (seq.block_hashes.size() > first_token_block) seq.block_hashes.resize(first_token_block);
       copies.push_back({shared, copy, g});
     }
-    while (static_cast<int64_t>(ids.size()) < table_blocks(g, end)) ids.push_back(take_free_block(p));
+    while (static_cast<int64_t>(ids.size()) < table_blocks(g, end)) ids.push_back(take_free_block(p, part));
   }
 }
 
@@ -343,6 +389,7 @@ void BlockManager::release(KVBlocks& seq) {
   seq.block_ids.clear();
   seq.block_hashes.clear();
   seq.more_block_ids.clear();
+  seq.partition = -1;
 }
 
 }  // namespace deepinfer

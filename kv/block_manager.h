@@ -49,6 +49,9 @@ struct KVBlocks {
   std::vector<int32_t> block_ids;
   std::vector<uint64_t> block_hashes;
   std::vector<std::vector<int32_t>> more_block_ids;  // groups 1.. (empty with one group)
+  // BlockManager::set_partitions: the partition every block of the sequence comes from (-1:
+  // none yet; set by its first blocks, cleared by release).
+  int partition = -1;
 
   std::vector<int32_t>& group(int g) { return g == 0 ? block_ids : more_block_ids[static_cast<size_t>(g - 1)]; }
   const std::vector<int32_t>& group(int g) const {
@@ -71,13 +74,29 @@ class BlockManager {
   // One pool per group (kv_group_pools in kv/kv_groups.h makes them from a model's groups).
   BlockManager(std::vector<KvGroupPool> groups, int block_size, bool enable_prefix_caching);
 
+  // Partitions (attention data parallelism, --dp N: runner/runner.h): block b of every group
+  // belongs to partition b % n (data-parallel rank b % n holds it as its block b / n), and every
+  // block of one sequence comes from one partition: a new sequence's from the partition with the
+  // most free blocks of group 0 (lowest on ties), a prefix hit's and a fork's from their source's
+  // (a cached chain is only hit within one partition). Before any block is taken; every group's
+  // num_blocks must divide by n.
+  void set_partitions(int n);
+  int num_partitions() const { return partitions_; }
+  // Blocks of group g in one partition (what one sequence can hold at most).
+  int partition_blocks(int g = 0) const { return num_blocks(g) / partitions_; }
+  int num_free_blocks(int g, int partition) const {
+    return static_cast<int>(pools_[static_cast<size_t>(g)].free_lists[static_cast<size_t>(partition)].size());
+  }
+  // The partition `seq` takes its blocks from (its own, or the one a new sequence would get).
+  int partition_of(const KVBlocks& seq) const;
+
   int num_groups() const { return static_cast<int>(pools_.size()); }
   const KvGroupPool& group_pool(int g) const { return specs_[static_cast<size_t>(g)]; }
   // Group 0's pool (the classic cache's), and any group's.
   int num_blocks(int g = 0) const { return static_cast<int>(pools_[static_cast<size_t>(g)].ref_counts.size()); }
   int block_size() const { return block_size_; }
   // Blocks nobody references (including cached ones that may be evicted).
-  int num_free_blocks(int g = 0) const { return static_cast<int>(pools_[static_cast<size_t>(g)].free_list.size()); }
+  int num_free_blocks(int g = 0) const { return pools_[static_cast<size_t>(g)].num_free; }
   int min_free_blocks() const;  // over every group
   // Group 0's table length for `num_tokens` tokens (of one row each).
   int blocks_for(int64_t num_tokens) const {
@@ -133,13 +152,14 @@ class BlockManager {
     std::vector<uint64_t> hash_of;                // [num_blocks]; valid when has_hash
     std::vector<bool> has_hash;                   // [num_blocks]
     std::vector<Cached> cached;                   // [num_blocks]
-    std::list<int32_t> free_list;                 // front = next to take (LRU)
+    std::vector<std::list<int32_t>> free_lists;   // [partition]: front = next to take (LRU)
     std::vector<std::list<int32_t>::iterator> free_pos;  // [num_blocks]
+    int num_free = 0;                             // over the partitions
     std::unordered_map<uint64_t, int32_t> by_hash;
   };
-  int32_t take_free_block(Pool& pool);
-  static void add_ref(Pool& pool, int32_t block_id);
-  static void drop_ref(Pool& pool, int32_t block_id);
+  int32_t take_free_block(Pool& pool, int partition);
+  void add_ref(Pool& pool, int32_t block_id) const;
+  void drop_ref(Pool& pool, int32_t block_id) const;
   static uint64_t chain_hash(uint64_t parent, std::span<const int32_t> tokens);
   // Rows of group g's spec that tokens [0, n) complete, and the block range [first, last)
   // a step writing tokens [begin, end) writes in (empty when it completes no row).
@@ -148,13 +168,16 @@ class BlockManager {
   // First table entry a window group keeps when its next query is token `next`.
   int64_t first_kept_block(int g, int64_t next) const;
   // The cached block of group g's block i for the prefix's token-block hashes (-1: none).
-  int32_t lookup(int g, int64_t block, std::span<const uint64_t> hashes, std::span<const int32_t> tokens) const;
+  // partition >= 0: only a block of that partition counts.
+  int32_t lookup(int g, int64_t block, std::span<const uint64_t> hashes, std::span<const int32_t> tokens,
+                 int partition = -1) const;
   bool group_serves(int g, int64_t num_tokens, std::span<const uint64_t> hashes,
-                    std::span<const int32_t> tokens) const;
+                    std::span<const int32_t> tokens, int partition) const;
   void check_seq(const KVBlocks& seq) const;
 
   int block_size_;
   bool prefix_caching_;
+  int partitions_ = 1;
   std::vector<KvGroupPool> specs_;
   std::vector<Pool> pools_;
 };

@@ -1,6 +1,7 @@
 #include "model/expert_parallel.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -21,9 +22,10 @@ int64_t grow(int64_t need, int64_t cap) { return need <= cap && cap > 0 ? cap : 
 
 ExpertParallelMoe::ExpertParallelMoe(const ModelConfig& config, const ParallelPlan& plan, Backend& backend,
                                      const std::vector<LayerWeights>& layers,
-                                     std::vector<std::vector<ExpertWeights>> all_experts)
+                                     std::vector<std::vector<ExpertWeights>> all_experts,
+                                     std::vector<std::shared_ptr<const void>> host_owners)
     : config_(config), plan_(plan), backend_(backend), routing_(config.moe_routing()),
-      all_experts_(std::move(all_experts)) {
+      all_experts_(std::move(all_experts)), host_owners_(std::move(host_owners)) {
   DI_CHECK(plan_.experts_split && plan_.comm != nullptr && plan_.comm->size() == plan_.moe_size,
            "expert parallelism: needs --ep over every process and a communicator");
   W_ = plan_.moe_size;
@@ -45,10 +47,46 @@ ExpertParallelMoe::ExpertParallelMoe(const ModelConfig& config, const ParallelPl
              " host experts for EPLB, the routing ", routing_.num_experts);
   }
   if (plan_.eplb_interval > 0 && all_experts_.empty()) {
-    log_warn("EPLB: re-placement every ", plan_.eplb_interval, " steps needs the host weights (CPU backend); "
-             "the placement stays fixed on ", backend_.name());
+    log_warn("EPLB: re-placement every ", plan_.eplb_interval, " steps needs host copies of the experts (a "
+             "checkpoint, or random weights made on the host); the placement stays fixed on ", backend_.name());
     plan_.eplb_interval = 0;
   }
+  copy_slots_ = backend_.device() != Device::CPU;
+  if (plan_.eplb_interval > 0 && copy_slots_) make_slots_private();
+}
+
+void ExpertParallelMoe::make_slots_private(bool all) {
+  for (size_t l = 0; l < local_.size(); ++l) {
+    for (size_t i = 0; i < local_[l].size(); ++i) {
+      bool shared = all;
+      for (size_t j = 0; j < i && !shared; ++j) shared = local_[l][j].gate.w.data == local_[l][i].gate.w.data;
+      if (!shared) continue;
+      for (Weight* w : {&local_[l][i].gate, &local_[l][i].up, &local_[l][i].down}) {
+        for (Tensor* t : {&w->w, &w->scale_inv}) {
+          if (!t->defined()) continue;
+          private_slots_.push_back(backend_.alloc(t->dtype, t->dims()));
+          Tensor fresh = private_slots_.back().tensor();
+          backend_.copy(*t, fresh);
+          *t = fresh;
+        }
+      }
+    }
+  }
+  backend_.synchronize();
+}
+
+void ExpertParallelMoe::copy_expert(const ExpertWeights& src, ExpertWeights& dst, int layer) {
+  const Weight* from[3] = {&src.gate, &src.up, &src.down};
+  Weight* to[3] = {&dst.gate, &dst.up, &dst.down};
+  for (int k = 0; k < 3; ++k) {
+    for (auto [a, b] : {std::pair{&from[k]->w, &to[k]->w}, std::pair{&from[k]->scale_inv, &to[k]->scale_inv}}) {
+      DI_CHECK(a->defined() == b->defined() && (!a->defined() || (a->dtype == b->dtype && a->dims() == b->dims())),
+               "EPLB: layer ", layer, ": a host expert ", a->describe(), " does not fit its device slot ",
+               b->describe());
+      if (a->defined()) backend_.copy(*a, *b);
+    }
+  }
+  ++experts_copied_;
 }
 
 void ExpertParallelMoe::set_placement(int layer, std::vector<int> physical_to_logical) {
@@ -65,6 +103,16 @@ void ExpertParallelMoe::set_placement(int layer, std::vector<int> physical_to_lo
     DI_CHECK(!reps[e].empty(), "expert parallelism: layer ", layer, "'s placement holds no copy of expert ", e);
   replicas_[l] = std::move(reps);
   placement_[l] = std::move(physical_to_logical);
+}
+
+double ExpertParallelMoe::comm_clock() {
+  if (!plan_.time_collectives) return 0;
+  backend_.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void ExpertParallelMoe::comm_time(double start) {
+  if (plan_.time_collectives) traffic_.comm_s += comm_clock() - start;
 }
 
 void ExpertParallelMoe::ensure(int64_t tokens, int64_t send_rows, int64_t recv_rows) {
@@ -98,15 +146,16 @@ void ExpertParallelMoe::ensure(int64_t tokens, int64_t send_rows, int64_t recv_r
   ++epoch_;
 }
 
-void ExpertParallelMoe::ensure_chunk(int64_t chunk_rows) {
-  if (chunk_rows <= cap_chunk_) return;
+void ExpertParallelMoe::ensure_chunk(int64_t chunk_rows, int chunks) {
+  if (chunk_rows <= cap_chunk_ && chunks == chunks_) return;
   cap_chunk_ = grow(chunk_rows, cap_chunk_);
+  chunks_ = chunks;
   const DType dt = backend_.activation_dtype();
   const int64_t H = config_.hidden_size;
   chunk_buffers_.clear();
   chunk_buffers_.push_back(backend_.alloc(dt, {cap_chunk_, H}));
   chunk_out_ = chunk_buffers_.back().tensor();
-  chunk_buffers_.push_back(backend_.alloc(dt, {W_ * cap_chunk_, H}));
+  chunk_buffers_.push_back(backend_.alloc(dt, {chunks * cap_chunk_, H}));
   gathered_ = chunk_buffers_.back().tensor();
   // Rows past a chunk's own stay finite (gathered, then dropped).
   HostBuffer zeros(dt, {cap_chunk_, H});
@@ -183,7 +232,9 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
   for (int r = 0; r < W_; ++r) counts[2 * r] = static_cast<int32_t>(rows_to[r]), counts[2 * r + 1] = static_cast<int32_t>(pairs_to[r]);
   ensure(T, S, 0);
   backend_.copy(host_view(counts, {2 * W_}), counts_);
+  double t0 = comm_clock();
   comm.all_gather(counts_, counts_all_t_);
+  comm_time(t0);
   counts_all_.resize(static_cast<size_t>(2 * W_ * W_));
   Tensor cah = host_view(counts_all_, {2 * W_ * W_});
   backend_.copy(counts_all_t_, cah);
@@ -207,6 +258,8 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     traffic_.rows_out += rows_to[r];
     traffic_.entries_out += pairs_to[r];
     traffic_.outputs_back += pairs_to[r];
+    traffic_.comm_bytes += rows_to[r] * config_.hidden_size * static_cast<int64_t>(dtype_size(backend_.activation_dtype())) +
+                           pairs_to[r] * 8;
   }
   // 3. The payload: the rows, then each entry's row index and local expert.
   if (S > 0) {
@@ -217,16 +270,22 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
     backend_.copy(host_view(send_local_, {S, 1}), sl);
     backend_.embedding(st, x, sx);  // row gather
   }
+  t0 = comm_clock();
   comm.all_to_all_v(send_x_, rows_to, recv_x_, recv_rows_);
   comm.all_to_all_v(send_row_t_, pairs_to, recv_row_, recv_pairs_);
   comm.all_to_all_v(send_local_t_, pairs_to, recv_local_, recv_pairs_);
+  comm_time(t0);
   if (M > 0) {  // one row per entry, through its expert alone with weight 1: the raw outputs
     Tensor xp = x_pairs_.slice_rows(0, M), yr = y_recv_.slice_rows(0, M);
     backend_.embedding(recv_row_.slice_rows(0, M), recv_x_.slice_rows(0, N), xp);
     backend_.moe_experts(xp, recv_local_.slice_rows(0, M), ones_.slice_rows(0, M), local_[l], yr);
   }
   // 4. Outputs back (the entry counts reversed), combined by the owner in slot order, shared experts added.
+  t0 = comm_clock();
   comm.all_to_all_v(y_recv_, recv_pairs_, y_back_, pairs_to);
+  comm_time(t0);
+  for (int r = 0; r < W_; ++r)
+    if (r != rank_) traffic_.comm_bytes += recv_pairs_[r] * config_.hidden_size * 4;  // F32 outputs back
   if (T == 0) return;
   Tensor pt = pos_t_.slice_rows(0, T);
   backend_.copy(host_view(pos_, {T, K}), pt);
@@ -235,20 +294,36 @@ void ExpertParallelMoe::forward(int layer, const MoeWeights& w, const Tensor& x,
 }
 
 void ExpertParallelMoe::forward_replicated(int layer, const MoeWeights& w, const Tensor& x, FfnWorkspace& ws,
-                                           Tensor& out) {
-  const int64_t T = x.size(0), c = (T + W_ - 1) / W_;
-  const int64_t b = std::min<int64_t>(T, rank_ * c), n = std::min<int64_t>(T, b + c) - b;
-  ensure_chunk(c);
+                                           Tensor& out, Communicator& group) {
+  const int G = group.size(), g = group.rank();
+  const int64_t T = x.size(0), c = (T + G - 1) / G;
+  const int64_t b = std::min<int64_t>(T, g * c), n = std::min<int64_t>(T, b + c) - b;
+  ensure_chunk(c, G);
   Tensor own = chunk_out_.slice_rows(0, n);
   forward(layer, w, n > 0 ? x.slice_rows(b, b + n) : Tensor(), ws, own);
-  Tensor send = chunk_out_.slice_rows(0, c), all = gathered_.slice_rows(0, W_ * c);
-  plan_.comm->all_gather(send, all);
+  Tensor send = chunk_out_.slice_rows(0, c), all = gathered_.slice_rows(0, G * c);
+  const double t0 = comm_clock();
+  group.all_gather(send, all);
+  comm_time(t0);
   backend_.copy(all.slice_rows(0, T), out);
 }
 
 void ExpertParallelMoe::end_step() {
   ++steps_;
-  if (plan_.eplb_interval > 0 && steps_ % plan_.eplb_interval == 0) rebalance();
+  if (plan_.eplb_interval <= 0 || steps_ % plan_.eplb_interval != 0) return;
+  if (held_) {
+    due_ = true;
+  } else {
+    rebalance();
+  }
+}
+
+void ExpertParallelMoe::hold(bool on) {
+  held_ = on;
+  if (on || !due_) return;
+  due_ = false;
+  ++deferred_;
+  rebalance();
 }
 
 void ExpertParallelMoe::rebalance() {
@@ -268,12 +343,19 @@ void ExpertParallelMoe::rebalance() {
     if (placement_[l].empty()) continue;
     std::vector<double> w(load.begin() + static_cast<int64_t>(l) * E, load.begin() + static_cast<int64_t>(l + 1) * E);
     EplbPlacement p = eplb_place(w, W_ * per_rank_, groups, 1, W_);
-    std::vector<ExpertWeights> local;
-    for (int i = 0; i < per_rank_; ++i)
-      local.push_back(all_experts_[l][static_cast<size_t>(p.physical_to_logical[rank_ * per_rank_ + i])]);
-    local_[l] = std::move(local);
+    for (int i = 0; i < per_rank_; ++i) {
+      const int was = placement_[l][static_cast<size_t>(rank_ * per_rank_ + i)];
+      const int now = p.physical_to_logical[static_cast<size_t>(rank_ * per_rank_ + i)];
+      const ExpertWeights& src = all_experts_[l][static_cast<size_t>(now)];
+      if (!copy_slots_) {
+        local_[l][static_cast<size_t>(i)] = src;  // the host view itself
+      } else if (now != was) {
+        copy_expert(src, local_[l][static_cast<size_t>(i)], static_cast<int>(l));
+      }
+    }
     set_placement(static_cast<int>(l), std::move(p.physical_to_logical));
   }
+  if (copy_slots_) backend_.synchronize();
   ++rebalances_;
   log_debug("EPLB: re-placed the experts of ", local_.size(), " layers from ", plan_.eplb_interval, " steps' loads");
 }

@@ -110,6 +110,14 @@ class Model {
   // Expert parallelism: EPLB re-placements so far (model/expert_parallel.h); benches record it
   // so a window that held one can be told apart.
   virtual int64_t num_expert_replacements() const { return 0; }
+  // EPLB's statistics flush (re-placement from the measured load) held while `hold` (a benchmark's
+  // timed window): a flush due meanwhile runs when the hold is released. Every rank calls it at
+  // the same point between steps (Runner::hold_expert_replacement); collective on release.
+  virtual void hold_expert_replacement(bool) {}
+  // Expert parallelism with DEEPINFER_EP_COMM_TIMING: seconds in the dispatch's collectives and
+  // bytes sent to other ranks so far (model/expert_parallel.h Traffic).
+  virtual double expert_comm_seconds() const { return 0; }
+  virtual int64_t expert_comm_bytes() const { return 0; }
 };
 
 // Loads `dir` (config.json + safetensors) onto `backend`. Throws Error naming the

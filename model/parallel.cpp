@@ -43,20 +43,20 @@ void check_host(const Weight& w, const std::string& what) {
 ParallelPlan make_parallel_plan(const ModelConfig& c, int tp, int ep, int dp, int rank, int world,
                                 int extra_experts) {
   DI_CHECK(tp >= 1 && ep >= 1 && dp >= 1, "--tp ", tp, ", --ep ", ep, ", --dp ", dp, ": each must be >= 1");
-  DI_CHECK(dp == 1 || tp == 1, "--dp ", dp, " with --tp ", tp, ": attention data parallelism runs with --tp 1 "
-           "(heads split inside a data-parallel rank is not built yet)");
   ParallelPlan p;
   if (world == 1) {
-    DI_CHECK(tp == 1 && ep == 1, "--tp ", tp, " --ep ", ep, ": one process; start ", std::max(tp, ep),
-             " with mpirun -np ", std::max(tp, ep), " (or torchrun's RANK/WORLD_SIZE)");
+    const int n = std::max(tp * dp, ep);
+    DI_CHECK(tp == 1 && ep == 1 && dp == 1, "--tp ", tp, " --ep ", ep, " --dp ", dp, ": one process; start ", n,
+             " with mpirun -np ", n, " (or torchrun's RANK/WORLD_SIZE)");
     return p;
   }
   DI_CHECK(c.model_type == "deepseek_v3" || c.model_type == "deepseek_v2", "--tp/--ep: several processes run "
            "deepseek_v3 / deepseek_v2 models so far; ", c.source, " is ", c.model_type);
   DI_CHECK(ep == 1 || ep == world, "--ep ", ep, ": experts split over all ", world, " processes (--ep ", world,
            ") or none (--ep 1: every expert's intermediate split)");
-  DI_CHECK(tp * dp == world || (tp == 1 && ep == world), "--tp ", tp, " x --dp ", dp, " must equal the ", world,
-           " processes (or --tp 1 --ep ", world, ": attention replicated, experts split)");
+  DI_CHECK(tp * dp == world || (tp == 1 && dp == 1 && ep == world), "--tp ", tp, " x --dp ", dp,
+           " must equal the ", world, " processes (or --tp 1 --dp 1 --ep ", world,
+           ": attention replicated, experts split)");
   DI_CHECK(c.num_attention_heads % tp == 0, "--tp ", tp, ": num_attention_heads ", c.num_attention_heads,
            " of ", c.source, " is not divisible by it");
   if (c.first_k_dense_replace > 0 || c.n_routed_experts == 0)

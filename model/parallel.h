@@ -17,11 +17,15 @@
 //          intermediate instead (the MoE layer is tensor parallel like the dense MLP; shared
 //          experts split by intermediate too, one all_reduce_sum after the block);
 //  --tp 1 --ep W: attention and dense layers replicated, the MoE layers expert-parallel.
-//  --dp W (attention data parallelism, --tp 1): each rank runs attention and dense layers on its
-//          own sequences (their KV lives there); with --ep W the MoE dispatches the rank's own
-//          rows; with --ep 1 the MoE layers see every rank's tokens: an all_gather of the step's
-//          rows (padded to the largest rank's), the rank's columns over all of them, an
-//          all_reduce_sum, the rank's own rows taken back.
+//  --dp D (attention data parallelism; D x T = W with --tp T): D groups of T ranks (rank =
+//          dp_rank x T + tp_rank), each group runs attention and dense layers on its own
+//          sequences (their KV lives there), heads split over its T ranks (all_reduce_sum over
+//          tp_comm, the group's ranks). With --ep W the MoE dispatches the group's rows (cut into
+//          T chunks, one per rank of the group, gathered back over tp_comm: with T = 1 each
+//          rank its own rows); with --ep 1 the MoE layers see every group's tokens: an
+//          all_gather over dp_comm (the ranks of the same tp_rank, one per group) of the step's
+//          rows (padded to the largest group's), the rank's columns over all of them, an
+//          all_reduce_sum over the W ranks, the group's own rows taken back.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,7 +40,7 @@ class Communicator;
 struct ParallelPlan {
   int tp_rank = 0, tp_size = 1;    // attention heads, dense MLP intermediate
   int moe_rank = 0, moe_size = 1;  // the MoE layers' ranks (all W)
-  int dp_rank = 0, dp_size = 1;    // attention data parallelism (--dp; tp_size 1 then)
+  int dp_rank = 0, dp_size = 1;    // attention data parallelism (--dp): the rank's group
   bool experts_split = false;      // EP: each MoE rank holds num_local_experts physical experts
   int num_local_experts = 0;       // with experts_split: (n_routed_experts + extra) / moe_size
   int num_extra_experts = 0;       // EPLB's redundant experts (eplb_num_extra_experts)
@@ -45,12 +49,24 @@ struct ParallelPlan {
   // copies of experts 0, 1, ...); EPLB replaces it per layer from measured load.
   std::vector<int> physical_to_logical;
   int eplb_interval = 0;           // steps between EPLB re-placements (0: never)
+  bool time_collectives = false;   // DEEPINFER_EP_COMM_TIMING: the dispatch's collectives timed
   // The FP8 GEMMs of non-CPU backends take 128x128 blocks only: shards must fall on block edges
   // (the CPU backend takes the finer blocks a misaligned shard gets: shard_weights).
   bool block_aligned = false;
   Communicator* comm = nullptr;    // the W ranks; nullptr when W == 1
+  // --dp D with --tp T > 1 (Communicator::split of comm): tp_comm the T ranks of this rank's
+  // data-parallel group (ranked by tp_rank), dp_comm the D ranks of its tp_rank (one per group,
+  // ranked by dp_rank). nullptr otherwise: tp_group() / dp_group() are then comm.
+  Communicator* tp_comm = nullptr;
+  Communicator* dp_comm = nullptr;
 
   bool any() const { return tp_size > 1 || moe_size > 1 || dp_size > 1; }
+  // The ranks that hold the same rows (attention's all_reduce_sum; the expert dispatch's chunks):
+  // every rank without --dp, the data-parallel group's T ranks with it.
+  Communicator& tp_group() const { return tp_comm != nullptr ? *tp_comm : *comm; }
+  int replica_size() const { return dp_size > 1 ? tp_size : moe_size; }
+  // One rank of each data-parallel group, the same tp_rank (--ep 1's MoE gathers over them).
+  Communicator& dp_group() const { return dp_comm != nullptr ? *dp_comm : *comm; }
   int first_local_expert() const { return moe_rank * num_local_experts; }
 };
 

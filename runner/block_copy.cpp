@@ -10,7 +10,16 @@ namespace deepinfer {
 
 void Runner::copy_blocks(std::span<const BlockCopy> copies) {
   if (leads() && !copies.empty()) lead_copies(copies);
-  for (const BlockCopy& c : copies) {
+  // --dp: this rank's partition of the leader's blocks (b % P), as its blocks b / P.
+  const int P = config_.comm != nullptr ? config_.dp_size : 1, own = dp_rank();
+  for (BlockCopy c : copies) {
+    if (P > 1) {
+      if (c.src_block_id % P != own) continue;
+      DI_CHECK(c.dst_block_id % P == own, "runner: KV block copy ", c.src_block_id, " -> ", c.dst_block_id,
+               " crosses data-parallel partitions");
+      c.src_block_id /= P;
+      c.dst_block_id /= P;
+    }
     DI_CHECK(c.group >= 0 && c.group < static_cast<int>(kv_.size()), "runner: KV block copy in group ", c.group,
              " of ", kv_.size());
     const int n = group_blocks_[static_cast<size_t>(c.group)];

@@ -58,11 +58,15 @@ struct RunnerConfig {
   // then run eagerly and synchronously (no graphs, no tokens from the device, no drafts).
   // nullptr or one rank: nothing is broadcast.
   Communicator* comm = nullptr;
-  // Attention data parallelism over comm's ranks (model/parallel.h): the leader gives each
-  // sequence to rank block_ids[0] % dp_size (sticky: its KV lives there; a prefix shares its
-  // first block, so with it its rank), every rank runs its sequences (a filler step when it has
-  // none: the MoE layers need every rank), and the logits rows come back to the leader in the
-  // step's order. 1: every rank runs the whole step.
+  // Attention data parallelism over comm's ranks (model/parallel.h): dp_size groups of
+  // comm->size() / dp_size ranks (--tp; rank = group x T + tp_rank). The leader gives each
+  // sequence to group block_ids[0] % dp_size (sticky: its KV lives there; a prefix shares its
+  // first block, so with it its group), every group runs its sequences on each of its ranks (a
+  // filler step when it has none: the MoE layers need every rank), and the logits rows come back
+  // to the leader in the step's order. 1: every rank runs the whole step.
+  // With dp_size > 1 each rank's KV pool is its partition (num_kv_blocks blocks): the leader's
+  // block manager holds dp_size x num_kv_blocks (BlockManager::set_partitions), block b is block
+  // b / dp_size of group b % dp_size, and the leader translates tables and copies per group.
   int dp_size = 1;
 };
 
@@ -143,6 +147,9 @@ class Runner {
   int64_t follow();
   // The leader: tells the followers that no step follows (once; the destructor calls it).
   void stop_followers();
+  // Holds / releases EPLB's statistics flush on every rank at this point between steps
+  // (Model::hold_expert_replacement; the leader broadcasts it). No step may be in flight.
+  void hold_expert_replacement(bool hold);
   ~Runner();
   // KV copy-on-write: copies every layer's rows of each src block to its dst block,
   // in order, before the next submitted step (runner/block_copy.cpp).
@@ -228,6 +235,7 @@ class Runner {
   // The leader's half of step following: sends the step's layout, host info and inputs
   // (host[0, l.total)) / a block copy list to the followers (runner/step_follow.cpp).
   bool leads() const;
+  int dp_rank() const;  // this rank's data-parallel group (0 without --dp)
   void lead_step(const StepLayout& l, const StepHostInfo& info, const int32_t* host);
   void lead_copies(std::span<const BlockCopy> copies);
   // Data parallelism: splits the step among the ranks, broadcasts every rank's part, leaves rank

@@ -19,7 +19,7 @@
 namespace deepinfer {
 namespace {
 
-enum Message : int64_t { kStop = 0, kStep = 1, kCopies = 2, kDpStep = 3 };
+enum Message : int64_t { kStop = 0, kStep = 1, kCopies = 2, kDpStep = 3, kHoldEplb = 4 };
 
 // [kind, num_tokens, num_seqs, num_logits, max_blocks, num_groups, max_query_len, max_seq_len,
 //  replay floors (0 or num_seqs), payload ints]
@@ -61,13 +61,32 @@ const int32_t* read_part(const int32_t* p, StepLayout& l, StepHostInfo& info) {
 
 StepLayout Runner::lead_dp_step(std::span<const RunSeq> seqs, int32_t* host, int64_t capacity, StepHostInfo& info) {
   const int W = config_.dp_size;
-  DI_CHECK(config_.comm->size() == W, "runner: --dp ", W, " over ", config_.comm->size(), " processes");
+  DI_CHECK(config_.comm->size() % W == 0, "runner: --dp ", W, " over ", config_.comm->size(), " processes");
   std::vector<std::vector<RunSeq>> parts(static_cast<size_t>(W));
   std::vector<int> rank_of(seqs.size());
+  // Per-rank KV pools (BlockManager::set_partitions): block b of the leader's tables is block
+  // b / W of group b % W's pool; every block of a sequence is in its group's partition.
+  std::vector<std::vector<int32_t>> local_ids(seqs.size());
+  std::vector<std::vector<std::vector<int32_t>>> local_more(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
-    DI_CHECK(!seqs[i].block_ids.empty(), "runner: sequence ", i, " has no KV block");
-    rank_of[i] = seqs[i].block_ids[0] % W;
-    parts[static_cast<size_t>(rank_of[i])].push_back(seqs[i]);
+    DI_CHECK(!seqs[i].block_ids.empty() && seqs[i].block_ids[0] >= 0, "runner: sequence ", i,
+             " has no KV block");
+    const int r = rank_of[i] = seqs[i].block_ids[0] % W;
+    auto local = [&](std::span<const int32_t> ids, std::vector<int32_t>& out, int g) {
+      for (int32_t b : ids) {
+        DI_CHECK(b == kNullBlock || (b % W == r && b / W < group_blocks_[static_cast<size_t>(g)]), "runner: sequence ",
+                 i, " holds KV block ", b, " outside its data-parallel rank ", r, "'s partition (block % ", W,
+                 ", ", group_blocks_[static_cast<size_t>(g)], " blocks per rank)");
+        out.push_back(b == kNullBlock ? b : b / W);
+      }
+    };
+    RunSeq s = seqs[i];
+    local(s.block_ids, local_ids[i], 0);
+    s.block_ids = local_ids[i];
+    for (size_t g = 0; g < s.more_block_ids.size(); ++g)
+      local(s.more_block_ids[g], local_more[i].emplace_back(), static_cast<int>(g + 1));
+    s.more_block_ids = local_more[i];
+    parts[static_cast<size_t>(r)].push_back(s);
   }
   std::vector<int32_t> msg, scratch(static_cast<size_t>(capacity));
   dp_ = DpStep{};
@@ -86,13 +105,16 @@ StepLayout Runner::lead_dp_step(std::span<const RunSeq> seqs, int32_t* host, int
     dp_.num_rows.push_back(l.num_logits);
     if (r == 0) own = l, info = part_info;
   }
-  // Row i of the step (sequences in order, each its num_logits rows) is row k of rank r's part,
-  // gathered at r * max_rows + k.
+  // Row i of the step (sequences in order, each its num_logits rows) is row k of group r's part,
+  // gathered (over every rank: --tp T ranks per group, rank r * T the group's first) at
+  // r * T * max_rows + k.
   const int64_t max_rows = *std::max_element(dp_.num_rows.begin(), dp_.num_rows.end());
+  const int64_t group = config_.comm->size() / W;
   std::vector<int64_t> next(static_cast<size_t>(W), 0);
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].needs_logits) continue;
-    for (int j = 0; j < seqs[i].num_logits; ++j) dp_.row_src.push_back(rank_of[i] * max_rows + next[rank_of[i]]++);
+    for (int j = 0; j < seqs[i].num_logits; ++j)
+      dp_.row_src.push_back((rank_of[i] * group) * max_rows + next[rank_of[i]]++);
   }
   Header h{kDpStep, W, 0, 0, 0, 0, 0, 0, 0, static_cast<int64_t>(msg.size())};
   config_.comm->broadcast_bytes(h.data(), sizeof(h), 0);
@@ -101,7 +123,7 @@ StepLayout Runner::lead_dp_step(std::span<const RunSeq> seqs, int32_t* host, int
 }
 
 Tensor Runner::gather_dp_logits(int64_t vocab) {
-  const int64_t W = static_cast<int64_t>(dp_.num_rows.size());
+  const int64_t W = config_.comm->size();  // every rank's rows: dp groups x their --tp ranks
   const int64_t max_rows = *std::max_element(dp_.num_rows.begin(), dp_.num_rows.end());
   DI_CHECK(max_rows <= max_rows_, "runner: a data-parallel part of ", max_rows, " logits rows (max ", max_rows_, ")");
   if (!dp_logits_.tensor().defined()) dp_logits_ = backend_.alloc(DType::F32, {W * max_rows_, vocab});
@@ -116,6 +138,11 @@ Tensor Runner::gather_dp_logits(int64_t vocab) {
     backend_.copy(all.slice_rows(dp_.row_src[i], dp_.row_src[i] + 1), dst);
   }
   return out;
+}
+
+int Runner::dp_rank() const {
+  if (config_.comm == nullptr || config_.dp_size <= 1) return 0;
+  return config_.comm->rank() / (config_.comm->size() / config_.dp_size);  // rank = dp_rank x T + tp_rank
 }
 
 bool Runner::leads() const {
@@ -145,6 +172,16 @@ void Runner::lead_copies(std::span<const BlockCopy> copies) {
   config_.comm->broadcast_bytes(msg.data(), 3 * n * 4, 0);
 }
 
+void Runner::hold_expert_replacement(bool hold) {
+  if (leads()) {
+    Header h{kHoldEplb, hold ? 1 : 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    config_.comm->broadcast_bytes(h.data(), sizeof(h), 0);
+    int32_t payload = hold ? 1 : 0;  // every message has a payload
+    config_.comm->broadcast_bytes(&payload, 4, 0);
+  }
+  model_.hold_expert_replacement(hold);
+}
+
 void Runner::stop_followers() {
   if (!leads() || followers_stopped_) return;
   followers_stopped_ = true;
@@ -168,10 +205,15 @@ int64_t Runner::follow() {
     Header h{};
     config_.comm->broadcast_bytes(h.data(), sizeof(h), 0);
     if (h[0] == kStop) return steps;
-    DI_CHECK((h[0] == kStep || h[0] == kCopies || h[0] == kDpStep) && h[9] >= 0 && h[9] < (int64_t{1} << 31),
+    DI_CHECK((h[0] == kStep || h[0] == kCopies || h[0] == kDpStep || h[0] == kHoldEplb) && h[9] >= 0 &&
+                 h[9] < (int64_t{1} << 31),
              "runner: a malformed step message from rank 0 (kind ", h[0], ", ", h[9], " ints)");
     msg.resize(static_cast<size_t>(h[9]));
     config_.comm->broadcast_bytes(msg.data(), h[9] * 4, 0);
+    if (h[0] == kHoldEplb) {  // the leader's hold of EPLB's flush (between steps, as there)
+      model_.hold_expert_replacement(h[1] != 0);
+      continue;
+    }
     if (h[0] == kCopies) {
       std::vector<BlockCopy> copies;
       for (int64_t i = 0; i < h[1]; ++i) copies.push_back({msg[3 * i], msg[3 * i + 1], msg[3 * i + 2]});
@@ -182,6 +224,7 @@ int64_t Runner::follow() {
       DI_CHECK(h[1] == config_.dp_size, "runner: rank 0 splits steps over ", h[1], " data-parallel ranks, this "
                "rank's engine over ", config_.dp_size);
       const int32_t* p = msg.data();
+      const int dp_rank = this->dp_rank();
       dp_ = DpStep{};
       dp_.active = true;
       StepLayout own;
@@ -193,7 +236,7 @@ int64_t Runner::follow() {
         const int32_t* ints = read_part(p, l, info);
         dp_.num_tokens.push_back(static_cast<int32_t>(l.num_tokens));
         dp_.num_rows.push_back(l.num_logits);
-        if (r == config_.comm->rank()) own = l, own_info = std::move(info), own_ints = ints;
+        if (r == dp_rank) own = l, own_info = std::move(info), own_ints = ints;
         p += kPartHeader + p[8];
       }
       DI_CHECK(own.total <= inputs_.tensor().numel(), "runner: rank 0's step does not fit this rank's runner");

@@ -20,9 +20,11 @@ void Scheduler::add(Sequence* seq) {
   int64_t max_tokens = std::max(seq->max_total_tokens, seq->num_tokens());
   for (int g = 0; g < blocks_.num_groups(); ++g) {
     const int need = blocks_.peak_blocks(g, max_tokens, config_.max_num_batched_tokens);
-    DI_CHECK(need <= blocks_.num_blocks(g), "sequence ", seq->seq_id, ": ", max_tokens, " tokens need ", need,
-             " KV blocks, the cache has ", blocks_.num_blocks(g),
-             g == 0 ? std::string() : " in KV group " + std::to_string(g));
+    // One sequence's blocks come from one partition (--dp: one data-parallel rank's pool).
+    DI_CHECK(need <= blocks_.partition_blocks(g), "sequence ", seq->seq_id, ": ", max_tokens, " tokens need ", need,
+             " KV blocks, the cache has ", blocks_.partition_blocks(g),
+             g == 0 ? std::string() : " in KV group " + std::to_string(g),
+             blocks_.num_partitions() > 1 ? " per data-parallel rank" : "");
   }
   seq->status = SeqStatus::Waiting;
   waiting_.push_back(seq);
@@ -63,8 +65,12 @@ SchedulerOutput Scheduler::schedule() {
     }
     bool fits = true;
     while (!blocks_.can_allocate_slots(seq->kv, begin, begin + n)) {
-      Sequence* victim = running_.back();
-      running_.pop_back();
+      // The youngest running sequence of seq's KV partition (--dp: one rank's pool; another
+      // rank's blocks would not help): seq itself at the latest.
+      auto it = running_.end() - 1;
+      while (blocks_.partition_of((*it)->kv) != blocks_.partition_of(seq->kv)) --it;
+      Sequence* victim = *it;
+      running_.erase(it);
       preempt(victim);
       out.preempted.push_back(victim);
       if (victim == seq) {

@@ -267,11 +267,6 @@ void* CudaBackend::scratch(Slot slot, size_t num_bytes, const char* op) {
 
 const CudaBackend::ExpertTable& CudaBackend::expert_table(const std::vector<ExpertWeights>& experts) {
   DI_CHECK(!experts.empty(), "moe_experts: no experts");
-  const auto key = std::make_pair(experts.front().gate.w.data, experts.size());
-  auto it = expert_tables_.find(key);
-  if (it != expert_tables_.end()) return it->second;
-  DI_CHECK(!capturing(), "moe_experts: first call with these experts during a graph capture; run "
-                         "the step once uncaptured first");
   const size_t E = experts.size();
   std::vector<const void*> host(6 * E, nullptr);
   for (size_t e = 0; e < E; ++e) {
@@ -281,13 +276,19 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const std::vector<Expe
       host[(3 + j) * E + e] = ws[j]->scale_inv.data;
     }
   }
+  // Keyed by every pointer: a list that keeps its first expert but not the others (EPLB's
+  // re-placement, model/expert_parallel.h) gets its own table.
+  auto it = expert_tables_.find(host);
+  if (it != expert_tables_.end()) return it->second;
+  DI_CHECK(!capturing(), "moe_experts: first call with these experts during a graph capture; run "
+                         "the step once uncaptured first");
   ExpertTable table;
   table.num_experts = static_cast<int>(E);
   table.ptrs = alloc(DType::I64, {static_cast<int64_t>(6 * E)});
   DI_CUDA(cudaMemcpy(table.ptrs.tensor().data, host.data(), host.size() * sizeof(void*),
                      cudaMemcpyHostToDevice),
           "moe_experts expert table (", E, " experts)");
-  return expert_tables_.emplace(key, std::move(table)).first->second;
+  return expert_tables_.emplace(std::move(host), std::move(table)).first->second;
 }
 
 void CudaBackend::set_smem_limit(const void* kernel, size_t num_bytes, const char* op) {

@@ -328,7 +328,7 @@ class CudaBackend final : public Backend {
     cublasLtMatmulAlgo_t algo{};
   };
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>, LtPlan> lt_plans_;
-  std::map<std::pair<const void*, size_t>, ExpertTable> expert_tables_;
+  std::map<std::vector<const void*>, ExpertTable> expert_tables_;  // by the 6E pointers
   std::vector<cudaGraphExec_t> graphs_;
   uint64_t workspace_epoch_ = 0;  // bumped by each scratch reallocation
   // Fences are events recorded on stream_ in a ring: fence f uses events_[f % size]. Waiting

@@ -41,6 +41,8 @@ struct EngineConfig {
   int max_model_len = 0;          // 0: the model's max_position_embeddings
   int kv_block_size = 64;         // tokens per KV block
   int num_kv_blocks = 0;          // 0: from kv_cache_num_bytes, else device memory, else 4 GiB
+  // num_kv_blocks and kv_cache_num_bytes are per process (--dp N: each data-parallel rank's own
+  // pool; the scheduler holds N of them).
   // > 0: that many bytes of KV cache, capped at what max_num_seqs full-length sequences need.
   // 0: on a device that reports its memory (CUDA), gpu_memory_utilization decides; else 4 GiB.
   int64_t kv_cache_num_bytes = 0;
@@ -84,8 +86,9 @@ struct EngineConfig {
   // Several processes (one per GPU, started by mpirun or with torchrun's RANK/WORLD_SIZE;
   // model/parallel.h): attention heads and dense MLPs split over tp ranks (--tp), routed experts
   // split over the ranks (--ep = the number of processes; 1: every expert's intermediate split),
-  // attention data parallelism (--dp, with --tp 1: each rank its own sequences and KV, the MoE
-  // over every rank's rows). Rank 0 owns the scheduler and the outputs;
+  // attention data parallelism (--dp groups of --tp ranks, dp x tp = the number of processes:
+  // each group its own sequences and KV, heads split over its ranks, the MoE over every group's
+  // rows). Rank 0 owns the scheduler and the outputs;
   // the others run Engine::follow. Steps then run synchronously, eagerly, without drafts.
   int tp = 1;
   int ep = 1;
@@ -205,6 +208,10 @@ struct EngineStats {
   int64_t num_graph_steps = 0;   // decode and verify (1 + k) steps that replayed a CUDA graph
   int64_t num_mtp_graph_runs = 0;  // MTP passes (drafting) that replayed a CUDA graph
   int64_t num_eplb_replacements = 0;  // expert parallelism: EPLB re-placements of the experts
+  // Expert parallelism with DEEPINFER_EP_COMM_TIMING=1: rank 0's seconds in the dispatch's
+  // collectives and bytes it sent to other ranks, since the engine started.
+  double ep_comm_s = 0;
+  int64_t ep_comm_bytes = 0;
   int num_kv_blocks = 0;
   int kv_block_size = 0;
   int num_speculative_tokens = 0;  // resolved k (0: off)
@@ -280,6 +287,11 @@ class Engine {
   // On a rank other than 0: runs the steps rank 0's engine broadcasts until that engine is
   // destroyed, then returns the number of steps run. Throws Error on rank 0.
   int64_t follow();
+  // Expert parallelism with EPLB (DEEPINFER_EPLB_INTERVAL): holds the statistics flush (the load
+  // all-reduce and re-placement) while `hold`, on every rank; a flush that fell due runs on
+  // release. Benchmarks hold it during their timed windows. Call between steps (nothing in
+  // flight); a no-op without expert parallelism.
+  void hold_expert_replacement(bool hold);
 
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);  // engine/engine_impl.h (tests: fake models)

@@ -19,12 +19,15 @@ namespace {
 std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& backend,
                              const LoadOptions& options) {
   ParallelPlan plan;
-  std::vector<std::vector<ExpertWeights>> eplb_experts;  // every logical expert: CPU re-placement
+  std::vector<std::vector<ExpertWeights>> eplb_experts;  // every logical expert: EPLB re-placement
+  std::vector<std::shared_ptr<const void>> eplb_owners;  // their host memory (device backends upload)
   if (options.parallel != nullptr) {
     plan = *options.parallel;
     plan.block_aligned = backend.device() != Device::CPU;
-    if (plan.experts_split && backend.device() == Device::CPU)
+    if (plan.experts_split && plan.eplb_interval > 0) {
       for (const LayerWeights& l : host.layers) eplb_experts.push_back(l.is_moe ? l.moe.experts : std::vector<ExpertWeights>{});
+      if (backend.device() != Device::CPU) eplb_owners = host.owners;
+    }
     host = shard_weights(host, config, plan);
   }
   // Derived absorbed-MLA weights come from the host view, before any upload.
@@ -33,7 +36,8 @@ std::unique_ptr<Model> build(ModelConfig config, ModelWeights host, Backend& bac
   ModelWeights weights =
       backend.device() == Device::CPU ? std::move(host) : upload_weights(host, backend);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights),
-                                           std::move(absorbed), backend, plan, std::move(eplb_experts));
+                                           std::move(absorbed), backend, plan, std::move(eplb_experts),
+                                           std::move(eplb_owners));
 }
 
 // Random weights on a device backend: made there from the seed (fill_random kernels for the big

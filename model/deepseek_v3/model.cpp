@@ -45,7 +45,8 @@ std::vector<MlaAbsorbedWeights> make_absorbed_weights(const ModelConfig& config,
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
                                  std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
-                                 ParallelPlan parallel, std::vector<std::vector<ExpertWeights>> eplb_experts)
+                                 ParallelPlan parallel, std::vector<std::vector<ExpertWeights>> eplb_experts,
+                                 std::vector<std::shared_ptr<const void>> eplb_owners)
     : config_(std::move(config)),
       mla_dims_(local_model_config(config_, parallel).mla_dims()),
       ffn_dims_(config_.ffn_dims()),
@@ -60,8 +61,14 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
   parallel_ = parallel;
   DI_CHECK(!parallel_.any() || (parallel_.comm != nullptr && weights_.mtp.empty()),
            config_.source, ": several processes need a communicator and no MTP layer");
+  DI_CHECK(parallel_.dp_size == 1 || parallel_.tp_size == 1 ||
+               (parallel_.tp_comm != nullptr && parallel_.tp_comm->size() == parallel_.tp_size &&
+                parallel_.dp_comm != nullptr && parallel_.dp_comm->size() == parallel_.dp_size),
+           config_.source, ": --dp ", parallel_.dp_size, " --tp ", parallel_.tp_size,
+           " needs the data-parallel groups' communicators (Communicator::split)");
   if (parallel_.experts_split)
-    ep_ = std::make_unique<ExpertParallelMoe>(config_, parallel_, backend_, weights_.layers, std::move(eplb_experts));
+    ep_ = std::make_unique<ExpertParallelMoe>(config_, parallel_, backend_, weights_.layers, std::move(eplb_experts),
+                                              std::move(eplb_owners));
   const int64_t positions = std::max<int64_t>(config_.max_position_embeddings, 1);
   HostBuffer table = rope_cos_sin_table(config_.rope_dims(), positions);  // [positions, rope]
   cos_sin_ = backend_.alloc(DType::F32, table.tensor().dims());
@@ -82,6 +89,11 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, ModelWeights weights,
 DeepseekV3Model::~DeepseekV3Model() = default;
 
 int64_t DeepseekV3Model::num_expert_replacements() const { return ep_ ? ep_->num_rebalances() : 0; }
+double DeepseekV3Model::expert_comm_seconds() const { return ep_ ? ep_->traffic().comm_s : 0; }
+int64_t DeepseekV3Model::expert_comm_bytes() const { return ep_ ? ep_->traffic().comm_bytes : 0; }
+void DeepseekV3Model::hold_expert_replacement(bool hold) {
+  if (ep_) ep_->hold(hold);
+}
 
 std::vector<KvGroupSpec> deepseek_v3_kv_groups(const ModelConfig& config) {
   KvGroupSpec latent;
@@ -156,8 +168,9 @@ void DeepseekV3Model::attention(int layer, const StepBatch&, MlaStep& step, KvCa
               out);
 }
 
-// --ep 1: every rank's rows, padded to the largest rank's T_max: [dp x T_max, H] gathered, the
-// rank's intermediate columns over all of them, summed over the ranks, the rank's own rows back.
+// --ep 1: every data-parallel group's rows, padded to the largest group's T_max: [dp x T_max, H]
+// gathered over dp_group() (one rank per group: the group's ranks hold the same rows), the rank's
+// intermediate columns over all of them, summed over the W ranks, the group's own rows back.
 // (--ep dispatches instead: model/expert_parallel.h.)
 void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights& layer, const Tensor& xn,
                                      Tensor& delta) {
@@ -191,7 +204,7 @@ void DeepseekV3Model::moe_over_ranks(const StepBatch& batch, const LayerWeights&
   Tensor own = send.slice_rows(0, T);
   backend_.copy(xn, own);
   Tensor in = dp_in_.slice_rows(0, W * t_max), out = dp_out_.slice_rows(0, W * t_max);
-  parallel_.comm->all_gather(send, in);
+  parallel_.dp_group().all_gather(send, in);
   moe_forward(backend_, routing_, layer.moe, in, dp_ffn_ws_, out);
   parallel_.comm->all_reduce_sum(out);
   backend_.copy(out.slice_rows(r * t_max, r * t_max + T), delta);
@@ -214,12 +227,13 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
     attention(l, batch, step, kv, xn, delta);
-    if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // heads split: sum of o_proj parts
+    if (parallel_.tp_size > 1) parallel_.tp_group().all_reduce_sum(delta);  // heads split: sum of o_proj parts
     backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
-    if (layer.is_moe && ep_ && parallel_.dp_size > 1) {
-      ep_->forward(l, layer.moe, xn, ffn_ws_, delta);  // each rank its own rows
+    if (layer.is_moe && ep_ && parallel_.replica_size() == 1) {
+      ep_->forward(l, layer.moe, xn, ffn_ws_, delta);  // each rank its own rows (--dp, --tp 1)
     } else if (layer.is_moe && ep_) {
-      ep_->forward_replicated(l, layer.moe, xn, ffn_ws_, delta);  // the same rows on every rank
+      // The same rows on the ranks of tp_group(): every rank without --dp, a group's with it.
+      ep_->forward_replicated(l, layer.moe, xn, ffn_ws_, delta, parallel_.tp_group());
     } else if (layer.is_moe && parallel_.dp_size > 1) {
       moe_over_ranks(batch, layer, xn, delta);
     } else if (layer.is_moe) {
@@ -227,7 +241,7 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
       if (parallel_.moe_size > 1) parallel_.comm->all_reduce_sum(delta);  // columns split
     } else {
       mlp_forward(backend_, layer.mlp, xn, ffn_ws_, delta);
-      if (parallel_.tp_size > 1) parallel_.comm->all_reduce_sum(delta);  // intermediate split
+      if (parallel_.tp_size > 1) parallel_.tp_group().all_reduce_sum(delta);  // intermediate split
     }
     if (l + 1 < L) {
       backend_.add_rms_norm(x, delta, weights_.layers[l + 1].input_layernorm, eps, xn);

@@ -34,10 +34,12 @@ class DeepseekV3Model : public Model {
   // Several processes: `weights` and `absorbed` are the rank's shard (model/parallel.h); forward
   // sums the partial outputs of attention and of the feed-forward blocks over the ranks.
   // With experts split (--ep), the MoE layers dispatch (model/expert_parallel.h); eplb_experts:
-  // per layer, host views of every logical expert (EPLB re-placement; empty: placement fixed).
+  // per layer, host views of every logical expert (EPLB re-placement; empty: placement fixed),
+  // kept alive by eplb_owners.
   DeepseekV3Model(ModelConfig config, ModelWeights weights,
                   std::vector<MlaAbsorbedWeights> absorbed, Backend& backend,
-                  ParallelPlan parallel = {}, std::vector<std::vector<ExpertWeights>> eplb_experts = {});
+                  ParallelPlan parallel = {}, std::vector<std::vector<ExpertWeights>> eplb_experts = {},
+                  std::vector<std::shared_ptr<const void>> eplb_owners = {});
   ~DeepseekV3Model() override;
 
   const ModelConfig& config() const override { return config_; }
@@ -49,6 +51,9 @@ class DeepseekV3Model : public Model {
                Tensor* hidden_out = nullptr) override;
   uint64_t workspace_epoch() const override;  // forward's and the MTP layer's
   int64_t num_expert_replacements() const override;
+  void hold_expert_replacement(bool hold) override;
+  double expert_comm_seconds() const override;
+  int64_t expert_comm_bytes() const override;
   int num_mtp_layers() const override { return mtp_ ? 1 : 0; }
   void mtp_forward(const StepBatch& batch, std::span<Tensor> kv, const Tensor& hidden_in,
                    Tensor& hidden_out, Tensor& logits) override;
@@ -56,6 +61,7 @@ class DeepseekV3Model : public Model {
   const ModelWeights& weights() const { return weights_; }
   // Expert parallelism's dispatch (nullptr unless --ep splits the experts).
   const ExpertParallelMoe* expert_parallel() const { return ep_.get(); }
+  ExpertParallelMoe* expert_parallel() { return ep_.get(); }
 
  protected:
   // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv[0][l].

@@ -189,6 +189,8 @@ void bind_outputs(nb::module_& m) {
       .def_ro("num_mtp_graph_runs", &EngineStats::num_mtp_graph_runs)
       .def_ro("num_spec_steps_ahead", &EngineStats::num_spec_steps_ahead)
       .def_ro("num_eplb_replacements", &EngineStats::num_eplb_replacements)
+      .def_ro("ep_comm_s", &EngineStats::ep_comm_s)
+      .def_ro("ep_comm_bytes", &EngineStats::ep_comm_bytes)
       .def_ro("num_kv_blocks", &EngineStats::num_kv_blocks)
       .def_ro("kv_block_size", &EngineStats::kv_block_size)
       .def_ro("num_speculative_tokens", &EngineStats::num_speculative_tokens)

@@ -1,9 +1,10 @@
 """Several processes on the CPU backend (issue 20): `mpirun -np 2 deepinfer generate` with
 --tp 2 (heads and dense MLP split, MoE experts' intermediate split), --tp 2 --ep 2 (experts split
 by expert), --tp 1 --ep 2 (attention replicated, experts split), --dp 2 and --dp 2 --ep 2 (each
-rank attends its own requests) on the embedded tiny model give the single-process greedy tokens; logprobs agree to fp32 rounding (the cross-rank sums
+rank attends its own requests), and on 4 processes --dp 2 --tp 2 [--ep 4] (two data-parallel
+groups of two tensor-parallel ranks) on the embedded tiny model give the single-process greedy tokens; logprobs agree to fp32 rounding (the cross-rank sums
 of --tp and --ep 1 reassociate o_proj's, down_proj's and the MoE's reductions, so they are not bitwise);
-under DEEPINFER_BATCH_INVARIANT=1 a --tp 2 or --dp 2 run's logprobs are bitwise the same whether its
+under DEEPINFER_BATCH_INVARIANT=1 a --tp 2, --dp 2 or --dp 2 --tp 2 --ep 4 run's logprobs are bitwise the same whether its
 requests share steps or run one at a time (under --dp the MoE rows of the other rank's requests
 share the step too), and --ep 2 and --dp 2 --ep 2 (the MoE's dispatch and combine by all_to_all_v,
 model/expert_parallel.h; the latter with EPLB re-placing 4 redundant experts every 2 steps) give
@@ -57,6 +58,12 @@ def generate(tmp, name, flags, np=0, extra_env=None, max_num_seqs=None):
     return rows, r
 
 
+def processes(flags):
+    """mpirun -np of a layout: --tp x --dp, or --ep when larger (--tp 1 --ep W)."""
+    v = {f: int(flags[i + 1]) for i, f in enumerate(flags) if f in ("--tp", "--ep", "--dp")}
+    return max(v.get("--tp", 1) * v.get("--dp", 1), v.get("--ep", 1))
+
+
 def tokens(rows):
     return [o["token_ids"] for o in rows]
 
@@ -69,13 +76,17 @@ with tempfile.TemporaryDirectory() as tmp:
     ref, r = generate(tmp, "single", [])
     check(ref is not None, f"single process: {r}")
     layouts = {"tp2": ["--tp", "2"], "tp2_ep2": ["--tp", "2", "--ep", "2"], "ep2": ["--ep", "2"],
-               "dp2": ["--dp", "2"], "dp2_ep2": ["--dp", "2", "--ep", "2"]}
+               "dp2": ["--dp", "2"], "dp2_ep2": ["--dp", "2", "--ep", "2"],
+               # 4 processes: 2 data-parallel groups of 2 tensor-parallel ranks (Communicator::split)
+               "dp2_tp2": ["--dp", "2", "--tp", "2"], "dp2_tp2_ep4": ["--dp", "2", "--tp", "2", "--ep", "4"],
+               # only when DEEPINFER_PARALLEL_LAYOUTS names them (4 GPUs)
+               "ep4": ["--ep", "4"], "dp4_ep4": ["--dp", "4", "--ep", "4"]}
     for name, flags in layouts.items():
         if only_layouts and name not in only_layouts:
             continue
-        if not only_layouts and name in ("ep2", "dp2_ep2"):
-            continue  # on the CPU they run below, held to the single process's bits
-        rows, r = generate(tmp, name, flags, np=2)
+        if not only_layouts and name in ("ep2", "dp2_ep2", "ep4", "dp4_ep4"):
+            continue  # on the CPU ep2 and dp2_ep2 run below, held to the single process's bits
+        rows, r = generate(tmp, name, flags, np=processes(flags))
         check(rows is not None, f"{name}: mpirun failed: {r.returncode} {r.stderr.decode()[-2000:]}")
         if rows is None or ref is None:
             continue
@@ -85,13 +96,16 @@ with tempfile.TemporaryDirectory() as tmp:
         check(diff < 1e-3, f"{name}: logprobs differ from the single process by {diff}")
 
     # Batch invariance under --tp 2: the same bits whether the requests share steps or not.
+    # (--dp 2 --tp 2 --ep 4 on 4 processes: the groups' heads split, the experts' dispatch in chunks.)
     bi = {"DEEPINFER_BATCH_INVARIANT": "1"}
-    bi_layouts = [["--tp", "2"], ["--dp", "2"]] if not only_layouts else [["--ep", "2"], ["--dp", "2", "--ep", "2"]]
+    bi_layouts = ([["--tp", "2"], ["--dp", "2"], ["--dp", "2", "--tp", "2", "--ep", "4"]] if not only_layouts
+                  else [layouts[n] for n in only_layouts if n in layouts])
     for bi_layout in bi_layouts:
         name = " ".join(bi_layout)
-        batched, r = generate(tmp, "bi_batched", bi_layout, np=2, extra_env=bi)
+        np = processes(bi_layout)
+        batched, r = generate(tmp, "bi_batched", bi_layout, np=np, extra_env=bi)
         check(batched is not None, f"{name} batch-invariant: {r}")
-        alone, r = generate(tmp, "bi_alone", bi_layout, np=2, extra_env=bi, max_num_seqs=1)
+        alone, r = generate(tmp, "bi_alone", bi_layout, np=np, extra_env=bi, max_num_seqs=1)
         check(alone is not None, f"{name} batch-invariant, one sequence per step: {r}")
         if batched and alone:
             check(logprobs(batched) == logprobs(alone), f"{name} under DEEPINFER_BATCH_INVARIANT=1: logprobs depend "
@@ -104,24 +118,27 @@ with tempfile.TemporaryDirectory() as tmp:
     bi_single, r = generate(tmp, "bi_single", [], extra_env=bi)
     check(bi_single is not None, f"single process, batch-invariant: {r}")
     eplb = dict(bi, DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS="3", DEEPINFER_EPLB_INTERVAL="2", DEEPINFER_LOG="info")
-    for name, flags, extra_env in [("ep2", ["--ep", "2"], bi), ("dp2_ep2 eplb", ["--dp", "2", "--ep", "2"], eplb)]:
-        if only_layouts and name.split()[0] not in only_layouts:
+    for name, flags, extra_env in [("ep2", ["--ep", "2"], bi), ("dp2_ep2 eplb", ["--dp", "2", "--ep", "2"], eplb),
+                                   ("ep4", ["--ep", "4"], bi), ("dp4_ep4 eplb", ["--dp", "4", "--ep", "4"], eplb)]:
+        base = name.split()[0]
+        if (only_layouts and base not in only_layouts) or (not only_layouts and base in ("ep4", "dp4_ep4")):
             continue
-        rows, r = generate(tmp, "bi_" + name.split()[0], flags, np=2, extra_env=extra_env)
+        rows, r = generate(tmp, "bi_" + base, flags, np=processes(flags), extra_env=extra_env)
         check(rows is not None, f"{name} batch-invariant: mpirun failed: {r.returncode} {r.stderr.decode()[-2000:]}")
         if rows is None or bi_single is None:
             continue
         check(tokens(rows) == tokens(bi_single), f"{name} batch-invariant: tokens differ from the single process")
         check(logprobs(rows) == logprobs(bi_single), f"{name} under DEEPINFER_BATCH_INVARIANT=1: logprobs are not the "
               "single process's bits")
-        if "eplb" in name:
+        if "eplb" in name:  # 3 rounded up to 4 over --ep 2 and --ep 4
             check("EPLB: 4 redundant experts (DEEPINFER_OVERRIDE_NUM_EXTRA_EXPERTS=3" in r.stderr.decode(),
                   f"{name}: the effective number of redundant experts is not logged: {r.stderr.decode()[-1000:]}")
         print(f"{name}: logprobs bitwise equal to the single process")
 
     # Impossible layouts: errors that name the flag.
     for flags, np, needle in [(["--tp", "2"], 0, "mpirun"), (["--tp", "4"], 2, "--tp 4"),
-                              (["--dp", "2", "--tp", "2"], 2, "--dp 2"), (["--ep", "3"], 2, "--ep 3")]:
+                              (["--dp", "2", "--tp", "2"], 2, "--tp 2 x --dp 2 must equal the 2 processes"),
+                              (["--dp", "2"], 0, "--dp 2: one process"), (["--ep", "3"], 2, "--ep 3")]:
         rows, r = generate(tmp, "bad", flags, np=np)
         err = r.stderr.decode()
         check(rows is None and needle in err, f"{flags} on {np or 1} process(es): expected an error naming "

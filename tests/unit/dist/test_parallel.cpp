@@ -86,9 +86,28 @@ TEST(ParallelPlan, ImpossibleLayoutsNameTheFlag) {
   };
   EXPECT_NE(err(4, 1, 1, 4).find("--tp 4: num_attention_heads 6"), std::string::npos);
   EXPECT_NE(err(2, 1, 1, 4).find("--tp 2 x --dp 1 must equal the 4 processes"), std::string::npos);
-  EXPECT_NE(err(2, 1, 2, 4).find("--dp 2 with --tp 2"), std::string::npos);
+  EXPECT_NE(err(2, 1, 2, 2).find("--tp 2 x --dp 2 must equal the 2 processes"), std::string::npos);
   EXPECT_NE(err(1, 1, 2, 4).find("--tp 1 x --dp 2 must equal the 4 processes"), std::string::npos);
+  // --dp 2 over 4 processes with attention replicated inside a group is not a layout either.
+  EXPECT_NE(err(1, 4, 2, 4).find("--tp 1 x --dp 2 must equal the 4 processes"), std::string::npos);
   EXPECT_NE(err(2, 1, 1, 1).find("one process"), std::string::npos);
+  EXPECT_NE(err(1, 1, 2, 1).find("--dp 2: one process; start 2 with mpirun -np 2"), std::string::npos);
+  EXPECT_EQ(err(2, 4, 2, 4), "");  // 16 experts over --ep 4, 6 heads over --tp 2
+  // --dp 2 --tp 2 over 4 processes: rank 3 is tp_rank 1 of data-parallel group 1; the MoE over all 4.
+  const ParallelPlan dt = make_parallel_plan(c, 2, 1, 2, 3, 4);
+  EXPECT_EQ(dt.tp_rank, 1);
+  EXPECT_EQ(dt.tp_size, 2);
+  EXPECT_EQ(dt.dp_rank, 1);
+  EXPECT_EQ(dt.dp_size, 2);
+  EXPECT_EQ(dt.moe_rank, 3);
+  EXPECT_EQ(dt.moe_size, 4);
+  EXPECT_EQ(dt.replica_size(), 2);
+  EXPECT_FALSE(dt.experts_split);
+  const ParallelPlan dte = make_parallel_plan(c, 2, 4, 2, 2, 4);  // 16 experts, 4 per rank
+  EXPECT_TRUE(dte.experts_split);
+  EXPECT_EQ(dte.first_local_expert(), 8);
+  EXPECT_EQ(dte.dp_rank, 1);
+  EXPECT_EQ(dte.tp_rank, 0);
   // 16 experts over --ep 3: rounded up to 18 physical (2 redundant), 6 per rank; more when asked.
   const ParallelPlan e3 = make_parallel_plan(c, 1, 3, 1, 2, 3);
   EXPECT_EQ(e3.num_extra_experts, 2);

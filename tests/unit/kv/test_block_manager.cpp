@@ -2,6 +2,7 @@
 
 #include <numeric>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
@@ -70,6 +71,76 @@ TEST(BlockManager, PrefixHitSharesBlocksAndLeavesOneTokenToCompute) {
   bm.release(c);
   bm.release(d);
   EXPECT_EQ(bm.ref_count(a.block_ids[0]), 1);
+}
+
+// --dp 2: blocks b % 2 form two partitions (one data-parallel rank's pool each); a sequence's
+// blocks all come from one, a new one from the partition with more free blocks, a prefix hit and a
+// fork from their source's, and a partition's shortage is its own.
+TEST(BlockManager, PartitionsKeepASequenceOnOneRank) {
+  BlockManager bm(12, 4, true);  // 6 blocks per partition
+  bm.set_partitions(2);
+  EXPECT_EQ(bm.partition_blocks(), 6);
+  auto part = [](const KVBlocks& s) {
+    std::set<int> p;
+    for (int32_t b : s.block_ids) p.insert(b % 2);
+    return p;
+  };
+  auto t = iota_tokens(10);
+  KVBlocks a, b;
+  grow(bm, a, 10);  // 3 blocks from partition 0 (both free: the lowest)
+  EXPECT_EQ(part(a), std::set<int>{0});
+  EXPECT_EQ(a.partition, 0);
+  EXPECT_EQ(bm.num_free_blocks(0, 0), 3);
+  EXPECT_EQ(bm.partition_of(b), 1);  // the one with more free blocks
+  grow(bm, b, 17);                   // 5 blocks from partition 1
+  EXPECT_EQ(part(b), std::set<int>{1});
+  EXPECT_EQ(bm.num_free_blocks(), 4);
+  // 4 free blocks in all, but a's partition has 3: a cannot grow by 4 blocks.
+  EXPECT_FALSE(bm.can_allocate_slots(a, 10, 10 + 16));
+  EXPECT_TRUE(bm.can_allocate_slots(a, 10, 10 + 8));
+  // A prefix hit stays in the partition of the cached chain.
+  bm.commit(t, 10, a);
+  KVBlocks c;
+  EXPECT_EQ(bm.acquire_cached_prefix(t, c), 8);
+  EXPECT_EQ(c.partition, 0);
+  grow(bm, c, 10);
+  EXPECT_EQ(part(c), std::set<int>{0});
+  // A fork shares the parent's partition.
+  KVBlocks d;
+  EXPECT_EQ(bm.fork(b, 17, d), 17);
+  EXPECT_EQ(d.partition, 1);
+  std::vector<BlockCopy> copies;
+  bm.allocate_slots(d, 16, 18, copies);  // the shared partial block copied within partition 1
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src_block_id % 2, 1);
+  EXPECT_EQ(copies[0].dst_block_id % 2, 1);
+  for (KVBlocks* s : {&a, &b, &c, &d}) bm.release(*s);
+  EXPECT_EQ(bm.num_free_blocks(), 12);
+  EXPECT_EQ(a.partition, -1);
+  // Not after blocks are taken, and only when the pool divides.
+  KVBlocks e;
+  grow(bm, e, 1);
+  EXPECT_THROW(bm.set_partitions(2), Error);
+  BlockManager odd(7, 4, true);
+  EXPECT_THROW(odd.set_partitions(2), Error);
+}
+
+// A chain cached half in each partition (its blocks registered by sequences of both) is hit only
+// as far as the first block's partition holds it.
+TEST(BlockManager, PartitionedPrefixHitStopsAtAnotherPartition) {
+  BlockManager bm(8, 2, true);
+  bm.set_partitions(2);
+  auto t = iota_tokens(5);
+  KVBlocks a, b;
+  grow(bm, a, 2);  // partition 0, token block 0
+  bm.commit(t, 2, a);
+  grow(bm, b, 5);  // partition 1 (more free), token blocks 0 and 1 computed again
+  EXPECT_EQ(b.partition, 1);
+  bm.commit(t, 4, b);  // block 0's hash is a's already; block 1's is registered from b
+  KVBlocks c;
+  EXPECT_EQ(bm.acquire_cached_prefix(t, c), 2);  // a's block 0 only: b's block 1 is in partition 1
+  EXPECT_EQ(c.partition, 0);
+  EXPECT_EQ(c.block_ids, std::vector<int32_t>{a.block_ids[0]});
 }
 
 TEST(BlockManager, ChainedHashDependsOnParent) {

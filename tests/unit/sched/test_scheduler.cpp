@@ -187,6 +187,38 @@ TEST(Scheduler, PreemptionByRecomputeFinishesEverything) {
   EXPECT_EQ(sim.blocks.num_free_blocks(), 12);
 }
 
+// --dp 2: the KV pool in two partitions (one data-parallel rank's each): every sequence's blocks
+// stay in one partition, preemption frees blocks where they are needed, and every sequence still
+// gets its solo tokens.
+TEST(Scheduler, PartitionedPoolKeepsEachSequenceOnOneRank) {
+  SchedulerConfig cfg{16, 64};
+  Sim sim(12, 4, cfg);  // 6 blocks per partition for 16 concurrent sequences: preemption is certain
+  sim.blocks.set_partitions(2);
+  sim.cfg_tokens_ = cfg.max_num_batched_tokens;
+  std::mt19937 rng(6);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 60; ++i) prompts.push_back(random_prompt(rng, 1 + rng() % 12, 4));
+  for (auto& p : prompts) sim.add(p, 1 + static_cast<int>(rng() % 10));
+  std::vector<int> used(2, 0);
+  while (sim.sched.has_unfinished() && sim.steps < 100000) {
+    sim.step();
+    if (HasFatalFailure()) return;
+    for (const auto& seq : sim.seqs) {
+      const std::vector<int32_t>& ids = seq->kv.block_ids;
+      if (ids.empty()) continue;
+      for (int32_t b : ids) ASSERT_EQ(b % 2, ids[0] % 2) << "seq " << seq->seq_id << " spans both partitions";
+      ASSERT_EQ(seq->kv.partition, ids[0] % 2);
+      ++used[static_cast<size_t>(ids[0] % 2)];
+    }
+  }
+  ASSERT_FALSE(sim.sched.has_unfinished());
+  EXPECT_GT(sim.preemptions, 0);
+  EXPECT_GT(used[0], 0);
+  EXPECT_GT(used[1], 0);
+  expect_all_match_solo(sim, prompts);
+  EXPECT_EQ(sim.blocks.num_free_blocks(), 12);
+}
+
 TEST(Scheduler, PreemptionWithoutPrefixCaching) {
   SchedulerConfig cfg{8, 16};
   Sim sim(10, 4, cfg, /*prefix=*/false);
