@@ -184,10 +184,46 @@ __device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const
   }
 }
 
+// An item's rows on the consumer side: group, rows [r0, r1), first column n0, and a lane's two
+// activation rows (g, g + 8) with their validity. Lean: the gathered row index is read at
+// min(r, M - 1) whatever r1 is (the pointer of a row past r1 is never read), so the group end and
+// the gather are two independent loads after the tile list's; otherwise at r0 past r1.
+struct ItemRows {
+  int grp, r0, r1, n0;
+  const bf16* ar[2];
+  bool av[2];
+};
+template <bool Lean>
+__device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t, int g) {
+  ItemRows it;
+  const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
+  it.grp = entry.x;
+  it.r0 = entry.y;
+  it.r1 = min(p.group_offsets ? p.group_offsets[it.grp + 1] : p.M, it.r0 + kEntryRows);
+  it.n0 = t * 8 * kNT;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = it.r0 + h * 8 + g;
+    it.av[h] = r < it.r1;
+    const int rr = Lean ? min(r, p.M - 1) : it.av[h] ? r : it.r0;
+    it.ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
+  }
+  return it;
+}
+
 // grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
 // block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
-template <int WK, int D>
-__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
+// Lean (CudaOptions::pipe_lean, bench/NOTES.md "fp8dec17b"): the same products in the same order
+// (same bits) with the bookkeeping off the MMA path:
+// - the items are walked by (entry, tile) counters that add the grid stride with a carry (one
+//   integer division per block instead of one per chunk and two per item);
+// - the next item's rows (tile list, group end, gathered rows) are looked up at the start of the
+//   current item, and the activations are loaded one chunk ahead in registers (the next item's
+//   first chunk during the current item's last), so no MMA waits on its own activation loads;
+// - pipe_lean_kernel: at most 80 registers (3 blocks of 8 warps per SM, as the plain kernel has;
+//   unbounded the look-ahead took 96-114).
+template <int WK, int D, bool Lean>
+__device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK>();
   extern __shared__ uint4 smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
@@ -211,129 +247,10 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
     return;
   }
   const int num_items = (total - first + stride - 1) / stride;
-  const int K = p.K;
-  const int kb = warp * kpw, ke = min(K, kb + kpw);
-  const int nch = ke > kb ? (ke - kb) / kChunk : 0;  // this warp's chunks per item
-  const int steps = num_items * nch;
-
-  // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D. The item's
-  // weight rows are looked up once per item.
-  const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
-  int issue_item = -1;
-  RowPtrs<WK> rp = {};
-  auto issue = [&](int s) {
-    const int n = s / nch, c = s - n * nch;
-    if (n != issue_item) {
-      issue_item = n;
-      const int item = first + n * stride;
-      const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-      row_ptrs<WK>(p, p.tiles ? p.tiles[e].x : 0, n0, copy_row, rp);
-    }
-    copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + c * kChunk, lane, copy_row);
-  };
-#pragma unroll
-  for (int s = 0; s < D; ++s) {
-    if (s < steps) issue(s);
-    cp_async_commit();  // empty groups keep the count uniform for wait_group
-  }
-  if (dense) pdl_wait();  // activations and outputs: after the previous kernel
-  pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
-
-  int s = 0;
-  for (int n = 0; n < num_items; ++n) {
-    const int item = first + n * stride;
-    const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-    const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
-    const int grp = entry.x, r0 = entry.y;
-    const int r1 = min(p.group_offsets ? p.group_offsets[grp + 1] : p.M, r0 + kEntryRows);
-    const bf16* ar[2];
-    bool av[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + h * 8 + g;
-      av[h] = r < r1;
-      const int rr = av[h] ? r : r0;
-      ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
-    }
-    float acc[kNT][4];
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
-
-    for (int c = 0; c < nch; ++c, ++s) {
-      Chunk16 a16[2];
-      load_a(a16, ar, av, kb + c * kChunk, q);
-      cp_async_wait<D - 1>();  // this lane's copies of step s have landed
-      __syncwarp();  // and every lane's (BF16 rows and FP8 scales are read across lanes)
-      chunk_mma<WK>(acc, a16, stages + (s % D) * PW * 32, scales + (s % D) * kNT, lane, g, q);
-      __syncwarp();  // stage s % D is refilled only after every lane has read it
-      if (s + D < steps) issue(s + D);
-      cp_async_commit();
-    }
-    sum_store(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, grp, r0, r1, n0);
-  }
-}
-
-// An item's rows on the consumer side: group, rows [r0, r1), first column n0, and a lane's two
-// activation rows (g, g + 8) with their validity. The gathered row index is read at min(r, M - 1)
-// whatever r1 is (the pointer of a row past r1 is never read), so the group end and the gather
-// are two independent loads after the tile list's.
-struct ItemRows {
-  int grp, r0, r1, n0;
-  const bf16* ar[2];
-  bool av[2];
-};
-__device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t, int g) {
-  ItemRows it;
-  const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
-  it.grp = entry.x;
-  it.r0 = entry.y;
-  it.r1 = min(p.group_offsets ? p.group_offsets[it.grp + 1] : p.M, it.r0 + kEntryRows);
-  it.n0 = t * 8 * kNT;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = it.r0 + h * 8 + g;
-    const int rr = min(r, p.M - 1);
-    it.av[h] = r < it.r1;
-    it.ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
-  }
-  return it;
-}
-
-// CudaOptions::pipe_lean: pipe_gemm_kernel with its bookkeeping taken off the MMA path, the
-// same products in the same order (same bits; bench/NOTES.md "fp8dec17b"):
-// - the items are walked by (entry, tile) counters that add the grid stride with a carry (no
-//   integer division per chunk or per item, one per block);
-// - the next item's rows (tile list, group end, gathered rows) are looked up at the start of the
-//   current item, and the activations are loaded one chunk ahead in registers (the next item's
-//   first chunk during the current item's last), so no MMA waits on its own activation loads.
-template <int WK, int D>
-__global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kpw) {
-  constexpr int PW = pieces_per_chunk<WK>();
-  extern __shared__ uint4 smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
-  const int g = lane >> 2, q = lane & 3;
-  uint4* stages = smem + warp * D * PW * 32;  // this warp's [D][PW][32]
-  float* red = reinterpret_cast<float*>(smem + ks * D * PW * 32);  // [2][ks][kValues][32]
-  float* scales = red + 2 * ks * kValues * 32 + warp * D * kNT;  // this warp's [D][kNT] (FP8)
-
-  // Programmatic dependent launch as in pipe_gemm_kernel.
-  const bool dense = p.tiles == nullptr;
-  if (!dense) pdl_wait();
-  const int n_tiles = (p.N + 8 * kNT - 1) / (8 * kNT);
-  const int entries = p.tiles ? *p.num_tiles : (p.M + kEntryRows - 1) / kEntryRows;
-  const int total = entries * n_tiles;
-  const int first = blockIdx.x, stride = gridDim.x;
-  if (first >= total) {  // uniform over the block
-    if (dense) pdl_wait();
-    return;
-  }
-  const int num_items = (total - first + stride - 1) / stride;
   const int kb = warp * kpw, ke = min(p.K, kb + kpw);
   const int nch = ke > kb ? (ke - kb) / kChunk : 0;  // this warp's chunks per item
   const int steps = num_items * nch;
-  // Item first + n * stride is (entry, tile) = (e, t); the next one adds (de, dt) with a carry.
+  // Lean: item first + n * stride is (entry, tile) = (e, t); the next one adds (de, dt) with a carry.
   const int e_first = first / n_tiles, t_first = first - e_first * n_tiles;
   const int de = stride / n_tiles, dt = stride - de * n_tiles;
   auto advance = [&](int& e, int& t) {
@@ -345,17 +262,31 @@ __global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kp
     }
   };
 
-  // Issue side: steps in order, chunk ic of item (ie, it), into stage s % D.
+  // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D, steps in order.
+  // The item's weight rows are looked up once per item.
   const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
   RowPtrs<WK> rp = {};
-  int ie = e_first, it = t_first, ic = 0;
+  int issue_item = -1;                         // plain: the item of rp
+  int ie = e_first, it = t_first, ic = 0;      // lean: the item and chunk of the next copy
   auto issue = [&](int s) {
-    if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
-    copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + ic * kChunk, lane, copy_row);
-    if (++ic == nch) {
-      ic = 0;
-      advance(ie, it);
+    int c = ic;
+    if constexpr (Lean) {
+      if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
+      if (++ic == nch) {
+        ic = 0;
+        advance(ie, it);
+      }
+    } else {
+      const int n = s / nch;
+      c = s - n * nch;
+      if (n != issue_item) {
+        issue_item = n;
+        const int item = first + n * stride;
+        const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
+        row_ptrs<WK>(p, p.tiles ? p.tiles[e].x : 0, n0, copy_row, rp);
+      }
     }
+    copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + c * kChunk, lane, copy_row);
   };
 #pragma unroll
   for (int s = 0; s < D; ++s) {
@@ -365,18 +296,25 @@ __global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kp
   if (dense) pdl_wait();  // activations and outputs: after the previous kernel
   pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 
-  int ne = e_first, nt = t_first;  // the item after `cur`
-  ItemRows cur = item_rows(p, ne, nt, g);
-  advance(ne, nt);
+  ItemRows cur{}, nxt{};  // this item's rows; lean: the next item's
+  int ne = e_first, nt = t_first;  // lean: the item after `cur`
   Chunk16 a16[2];  // the activations of the chunk the next MMAs take
-  if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
+  if constexpr (Lean) {
+    cur = item_rows<true>(p, ne, nt, g);
+    advance(ne, nt);
+    if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
+  }
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
     const bool more = n + 1 < num_items;
-    ItemRows nxt = cur;
-    if (more) {
-      nxt = item_rows(p, ne, nt, g);
-      advance(ne, nt);
+    if constexpr (Lean) {
+      if (more) {
+        nxt = item_rows<true>(p, ne, nt, g);
+        advance(ne, nt);
+      }
+    } else {
+      const int item = first + n * stride, e = item / n_tiles;
+      cur = item_rows<false>(p, e, item - e * n_tiles, g);
     }
     float acc[kNT][4];
 #pragma unroll
@@ -385,16 +323,14 @@ __global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kp
       for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
 
     for (int c = 0; c < nch; ++c, ++s) {
-      Chunk16 an[2];  // the next chunk's: this item's, or the next item's first
-      if (c + 1 < nch) {
+      Chunk16 an[2];  // lean: the next chunk's (this item's, or the next item's first)
+      if (!Lean) {
+        load_a(a16, cur.ar, cur.av, kb + c * kChunk, q);
+      } else if (c + 1 < nch) {
         load_a(an, cur.ar, cur.av, kb + (c + 1) * kChunk, q);
-      } else if (more) {
-        load_a(an, nxt.ar, nxt.av, kb, q);
       } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int v = 0; v < 8; ++v) an[h].w[v] = 0u;
+        const bool av[2] = {more && nxt.av[0], more && nxt.av[1]};  // zeros after the last item
+        load_a(an, nxt.ar, av, kb, q);
       }
       cp_async_wait<D - 1>();  // this lane's copies of step s have landed
       __syncwarp();  // and every lane's (BF16 rows and FP8 scales are read across lanes)
@@ -402,30 +338,32 @@ __global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kp
       __syncwarp();  // stage s % D is refilled only after every lane has read it
       if (s + D < steps) issue(s + D);
       cp_async_commit();
+      if (Lean) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) a16[h] = an[h];
+        for (int h = 0; h < 2; ++h) a16[h] = an[h];
+      }
     }
     sum_store(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, cur.grp, cur.r0, cur.r1, cur.n0);
-    cur = nxt;
+    if (Lean) cur = nxt;
   }
+}
+template <int WK, int D>
+__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D, false>(p, kpw);
+}
+template <int WK, int D>
+__global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D, true>(p, kpw);
 }
 
 template <int WK, bool Lean>
 const void* pick_stages(int stages) {
-  if constexpr (Lean) {
-    switch (stages) {
-      case 2: return reinterpret_cast<const void*>(pipe_lean_kernel<WK, 2>);
-      case 3: return reinterpret_cast<const void*>(pipe_lean_kernel<WK, 3>);
-      case 8: return reinterpret_cast<const void*>(pipe_lean_kernel<WK, 8>);
-      default: return reinterpret_cast<const void*>(pipe_lean_kernel<WK, 4>);
-    }
-  } else {
-    switch (stages) {
-      case 2: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 2>);
-      case 3: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 3>);
-      case 8: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 8>);
-      default: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 4>);
-    }
+  auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
+  switch (stages) {
+    case 2: return Lean ? k(pipe_lean_kernel<WK, 2>) : k(pipe_gemm_kernel<WK, 2>);
+    case 3: return Lean ? k(pipe_lean_kernel<WK, 3>) : k(pipe_gemm_kernel<WK, 3>);
+    case 8: return Lean ? k(pipe_lean_kernel<WK, 8>) : k(pipe_gemm_kernel<WK, 8>);
+    default: return Lean ? k(pipe_lean_kernel<WK, 4>) : k(pipe_gemm_kernel<WK, 4>);
   }
 }
 
