@@ -801,7 +801,11 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
                     // up to 64 tokens take the pipe by default (dec17): several 16-row entries
                     // per expert
                     MoeCase{40, 256, 192, 16, 6, false}, MoeCase{64, 512, 128, 64, 6, false},
-                    MoeCase{64, 256, 128, 16, 4, true}}) {
+                    MoeCase{64, 256, 128, 16, 4, true},
+                    // bench-like K 2048 (8 warps) and 704 items (gate|up): 1-2 items per block at
+                    // 2 stages too, so the lean kernel's look-ahead crosses items; down K 1408 (5
+                    // warps, the last with 2 chunks)
+                    MoeCase{16, 2048, 1408, 4, 2, false}, MoeCase{16, 2048, 1408, 4, 2, true}}) {
     MoeData d = make_moe(c);
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
                              std::to_string(c.I) + " E " + std::to_string(c.E) + (c.fp8 ? " fp8" : " bf16");

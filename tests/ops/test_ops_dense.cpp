@@ -288,7 +288,8 @@ TEST_F(DenseOps, GemmPair) {
 // CudaOptions::pipe_lean (pipe_lean_kernel: the same products in the same order, fp8dec17b); and
 // against the CPU.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
-// of 16; K 2112 (8 warps, the last with no chunk), K 1408 (6 warps, unequal); outputs in a
+// of 16; K 2112 (8 warps, the last with no chunk), K 1408 (5 warps, unequal), K 1344 (the last
+// warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
   auto backend_with = [](bool pipe, int stages, bool lean = false) {
@@ -311,7 +312,10 @@ TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
-                                {40, 304, 70, 192}, {64, 96, 32, 1024}}) {
+                                {40, 304, 70, 192}, {64, 96, 32, 1024},
+                                // 1056 items, 1-2 per block (the lean look-ahead across items);
+                                // K 1344: 5 warps, the last with one chunk
+                                {40, 2816, 2816, 1344}}) {
       const std::string what = "M " + std::to_string(M) + " N " + std::to_string(N1) + "|" +
                                std::to_string(N2) + " K " + std::to_string(K) + (fp8 ? " fp8" : " bf16");
       WeightPair w1 = make_weight(*gpu_, N1, K, fp8), w2 = make_weight(*gpu_, N2, K, fp8);
