@@ -131,6 +131,9 @@ struct CudaOptions {
   // pipe_lean_kernel: counters instead of divisions, next item's rows and next chunk's activations
   // loaded ahead); same bits. Off until its A/B (bench/NOTES.md "fp8dec17b").
   bool pipe_lean = false;
+  // 4 (with pipe_stages 2): the pipeline kernel held to 64 registers, 4 blocks of 8 warps per SM
+  // instead of 3 (0: its own launch bounds). Off until its A/B (bench/NOTES.md "fp8dec17b").
+  int pipe_min_blocks = 0;
   int64_t pipe_max_tokens = 64;   // most tokens of a step for the pipeline (16 lost 30-44% at 32-64)
   // Dense GEMMs of at most this many rows on the pipeline kernel's dense form, launched as
   // programmatic dependents (pdl); 0: FP8 on the stream kernel, BF16 on cuBLASLt. H200 (bench/

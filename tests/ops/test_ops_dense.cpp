@@ -285,16 +285,17 @@ TEST_F(DenseOps, GemmPair) {
 // programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
 // the stream kernel's bits: against a backend that keeps them on the stream kernel
 // (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages, each also with
-// CudaOptions::pipe_lean (pipe_lean_kernel: the same products in the same order, fp8dec17b); and
-// against the CPU.
+// CudaOptions::pipe_lean (pipe_lean_kernel: the same products in the same order, fp8dec17b), and
+// 2 stages held to 64 registers (CudaOptions::pipe_min_blocks 4), plain and lean; and against the CPU.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
 // of 16; K 2112 (8 warps, the last with no chunk), K 1408 (5 warps, unequal), K 1344 (the last
 // warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
-  auto backend_with = [](bool pipe, int stages, bool lean = false) {
+  auto backend_with = [](bool pipe, int stages, bool lean = false, int min_blocks = 0) {
     BackendOptions o = env_backend_options();
     o.cuda.pipe_lean = lean;
+    o.cuda.pipe_min_blocks = min_blocks;
     o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
     o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
     o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
@@ -308,7 +309,9 @@ TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
       {"pipe (8 stages)", backend_with(true, 8)},
       {"pipe lean (2 stages)", backend_with(true, 2, true)},
       {"pipe lean (3 stages)", backend_with(true, 3, true)},
-      {"pipe lean (8 stages)", backend_with(true, 8, true)}};
+      {"pipe lean (8 stages)", backend_with(true, 8, true)},
+      {"pipe (2 stages, 64 registers)", backend_with(true, 2, false, 4)},
+      {"pipe lean (2 stages, 64 registers)", backend_with(true, 2, true, 4)}};
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
