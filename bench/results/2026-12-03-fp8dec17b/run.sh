@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# fp8dec17b (no call of its own; for the lead's merged-main call, ~110 s): parity of the lean
+# fp8dec17b (no call of its own; for the lead's merged-main call, ~150 s): parity of the lean
 # pipeline kernel (CudaOptions::pipe_lean) with DEEPINFER_CUDA_SYNC=1, then the interleaved A/B of
-# one bench binary with and without --pipe-lean, bf16 and FP8, 2 rounds (order flipped in round 2).
+# one bench binary: plain, --pipe-lean, --pipe-blocks 4 (ARMS), bf16 and FP8, 2 rounds (order
+# reversed in round 2).
 # Usage: bash run.sh BIN_DIR   (BIN_DIR holds test_ops and deepinfer_cuda_bench); results in $OUT.
 set -u
 B="${1:?bin dir with test_ops and deepinfer_cuda_bench}"
@@ -14,12 +15,18 @@ DEEPINFER_CUDA_SYNC=1 timeout -k 5 60 "$B/test_ops" \
   > "$OUT0/fp8dec17b_parity.log" 2>&1
 echo "rc $?"; grep -E "^\[  (PASSED|FAILED)|FAILED|tests ran" "$OUT0/fp8dec17b_parity.log" | tail -8
 echo "== A/B $(( $(date +%s) - t0 ))s"
+ARMS="${ARMS:-plain lean blocks4}"  # plain, lean (--pipe-lean), blocks4 (--pipe-blocks 4), leanblocks4
 for round in 1 2; do
-  arms="plain lean"; [[ $round == 2 ]] && arms="lean plain"
+  arms="$ARMS"; [[ $round == 2 ]] && arms="$(echo $ARMS | tr ' ' '\n' | tac | tr '\n' ' ')"
   for dt in bf16 fp8; do
     f=""; [[ $dt == fp8 ]] && f="--fp8"
     for arm in $arms; do
-      extra=""; [[ $arm == lean ]] && extra="--pipe-lean"
+      case $arm in
+        lean) extra="--pipe-lean" ;;
+        blocks4) extra="--pipe-blocks 4" ;;
+        leanblocks4) extra="--pipe-lean --pipe-blocks 4" ;;
+        *) extra="" ;;
+      esac
       log="$OUT0/fp8dec17b_ab_${arm}_${dt}_r${round}.log"
       timeout -k 5 30 "$B/deepinfer_cuda_bench" $f --graphs --decode-only $extra \
         --out "$OUT0/fp8dec17b_ab_${arm}.jsonl" > "$log" 2>&1
