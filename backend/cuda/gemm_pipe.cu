@@ -63,10 +63,167 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The weight rows one lane copies for the 16-column tile at column n0 of group grp (issue
+// side): one row per copy instruction, i = j (FP8) or 2 j + half (BF16), and (FP8) the scale
+// row of each n8 tile's 128-row block.
+// BF16: copy instruction (j, half) moves rows half * 4 + lane / 8 of n8 tile j, 16 bytes at
+// 16 * (lane % 8): 4 whole 128-byte row segments per instruction (the fragment order, 32-byte
+// stride per lane, would fetch each L2 sector twice). FP8: lane (g, q) copies row g, 16 bytes
+// at 16 q: whole 64-byte segments already, read back by the same lane.
+template <int WK>
+struct RowPtrs {
+  static constexpr int kRows = WK == kWeightFP8 ? kNT : 2 * kNT;
+  const char* w[kRows];
+  const float* s[kNT];
+};
+template <int WK>
+__device__ __forceinline__ void row_ptrs(const GemmProblem& p, int grp, int n0, int copy_row, RowPtrs<WK>& rp) {
+  constexpr int esz = WK == kWeightFP8 ? 1 : 2;
+  const WeightSource w = weight_source<WK>(p, grp, n0);
+#pragma unroll
+  for (int i = 0; i < RowPtrs<WK>::kRows; ++i) {
+    const int j = WK == kWeightFP8 ? i : i >> 1;
+    const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
+    const int r = min(w.wrow0 + j * 8 + row, w.wrows - 1);  // clamp: columns past N are not stored
+    rp.w[i] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * p.K * esz;
+  }
+  if constexpr (WK == kWeightFP8) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) rp.s[j] = w.s + (min(w.wrow0 + j * 8, w.wrows - 1) / 128) * p.scale_cols;
+  }
+}
+
+// Copies of the chunk at K offset k into stage st (and FP8: its scales into sc[kNT]).
+template <int WK>
+__device__ __forceinline__ void copy_chunk(uint4* st, float* sc, const RowPtrs<WK>& rp, int k, int lane, int copy_row) {
+  if constexpr (WK == kWeightFP8) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      cp_async16(st + j * 32 + lane, rp.w[j] + k + 16 * (lane & 3));
+      if (lane == j) cp_async4(sc + j, rp.s[j] + k / 128);
+    }
+  } else {
+    (void)sc;
+    const int seg = lane & 7;  // 16-byte segment of the row's 128-byte chunk
+#pragma unroll
+    for (int i = 0; i < RowPtrs<WK>::kRows; ++i) {
+      const int row = (i & 1) * 4 + copy_row;
+      cp_async16(st + bf16_slot(i >> 1, row, seg), rp.w[i] + static_cast<int64_t>(k) * 2 + 16 * seg);
+    }
+  }
+}
+
+// The 16 x 64 activations of a lane's rows g and g + 8 at K offset k (zeros for rows past the
+// entry's end).
+__device__ __forceinline__ void load_a(Chunk16 (&a16)[2], const bf16* const (&ar)[2], const bool (&av)[2], int k,
+                                       int q) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (av[h]) {
+      a16[h] = load16_bf16(ar[h] + k + 16 * q);
+    } else {
+#pragma unroll
+      for (int v = 0; v < 8; ++v) a16[h].w[v] = 0u;
+    }
+  }
+}
+
+// One chunk's MMAs from stage st (FP8: chunk scales sc[kNT]) into acc.
+template <int WK>
+__device__ __forceinline__ void chunk_mma(float (&acc)[kNT][4], const Chunk16 (&a16)[2], const uint4* st,
+                                          const float* sc, int lane, int g, int q) {
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    WRaw<WK> raw;
+    if constexpr (WK == kWeightFP8) {
+      raw.u[0] = st[j * 32 + lane];
+    } else {
+      (void)sc;
+      (void)lane;
+      raw.u[0] = st[bf16_slot(j, g, 2 * q)];
+      raw.u[1] = st[bf16_slot(j, g, 2 * q + 1)];
+    }
+    uint32_t w[8];
+    w_words<WK>(raw, w);
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      if constexpr (WK == kWeightFP8)
+        mma_bf16(part, a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1], w[2 * m],
+                 w[2 * m + 1]);
+      else
+        mma_bf16(acc[j], a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1], w[2 * m],
+                 w[2 * m + 1]);
+    }
+    if constexpr (WK == kWeightFP8) {
+      const float s = sc[j];
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[j][v] += s * part[v];
+    }
+  }
+}
+
+// Split-K sum in warp order through rb ([ks][kValues][32] floats) and the stores of rows
+// [r0, r1), columns [n0, n0 + 16) of group grp; value v (n8 tile v / 4, element v % 4) by warp
+// v % ks. One block barrier: the caller alternates rb between two halves by item parity (the
+// next item writes the other half; the one after it waits for these readers at its barrier).
+__device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const float (&acc)[kNT][4], int warp,
+                                          int ks, int lane, int grp, int r0, int r1, int n0) {
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) rb[(warp * kValues + j * 4 + v) * 32 + lane] = acc[j][v];
+  __syncthreads();
+  for (int v = warp; v < kValues; v += ks) {
+    float sum = rb[v * 32 + lane];
+    for (int w = 1; w < ks; ++w) sum += rb[(w * kValues + v) * 32 + lane];
+    const int r = r0 + g + ((v & 3) >= 2 ? 8 : 0);
+    const int col = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+    if (r < r1 && col < p.N) store_out(p, grp, r, col, sum);
+  }
+}
+
+// An item's rows on the consumer side: group, rows [r0, r1), first column n0, and a lane's two
+// activation rows (g, g + 8) with their validity. Lean: the gathered row index is read at
+// min(r, M - 1) whatever r1 is (the pointer of a row past r1 is never read), so the group end and
+// the gather are two independent loads after the tile list's; otherwise at r0 past r1.
+struct ItemRows {
+  int grp, r0, r1, n0;
+  const bf16* ar[2];
+  bool av[2];
+};
+template <bool Lean>
+__device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t, int g) {
+  ItemRows it;
+  const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
+  it.grp = entry.x;
+  it.r0 = entry.y;
+  it.r1 = min(p.group_offsets ? p.group_offsets[it.grp + 1] : p.M, it.r0 + kEntryRows);
+  it.n0 = t * 8 * kNT;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = it.r0 + h * 8 + g;
+    it.av[h] = r < it.r1;
+    const int rr = Lean ? min(r, p.M - 1) : it.av[h] ? r : it.r0;
+    it.ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
+  }
+  return it;
+}
+
 // grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
 // block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
-template <int WK, int D>
-__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
+// Lean (CudaOptions::pipe_lean, bench/NOTES.md "fp8dec17b"): the same products in the same order
+// (same bits) with the bookkeeping off the MMA path:
+// - the items are walked by (entry, tile) counters that add the grid stride with a carry (one
+//   integer division per block instead of one per chunk and two per item);
+// - the next item's rows (tile list, group end, gathered rows) are looked up at the start of the
+//   current item, and the activations are loaded one chunk ahead in registers (the next item's
+//   first chunk during the current item's last), so no MMA waits on its own activation loads;
+// - pipe_lean_kernel: at most 80 registers (3 blocks of 8 warps per SM, as the plain kernel has;
+//   unbounded the look-ahead took 96-114).
+template <int WK, int D, bool Lean>
+__device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK>();
   extern __shared__ uint4 smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
@@ -74,7 +231,6 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   uint4* stages = smem + warp * D * PW * 32;  // this warp's [D][PW][32]
   float* red = reinterpret_cast<float*>(smem + ks * D * PW * 32);  // [2][ks][kValues][32]
   float* scales = red + 2 * ks * kValues * 32 + warp * D * kNT;  // this warp's [D][kNT] (FP8)
-  (void)scales;
 
   // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
   // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
@@ -91,59 +247,46 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
     return;
   }
   const int num_items = (total - first + stride - 1) / stride;
-  const int K = p.K;
-  const int kb = warp * kpw, ke = min(K, kb + kpw);
+  const int kb = warp * kpw, ke = min(p.K, kb + kpw);
   const int nch = ke > kb ? (ke - kb) / kChunk : 0;  // this warp's chunks per item
   const int steps = num_items * nch;
-  const int esz = WK == kWeightFP8 ? 1 : 2;
-
-  // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D. The item's
-  // weight rows are looked up once per item.
-  // BF16: copy instruction (j, half) moves rows half * 4 + lane / 8 of n8 tile j, 16 bytes
-  // at 16 * (lane % 8): 4 whole 128-byte row segments per instruction (the fragment order,
-  // 32-byte stride per lane, would fetch each L2 sector twice). FP8: lane (g, q) copies row
-  // g, 16 bytes at 16 q: whole 64-byte segments already, read back by the same lane.
-  constexpr int kRowPtrs = WK == kWeightFP8 ? kNT : 2 * kNT;
-  const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
-  int issue_item = -1;
-  const char* wrow[kRowPtrs] = {};
-  const float* wscale[kNT] = {};  // FP8: the scale row of each n8 tile's 128-row block
-  auto issue = [&](int s) {
-    const int n = s / nch, c = s - n * nch;
-    if (n != issue_item) {
-      issue_item = n;
-      const int item = first + n * stride;
-      const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-      const WeightSource w = weight_source<WK>(p, p.tiles ? p.tiles[e].x : 0, n0);
-#pragma unroll
-      for (int i = 0; i < kRowPtrs; ++i) {  // i = j (FP8) or 2 j + half (BF16)
-        const int j = WK == kWeightFP8 ? i : i >> 1;
-        const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
-        const int r = min(w.wrow0 + j * 8 + row, w.wrows - 1);  // clamp: columns past N are not stored
-        wrow[i] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * K * esz;
-      }
-      if constexpr (WK == kWeightFP8) {
-#pragma unroll
-        for (int j = 0; j < kNT; ++j)
-          wscale[j] = w.s + (min(w.wrow0 + j * 8, w.wrows - 1) / 128) * p.scale_cols;
-      }
+  // Lean: item first + n * stride is (entry, tile) = (e, t); the next one adds (de, dt) with a carry.
+  const int e_first = first / n_tiles, t_first = first - e_first * n_tiles;
+  const int de = stride / n_tiles, dt = stride - de * n_tiles;
+  auto advance = [&](int& e, int& t) {
+    t += dt;
+    e += de;
+    if (t >= n_tiles) {
+      t -= n_tiles;
+      ++e;
     }
-    const int k = kb + c * kChunk;
-    uint4* st = stages + (s % D) * PW * 32;
-    if constexpr (WK == kWeightFP8) {
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        cp_async16(st + j * 32 + lane, wrow[j] + k + 16 * q);
-        if (lane == j) cp_async4(scales + (s % D) * kNT + j, wscale[j] + k / 128);
+  };
+
+  // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D, steps in order.
+  // The item's weight rows are looked up once per item.
+  const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
+  RowPtrs<WK> rp = {};
+  int issue_item = -1;                         // plain: the item of rp
+  int ie = e_first, it = t_first, ic = 0;      // lean: the item and chunk of the next copy
+  auto issue = [&](int s) {
+    int c = ic;
+    if constexpr (Lean) {
+      if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
+      if (++ic == nch) {
+        ic = 0;
+        advance(ie, it);
       }
     } else {
-      const int seg = lane & 7;  // 16-byte segment of the row's 128-byte chunk
-#pragma unroll
-      for (int i = 0; i < kRowPtrs; ++i) {
-        const int row = (i & 1) * 4 + copy_row;
-        cp_async16(st + bf16_slot(i >> 1, row, seg), wrow[i] + static_cast<int64_t>(k) * 2 + 16 * seg);
+      const int n = s / nch;
+      c = s - n * nch;
+      if (n != issue_item) {
+        issue_item = n;
+        const int item = first + n * stride;
+        const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
+        row_ptrs<WK>(p, p.tiles ? p.tiles[e].x : 0, n0, copy_row, rp);
       }
     }
+    copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + c * kChunk, lane, copy_row);
   };
 #pragma unroll
   for (int s = 0; s < D; ++s) {
@@ -153,21 +296,25 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
   if (dense) pdl_wait();  // activations and outputs: after the previous kernel
   pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 
+  ItemRows cur{}, nxt{};  // this item's rows; lean: the next item's
+  int ne = e_first, nt = t_first;  // lean: the item after `cur`
+  Chunk16 a16[2];  // the activations of the chunk the next MMAs take
+  if constexpr (Lean) {
+    cur = item_rows<true>(p, ne, nt, g);
+    advance(ne, nt);
+    if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
+  }
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
-    const int item = first + n * stride;
-    const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-    const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
-    const int grp = entry.x, r0 = entry.y;
-    const int r1 = min(p.group_offsets ? p.group_offsets[grp + 1] : p.M, r0 + kEntryRows);
-    const bf16* ar[2];
-    bool av[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + h * 8 + g;
-      av[h] = r < r1;
-      const int rr = av[h] ? r : r0;
-      ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
+    const bool more = n + 1 < num_items;
+    if constexpr (Lean) {
+      if (more) {
+        nxt = item_rows<true>(p, ne, nt, g);
+        advance(ne, nt);
+      }
+    } else {
+      const int item = first + n * stride, e = item / n_tiles;
+      cur = item_rows<false>(p, e, item - e * n_tiles, g);
     }
     float acc[kNT][4];
 #pragma unroll
@@ -176,83 +323,66 @@ __global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) 
       for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
 
     for (int c = 0; c < nch; ++c, ++s) {
-      const int k = kb + c * kChunk;
-      Chunk16 a16[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (av[h]) {
-          a16[h] = load16_bf16(ar[h] + k + 16 * q);
-        } else {
-#pragma unroll
-          for (int v = 0; v < 8; ++v) a16[h].w[v] = 0u;
-        }
+      Chunk16 an[2];  // lean: the next chunk's (this item's, or the next item's first)
+      if (!Lean) {
+        load_a(a16, cur.ar, cur.av, kb + c * kChunk, q);
+      } else if (c + 1 < nch) {
+        load_a(an, cur.ar, cur.av, kb + (c + 1) * kChunk, q);
+      } else {
+        const bool av[2] = {more && nxt.av[0], more && nxt.av[1]};  // zeros after the last item
+        load_a(an, nxt.ar, av, kb, q);
       }
       cp_async_wait<D - 1>();  // this lane's copies of step s have landed
       __syncwarp();  // and every lane's (BF16 rows and FP8 scales are read across lanes)
-      const uint4* st = stages + (s % D) * PW * 32;
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        WRaw<WK> raw;
-        if constexpr (WK == kWeightFP8) {
-          raw.u[0] = st[j * 32 + lane];
-        } else {
-          raw.u[0] = st[bf16_slot(j, g, 2 * q)];
-          raw.u[1] = st[bf16_slot(j, g, 2 * q + 1)];
-        }
-        uint32_t w[8];
-        w_words<WK>(raw, w);
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          if constexpr (WK == kWeightFP8)
-            mma_bf16(part, a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1],
-                     w[2 * m], w[2 * m + 1]);
-          else
-            mma_bf16(acc[j], a16[0].w[2 * m], a16[1].w[2 * m], a16[0].w[2 * m + 1], a16[1].w[2 * m + 1],
-                     w[2 * m], w[2 * m + 1]);
-        }
-        if constexpr (WK == kWeightFP8) {
-          const float sc = scales[(s % D) * kNT + j];
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[j][v] += sc * part[v];
-        }
-      }
+      chunk_mma<WK>(acc, a16, stages + (s % D) * PW * 32, scales + (s % D) * kNT, lane, g, q);
       __syncwarp();  // stage s % D is refilled only after every lane has read it
       if (s + D < steps) issue(s + D);
       cp_async_commit();
-    }
-
-    // Split-K sum in warp order; value v (n8 tile v / 4, element v % 4) by warp v % ks.
-    float* rb = red + (n & 1) * ks * kValues * 32;
+      if (Lean) {
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) rb[(warp * kValues + j * 4 + v) * 32 + lane] = acc[j][v];
-    __syncthreads();
-    for (int v = warp; v < kValues; v += ks) {
-      float sum = rb[v * 32 + lane];
-      for (int w = 1; w < ks; ++w) sum += rb[(w * kValues + v) * 32 + lane];
-      const int r = r0 + g + ((v & 3) >= 2 ? 8 : 0);
-      const int col = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
-      if (r < r1 && col < p.N) store_out(p, grp, r, col, sum);
+        for (int h = 0; h < 2; ++h) a16[h] = an[h];
+      }
     }
-    // The next item writes the other half of red; the one after it waits for this
-    // item's readers at the next item's barrier.
+    sum_store(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, cur.grp, cur.r0, cur.r1, cur.n0);
+    if (Lean) cur = nxt;
   }
 }
+template <int WK, int D>
+__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D, false>(p, kpw);
+}
+template <int WK, int D>
+__global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D, true>(p, kpw);
+}
+// CudaOptions::pipe_min_blocks 4 (2 stages only): held to 64 registers, 4 blocks of 8 warps per SM
+// instead of 3 (fp8dec17's ncu: 5.5 warps per scheduler, latency-bound). ptxas: plain BF16 no
+// spill, plain FP8 24 bytes, lean 56 (BF16) / 72 (FP8) bytes.
+template <int WK, bool Lean>
+__global__ void __launch_bounds__(256, 4) pipe_gemm4_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, 2, Lean>(p, kpw);
+}
 
-template <int WK>
+template <int WK, bool Lean>
 const void* pick_stages(int stages) {
+  auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
   switch (stages) {
-    case 2: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 2>);
-    case 3: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 3>);
-    case 8: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 8>);
-    default: return reinterpret_cast<const void*>(pipe_gemm_kernel<WK, 4>);
+    case 2: return Lean ? k(pipe_lean_kernel<WK, 2>) : k(pipe_gemm_kernel<WK, 2>);
+    case 3: return Lean ? k(pipe_lean_kernel<WK, 3>) : k(pipe_gemm_kernel<WK, 3>);
+    case 8: return Lean ? k(pipe_lean_kernel<WK, 8>) : k(pipe_gemm_kernel<WK, 8>);
+    default: return Lean ? k(pipe_lean_kernel<WK, 4>) : k(pipe_gemm_kernel<WK, 4>);
   }
 }
 
-const void* pick_kernel(int w_kind, int stages) {
-  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(stages) : pick_stages<kWeightBF16>(stages);
+const void* pick_kernel(int w_kind, int stages, bool lean, int min_blocks) {
+  auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
+  if (min_blocks == 4 && stages == 2) {
+    if (w_kind == kWeightFP8) return lean ? k(pipe_gemm4_kernel<kWeightFP8, true>) : k(pipe_gemm4_kernel<kWeightFP8, false>);
+    return lean ? k(pipe_gemm4_kernel<kWeightBF16, true>) : k(pipe_gemm4_kernel<kWeightBF16, false>);
+  }
+  if (lean)
+    return w_kind == kWeightFP8 ? pick_stages<kWeightFP8, true>(stages) : pick_stages<kWeightBF16, true>(stages);
+  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8, false>(stages) : pick_stages<kWeightBF16, false>(stages);
 }
 
 }  // namespace
@@ -265,10 +395,10 @@ bool pipe_gemm_supported(const GemmProblem& p) {
          p.tile_rows == kEntryRows && p.max_tiles > 0;
 }
 
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool lean, int min_blocks) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.kernel = pick_kernel(p.w_kind, plan.stages);
+  plan.kernel = pick_kernel(p.w_kind, plan.stages, lean, min_blocks);
   const int ks = k_split(p.K);
   const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
   plan.threads = ks * 32;
