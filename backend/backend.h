@@ -127,13 +127,6 @@ struct CudaOptions {
   int64_t stream_max_rows = 0;    // dense BF16 GEMMs of at most this many rows on the stream kernel (0: cuBLASLt)
   int pipe_stages = 2;            // MoE expert pipeline stages (0: the stream kernel)
   bool pipe_fp8 = true;           // FP8 experts on the pipeline too
-  // The pipeline kernel with its per-item / per-chunk bookkeeping off the MMA path (gemm_pipe.cu
-  // pipe_lean_kernel: counters instead of divisions, next item's rows and next chunk's activations
-  // loaded ahead); same bits. Off until its A/B (bench/NOTES.md "fp8dec17b").
-  bool pipe_lean = false;
-  // 4 (with pipe_stages 2): the pipeline kernel held to 64 registers, 4 blocks of 8 warps per SM
-  // instead of 3 (0: its own launch bounds). Off until its A/B (bench/NOTES.md "fp8dec17b").
-  int pipe_min_blocks = 0;
   int64_t pipe_max_tokens = 64;   // most tokens of a step for the pipeline (16 lost 30-44% at 32-64)
   // Dense GEMMs of at most this many rows on the pipeline kernel's dense form, launched as
   // programmatic dependents (pdl); 0: FP8 on the stream kernel, BF16 on cuBLASLt. H200 (bench/

@@ -97,10 +97,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
            "cuda backend: CudaOptions::attn_chunk must be 0 (by shape), 32 or 64, got ", o.attn_chunk);
   pipe_stages_ = o.pipe_stages;
   pipe_fp8_ = o.pipe_fp8;
-  pipe_lean_ = o.pipe_lean;
-  DI_CHECK(o.pipe_min_blocks == 0 || o.pipe_min_blocks == 4,
-           "cuda backend: CudaOptions::pipe_min_blocks must be 0 or 4, got ", o.pipe_min_blocks);
-  pipe_min_blocks_ = o.pipe_min_blocks;
   pipe_max_tokens_ = o.pipe_max_tokens;
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;

@@ -278,8 +278,6 @@ class CudaBackend final : public Backend {
   // batch 32 / 64 bf16, 1.35x / 1.43x FP8).
   int pipe_stages_ = 2;
   bool pipe_fp8_ = false;
-  bool pipe_lean_ = false;  // CudaOptions::pipe_lean (gemm_pipe.cu pipe_lean_kernel, same bits)
-  int pipe_min_blocks_ = 0;  // CudaOptions::pipe_min_blocks (gemm_pipe.cu pipe_gemm4_kernel)
   int64_t pipe_max_tokens_ = 64;
   // Dense few-row GEMMs (gemm, gemm_pair; not batch-invariant) of at most these many rows on the
   // pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of cuBLASLt).

@@ -368,7 +368,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
 
 bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_, pipe_lean_, pipe_min_blocks_);
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
   launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
   check_launch(op, shapes);

@@ -185,15 +185,14 @@ __device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const
 }
 
 // An item's rows on the consumer side: group, rows [r0, r1), first column n0, and a lane's two
-// activation rows (g, g + 8) with their validity. Lean: the gathered row index is read at
+// activation rows (g, g + 8) with their validity. The gathered row index is read at
 // min(r, M - 1) whatever r1 is (the pointer of a row past r1 is never read), so the group end and
-// the gather are two independent loads after the tile list's; otherwise at r0 past r1.
+// the gather are two independent loads after the tile list's.
 struct ItemRows {
   int grp, r0, r1, n0;
   const bf16* ar[2];
   bool av[2];
 };
-template <bool Lean>
 __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t, int g) {
   ItemRows it;
   const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
@@ -205,7 +204,7 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
   for (int h = 0; h < 2; ++h) {
     const int r = it.r0 + h * 8 + g;
     it.av[h] = r < it.r1;
-    const int rr = Lean ? min(r, p.M - 1) : it.av[h] ? r : it.r0;
+    const int rr = min(r, p.M - 1);
     it.ar[h] = static_cast<const bf16*>(p.a) + static_cast<int64_t>(p.a_rows ? p.a_rows[rr] : rr) * p.lda;
   }
   return it;
@@ -213,16 +212,15 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
 
 // grid: min(resident blocks, items); block: ks warps. Items i = entry * n_tiles + tile,
 // block b takes b, b + gridDim.x, ...; entries = *p.num_tiles (device).
-// Lean (CudaOptions::pipe_lean, bench/NOTES.md "fp8dec17b"): the same products in the same order
-// (same bits) with the bookkeeping off the MMA path:
+// The bookkeeping is kept off the MMA path (fp8dec17b, bench/NOTES.md; -3 to -8% per decode step
+// against the kernel that looked it up per chunk, same bits):
 // - the items are walked by (entry, tile) counters that add the grid stride with a carry (one
 //   integer division per block instead of one per chunk and two per item);
 // - the next item's rows (tile list, group end, gathered rows) are looked up at the start of the
 //   current item, and the activations are loaded one chunk ahead in registers (the next item's
 //   first chunk during the current item's last), so no MMA waits on its own activation loads;
-// - pipe_lean_kernel: at most 80 registers (3 blocks of 8 warps per SM, as the plain kernel has;
-//   unbounded the look-ahead took 96-114).
-template <int WK, int D, bool Lean>
+// - at most 80 registers (3 blocks of 8 warps per SM; unbounded the look-ahead took 96-114).
+template <int WK, int D>
 __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK>();
   extern __shared__ uint4 smem[];
@@ -250,7 +248,7 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   const int kb = warp * kpw, ke = min(p.K, kb + kpw);
   const int nch = ke > kb ? (ke - kb) / kChunk : 0;  // this warp's chunks per item
   const int steps = num_items * nch;
-  // Lean: item first + n * stride is (entry, tile) = (e, t); the next one adds (de, dt) with a carry.
+  // Item first + n * stride is (entry, tile) = (e, t); the next one adds (de, dt) with a carry.
   const int e_first = first / n_tiles, t_first = first - e_first * n_tiles;
   const int de = stride / n_tiles, dt = stride - de * n_tiles;
   auto advance = [&](int& e, int& t) {
@@ -266,25 +264,13 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   // The item's weight rows are looked up once per item.
   const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
   RowPtrs<WK> rp = {};
-  int issue_item = -1;                         // plain: the item of rp
-  int ie = e_first, it = t_first, ic = 0;      // lean: the item and chunk of the next copy
+  int ie = e_first, it = t_first, ic = 0;  // the item and chunk of the next copy
   auto issue = [&](int s) {
-    int c = ic;
-    if constexpr (Lean) {
-      if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
-      if (++ic == nch) {
-        ic = 0;
-        advance(ie, it);
-      }
-    } else {
-      const int n = s / nch;
-      c = s - n * nch;
-      if (n != issue_item) {
-        issue_item = n;
-        const int item = first + n * stride;
-        const int e = item / n_tiles, n0 = (item - e * n_tiles) * 8 * kNT;
-        row_ptrs<WK>(p, p.tiles ? p.tiles[e].x : 0, n0, copy_row, rp);
-      }
+    const int c = ic;
+    if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
+    if (++ic == nch) {
+      ic = 0;
+      advance(ie, it);
     }
     copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + c * kChunk, lane, copy_row);
   };
@@ -296,25 +282,18 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   if (dense) pdl_wait();  // activations and outputs: after the previous kernel
   pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 
-  ItemRows cur{}, nxt{};  // this item's rows; lean: the next item's
-  int ne = e_first, nt = t_first;  // lean: the item after `cur`
+  ItemRows cur{}, nxt{};  // this item's rows, the next item's
+  int ne = e_first, nt = t_first;  // the item after `cur`
   Chunk16 a16[2];  // the activations of the chunk the next MMAs take
-  if constexpr (Lean) {
-    cur = item_rows<true>(p, ne, nt, g);
-    advance(ne, nt);
-    if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
-  }
+  cur = item_rows(p, ne, nt, g);
+  advance(ne, nt);
+  if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
     const bool more = n + 1 < num_items;
-    if constexpr (Lean) {
-      if (more) {
-        nxt = item_rows<true>(p, ne, nt, g);
-        advance(ne, nt);
-      }
-    } else {
-      const int item = first + n * stride, e = item / n_tiles;
-      cur = item_rows<false>(p, e, item - e * n_tiles, g);
+    if (more) {
+      nxt = item_rows(p, ne, nt, g);
+      advance(ne, nt);
     }
     float acc[kNT][4];
 #pragma unroll
@@ -323,10 +302,8 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
       for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
 
     for (int c = 0; c < nch; ++c, ++s) {
-      Chunk16 an[2];  // lean: the next chunk's (this item's, or the next item's first)
-      if (!Lean) {
-        load_a(a16, cur.ar, cur.av, kb + c * kChunk, q);
-      } else if (c + 1 < nch) {
+      Chunk16 an[2];  // the next chunk's (this item's, or the next item's first)
+      if (c + 1 < nch) {
         load_a(an, cur.ar, cur.av, kb + (c + 1) * kChunk, q);
       } else {
         const bool av[2] = {more && nxt.av[0], more && nxt.av[1]};  // zeros after the last item
@@ -338,51 +315,27 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
       __syncwarp();  // stage s % D is refilled only after every lane has read it
       if (s + D < steps) issue(s + D);
       cp_async_commit();
-      if (Lean) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) a16[h] = an[h];
-      }
+      for (int h = 0; h < 2; ++h) a16[h] = an[h];
     }
     sum_store(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, cur.grp, cur.r0, cur.r1, cur.n0);
-    if (Lean) cur = nxt;
+    cur = nxt;
   }
 }
 template <int WK, int D>
-__global__ void __launch_bounds__(256) pipe_gemm_kernel(GemmProblem p, int kpw) {
-  pipe_gemm<WK, D, false>(p, kpw);
-}
-template <int WK, int D>
-__global__ void __launch_bounds__(256, 3) pipe_lean_kernel(GemmProblem p, int kpw) {
-  pipe_gemm<WK, D, true>(p, kpw);
-}
-// CudaOptions::pipe_min_blocks 4 (2 stages only): held to 64 registers, 4 blocks of 8 warps per SM
-// instead of 3 (fp8dec17's ncu: 5.5 warps per scheduler, latency-bound). ptxas: plain BF16 no
-// spill, plain FP8 24 bytes, lean 56 (BF16) / 72 (FP8) bytes.
-template <int WK, bool Lean>
-__global__ void __launch_bounds__(256, 4) pipe_gemm4_kernel(GemmProblem p, int kpw) {
-  pipe_gemm<WK, 2, Lean>(p, kpw);
+__global__ void __launch_bounds__(256, 3) pipe_gemm_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D>(p, kpw);
 }
 
-template <int WK, bool Lean>
+template <int WK>
 const void* pick_stages(int stages) {
   auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
   switch (stages) {
-    case 2: return Lean ? k(pipe_lean_kernel<WK, 2>) : k(pipe_gemm_kernel<WK, 2>);
-    case 3: return Lean ? k(pipe_lean_kernel<WK, 3>) : k(pipe_gemm_kernel<WK, 3>);
-    case 8: return Lean ? k(pipe_lean_kernel<WK, 8>) : k(pipe_gemm_kernel<WK, 8>);
-    default: return Lean ? k(pipe_lean_kernel<WK, 4>) : k(pipe_gemm_kernel<WK, 4>);
+    case 2: return k(pipe_gemm_kernel<WK, 2>);
+    case 3: return k(pipe_gemm_kernel<WK, 3>);
+    case 8: return k(pipe_gemm_kernel<WK, 8>);
+    default: return k(pipe_gemm_kernel<WK, 4>);
   }
-}
-
-const void* pick_kernel(int w_kind, int stages, bool lean, int min_blocks) {
-  auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
-  if (min_blocks == 4 && stages == 2) {
-    if (w_kind == kWeightFP8) return lean ? k(pipe_gemm4_kernel<kWeightFP8, true>) : k(pipe_gemm4_kernel<kWeightFP8, false>);
-    return lean ? k(pipe_gemm4_kernel<kWeightBF16, true>) : k(pipe_gemm4_kernel<kWeightBF16, false>);
-  }
-  if (lean)
-    return w_kind == kWeightFP8 ? pick_stages<kWeightFP8, true>(stages) : pick_stages<kWeightBF16, true>(stages);
-  return w_kind == kWeightFP8 ? pick_stages<kWeightFP8, false>(stages) : pick_stages<kWeightBF16, false>(stages);
 }
 
 }  // namespace
@@ -395,10 +348,10 @@ bool pipe_gemm_supported(const GemmProblem& p) {
          p.tile_rows == kEntryRows && p.max_tiles > 0;
 }
 
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool lean, int min_blocks) {
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.kernel = pick_kernel(p.w_kind, plan.stages, lean, min_blocks);
+  plan.kernel = p.w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(plan.stages) : pick_stages<kWeightBF16>(plan.stages);
   const int ks = k_split(p.K);
   const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
   plan.threads = ks * 32;

@@ -92,9 +92,7 @@ struct PipePlan {
   int64_t max_items = 0;  // grid bound: max_tiles x column tiles
 };
 bool pipe_gemm_supported(const GemmProblem& p);
-// lean: the kernel with the bookkeeping off the MMA path (CudaOptions::pipe_lean; same bits);
-// min_blocks 4 with 2 stages: held to 64 registers for 4 blocks per SM (CudaOptions::pipe_min_blocks).
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool lean = false, int min_blocks = 0);
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
 // pdl: launched as a programmatic dependent of the previous kernel in the stream (the dense form
 // streams its first weight chunks before waiting for it).

@@ -10,7 +10,6 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
-//                             [--pipe-lean] [--pipe-blocks 4]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--out FILE.jsonl]
@@ -31,9 +30,6 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
-// --pipe-lean: the pipeline kernel without its per-chunk bookkeeping on the MMA path
-// (CudaOptions::pipe_lean, default off; A/B of fp8dec17b, bench/NOTES.md); --pipe-blocks 4: the
-// pipeline kernel (2 stages) held to 64 registers for 4 blocks per SM (CudaOptions::pipe_min_blocks).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -490,8 +486,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool no_pdl = false, pipe_lean = false;
-  int pipe_blocks = 0;
+  bool no_pdl = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -514,8 +509,6 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--pipe-lean")) pipe_lean = true;
-    else if (!std::strcmp(argv[i], "--pipe-blocks") && i + 1 < argc) pipe_blocks = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
     } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
@@ -534,8 +527,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (pipe_lean) opts.cuda.pipe_lean = true;
-    opts.cuda.pipe_min_blocks = pipe_blocks;  // 0 or 4; anything else is refused by the backend
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -771,19 +771,16 @@ TEST_F(AttentionMoe, MlaPagedVerifyRunsMatchCpuAndDecodeBits) {
 // The shared-memory-staged expert GEMM (gemm_pipe.cu, for steps of <= 16 tokens) gives the
 // stream kernel's bits: 2, 3, 4 and 8 stages (CudaOptions::pipe_stages; 8: one block per SM,
 // many items per block: the pipeline crosses item boundaries) against 0 (the stream kernel),
-// each also with CudaOptions::pipe_lean (pipe_lean_kernel, fp8dec17b: next item's rows and next
-// chunk's activations loaded ahead, across item boundaries too; the same bits), and 2 stages held to
-// 64 registers (CudaOptions::pipe_min_blocks 4), plain and lean.
+// (fp8dec17b: the next item's rows and the next chunk's activations are loaded ahead, across item
+// boundaries too; the same bits).
 // Shapes: bench-like K 1024 / 704 (down: 2 warps of unequal K), K 2112 (8 warps, the last
 // with no chunk), 16 tokens, FP8.
 TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   // FP8 experts take the pipe too (pipe_fp8), the variants only code selects (bench/NOTES.md,
   // "Kernel switches against their A/Bs").
-  auto backend_with = [](int pipe_stages, bool lean = false, int min_blocks = 0) {
+  auto backend_with = [](int pipe_stages) {
     BackendOptions options;
     options.cuda.pipe_stages = pipe_stages;
-    options.cuda.pipe_lean = lean;
-    options.cuda.pipe_min_blocks = min_blocks;
     options.cuda.pipe_fp8 = true;
     options.cuda.pipe_max_tokens = 64;
     return make_cuda_backend(options);
@@ -793,12 +790,6 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   const auto deep = backend_with(8);
   const auto shallow = backend_with(3);
   const auto four = backend_with(4);
-  const auto lean = backend_with(2, true);
-  const auto lean_deep = backend_with(8, true);
-  const auto lean_shallow = backend_with(3, true);
-  const auto lean_four = backend_with(4, true);
-  const auto regs64 = backend_with(2, false, 4);
-  const auto lean_regs64 = backend_with(2, true, 4);
   for (MoeCase c : {MoeCase{1, 1024, 704, 8, 6, false}, MoeCase{8, 1024, 704, 8, 6, false},
                     MoeCase{16, 256, 192, 16, 6, false}, MoeCase{5, 2112, 128, 4, 2, false},
                     MoeCase{3, 512, 256, 8, 4, true}, MoeCase{16, 256, 128, 4, 3, true},
@@ -807,7 +798,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
                     MoeCase{40, 256, 192, 16, 6, false}, MoeCase{64, 512, 128, 64, 6, false},
                     MoeCase{64, 256, 128, 16, 4, true},
                     // bench-like K 2048 (8 warps) and 704 items (gate|up): 1-2 items per block at
-                    // 2 stages too, so the lean kernel's look-ahead crosses items; down K 1408 (5
+                    // 2 stages too, so the look-ahead crosses items; down K 1408 (5
                     // warps, the last with 2 chunks)
                     MoeCase{16, 2048, 1408, 4, 2, false}, MoeCase{16, 2048, 1408, 4, 2, true}}) {
     MoeData d = make_moe(c);
@@ -818,13 +809,7 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
         {"pipe 2", run_moe_gpu(*pipe, d.gpu, d, c, 0, c.T)},
         {"pipe 8, 1 block/SM", run_moe_gpu(*deep, d.gpu, d, c, 0, c.T)},
         {"pipe 3", run_moe_gpu(*shallow, d.gpu, d, c, 0, c.T)},
-        {"pipe 4", run_moe_gpu(*four, d.gpu, d, c, 0, c.T)},
-        {"pipe 2 lean", run_moe_gpu(*lean, d.gpu, d, c, 0, c.T)},
-        {"pipe 8 lean, 1 block/SM", run_moe_gpu(*lean_deep, d.gpu, d, c, 0, c.T)},
-        {"pipe 3 lean", run_moe_gpu(*lean_shallow, d.gpu, d, c, 0, c.T)},
-        {"pipe 4 lean", run_moe_gpu(*lean_four, d.gpu, d, c, 0, c.T)},
-        {"pipe 2, 64 registers", run_moe_gpu(*regs64, d.gpu, d, c, 0, c.T)},
-        {"pipe 2 lean, 64 registers", run_moe_gpu(*lean_regs64, d.gpu, d, c, 0, c.T)}};
+        {"pipe 4", run_moe_gpu(*four, d.gpu, d, c, 0, c.T)}};
     for (const auto& [name, out] : runs) {
       ASSERT_EQ(out.size(), ref.size());
       for (size_t i = 0; i < out.size(); ++i)

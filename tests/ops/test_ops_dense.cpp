@@ -284,18 +284,14 @@ TEST_F(DenseOps, GemmPair) {
 // The pipeline kernel's dense form (gemm_pipe.cu: few-row dense gemm and gemm_pair, launched as
 // programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
 // the stream kernel's bits: against a backend that keeps them on the stream kernel
-// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages, each also with
-// CudaOptions::pipe_lean (pipe_lean_kernel: the same products in the same order, fp8dec17b), and
-// 2 stages held to 64 registers (CudaOptions::pipe_min_blocks 4), plain and lean; and against the CPU.
+// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages; and against the CPU.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
 // of 16; K 2112 (8 warps, the last with no chunk), K 1408 (5 warps, unequal), K 1344 (the last
 // warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
-  auto backend_with = [](bool pipe, int stages, bool lean = false, int min_blocks = 0) {
+  auto backend_with = [](bool pipe, int stages) {
     BackendOptions o = env_backend_options();
-    o.cuda.pipe_lean = lean;
-    o.cuda.pipe_min_blocks = min_blocks;
     o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
     o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
     o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
@@ -306,17 +302,12 @@ TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
   const std::pair<const char*, std::unique_ptr<Backend>> pipes[] = {
       {"pipe (2 stages)", backend_with(true, 2)},
       {"pipe (3 stages)", backend_with(true, 3)},
-      {"pipe (8 stages)", backend_with(true, 8)},
-      {"pipe lean (2 stages)", backend_with(true, 2, true)},
-      {"pipe lean (3 stages)", backend_with(true, 3, true)},
-      {"pipe lean (8 stages)", backend_with(true, 8, true)},
-      {"pipe (2 stages, 64 registers)", backend_with(true, 2, false, 4)},
-      {"pipe lean (2 stages, 64 registers)", backend_with(true, 2, true, 4)}};
+      {"pipe (8 stages)", backend_with(true, 8)}};
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
                                 {40, 304, 70, 192}, {64, 96, 32, 1024},
-                                // 1056 items, 1-2 per block (the lean look-ahead across items);
+                                // 1056 items, 1-2 per block (the look-ahead across items);
                                 // K 1344: 5 warps, the last with one chunk
                                 {40, 2816, 2816, 1344}}) {
       const std::string what = "M " + std::to_string(M) + " N " + std::to_string(N1) + "|" +

@@ -27,8 +27,6 @@ void expect_defaults(const CudaOptions& o) {
   EXPECT_EQ(o.stream_max_rows, d.stream_max_rows);
   EXPECT_EQ(o.pipe_stages, d.pipe_stages);
   EXPECT_EQ(o.pipe_fp8, d.pipe_fp8);
-  EXPECT_EQ(o.pipe_lean, d.pipe_lean);
-  EXPECT_EQ(o.pipe_min_blocks, d.pipe_min_blocks);
   EXPECT_EQ(o.pipe_max_tokens, d.pipe_max_tokens);
   EXPECT_EQ(o.attn_chunk, d.attn_chunk);
   EXPECT_EQ(o.fp8_act_min_rows, d.fp8_act_min_rows);
@@ -56,9 +54,6 @@ TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
   EXPECT_EQ(CudaOptions{}.pipe_dense_fp8_rows, 32);
   EXPECT_EQ(CudaOptions{}.pipe_dense_bf16_rows, 8);
   EXPECT_TRUE(CudaOptions{}.pdl);
-  // fp8dec17b: the lean pipeline kernel stays off until its A/B.
-  EXPECT_FALSE(CudaOptions{}.pipe_lean);
-  EXPECT_EQ(CudaOptions{}.pipe_min_blocks, 0);
 }
 
 TEST(BackendOptions, SyncArrivesInItsField) {
