@@ -134,14 +134,6 @@ struct CudaOptions {
   // -3.5% at batch 1 / 8, +2% / +10% at 32 / 64 against cuBLASLt.
   int64_t pipe_dense_fp8_rows = 32;
   int64_t pipe_dense_bf16_rows = 8;
-  // Pipeline GEMM items of 32 columns (two 16-column tiles of one row entry sharing the activation
-  // loads and the per-item and per-chunk bookkeeping; the same bits) for FP8 / BF16 weights, when
-  // the problem has at least pipe_wide_min_items 16-column items per SM, with pipe_wide_stages
-  // stages (0: pipe_stages) (fp8items17, A/B pending).
-  bool pipe_wide_fp8 = true;
-  bool pipe_wide_bf16 = false;
-  int pipe_wide_min_items = 4;
-  int pipe_wide_stages = 0;
   // The dense pipeline GEMMs (dec18) and the decode step's other own kernels (pdl17: norms, rope
   // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).

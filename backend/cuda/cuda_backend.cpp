@@ -100,10 +100,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_max_tokens_ = o.pipe_max_tokens;
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
-  pipe_wide_fp8_ = o.pipe_wide_fp8;
-  pipe_wide_bf16_ = o.pipe_wide_bf16;
-  pipe_wide_min_items_ = o.pipe_wide_min_items;
-  pipe_wide_stages_ = o.pipe_wide_stages > 0 ? o.pipe_wide_stages : o.pipe_stages;
   pdl_ = o.pdl;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;

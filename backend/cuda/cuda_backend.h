@@ -288,13 +288,6 @@ class CudaBackend final : public Backend {
   // 0.6-1.4% at batch 32 / 64 and were equal at 1 / 8, dec18).
   int64_t pipe_dense_fp8_rows_ = 32;
   int64_t pipe_dense_bf16_rows_ = 8;
-  // CudaOptions::pipe_wide_*: pipeline items of 32 columns (gemm_pipe.cu) for FP8 / BF16 weights
-  // when the problem has at least pipe_wide_min_items_ 16-column items per SM, pipe_wide_stages_
-  // chunk copies in flight per warp.
-  bool pipe_wide_fp8_ = true;
-  bool pipe_wide_bf16_ = false;
-  int pipe_wide_min_items_ = 4;
-  int pipe_wide_stages_ = 2;
   bool pdl_ = true;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own

@@ -368,9 +368,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
 
 bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  const bool wide = (p.w_kind == kWeightFP8 ? pipe_wide_fp8_ : pipe_wide_bf16_) &&
-                    pipe_items_bound(p) >= static_cast<int64_t>(pipe_wide_min_items_) * num_sms_;
-  const PipePlan plan = plan_pipe_gemm(p, wide ? pipe_wide_stages_ : pipe_stages_, wide);
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
   launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
   check_launch(op, shapes);

@@ -35,14 +35,20 @@ namespace {
 using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
 constexpr int kEntryRows = 16;      // rows per entry: one m16 MMA tile (MT = 1)
-// n8 tiles per item: kNT (16 columns, the stream kernel's tile) or kWideNT (32 columns: two
-// 16-column tiles of one entry in one item, sharing its activation loads and its per-item and
-// per-chunk bookkeeping; CudaOptions::pipe_wide_*). Every column's products, their order, the
-// FP8 scales and the split-K sum are those of the 16-column item: the same bits.
+// n8 tiles per item (NTI): BF16 kNT (16 columns, the stream kernel's tile), FP8 kWideNT (32
+// columns: two 16-column tiles of one entry in one item, sharing its activation loads and its
+// per-item and per-chunk bookkeeping, so a warp's chunk is 2 KB as for BF16; H200, bench/NOTES.md
+// fp8items17: FP8 decode -5.6 / -9.7 / -13.0 / -9.6% at batch 1 / 8 / 32 / 64 against main's 16 columns;
+// BF16 with 32 columns was -1.3% at batch 1, +0.3% at 8, equal at 32 / 64). Every column's
+// products, their order, the FP8 scales and the split-K sum are those of the 16-column item: the
+// same bits as the stream kernel.
 constexpr int kWideNT = 2 * kNT;
-template <int NTI>
-constexpr int values_per_lane() {  // accumulator values per lane (MT 1 x NTI x 4)
-  return NTI * 4;
+template <int WK>
+constexpr int item_tiles() {
+  return WK == kWeightFP8 ? kWideNT : kNT;
+}
+constexpr int values_per_lane(int nti) {  // accumulator values per lane (MT 1 x NTI x 4)
+  return nti * 4;
 }
 
 // BF16 stage slot (16 bytes) of n8 tile j, row r (0..7), segment c (0..7) of the 128-byte
@@ -182,7 +188,7 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[NTI][4], const Chunk16 (&
 template <int NTI>
 __device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const float (&acc)[NTI][4], int warp,
                                           int ks, int lane, int grp, int r0, int r1, int n0) {
-  constexpr int kValues = values_per_lane<NTI>();
+  constexpr int kValues = values_per_lane(NTI);
   const int g = lane >> 2, q = lane & 3;
 #pragma unroll
   for (int j = 0; j < NTI; ++j)
@@ -238,7 +244,7 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
 template <int WK, int D, int NTI>
 __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   constexpr int PW = pieces_per_chunk<WK, NTI>();
-  constexpr int kValues = values_per_lane<NTI>();
+  constexpr int kValues = values_per_lane(NTI);
   extern __shared__ uint4 smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
@@ -338,16 +344,17 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
     cur = nxt;
   }
 }
-// 16-column items: at most 80 registers (3 blocks of 8 warps per SM); 32-column items: 128 (2
-// blocks: their accumulators and the four tiles' copy rows do not fit 80 without spilling in the
-// chunk loop; BF16's 96 KB of shared memory per block allow 2 anyway).
+// 16-column items (BF16): at most 80 registers (3 blocks of 8 warps per SM); 32-column items (FP8):
+// 128 (2 blocks: their accumulators and the four tiles' copy rows do not fit 80 without spilling
+// in the chunk loop; 3 stages for them lost 1.5% to 2 on the H200).
 template <int WK, int D, int NTI>
 __global__ void __launch_bounds__(256, NTI == kWideNT ? 2 : 3) pipe_gemm_kernel(GemmProblem p, int kpw) {
   pipe_gemm<WK, D, NTI>(p, kpw);
 }
 
-template <int WK, int NTI>
+template <int WK>
 const void* pick_stages(int stages) {
+  constexpr int NTI = item_tiles<WK>();
   auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
   switch (stages) {
     case 2: return k(pipe_gemm_kernel<WK, 2, NTI>);
@@ -355,10 +362,6 @@ const void* pick_stages(int stages) {
     case 8: return k(pipe_gemm_kernel<WK, 8, NTI>);
     default: return k(pipe_gemm_kernel<WK, 4, NTI>);
   }
-}
-template <int WK>
-const void* pick_kernel(int stages, bool wide) {
-  return wide ? pick_stages<WK, kWideNT>(stages) : pick_stages<WK, kNT>(stages);
 }
 
 }  // namespace
@@ -371,28 +374,19 @@ bool pipe_gemm_supported(const GemmProblem& p) {
          p.tile_rows == kEntryRows && p.max_tiles > 0;
 }
 
-int64_t pipe_items_bound(const GemmProblem& p) {
-  const int64_t entries = p.tiles ? std::min<int64_t>(p.max_tiles, std::max(p.M, 1)) : ceil_div(p.M, kEntryRows);
-  return entries * ceil_div(p.N, 8 * kNT);
-}
-
-PipePlan plan_pipe_gemm(const GemmProblem& p, int stages, bool wide) {
+PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.tile_cols = wide ? 8 * kWideNT : 8 * kNT;
   const bool fp8 = p.w_kind == kWeightFP8;
-  const int nti = plan.tile_cols / 8;
+  const int nti = fp8 ? item_tiles<kWeightFP8>() : item_tiles<kWeightBF16>();
+  plan.tile_cols = 8 * nti;
+  plan.kernel = fp8 ? pick_stages<kWeightFP8>(plan.stages) : pick_stages<kWeightBF16>(plan.stages);
   const int ks = k_split(p.K);
   const int pw = nti * (fp8 ? 1 : 2);  // pieces_per_chunk
-  auto smem = [&](int d) {
-    return size_t{16} * ks * d * pw * 32 + size_t{4} * 2 * ks * (nti * 4) * 32 + size_t{4} * ks * d * nti;
-  };
-  // Fewer stages where one block would not fit the 227 KB of an SM (BF16, 32 columns, 8 stages).
-  while (plan.stages > 2 && smem(plan.stages) > size_t{227} * 1024) plan.stages = plan.stages == 8 ? 4 : plan.stages - 1;
-  plan.kernel = fp8 ? pick_kernel<kWeightFP8>(plan.stages, wide) : pick_kernel<kWeightBF16>(plan.stages, wide);
   plan.threads = ks * 32;
   plan.kpw = stream_kpw(p.K);
-  plan.smem_bytes = smem(plan.stages);
+  plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * values_per_lane(nti) * 32 +
+                    size_t{4} * ks * plan.stages * nti;
   const int n_tiles = ceil_div(p.N, plan.tile_cols);
   const int64_t entries = p.tiles ? p.max_tiles : ceil_div(p.M, kEntryRows);
   plan.max_items = entries * n_tiles;

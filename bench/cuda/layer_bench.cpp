@@ -10,7 +10,6 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
-//                             [--pipe-wide F,B,MIN,STAGES]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--out FILE.jsonl]
@@ -31,9 +30,6 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
-// --pipe-wide F,B,MIN,STAGES: pipeline GEMM items of 32 columns for FP8 (F 1) / BF16 (B 1) weights
-// when a problem has at least MIN 16-column items per SM, with STAGES stages (0: pipe_stages)
-// (CudaOptions::pipe_wide_fp8 / _bf16 / _min_items / _stages; A/B of fp8items17).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -491,7 +487,6 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool no_pdl = false;
-  int wide[4] = {-1, -1, -1, -1};  // --pipe-wide F,B,MIN,STAGES
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -513,12 +508,6 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--dense-pipe-rows: expected FP8,BF16 row counts (e.g. 32,8)\n");
         return 2;
       }
-    } else if (!std::strcmp(argv[i], "--pipe-wide") && i + 1 < argc) {
-      if (std::sscanf(argv[++i], "%d,%d,%d,%d", &wide[0], &wide[1], &wide[2], &wide[3]) != 4 || wide[0] < 0 ||
-          wide[1] < 0 || wide[2] < 0 || wide[3] < 0) {
-        std::fprintf(stderr, "--pipe-wide: expected FP8,BF16,MIN_ITEMS,STAGES (e.g. 1,0,4,0)\n");
-        return 2;
-      }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
     else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
@@ -538,12 +527,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (wide[0] >= 0) {
-      opts.cuda.pipe_wide_fp8 = wide[0] != 0;
-      opts.cuda.pipe_wide_bf16 = wide[1] != 0;
-      opts.cuda.pipe_wide_min_items = wide[2];
-      opts.cuda.pipe_wide_stages = wide[3];
-    }
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

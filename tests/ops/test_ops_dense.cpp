@@ -284,8 +284,8 @@ TEST_F(DenseOps, GemmPair) {
 // The pipeline kernel's dense form (gemm_pipe.cu: few-row dense gemm and gemm_pair, launched as
 // programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
 // the stream kernel's bits: against a backend that keeps them on the stream kernel
-// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages, with items of 16
-// columns and of 32 (CudaOptions::pipe_wide_*, fp8items17: the same bits); and against the CPU.
+// (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages; and against the CPU.
+// FP8 items are 32 columns (fp8items17), BF16 16.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
 // of 16, N leaving a partial 32-column item (16 or 4 columns of it, the last or one of the two
 // halves past N: 48, 304, 160 | 100), a 32-column item across gemm_pair's two weights (n_half
@@ -293,25 +293,19 @@ TEST_F(DenseOps, GemmPair) {
 // warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
-  auto backend_with = [](bool pipe, int stages, bool wide = false) {
+  auto backend_with = [](bool pipe, int stages) {
     BackendOptions o = env_backend_options();
     o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
     o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
     o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
     o.cuda.pipe_stages = stages;
-    o.cuda.pipe_wide_fp8 = o.cuda.pipe_wide_bf16 = wide;
-    o.cuda.pipe_wide_min_items = 0;  // every problem, when wide
-    o.cuda.pipe_wide_stages = 0;
     return make_cuda_backend(o);
   };
   const auto stream = backend_with(false, 2);
   const std::pair<const char*, std::unique_ptr<Backend>> pipes[] = {
       {"pipe (2 stages)", backend_with(true, 2)},
       {"pipe (3 stages)", backend_with(true, 3)},
-      {"pipe (8 stages)", backend_with(true, 8)},
-      {"pipe (2 stages, 32 columns)", backend_with(true, 2, true)},
-      {"pipe (3 stages, 32 columns)", backend_with(true, 3, true)},
-      {"pipe (8 stages, BF16 4, 32 columns)", backend_with(true, 8, true)}};
+      {"pipe (8 stages)", backend_with(true, 8)}};
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},

@@ -429,8 +429,8 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
 // host) equal the host-made ones byte for byte: what --random-weights --dtype fp8 loads.
 // Every e4m3 code through the weight-streaming kernels (fp8dec17), which turn FP8 weight bytes
 // into BF16 in registers (stream_mma.cuh fp8x16_to_bf16x16) before a BF16 MMA: each code must
-// come out as its exact value, on the pipeline kernel's dense form (rows <= 64; items of 16 and of
-// 32 columns, N 80 leaving a partial one) and on the stream kernel.
+// come out as its exact value, on the pipeline kernel's dense form (rows <= 64; items of 32
+// columns, N 80 leaving a partial one) and on the stream kernel.
 //  1. Weight [64, 256] holding code (n + k) & 255 at row n, column k, the two NaN codes replaced
 //     by 0 (a NaN anywhere in a weight row makes that whole output column NaN, whatever the
 //     activations: 0 x NaN is NaN): every other code at every byte of a lane's 16; scales 2^-4
@@ -443,19 +443,16 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
 //     are within kTolBF16 of the CPU gemm (the rows of magnitude 1e-3 .. 1e3).
 // Outputs NaN-poisoned between guard bytes.
 TEST_F(Fp8Ops, EveryE4m3CodeExactInStreamingKernels) {
-  auto backend_with = [](bool pipe, bool wide = false) {
+  auto backend_with = [](bool pipe) {
     BackendOptions o = env_backend_options();
     o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;  // 0: FP8 rows (<= 128) on the stream kernel
-    o.cuda.pipe_wide_fp8 = wide;
-    o.cuda.pipe_wide_min_items = 0;
     return make_cuda_backend(o);
   };
   struct Arm {
     const char* name;
     std::unique_ptr<Backend> b;
   };
-  Arm arms[] = {{"pipe", backend_with(true)}, {"stream", backend_with(false)},
-                {"pipe, 32 columns", backend_with(true, true)}};
+  Arm arms[] = {{"pipe", backend_with(true)}, {"stream", backend_with(false)}};
   auto run = [&](Backend& b, const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                  const std::vector<float>& x, int64_t M, int64_t N, int64_t K, const std::string& what) {
     Weight w;
@@ -539,7 +536,7 @@ TEST_F(Fp8Ops, EveryE4m3CodeExactInStreamingKernels) {
       }
       expect_close(g, r, kTolBF16, what);
       if (ref.empty()) {
-        ref = got;  // the pipeline kernel; the stream kernel and the 32-column items must give its bits
+        ref = got;  // the pipeline kernel; the stream kernel must give its bits
         continue;
       }
       for (size_t i = 0; i < got.size(); ++i)

@@ -39,9 +39,6 @@ void expect_defaults(const CudaOptions& o) {
   EXPECT_EQ(o.pipe_dense_fp8_rows, d.pipe_dense_fp8_rows);
   EXPECT_EQ(o.pipe_dense_bf16_rows, d.pipe_dense_bf16_rows);
   EXPECT_EQ(o.pdl, d.pdl);
-  EXPECT_EQ(o.pipe_wide_fp8, d.pipe_wide_fp8);
-  EXPECT_EQ(o.pipe_wide_bf16, d.pipe_wide_bf16);
-  EXPECT_EQ(o.pipe_wide_min_items, d.pipe_wide_min_items);
 }
 
 TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
