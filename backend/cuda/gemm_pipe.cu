@@ -35,16 +35,30 @@ namespace {
 using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 
 constexpr int kEntryRows = 16;      // rows per entry: one m16 MMA tile (MT = 1)
-constexpr int kValues = kNT * 4;    // accumulator values per lane (MT 1 x NT 2 x 4)
+// n8 tiles per item (NTI): BF16 kNT (16 columns, the stream kernel's tile), FP8 kWideNT (32
+// columns: two 16-column tiles of one entry in one item, sharing its activation loads and its
+// per-item and per-chunk bookkeeping, so a warp's chunk is 2 KB as for BF16; H200, bench/NOTES.md
+// fp8items17: FP8 decode -5.6 / -9.7 / -13.0 / -9.6% at batch 1 / 8 / 32 / 64 against main's 16 columns;
+// BF16 with 32 columns was -1.3% at batch 1, +0.3% at 8, equal at 32 / 64). Every column's
+// products, their order, the FP8 scales and the split-K sum are those of the 16-column item: the
+// same bits as the stream kernel.
+constexpr int kWideNT = 2 * kNT;
+template <int WK>
+constexpr int item_tiles() {
+  return WK == kWeightFP8 ? kWideNT : kNT;
+}
+constexpr int values_per_lane(int nti) {  // accumulator values per lane (MT 1 x NTI x 4)
+  return nti * 4;
+}
 
 // BF16 stage slot (16 bytes) of n8 tile j, row r (0..7), segment c (0..7) of the 128-byte
 // chunk: rows of 8 slots, the segment XOR (r & 1) so that the 8 lanes of a quarter warp
 // reading (rows g, g + 1; segments 2q + h) hit 8 different 16-byte bank groups.
 __device__ __forceinline__ int bf16_slot(int j, int r, int c) { return j * 64 + r * 8 + (c ^ (r & 1)); }
 
-template <int WK>
+template <int WK, int NTI>
 constexpr int pieces_per_chunk() {  // 16-byte pieces per lane per 64-wide chunk
-  return kNT * (WK == kWeightFP8 ? 1 : 2);
+  return NTI * (WK == kWeightFP8 ? 1 : 2);
 }
 
 // 16 bytes global -> shared, not cached in L1 (every weight byte is read once). (The
@@ -63,50 +77,54 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// The weight rows one lane copies for the 16-column tile at column n0 of group grp (issue
-// side): one row per copy instruction, i = j (FP8) or 2 j + half (BF16), and (FP8) the scale
-// row of each n8 tile's 128-row block.
+// The weight rows one lane copies for the NTI n8 tiles at column n0 of group grp (issue side):
+// one row per copy instruction, i = j (FP8) or 2 j + half (BF16), and (FP8) the scale row of
+// n8 tile `lane`'s 128-row block (lanes < NTI copy the scales). A 32-column item looks its
+// weight up per 16-column half (gemm_pair / gate|up: the halves may read different weights).
 // BF16: copy instruction (j, half) moves rows half * 4 + lane / 8 of n8 tile j, 16 bytes at
 // 16 * (lane % 8): 4 whole 128-byte row segments per instruction (the fragment order, 32-byte
 // stride per lane, would fetch each L2 sector twice). FP8: lane (g, q) copies row g, 16 bytes
 // at 16 q: whole 64-byte segments already, read back by the same lane.
-template <int WK>
+template <int WK, int NTI>
 struct RowPtrs {
-  static constexpr int kRows = WK == kWeightFP8 ? kNT : 2 * kNT;
+  static constexpr int kRows = WK == kWeightFP8 ? NTI : 2 * NTI;
   const char* w[kRows];
-  const float* s[kNT];
+  const float* s;  // FP8, lanes < NTI: the scale row of n8 tile `lane`
 };
-template <int WK>
-__device__ __forceinline__ void row_ptrs(const GemmProblem& p, int grp, int n0, int copy_row, RowPtrs<WK>& rp) {
+template <int WK, int NTI>
+__device__ __forceinline__ void row_ptrs(const GemmProblem& p, int grp, int n0, int copy_row, int lane,
+                                         RowPtrs<WK, NTI>& rp) {
   constexpr int esz = WK == kWeightFP8 ? 1 : 2;
-  const WeightSource w = weight_source<WK>(p, grp, n0);
+  constexpr int kHalfRows = RowPtrs<WK, NTI>::kRows / (NTI / kNT);  // copy rows per 16 columns
 #pragma unroll
-  for (int i = 0; i < RowPtrs<WK>::kRows; ++i) {
-    const int j = WK == kWeightFP8 ? i : i >> 1;
-    const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
-    const int r = min(w.wrow0 + j * 8 + row, w.wrows - 1);  // clamp: columns past N are not stored
-    rp.w[i] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * p.K * esz;
-  }
-  if constexpr (WK == kWeightFP8) {
+  for (int h = 0; h < NTI / kNT; ++h) {
+    const WeightSource w = weight_source<WK>(p, grp, n0 + h * 8 * kNT);
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) rp.s[j] = w.s + (min(w.wrow0 + j * 8, w.wrows - 1) / 128) * p.scale_cols;
+    for (int i = 0; i < kHalfRows; ++i) {
+      const int j = WK == kWeightFP8 ? i : i >> 1;  // n8 tile within the half
+      const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
+      const int r = min(w.wrow0 + j * 8 + row, w.wrows - 1);  // clamp: columns past N are not stored
+      rp.w[h * kHalfRows + i] = static_cast<const char*>(w.base) + static_cast<int64_t>(r) * p.K * esz;
+    }
+    if constexpr (WK == kWeightFP8) {
+      if ((lane >> 1) == h) rp.s = w.s + (min(w.wrow0 + (lane & 1) * 8, w.wrows - 1) / 128) * p.scale_cols;
+    }
   }
 }
 
-// Copies of the chunk at K offset k into stage st (and FP8: its scales into sc[kNT]).
-template <int WK>
-__device__ __forceinline__ void copy_chunk(uint4* st, float* sc, const RowPtrs<WK>& rp, int k, int lane, int copy_row) {
+// Copies of the chunk at K offset k into stage st (and FP8: its scales into sc[NTI]).
+template <int WK, int NTI>
+__device__ __forceinline__ void copy_chunk(uint4* st, float* sc, const RowPtrs<WK, NTI>& rp, int k, int lane,
+                                           int copy_row) {
   if constexpr (WK == kWeightFP8) {
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      cp_async16(st + j * 32 + lane, rp.w[j] + k + 16 * (lane & 3));
-      if (lane == j) cp_async4(sc + j, rp.s[j] + k / 128);
-    }
+    for (int j = 0; j < NTI; ++j) cp_async16(st + j * 32 + lane, rp.w[j] + k + 16 * (lane & 3));
+    if (lane < NTI) cp_async4(sc + lane, rp.s + k / 128);
   } else {
     (void)sc;
     const int seg = lane & 7;  // 16-byte segment of the row's 128-byte chunk
 #pragma unroll
-    for (int i = 0; i < RowPtrs<WK>::kRows; ++i) {
+    for (int i = 0; i < RowPtrs<WK, NTI>::kRows; ++i) {
       const int row = (i & 1) * 4 + copy_row;
       cp_async16(st + bf16_slot(i >> 1, row, seg), rp.w[i] + static_cast<int64_t>(k) * 2 + 16 * seg);
     }
@@ -128,12 +146,12 @@ __device__ __forceinline__ void load_a(Chunk16 (&a16)[2], const bf16* const (&ar
   }
 }
 
-// One chunk's MMAs from stage st (FP8: chunk scales sc[kNT]) into acc.
-template <int WK>
-__device__ __forceinline__ void chunk_mma(float (&acc)[kNT][4], const Chunk16 (&a16)[2], const uint4* st,
+// One chunk's MMAs from stage st (FP8: chunk scales sc[NTI]) into acc.
+template <int WK, int NTI>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NTI][4], const Chunk16 (&a16)[2], const uint4* st,
                                           const float* sc, int lane, int g, int q) {
 #pragma unroll
-  for (int j = 0; j < kNT; ++j) {
+  for (int j = 0; j < NTI; ++j) {
     WRaw<WK> raw;
     if constexpr (WK == kWeightFP8) {
       raw.u[0] = st[j * 32 + lane];
@@ -163,15 +181,17 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[kNT][4], const Chunk16 (&
   }
 }
 
-// Split-K sum in warp order through rb ([ks][kValues][32] floats) and the stores of rows
-// [r0, r1), columns [n0, n0 + 16) of group grp; value v (n8 tile v / 4, element v % 4) by warp
-// v % ks. One block barrier: the caller alternates rb between two halves by item parity (the
+// Split-K sum in warp order through rb ([ks][NTI * 4][32] floats) and the stores of rows
+// [r0, r1), columns [n0, n0 + 8 NTI) of group grp; value v (n8 tile v / 4, element v % 4) by
+// warp v % ks. One block barrier: the caller alternates rb between two halves by item parity (the
 // next item writes the other half; the one after it waits for these readers at its barrier).
-__device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const float (&acc)[kNT][4], int warp,
+template <int NTI>
+__device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const float (&acc)[NTI][4], int warp,
                                           int ks, int lane, int grp, int r0, int r1, int n0) {
+  constexpr int kValues = values_per_lane(NTI);
   const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-  for (int j = 0; j < kNT; ++j)
+  for (int j = 0; j < NTI; ++j)
 #pragma unroll
     for (int v = 0; v < 4; ++v) rb[(warp * kValues + j * 4 + v) * 32 + lane] = acc[j][v];
   __syncthreads();
@@ -193,13 +213,14 @@ struct ItemRows {
   const bf16* ar[2];
   bool av[2];
 };
+template <int NTI>
 __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t, int g) {
   ItemRows it;
   const int2 entry = p.tiles ? p.tiles[e] : make_int2(0, e * kEntryRows);
   it.grp = entry.x;
   it.r0 = entry.y;
   it.r1 = min(p.group_offsets ? p.group_offsets[it.grp + 1] : p.M, it.r0 + kEntryRows);
-  it.n0 = t * 8 * kNT;
+  it.n0 = t * 8 * NTI;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = it.r0 + h * 8 + g;
@@ -220,15 +241,16 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
 //   current item, and the activations are loaded one chunk ahead in registers (the next item's
 //   first chunk during the current item's last), so no MMA waits on its own activation loads;
 // - at most 80 registers (3 blocks of 8 warps per SM; unbounded the look-ahead took 96-114).
-template <int WK, int D>
+template <int WK, int D, int NTI>
 __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
-  constexpr int PW = pieces_per_chunk<WK>();
+  constexpr int PW = pieces_per_chunk<WK, NTI>();
+  constexpr int kValues = values_per_lane(NTI);
   extern __shared__ uint4 smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   uint4* stages = smem + warp * D * PW * 32;  // this warp's [D][PW][32]
   float* red = reinterpret_cast<float*>(smem + ks * D * PW * 32);  // [2][ks][kValues][32]
-  float* scales = red + 2 * ks * kValues * 32 + warp * D * kNT;  // this warp's [D][kNT] (FP8)
+  float* scales = red + 2 * ks * kValues * 32 + warp * D * NTI;  // this warp's [D][NTI] (FP8)
 
   // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
   // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
@@ -236,7 +258,7 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   // launches it plain, where the wait is a no-op).
   const bool dense = p.tiles == nullptr;
   if (!dense) pdl_wait();
-  const int n_tiles = (p.N + 8 * kNT - 1) / (8 * kNT);
+  const int n_tiles = (p.N + 8 * NTI - 1) / (8 * NTI);
   const int entries = p.tiles ? *p.num_tiles : (p.M + kEntryRows - 1) / kEntryRows;
   const int total = entries * n_tiles;
   const int first = blockIdx.x, stride = gridDim.x;
@@ -263,16 +285,16 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   // Issue side: copies of step s (item s / nch, chunk s % nch) into stage s % D, steps in order.
   // The item's weight rows are looked up once per item.
   const int copy_row = WK == kWeightFP8 ? g : lane >> 3;
-  RowPtrs<WK> rp = {};
+  RowPtrs<WK, NTI> rp = {};
   int ie = e_first, it = t_first, ic = 0;  // the item and chunk of the next copy
   auto issue = [&](int s) {
     const int c = ic;
-    if (ic == 0) row_ptrs<WK>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * kNT, copy_row, rp);
+    if (ic == 0) row_ptrs<WK, NTI>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * NTI, copy_row, lane, rp);
     if (++ic == nch) {
       ic = 0;
       advance(ie, it);
     }
-    copy_chunk<WK>(stages + (s % D) * PW * 32, scales + (s % D) * kNT, rp, kb + c * kChunk, lane, copy_row);
+    copy_chunk<WK, NTI>(stages + (s % D) * PW * 32, scales + (s % D) * NTI, rp, kb + c * kChunk, lane, copy_row);
   };
 #pragma unroll
   for (int s = 0; s < D; ++s) {
@@ -285,19 +307,19 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   ItemRows cur{}, nxt{};  // this item's rows, the next item's
   int ne = e_first, nt = t_first;  // the item after `cur`
   Chunk16 a16[2];  // the activations of the chunk the next MMAs take
-  cur = item_rows(p, ne, nt, g);
+  cur = item_rows<NTI>(p, ne, nt, g);
   advance(ne, nt);
   if (nch > 0) load_a(a16, cur.ar, cur.av, kb, q);
   int s = 0;
   for (int n = 0; n < num_items; ++n) {
     const bool more = n + 1 < num_items;
     if (more) {
-      nxt = item_rows(p, ne, nt, g);
+      nxt = item_rows<NTI>(p, ne, nt, g);
       advance(ne, nt);
     }
-    float acc[kNT][4];
+    float acc[NTI][4];
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+    for (int j = 0; j < NTI; ++j)
 #pragma unroll
       for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
 
@@ -311,30 +333,34 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
       }
       cp_async_wait<D - 1>();  // this lane's copies of step s have landed
       __syncwarp();  // and every lane's (BF16 rows and FP8 scales are read across lanes)
-      chunk_mma<WK>(acc, a16, stages + (s % D) * PW * 32, scales + (s % D) * kNT, lane, g, q);
+      chunk_mma<WK, NTI>(acc, a16, stages + (s % D) * PW * 32, scales + (s % D) * NTI, lane, g, q);
       __syncwarp();  // stage s % D is refilled only after every lane has read it
       if (s + D < steps) issue(s + D);
       cp_async_commit();
 #pragma unroll
       for (int h = 0; h < 2; ++h) a16[h] = an[h];
     }
-    sum_store(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, cur.grp, cur.r0, cur.r1, cur.n0);
+    sum_store<NTI>(p, red + (n & 1) * ks * kValues * 32, acc, warp, ks, lane, cur.grp, cur.r0, cur.r1, cur.n0);
     cur = nxt;
   }
 }
-template <int WK, int D>
-__global__ void __launch_bounds__(256, 3) pipe_gemm_kernel(GemmProblem p, int kpw) {
-  pipe_gemm<WK, D>(p, kpw);
+// 16-column items (BF16): at most 80 registers (3 blocks of 8 warps per SM); 32-column items (FP8):
+// 128 (2 blocks: their accumulators and the four tiles' copy rows do not fit 80 without spilling
+// in the chunk loop; 3 stages for them lost 1.5% to 2 on the H200).
+template <int WK, int D, int NTI>
+__global__ void __launch_bounds__(256, NTI == kWideNT ? 2 : 3) pipe_gemm_kernel(GemmProblem p, int kpw) {
+  pipe_gemm<WK, D, NTI>(p, kpw);
 }
 
 template <int WK>
 const void* pick_stages(int stages) {
+  constexpr int NTI = item_tiles<WK>();
   auto k = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
   switch (stages) {
-    case 2: return k(pipe_gemm_kernel<WK, 2>);
-    case 3: return k(pipe_gemm_kernel<WK, 3>);
-    case 8: return k(pipe_gemm_kernel<WK, 8>);
-    default: return k(pipe_gemm_kernel<WK, 4>);
+    case 2: return k(pipe_gemm_kernel<WK, 2, NTI>);
+    case 3: return k(pipe_gemm_kernel<WK, 3, NTI>);
+    case 8: return k(pipe_gemm_kernel<WK, 8, NTI>);
+    default: return k(pipe_gemm_kernel<WK, 4, NTI>);
   }
 }
 
@@ -351,14 +377,17 @@ bool pipe_gemm_supported(const GemmProblem& p) {
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   PipePlan plan;
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
-  plan.kernel = p.w_kind == kWeightFP8 ? pick_stages<kWeightFP8>(plan.stages) : pick_stages<kWeightBF16>(plan.stages);
+  const bool fp8 = p.w_kind == kWeightFP8;
+  const int nti = fp8 ? item_tiles<kWeightFP8>() : item_tiles<kWeightBF16>();
+  plan.tile_cols = 8 * nti;
+  plan.kernel = fp8 ? pick_stages<kWeightFP8>(plan.stages) : pick_stages<kWeightBF16>(plan.stages);
   const int ks = k_split(p.K);
-  const int pw = p.w_kind == kWeightFP8 ? pieces_per_chunk<kWeightFP8>() : pieces_per_chunk<kWeightBF16>();
+  const int pw = nti * (fp8 ? 1 : 2);  // pieces_per_chunk
   plan.threads = ks * 32;
   plan.kpw = stream_kpw(p.K);
-  plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * kValues * 32 +
-                    size_t{4} * ks * plan.stages * kNT;
-  const int n_tiles = ceil_div(p.N, 8 * kNT);
+  plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * values_per_lane(nti) * 32 +
+                    size_t{4} * ks * plan.stages * nti;
+  const int n_tiles = ceil_div(p.N, plan.tile_cols);
   const int64_t entries = p.tiles ? p.max_tiles : ceil_div(p.M, kEntryRows);
   plan.max_items = entries * n_tiles;
   return plan;

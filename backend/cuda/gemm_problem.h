@@ -86,12 +86,15 @@ void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool pdl = fa
 struct PipePlan {
   const void* kernel = nullptr;
   int stages = 2;    // 2, 3, 4 or 8 chunk copies in flight per warp
+  int tile_cols = 16;  // columns per item: 16 (BF16), 32 (FP8: two 16-column tiles of one entry)
   int threads = 0;   // ks warps
   int kpw = 0;       // K values per warp
   size_t smem_bytes = 0;  // dynamic shared memory (the caller raises the kernel's limit)
   int64_t max_items = 0;  // grid bound: max_tiles x column tiles
 };
 bool pipe_gemm_supported(const GemmProblem& p);
+// FP8 items are 32 columns wide (the same bits as 16: each column's products, order and split-K
+// sum are unchanged; the activation loads and per-item bookkeeping shared by both halves).
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
 // pdl: launched as a programmatic dependent of the previous kernel in the stream (the dense form

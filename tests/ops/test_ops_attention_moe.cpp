@@ -772,7 +772,7 @@ TEST_F(AttentionMoe, MlaPagedVerifyRunsMatchCpuAndDecodeBits) {
 // stream kernel's bits: 2, 3, 4 and 8 stages (CudaOptions::pipe_stages; 8: one block per SM,
 // many items per block: the pipeline crosses item boundaries) against 0 (the stream kernel),
 // (fp8dec17b: the next item's rows and the next chunk's activations are loaded ahead, across item
-// boundaries too; the same bits).
+// boundaries too; the same bits). FP8 items are 32 columns (fp8items17; the same bits), BF16 16.
 // Shapes: bench-like K 1024 / 704 (down: 2 warps of unequal K), K 2112 (8 warps, the last
 // with no chunk), 16 tokens, FP8.
 TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {

@@ -285,8 +285,11 @@ TEST_F(DenseOps, GemmPair) {
 // programmatic dependents; CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, dec18) gives
 // the stream kernel's bits: against a backend that keeps them on the stream kernel
 // (stream_max_rows 64, no dense pipe), at 2 (the default), 3 and 8 stages; and against the CPU.
+// FP8 items are 32 columns (fp8items17), BF16 16.
 // Shapes: one row, a partial entry (5, 17, 40 rows), exactly 16 and 64 rows; N not a multiple
-// of 16; K 2112 (8 warps, the last with no chunk), K 1408 (5 warps, unequal), K 1344 (the last
+// of 16, N leaving a partial 32-column item (16 or 4 columns of it, the last or one of the two
+// halves past N: 48, 304, 160 | 100), a 32-column item across gemm_pair's two weights (n_half
+// 48, 304 = 16 mod 32); K 2112 (8 warps, the last with no chunk), K 1408 (5 warps, unequal), K 1344 (the last
 // warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {

@@ -429,8 +429,8 @@ TEST_F(Fp8Ops, MoeExpertsTakeFp8ActivationsForManyRows) {
 // host) equal the host-made ones byte for byte: what --random-weights --dtype fp8 loads.
 // Every e4m3 code through the weight-streaming kernels (fp8dec17), which turn FP8 weight bytes
 // into BF16 in registers (stream_mma.cuh fp8x16_to_bf16x16) before a BF16 MMA: each code must
-// come out as its exact value, on the pipeline kernel's dense form (rows <= 64) and on the stream
-// kernel.
+// come out as its exact value, on the pipeline kernel's dense form (rows <= 64; items of 32
+// columns, N 80 leaving a partial one) and on the stream kernel.
 //  1. Weight [64, 256] holding code (n + k) & 255 at row n, column k, the two NaN codes replaced
 //     by 0 (a NaN anywhere in a weight row makes that whole output column NaN, whatever the
 //     activations: 0 x NaN is NaN): every other code at every byte of a lane's 16; scales 2^-4
