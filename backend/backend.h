@@ -138,13 +138,6 @@ struct CudaOptions {
   // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
   bool pdl = true;
-  // gemm_pair_rms_norm / gemm_add_rms_norm (MLA's q_a | kv_a norms, o_proj's residual add and
-  // post-attention norm) of 1 .. row_epilogue_rows rows on the pipeline kernel's dense form: the
-  // norms as a row epilogue of the GEMM's launch (row_norm.h); 0: the norm kernels after it.
-  // row_epilogue_split: the last (rows x norms) blocks to finish share the rows (false: the last
-  // one alone).
-  int64_t row_epilogue_rows = 16;
-  bool row_epilogue_split = true;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
@@ -230,15 +223,6 @@ class Backend {
   // out = y, or out += y when accumulate (y rounded to out's dtype first, as silu_mul +
   // gemm + add would give). CUDA applies the gate in the GEMM's activation load.
   virtual void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate);
-  // gemm_pair, then rms_norm_pair of out1 (weight norm1) and of out2's first norm2.numel()
-  // columns (norm2), each in place (MLA: q_a and the c_kv part of kv_a). CUDA: the norms in the
-  // GEMM's launch for few rows (CudaOptions::row_epilogue_rows), the same bits.
-  virtual void gemm_pair_rms_norm(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
-                                  Tensor& out2, const Tensor& norm1, const Tensor& norm2, float eps);
-  // gemm(x, w, out), then add_rms_norm(residual, out, norm, eps, normed) (o_proj and the
-  // post-attention norm). CUDA: as gemm_pair_rms_norm.
-  virtual void gemm_add_rms_norm(const Tensor& x, const Weight& w, Tensor& out, Tensor& residual,
-                                 const Tensor& norm, float eps, Tensor& normed);
 
   // --- fp8 activations (CPU reference defaults in backend/cpu/fp8.cpp; CUDA fp8_gemm.cu) ---
   // DeepSeek-V3's 1x128 activation quantization: for row m and 128-column block b of x [M, K]

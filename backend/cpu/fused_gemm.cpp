@@ -1,5 +1,5 @@
-// Default Backend::gemm_pair, gemm_swiglu, gemm_pair_rms_norm and gemm_add_rms_norm:
-// compositions of gemm, silu_mul, add and the norms. They are the reference for backends that fuse them (tests/ops compares CUDA with
+// Default Backend::gemm_pair and Backend::gemm_swiglu: compositions of gemm, silu_mul and
+// add. They are the reference for backends that fuse them (tests/ops compares CUDA with
 // them) and the CPU implementation.
 #include "backend/backend.h"
 
@@ -25,22 +25,6 @@ void Backend::gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, b
   DeviceBuffer y = alloc(out.dtype, {T, w.out_features()});  // [T, N]
   gemm(act.tensor(), w, y.tensor());
   add(out, y.tensor());
-}
-
-void Backend::gemm_pair_rms_norm(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1, Tensor& out2,
-                                 const Tensor& norm1, const Tensor& norm2, float eps) {
-  DI_CHECK(out2.ndim == 2 && norm2.numel() <= out2.shape[1], "gemm_pair_rms_norm: norm2 ", norm2.describe(),
-           " is wider than out2 ", out2.describe());
-  gemm_pair(x, w1, w2, out1, out2);
-  Tensor head = out2;  // out2's first norm2.numel() columns
-  head.shape[1] = norm2.numel();
-  rms_norm_pair(out1, norm1, out1, head, norm2, head, eps);
-}
-
-void Backend::gemm_add_rms_norm(const Tensor& x, const Weight& w, Tensor& out, Tensor& residual, const Tensor& norm,
-                                float eps, Tensor& normed) {
-  gemm(x, w, out);
-  add_rms_norm(residual, out, norm, eps, normed);
 }
 
 }  // namespace deepinfer

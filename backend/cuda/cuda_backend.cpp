@@ -101,10 +101,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
   pdl_ = o.pdl;
-  DI_CHECK(o.row_epilogue_rows >= 0, "cuda backend: CudaOptions::row_epilogue_rows must be >= 0, got ",
-           o.row_epilogue_rows);
-  row_epilogue_rows_ = o.row_epilogue_rows;
-  row_epilogue_split_ = o.row_epilogue_split;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;
@@ -121,8 +117,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
           "cuda backend init (side events)");
   DI_CUDA(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming),
           "cuda backend init (side events)");
-  DI_CUDA(cudaMalloc(&epi_counters_, 2 * sizeof(unsigned)), "cuda backend init (row epilogue counters)");
-  DI_CUDA(cudaMemset(epi_counters_, 0, 2 * sizeof(unsigned)), "cuda backend init (row epilogue counters)");
 }
 
 CudaBackend::~CudaBackend() {
@@ -132,7 +126,6 @@ CudaBackend::~CudaBackend() {
   if (side_fork_) cudaEventDestroy(side_fork_);
   if (side_done_) cudaEventDestroy(side_done_);
   cudaFree(side_lt_workspace_);
-  cudaFree(epi_counters_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
   for (cudaEvent_t e : fence_events_) cudaEventDestroy(e);
   for (cudaGraphExec_t g : graphs_) {

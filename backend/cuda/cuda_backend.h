@@ -27,8 +27,7 @@
 
 namespace deepinfer::cuda {
 
-struct GemmProblem;  // gemm_problem.h
-struct RowEpilogue;  // row_norm.h
+struct GemmProblem;  // gemm_kernels.h
 
 class CudaBackend final : public Backend {
  public:
@@ -53,11 +52,6 @@ class CudaBackend final : public Backend {
   void gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
                  Tensor& out2) override;
   void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) override;
-  // The norms after a few-row GEMM in the GEMM's own launch (row epilogue, row_norm.h; gemm.cu).
-  void gemm_pair_rms_norm(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1, Tensor& out2,
-                          const Tensor& norm1, const Tensor& norm2, float eps) override;
-  void gemm_add_rms_norm(const Tensor& x, const Weight& w, Tensor& out, Tensor& residual, const Tensor& norm,
-                         float eps, Tensor& normed) override;
   void quantize_fp8_1x128(const Tensor& x, Tensor& q, Tensor& scales) override;
   void gemm_fp8_1x128(const Tensor& q, const Tensor& scales, const Weight& w, Tensor& out) override;
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
@@ -179,10 +173,7 @@ class CudaBackend final : public Backend {
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
   // Launches p on the shared-memory pipeline kernel (gemm_pipe.cu: grouped experts or the dense
   // form) with the stages of its weight kind; false (nothing launched) when it does not take p.
-  // epi: a row epilogue (row_norm.h) on a dense problem's launch (the counter and workers are
-  // filled in here).
-  bool launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes,
-                   const RowEpilogue* epi = nullptr);
+  bool launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes);
   // Device table of expert weight pointers (built once per experts vector, cached).
   struct ExpertTable {
     DeviceBuffer ptrs;  // 6 * E pointers: gate w, up w, down w, gate s, up s, down s
@@ -222,13 +213,6 @@ class CudaBackend final : public Backend {
                        float softmax_scale, int v_dim, Tensor& out, const char* op);
   // Device-to-device copy of equal-shaped tensors with any strides (elementwise.cu).
   void copy_strided(const Tensor& src, Tensor& dst);
-  // gemm and gemm_pair with a row epilogue (nullptr: none) for the pipeline launch; true when the
-  // epilogue ran there, false when the GEMM took another path (the caller runs the norm).
-  bool gemm_with(const Tensor& x, const Weight& w, Tensor& out, const RowEpilogue* epi);
-  bool gemm_pair_with(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1, Tensor& out2,
-                      const RowEpilogue* epi);
-  // CudaOptions::row_epilogue_rows: GEMMs of 1 .. that many rows take their norms as a row epilogue.
-  bool row_epilogue_fits(int64_t rows) const;
   // True when a dense GEMM of M rows with this weight would run on the stream kernel (the
   // choice gemm() makes), so a fused form on that kernel gives the same bits per row.
   bool dense_rows_on_stream(int64_t M, const Weight& w) const;
@@ -305,12 +289,6 @@ class CudaBackend final : public Backend {
   int64_t pipe_dense_fp8_rows_ = 32;
   int64_t pipe_dense_bf16_rows_ = 8;
   bool pdl_ = true;
-  // CudaOptions::row_epilogue_rows / row_epilogue_split (gemm_pair_rms_norm, gemm_add_rms_norm on the
-  // pipeline kernel's dense form); epi_counters_: the epilogue's arrival counters, [0] for the main
-  // line, [1] for the side line (zero between launches).
-  int64_t row_epilogue_rows_ = 16;
-  bool row_epilogue_split_ = true;
-  unsigned* epi_counters_ = nullptr;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256

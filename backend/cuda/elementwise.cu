@@ -7,7 +7,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl_launch.cuh"
-#include "backend/cuda/row_norm.cuh"
 #include "backend/random.h"
 
 namespace deepinfer::cuda {
@@ -27,14 +26,31 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, int tabl
 }
 
 // One block per row. out = rms_norm(res + x) with res updated (ADD) or rms_norm(x): the row
-// summed in one pass, then read again for the output (row_norm.cuh, shared with the GEMMs' row
-// epilogue). (A register path holding rows of up to 8 x threads, dec17, lost its A/B to this
-// loop: 2.1-2.7% per step at batch 1, 0.5-1.4% above, H200, bench/NOTES.md dec18.)
-__global__ void rms_norm_kernel(NormRows n, float eps) {
+// summed in one pass, then read again for the output. (A register path holding rows of up to
+// 8 x threads, dec17, lost its A/B to this loop: 2.1-2.7% per step at batch 1, 0.5-1.4% above,
+// H200, bench/NOTES.md dec18.)
+__global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
+                                int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
+                                void* out, int out_kind, int64_t ldo, bool add) {
   pdl_wait();     // a programmatic dependent (pdl_launch.cuh): x and res after the kernel before
   pdl_trigger();  // the next GEMM may start streaming its weights (dec18)
   __shared__ float scratch[32];
-  rms_norm_row<false>(n, blockIdx.x, eps, scratch);
+  const int64_t r = blockIdx.x;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    float v = ld(x, r * ldx + c, x_kind);
+    if (add) {
+      v = round_to(ld(res, r * ldr + c, res_kind) + v, res_kind);
+      st(res, r * ldr + c, res_kind, v);
+    }
+    ss += v * v;
+  }
+  const float total = block_sum(ss, scratch);
+  const float inv = rsqrtf(total / static_cast<float>(H) + eps);
+  for (int64_t c = threadIdx.x; c < H; c += blockDim.x) {
+    const float v = add ? ld(res, r * ldr + c, res_kind) : ld(x, r * ldx + c, x_kind);
+    st(out, r * ldo + c, out_kind, v * inv * ld(w, c, w_kind));
+  }
 }
 
 // One block per row: out = (x - mean) * rsqrt(var + eps) * w + b (biased variance, fp32; two
@@ -285,19 +301,42 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
-  const NormRows n = norm_rows_of(x, weight, out, nullptr, "rms_norm");
-  const int64_t rows = rows_of(x, "rms_norm x").rows;
-  if (rows == 0) return;
-  launch_pdl(pdl_, static_cast<unsigned>(rows), n.threads, 0, stream_, rms_norm_kernel, n, eps);
+  const RowView xv = rows_of(x, "rms_norm x");
+  const RowView ov = rows_of(out, "rms_norm out");
+  check_float(x, "rms_norm x");
+  check_float(out, "rms_norm out");
+  check_float(weight, "rms_norm weight");
+  DI_CHECK(weight.numel() == xv.cols && weight.is_contiguous() && ov.rows == xv.rows &&
+               ov.cols == xv.cols,
+           "rms_norm: x ", x.describe(), ", weight ", weight.describe(), ", out ", out.describe(),
+           " do not match");
+  if (xv.rows == 0) return;
+  const int threads = xv.cols >= 1024 ? 256 : 128;
+  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
+      xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
+      float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
   check_launch("rms_norm", x.describe() + " -> " + out.describe());
 }
 
 void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
                                Tensor& out) {
-  const NormRows n = norm_rows_of(x, weight, out, &residual, "add_rms_norm");
-  const int64_t rows = rows_of(x, "add_rms_norm x").rows;
-  if (rows == 0) return;
-  launch_pdl(pdl_, static_cast<unsigned>(rows), n.threads, 0, stream_, rms_norm_kernel, n, eps);
+  const RowView rv = rows_of(residual, "add_rms_norm residual");
+  const RowView xv = rows_of(x, "add_rms_norm x");
+  const RowView ov = rows_of(out, "add_rms_norm out");
+  check_float(residual, "add_rms_norm residual");
+  check_float(x, "add_rms_norm x");
+  check_float(out, "add_rms_norm out");
+  check_float(weight, "add_rms_norm weight");
+  DI_CHECK(rv.rows == xv.rows && rv.cols == xv.cols && ov.rows == xv.rows && ov.cols == xv.cols &&
+               weight.numel() == xv.cols && weight.is_contiguous(),
+           "add_rms_norm: residual ", residual.describe(), ", x ", x.describe(), ", weight ",
+           weight.describe(), ", out ", out.describe(), " do not match");
+  if (xv.rows == 0) return;
+  const int threads = xv.cols >= 1024 ? 256 : 128;
+  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
+      xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
+      weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
+      ov.row_stride, true);
   check_launch("add_rms_norm", x.describe() + " -> " + out.describe());
 }
 

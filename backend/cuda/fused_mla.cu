@@ -6,18 +6,43 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl_launch.cuh"
-#include "backend/cuda/row_norm.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 
-// grid (rows, 2), 256 threads: blockIdx.y picks the side. A side of n.threads (what rms_norm
-// would launch for its H) gets rms_norm_kernel's bits at this block size (row_norm.cuh).
-__global__ void rms_norm_pair_kernel(NormRows a, NormRows b, float eps) {
+struct NormSide {
+  const void* x;
+  void* out;
+  const void* w;
+  int64_t ldx, ldo, H;
+  int x_kind, o_kind, w_kind, threads;  // threads: what rms_norm would launch for this H
+};
+
+// grid (rows, 2), 256 threads: blockIdx.y picks the side. Only `threads` of them work on a
+// side, with the reduction tree of elementwise.cu's block_sum over that many threads.
+__global__ void rms_norm_pair_kernel(NormSide a, NormSide b, float eps) {
   pdl_wait();     // a programmatic dependent (pdl_launch.cuh)
   pdl_trigger();  // q_b may start streaming its weights (dec18)
   __shared__ float scratch[32];
-  rms_norm_row<false>(blockIdx.y == 0 ? a : b, blockIdx.x, eps, scratch);
+  const NormSide& s = blockIdx.y == 0 ? a : b;
+  const int64_t r = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool active = tid < s.threads;
+  float ss = 0.0f;
+  if (active)
+    for (int64_t c = tid; c < s.H; c += s.threads) {
+      const float v = ld(s.x, r * s.ldx + c, s.x_kind);
+      ss += v * v;
+    }
+  ss = warp_sum(ss);
+  if (lane == 0) scratch[warp] = ss;
+  __syncthreads();
+  float total = lane < (s.threads >> 5) ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  const float inv = rsqrtf(total / static_cast<float>(s.H) + eps);
+  if (!active) return;
+  for (int64_t c = tid; c < s.H; c += s.threads)
+    st(s.out, r * s.ldo + c, s.o_kind, ld(s.x, r * s.ldx + c, s.x_kind) * inv * ld(s.w, c, s.w_kind));
 }
 
 struct RopeStoreArgs {
@@ -85,9 +110,7 @@ __global__ void mla_rope_store_kernel(RopeStoreArgs a) {
   }
 }
 
-}  // namespace
-
-NormRows norm_rows_of(const Tensor& x, const Tensor& w, const Tensor& out, const Tensor* res, const char* what) {
+NormSide norm_side(const Tensor& x, const Tensor& w, const Tensor& out, const char* what) {
   const RowView xv = rows_of(x, what);
   const RowView ov = rows_of(out, what);
   check_float(x, what);
@@ -96,33 +119,17 @@ NormRows norm_rows_of(const Tensor& x, const Tensor& w, const Tensor& out, const
   DI_CHECK(w.numel() == xv.cols && w.is_contiguous() && ov.rows == xv.rows && ov.cols == xv.cols,
            what, ": x ", x.describe(), ", weight ", w.describe(), ", out ", out.describe(),
            " do not match");
-  NormRows n;
-  n.x = xv.data;
-  n.ldx = xv.row_stride;
-  n.x_kind = float_kind(xv.dtype);
-  n.w = w.data;
-  n.w_kind = float_kind(w.dtype);
-  n.out = ov.data;
-  n.ldo = ov.row_stride;
-  n.out_kind = float_kind(ov.dtype);
-  n.H = xv.cols;
-  n.threads = norm_row_threads(xv.cols);
-  if (res != nullptr) {
-    const RowView rv = rows_of(*res, what);
-    check_float(*res, what);
-    DI_CHECK(rv.rows == xv.rows && rv.cols == xv.cols, what, ": residual ", res->describe(),
-             " does not match x ", x.describe());
-    n.res = rv.data;
-    n.ldr = rv.row_stride;
-    n.res_kind = float_kind(rv.dtype);
-  }
-  return n;
+  return NormSide{xv.data, ov.data, w.data, xv.row_stride, ov.row_stride, xv.cols,
+                  float_kind(xv.dtype), float_kind(ov.dtype), float_kind(w.dtype),
+                  xv.cols >= 1024 ? 256 : 128};
 }
+
+}  // namespace
 
 void CudaBackend::rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1, const Tensor& x2,
                                 const Tensor& w2, Tensor& out2, float eps) {
-  const NormRows a = norm_rows_of(x1, w1, out1, nullptr, "rms_norm_pair (first)");
-  const NormRows b = norm_rows_of(x2, w2, out2, nullptr, "rms_norm_pair (second)");
+  const NormSide a = norm_side(x1, w1, out1, "rms_norm_pair (first)");
+  const NormSide b = norm_side(x2, w2, out2, "rms_norm_pair (second)");
   const int64_t rows = rows_of(x1, "rms_norm_pair x1").rows;
   if (rows != rows_of(x2, "rms_norm_pair x2").rows) {  // different row counts: two launches
     rms_norm(x1, w1, eps, out1);

@@ -366,19 +366,11 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
   check_launch(op, "tc " + shapes());
 }
 
-bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes,
-                              const RowEpilogue* epi) {
+bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  DI_CHECK(epi == nullptr || p.tiles == nullptr, op, ": a row epilogue needs a dense problem");
   const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
-  RowEpilogue e;
-  if (epi != nullptr) {
-    e = *epi;
-    e.counter = epi_counters_ + (on_side_ ? 1 : 0);  // one per line: the side line runs beside the main one
-    e.workers = row_epilogue_split_ ? e.rows * e.sides : 1;
-  }
-  launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_, epi != nullptr ? &e : nullptr);
+  launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
   check_launch(op, shapes);
   return true;
 }
@@ -433,9 +425,7 @@ bool CudaBackend::cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Wei
   return true;
 }
 
-void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) { gemm_with(x, w, out, nullptr); }
-
-bool CudaBackend::gemm_with(const Tensor& x, const Weight& w, Tensor& out, const RowEpilogue* epi) {
+void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   const RowView xv = rows_of(x, "gemm x");
   const RowView ov = rows_of(out, "gemm out");
   check_float(x, "gemm x");
@@ -461,7 +451,7 @@ bool CudaBackend::gemm_with(const Tensor& x, const Weight& w, Tensor& out, const
              bn > 0 ? (N + bn - 1) / bn : 0, ", ", bk > 0 ? (K + bk - 1) / bk : 0,
              "] (blocks 128x128, or block_k a multiple of 16), got ", w.scale_inv.describe());
   }
-  if (M == 0 || N == 0) return false;
+  if (M == 0 || N == 0) return;
   const void* a = xv.data;
   int64_t lda = xv.row_stride;
   if (xv.dtype == DType::F32) {
@@ -476,10 +466,10 @@ bool CudaBackend::gemm_with(const Tensor& x, const Weight& w, Tensor& out, const
   }
   if (fold) {
     gemm_fp8_fold(a, lda, M, w, ov);
-    return false;
+    return;
   }
   // FP8 weight, many rows (prefill): FP8 activations on CUTLASS (cutlass_fp8.cu) or cuBLASLt.
-  if (fp8 && gemm_fp8_act(a, lda, M, w, ov)) return false;
+  if (fp8 && gemm_fp8_act(a, lda, M, w, ov)) return;
   // Dense BF16 on cuBLASLt, except few rows (<= stream_max_rows_, decode) which go to the
   // weight-streaming kernel, and batch-invariant mode.
   // FP8 dense has no cuBLASLt path here: up to 128 rows the stream kernel (one pass of 64
@@ -489,7 +479,7 @@ bool CudaBackend::gemm_with(const Tensor& x, const Weight& w, Tensor& out, const
   const bool pipe = dense_rows_on_pipe(M, w);
   if (!fp8 && !options_.batch_invariant && !small && !pipe &&
       cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype))
-    return false;
+    return;
   GemmProblem p;
   p.a = a;
   p.lda = lda;
@@ -504,13 +494,10 @@ bool CudaBackend::gemm_with(const Tensor& x, const Weight& w, Tensor& out, const
   p.c = ov.data;
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
-  // The row epilogue rides on the pipeline launch only; its rows are this GEMM's (checked by the caller).
-  if (pipe && launch_pipe(p, "gemm (pipe)", detail::concat("rows ", M, " N ", N, " K ", K, fp8 ? " fp8" : " bf16"),
-                          epi))
-    return epi != nullptr;
-  if (pipe && !fp8 && cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype)) return false;
+  if (pipe && launch_pipe(p, "gemm (pipe)", detail::concat("rows ", M, " N ", N, " K ", K, fp8 ? " fp8" : " bf16")))
+    return;
+  if (pipe && !fp8 && cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype)) return;
   launch_gemm(p, "gemm", M <= 8 || M <= stream_max_rows_ || (small && stream_gemm_supported(p)));
-  return false;
 }
 
 void CudaBackend::gemm_fp8_fold(const void* a, int64_t lda, int64_t M, const Weight& w, const RowView& ov) {
@@ -609,11 +596,6 @@ bool CudaBackend::dense_rows_on_pipe(int64_t M, const Weight& w) const {
 // whenever the fused launch is taken (same kernel, same K order).
 void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
                             Tensor& out2) {
-  gemm_pair_with(x, w1, w2, out1, out2, nullptr);
-}
-
-bool CudaBackend::gemm_pair_with(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1, Tensor& out2,
-                                 const RowEpilogue* epi) {
   const RowView xv = rows_of(x, "gemm_pair x");
   const RowView o1 = rows_of(out1, "gemm_pair out1");
   const RowView o2 = rows_of(out2, "gemm_pair out2");
@@ -630,7 +612,7 @@ bool CudaBackend::gemm_pair_with(const Tensor& x, const Weight& w1, const Weight
                      M > 0 && (dense_rows_on_stream(M, w1) || dense_rows_on_pipe(M, w1));
   if (!fused) {
     Backend::gemm_pair(x, w1, w2, out1, out2);
-    return false;
+    return;
   }
   const bool fp8 = w1.w.dtype == DType::F8_E4M3;
   GemmProblem p;
@@ -654,51 +636,16 @@ bool CudaBackend::gemm_pair_with(const Tensor& x, const Weight& w1, const Weight
   p.c_bf16 = out1.dtype == DType::BF16;
   if (!stream_gemm_supported(p)) {
     Backend::gemm_pair(x, w1, w2, out1, out2);
-    return false;
+    return;
   }
   const auto shapes = [&] { return x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe(); };
-  if (dense_rows_on_pipe(M, w1) && launch_pipe(p, "gemm_pair (pipe)", shapes(), epi)) return epi != nullptr;
+  if (dense_rows_on_pipe(M, w1) && launch_pipe(p, "gemm_pair (pipe)", shapes())) return;
   if (!dense_rows_on_stream(M, w1)) {  // the pipe did not take it: two gemm calls as before
     Backend::gemm_pair(x, w1, w2, out1, out2);
-    return false;
+    return;
   }
   launch_stream_gemm(p, stream_, pdl_);
   check_launch("gemm_pair", shapes());
-  return false;
-}
-
-bool CudaBackend::row_epilogue_fits(int64_t rows) const { return rows > 0 && rows <= row_epilogue_rows_; }
-
-// The norms ride on the pair's pipeline launch (row_norm.h) when it takes them; else
-// rms_norm_pair after it. Same bits either way (row_norm.cuh).
-void CudaBackend::gemm_pair_rms_norm(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1,
-                                     Tensor& out2, const Tensor& norm1, const Tensor& norm2, float eps) {
-  DI_CHECK(out2.ndim == 2 && norm2.numel() <= out2.shape[1], "gemm_pair_rms_norm: norm2 ", norm2.describe(),
-           " is wider than out2 ", out2.describe());
-  Tensor head = out2;  // out2's first norm2.numel() columns, normalized in place
-  head.shape[1] = norm2.numel();
-  RowEpilogue e;
-  e.side[0] = norm_rows_of(out1, norm1, out1, nullptr, "gemm_pair_rms_norm (first)");
-  e.side[1] = norm_rows_of(head, norm2, head, nullptr, "gemm_pair_rms_norm (second)");
-  e.sides = 2;
-  e.rows = static_cast<int>(rows_of(out1, "gemm_pair_rms_norm out1").rows);
-  e.eps = eps;
-  const bool fits = row_epilogue_fits(e.rows) && rows_of(head, "gemm_pair_rms_norm out2").rows == e.rows &&
-                    rows_of(x, "gemm_pair_rms_norm x").rows == e.rows;
-  if (!gemm_pair_with(x, w1, w2, out1, out2, fits ? &e : nullptr)) rms_norm_pair(out1, norm1, out1, head, norm2, head, eps);
-}
-
-// The add and the norm ride on the GEMM's pipeline launch (row_norm.h) when it takes them; else
-// add_rms_norm after it. Same bits either way (row_norm.cuh).
-void CudaBackend::gemm_add_rms_norm(const Tensor& x, const Weight& w, Tensor& out, Tensor& residual,
-                                    const Tensor& norm, float eps, Tensor& normed) {
-  RowEpilogue e;
-  e.side[0] = norm_rows_of(out, norm, normed, &residual, "gemm_add_rms_norm");
-  e.sides = 1;
-  e.rows = static_cast<int>(rows_of(out, "gemm_add_rms_norm out").rows);
-  e.eps = eps;
-  const bool fits = row_epilogue_fits(e.rows) && rows_of(x, "gemm_add_rms_norm x").rows == e.rows;
-  if (!gemm_with(x, w, out, fits ? &e : nullptr)) add_rms_norm(residual, out, norm, eps, normed);
 }
 
 // Backend::gemm_swiglu's composition (silu_mul, gemm, add) on scratch buffers instead of

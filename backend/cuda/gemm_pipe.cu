@@ -27,7 +27,6 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
 #include "backend/cuda/pdl_launch.cuh"
-#include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
@@ -323,15 +322,9 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
     cur = nxt;
   }
 }
-// e.sides > 0: the row epilogue (row_norm.cuh) after the block's last store, in the shared
-// memory the GEMM no longer uses.
 template <int WK, int D>
-__global__ void __launch_bounds__(256, 3) pipe_gemm_kernel(GemmProblem p, int kpw, RowEpilogue e) {
+__global__ void __launch_bounds__(256, 3) pipe_gemm_kernel(GemmProblem p, int kpw) {
   pipe_gemm<WK, D>(p, kpw);
-  if (e.sides > 0) {
-    extern __shared__ uint4 smem[];
-    row_epilogue(e, reinterpret_cast<float*>(smem));
-  }
 }
 
 template <int WK>
@@ -371,8 +364,7 @@ PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   return plan;
 }
 
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream,
-                      const RowEpilogue* epi) {
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan.kernel, plan.threads, plan.smem_bytes) !=
           cudaSuccess ||
@@ -380,8 +372,7 @@ void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, b
     per_sm = 1;
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
   if (blocks <= 0) return;
-  RowEpilogue e = epi != nullptr ? *epi : RowEpilogue{};
-  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw), &e};
+  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config =
       pdl_config(pdl, dim3(static_cast<unsigned>(blocks)), dim3(plan.threads), plan.smem_bytes, stream, &attr);

@@ -10,8 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/cuda/row_norm.h"
-
 namespace deepinfer::cuda {
 
 // kWeightFP4: e2m1 packed two per byte with E8M0 scale bytes per 32 along K (moe_qgemm.cu only).
@@ -97,10 +95,8 @@ bool pipe_gemm_supported(const GemmProblem& p);
 PipePlan plan_pipe_gemm(const GemmProblem& p, int stages);
 // As many blocks per SM as fit (fewer lost: bench/NOTES.md "MoE expert GEMM staged through shared memory").
 // pdl: launched as a programmatic dependent of the previous kernel in the stream (the dense form
-// streams its first weight chunks before waiting for it). epi: a row epilogue (row_norm.h) the
-// grid runs after its last output store (dense problems); its dependents wait for it too.
-void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream,
-                      const RowEpilogue* epi = nullptr);
+// streams its first weight chunks before waiting for it).
+void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, bool pdl, cudaStream_t stream);
 
 // Grouped GEMM with FP4 / FP8 weights converted in the kernel (moe_qgemm.cu): the shapes it
 // takes (N output columns, K, A row stride lda in elements).

@@ -12,8 +12,7 @@
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--row-epi-rows N] [--row-epi-last] [--decode-batches B1,B2,...]
-//                             [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -31,9 +30,6 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
-// --row-epi-rows N: gemm_pair_rms_norm / gemm_add_rms_norm of at most N rows with their norms as
-// the GEMM's row epilogue (CudaOptions::row_epilogue_rows, default 16; 0: the norm kernels after the
-// GEMM; A/B); --row-epi-last: the last block of the grid runs every row (row_epilogue_split false).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
@@ -265,21 +261,18 @@ void forward(Bench& B, Step& s) {
       OP("norm in", b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x));
     else
       OP("norm in", b.add_rms_norm(s.residual, s.o, L.in_norm, 1e-6f, s.x));
+    OP("gemm q_a|kv_a", b.gemm_pair(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a));
     Tensor c_kv = cols(s.kv_a, T, kKvLora);
     Tensor q3 = heads3(s.q, T, kHeads, kQk, kQk);
     Tensor qr = heads3(s.q_abs, T, kHeads, kRow, kRope, kKvLora);
     s.kv.cache = s.caches[l];
     if (B.fused_mla) {
-      // model/layers/mla.cpp: the norms of q_a and c_kv in the pair's op (CUDA: its row epilogue
-      // for few rows; --profile times them as one op then).
-      OP("gemm q_a|kv_a + norms",
-         b.gemm_pair_rms_norm(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a, L.q_a_norm, L.kv_a_norm, 1e-6f));
+      OP("norm q_a+c_kv", b.rms_norm_pair(s.q_a, L.q_a_norm, s.q_a, c_kv, L.kv_a_norm, c_kv, 1e-6f));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
       Tensor none;
       OP("rope+kv_store", b.mla_rope_store(q3, s.kv_a, s.positions, B.cos_sin, kNope, kKvLora, kRope, true,
                                            s.kv, s.direct ? none : qr));
     } else {
-      OP("gemm q_a|kv_a", b.gemm_pair(s.x, L.q_a, L.kv_a, s.q_a, s.kv_a));
       OP("norm q_a+c_kv", b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
       OP("norm q_a+c_kv", b.rms_norm(c_kv, L.kv_a_norm, 1e-6f, c_kv));
@@ -312,9 +305,8 @@ void forward(Bench& B, Step& s) {
       OP("attention paged", b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3));
       OP("gemm_heads uv", b.gemm_heads(lat3, L.uv_all, attn3));
     }
-    // model/deepseek_v3/model.cpp: x += o_proj(attn); xn = post norm in the o_proj op (CUDA: its
-    // row epilogue for few rows).
-    OP("gemm o + norm post", b.gemm_add_rms_norm(s.attn, L.o, s.o, s.residual, L.post_norm, 1e-6f, s.x));
+    OP("gemm o", b.gemm(s.attn, L.o, s.o));
+    OP("norm post", b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x));
     if (!L.moe) {
       Tensor g = cols(s.gate_up, T, kDenseI), u = cols(s.gate_up, T, kDenseI, kDenseI);
       OP("dense gate|up", b.gemm_pair(s.x, L.dense_gate, L.dense_up, g, u));
@@ -494,8 +486,8 @@ int main(int argc, char** argv) {
   std::string out_path;
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
-  int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1, row_epi_rows = -1;
-  bool no_pdl = false, row_epi_last = false;
+  int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
+  bool no_pdl = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -519,18 +511,10 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--row-epi-rows") && i + 1 < argc) {
-      row_epi_rows = std::atoi(argv[++i]);
-      if (row_epi_rows < 0) {
-        std::fprintf(stderr, "--row-epi-rows: expected a row count >= 0\n");
-        return 2;
-      }
-    } else if (!std::strcmp(argv[i], "--row-epi-last")) row_epi_last = true;
     else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
       decode_batches.clear();
       if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
-    }
-    else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
+    } else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
     } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
       prefill_lens.clear();
@@ -548,8 +532,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (row_epi_rows >= 0) opts.cuda.row_epilogue_rows = row_epi_rows;
-    if (row_epi_last) opts.cuda.row_epilogue_split = false;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -226,16 +226,9 @@ void DeepseekV3Model::forward(const StepBatch& batch, KvCaches& kv, Tensor& logi
   if (L > 0) backend_.rms_norm(x, weights_.layers[0].input_layernorm, eps, xn);
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights_.layers[l];
-    // x += attn; xn = post_attention_layernorm(x): in the o_proj op on one rank (CUDA: in the
-    // GEMM's launch at decode), after the sum of the heads' o_proj parts on several.
-    const MlaStep::PostNorm post{&x, &layer.post_attention_layernorm, eps, &xn};
-    step.post = parallel_.tp_size > 1 ? nullptr : &post;
     attention(l, batch, step, kv, xn, delta);
-    step.post = nullptr;
-    if (parallel_.tp_size > 1) {
-      parallel_.tp_group().all_reduce_sum(delta);  // heads split: sum of o_proj parts
-      backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);
-    }
+    if (parallel_.tp_size > 1) parallel_.tp_group().all_reduce_sum(delta);  // heads split: sum of o_proj parts
+    backend_.add_rms_norm(x, delta, layer.post_attention_layernorm, eps, xn);  // x += attn
     if (layer.is_moe && ep_ && parallel_.replica_size() == 1) {
       ep_->forward(l, layer.moe, xn, ffn_ws_, delta);  // each rank its own rows (--dp, --tp 1)
     } else if (layer.is_moe && ep_) {

@@ -65,8 +65,6 @@ class DeepseekV3Model : public Model {
 
  protected:
   // Layer l's attention: out [T, hidden] = o_proj(MLA(xn)); V3: mla_forward over kv[0][l].
-  // With step.post set, also residual += out and normed = the post-attention norm (mla_attend
-  // applies it: an override passes step on to mla_attend).
   // `step` holds the step's (group 0) addressing; its .kv.cache is the callee's to set.
   virtual void attention(int layer, const StepBatch& batch, MlaStep& step, KvCaches& kv,
                          const Tensor& xn, Tensor& out);

@@ -207,9 +207,8 @@ void mla_project(Backend& backend, const MlaDims& c, const AttentionWeights& w, 
   Tensor c_kv = cols_view(ws.kv_a, T, L);  // [T, kv_lora] (row stride kv_lora + rope)
   if (c.has_q_lora()) {
     Tensor q_a = cols_view(ws.q_a, T, c.q_lora_rank);  // [T, q_lora]
-    // Both read x; then q_a and c_kv (kv_a's first kv_lora columns) normed in place.
-    backend.gemm_pair_rms_norm(x, w.q_a_proj, w.kv_a_proj_with_mqa, q_a, kv_a, w.q_a_layernorm, w.kv_a_layernorm,
-                               kLatentNormEps);
+    backend.gemm_pair(x, w.q_a_proj, w.kv_a_proj_with_mqa, q_a, kv_a);  // both read x
+    backend.rms_norm_pair(q_a, w.q_a_layernorm, q_a, c_kv, w.kv_a_layernorm, c_kv, kLatentNormEps);
     backend.gemm(q_a, w.q_b_proj, q);
   } else {
     backend.gemm(x, w.q_proj, q);
@@ -286,12 +285,7 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
     // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, heads, v] (owners[1] = W_UV [heads, v, kv_lora])
     backend.gemm_heads(latent3, absorbed.owners[1].tensor(), attn3);
   }
-  const Tensor attn = cols_view(ws.attn, T, heads * vdim);
-  if (step.post != nullptr)
-    backend.gemm_add_rms_norm(attn, w.o_proj, out, *step.post->residual, *step.post->weight, step.post->eps,
-                              *step.post->normed);
-  else
-    backend.gemm(attn, w.o_proj, out);
+  backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
 }
 
 void mla_forward(Backend& backend, const MlaDims& c, const AttentionWeights& w,

@@ -65,16 +65,6 @@ struct MlaStep {
   bool batch_invariant = false;          // absorbed form whenever there is cached context
   const std::vector<int32_t>* host_query_start = nullptr;  // [S + 1]
   const std::vector<int32_t>* host_seq_lens = nullptr;     // [S]
-  // Set: mla_attend ends with residual += out; normed = rms_norm(residual, weight) (the layer's
-  // post-attention norm) in the o_proj op (Backend::gemm_add_rms_norm: CUDA runs it in the GEMM's
-  // launch at decode). The caller then skips its own add_rms_norm.
-  struct PostNorm {
-    Tensor* residual = nullptr;
-    const Tensor* weight = nullptr;
-    float eps = 0.0f;
-    Tensor* normed = nullptr;
-  };
-  const PostNorm* post = nullptr;
 };
 
 // Most bytes of the direct form's context buffers (rows, kv_b output, k) per workspace.
@@ -99,7 +89,7 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
 //               query's rope part);
 //  mla_attend:  attention (direct or absorbed, per step.direct) over every causal position,
 //               or over the positions of `indices` I32 [T, k] when given (sparse; -1 = none),
-//               then o_proj -> out [T, hidden] (and step.post's add and norm when set).
+//               then o_proj -> out [T, hidden].
 void mla_project(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                  MlaStep& step, const Tensor& x, MlaWorkspace& ws);
 void mla_attend(Backend& backend, const MlaDims& dims, const AttentionWeights& w,

@@ -45,14 +45,6 @@ class ForwardingBackend : public Backend {
   void gemm_swiglu(const Tensor& gate_up, const Weight& w, Tensor& out, bool accumulate) override {
     inner_.gemm_swiglu(gate_up, w, out, accumulate);
   }
-  void gemm_pair_rms_norm(const Tensor& x, const Weight& w1, const Weight& w2, Tensor& out1, Tensor& out2,
-                          const Tensor& norm1, const Tensor& norm2, float eps) override {
-    inner_.gemm_pair_rms_norm(x, w1, w2, out1, out2, norm1, norm2, eps);
-  }
-  void gemm_add_rms_norm(const Tensor& x, const Weight& w, Tensor& out, Tensor& residual, const Tensor& norm,
-                         float eps, Tensor& normed) override {
-    inner_.gemm_add_rms_norm(x, w, out, residual, norm, eps, normed);
-  }
   void rope(Tensor& x, const Tensor& positions, const Tensor& cos_sin, int rope_offset,
             int rope_dim, bool interleave) override {
     inner_.rope(x, positions, cos_sin, rope_offset, rope_dim, interleave);

@@ -30,36 +30,6 @@ class DenseOps : public Parity {
     return w;
   }
 
-  // w's values on backend b (tests that compare backends give each its own copy).
-  Weight weight_on(Backend& b, const WeightPair& w) {
-    Weight g = w.gpu;
-    g.w = gpu_copy(b, w.cpu.w);
-    if (w.cpu.scale_inv.defined()) g.scale_inv = gpu_copy(b, w.cpu.scale_inv);
-    return g;
-  }
-  // ops() `times` times eagerly, or (graph) captured once and replayed `times` times.
-  template <class F>
-  static void eager_or_graph(Backend& b, bool graph, int times, F&& ops) {
-    if (!graph) {
-      for (int i = 0; i < times; ++i) ops();
-      return;
-    }
-    b.graph_capture_begin();
-    ops();
-    const int id = b.graph_capture_end();
-    for (int i = 0; i < times; ++i) b.graph_replay(id);
-    b.synchronize();
-    b.graph_release(id);
-  }
-  // got equals ref bit for bit (NaN where ref has NaN only when nan_ok).
-  void expect_same_bits(const std::vector<float>& got, const std::vector<float>& ref, bool nan_ok,
-                        const std::string& what) {
-    ASSERT_EQ(got.size(), ref.size()) << what;
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_TRUE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0 && (nan_ok || !std::isnan(got[i])))
-          << what << ": element " << i << " = " << got[i] << ", reference " << ref[i] << ", seed " << seed_;
-  }
-
   void check_gemm(Backend& gpu, int64_t M, int64_t N, int64_t K, bool fp8, DType out_dtype) {
     const std::string what = "gemm M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
                              std::to_string(K) + (fp8 ? " fp8" : " bf16") + " out " +
@@ -420,174 +390,51 @@ TEST_F(DenseOps, PipeDensePdlChainEqualsPlainLaunches) {
       const std::string what = "chain M " + std::to_string(M) + (fp8 ? " fp8" : " bf16");
       WeightPair wa = make_weight(*gpu_, I, H, fp8), wb = make_weight(*gpu_, I, H, fp8), wd = make_weight(*gpu_, H, I, fp8);
       const std::vector<float> x0 = randn(M * H), r0 = randn(M * H), wn = randn(H);
+      auto up = [&](Backend& b, const WeightPair& w) {
+        Weight g = w.gpu;
+        g.w = gpu_copy(b, w.cpu.w);
+        if (fp8) g.scale_inv = gpu_copy(b, w.cpu.scale_inv);
+        return g;
+      };
       auto run = [&](Backend& b, bool graph) {
-        const Weight a = weight_on(b, wa), bb = weight_on(b, wb), d = weight_on(b, wd);
+        const Weight a = up(b, wa), bb = up(b, wb), d = up(b, wd);
         const Tensor norm_w = gpu_float(b, wn, {H}, DType::BF16);
         Tensor o = gpu_float(b, x0, {M, H}, DType::BF16), res = gpu_float(b, r0, {M, H}, DType::BF16);
         Tensor xn = gpu_poisoned(b, DType::BF16, {M, H}), gu = gpu_poisoned(b, DType::BF16, {M, 2 * I});
         Tensor act = gpu_poisoned(b, DType::BF16, {M, I});
         Tensor g1 = cols_of(gu, 0, I), g2 = cols_of(gu, I, 2 * I);
-        eager_or_graph(b, graph, 1, [&] {
+        auto chain = [&] {
           for (int round = 0; round < 3; ++round) {
             b.add_rms_norm(res, o, norm_w, 1e-6f, xn);
             b.gemm_pair(xn, a, bb, g1, g2);
             b.silu_mul(gu, act);
             b.gemm(act, d, o);
           }
-        });
+        };
+        if (graph) {
+          b.graph_capture_begin();
+          chain();
+          const int id = b.graph_capture_end();
+          b.graph_replay(id);
+          b.synchronize();
+          b.graph_release(id);
+        } else {
+          chain();
+        }
         std::vector<float> out = download(b, o);
         const std::vector<float> r = download(b, res);
         out.insert(out.end(), r.begin(), r.end());
         return out;
       };
       const std::vector<float> ref = run(*plain, false);
-      for (bool graph : {false, true})
-        expect_same_bits(run(*pdl, graph), ref, false, what + (graph ? " (graph) against plain launches" : " (eager) against plain launches"));
-    }
-  }
-}
-
-// The norms as the GEMM's row epilogue (CudaOptions::row_epilogue_rows, backend/cuda/row_norm.h):
-// gemm_pair_rms_norm (MLA's q_a | kv_a and their norms, the second over kv_a's first columns) and
-// gemm_add_rms_norm (o_proj, the residual add and the post-attention norm) give the bits of the
-// GEMM followed by the norm kernels (row_epilogue_rows 0), with the rows shared by the last blocks
-// (the default) and run by the last block alone; BF16 and FP8 weights; 1, 2, 7, 16 rows and 17 (above
-// the gate: the norm kernels in every backend); pipeline blocks of 256 threads (K 2048), 160 (K 1408:
-// a 256-thread norm in two passes) and 32 (K 256: eight passes); norm widths of 128 and 256 threads;
-// outputs NaN-poisoned between guard bytes, padding columns still NaN; each op twice in a row, eager
-// and replayed twice from a graph (the arrival counter is back at zero after each launch); and the
-// result against the CPU reference.
-TEST_F(DenseOps, GemmRowEpilogueBitsEqualUnfused) {
-  auto backend_with = [](int64_t epi_rows, bool split) {
-    BackendOptions o = env_backend_options();
-    o.cuda.pipe_dense_bf16_rows = 32;  // BF16 up to 17 rows on the pipeline kernel too (default 8)
-    o.cuda.pipe_dense_fp8_rows = 32;
-    o.cuda.row_epilogue_rows = epi_rows;
-    o.cuda.row_epilogue_split = split;
-    return make_cuda_backend(o);
-  };
-  const auto plain = backend_with(0, true);
-  const std::pair<const char*, std::unique_ptr<Backend>> fused[] = {{"epilogue (split)", backend_with(16, true)},
-                                                                    {"epilogue (last block)", backend_with(16, false)}};
-  // x [T, K]; pair [N1 | N2], norms over N1 and N2's first H2 columns; o_proj [Ho, K] onto a residual of Ho.
-  for (auto [K, N1, N2, H2, Ho] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{2048, 1536, 576, 512, 2048},
-                                   {1408, 2048, 100, 96, 1000}, {256, 1024, 144, 128, 1536}}) {
-    for (bool fp8 : {false, true}) {
-      WeightPair w1 = make_weight(*gpu_, N1, K, fp8), w2 = make_weight(*gpu_, N2, K, fp8), wo = make_weight(*gpu_, Ho, K, fp8);
-      const std::vector<float> n1 = randn(N1), n2 = randn(H2), no = randn(Ho);
-      for (int64_t T : {1, 2, 7, 16, 17}) {
-        const std::string what = "T " + std::to_string(T) + " K " + std::to_string(K) + " N " + std::to_string(N1) + "|" +
-                                 std::to_string(N2) + " o " + std::to_string(Ho) + (fp8 ? " fp8" : " bf16");
-        const std::vector<float> x = randn(T * K), xo = randn(T * K), r0 = randn(T * Ho);
-        const int64_t ld = N1 + N2 + 8;  // [out1 | out2 | padding]
-        // Everything the two ops write, as floats: [out1 | out2 | pad] rows, delta, residual, normed.
-        auto run = [&](Backend& b, bool graph) {
-          const Weight a = weight_on(b, w1), bb = weight_on(b, w2), o = weight_on(b, wo);
-          const Tensor xg = gpu_float(b, x, {T, K}, DType::BF16), xog = gpu_float(b, xo, {T, K}, DType::BF16);
-          const Tensor n1g = gpu_float(b, n1, {N1}, DType::BF16), n2g = gpu_float(b, n2, {H2}, DType::F32);
-          const Tensor nog = gpu_float(b, no, {Ho}, DType::BF16);
-          Tensor og = gpu_guarded(b, DType::BF16, {T, ld});
-          Tensor o1 = cols_of(og, 0, N1), o2 = cols_of(og, N1, N1 + N2);
-          Tensor delta = gpu_guarded(b, DType::BF16, {T, Ho}), normed = gpu_guarded(b, DType::BF16, {T, Ho});
-          Tensor res = gpu_float(b, r0, {T, Ho}, DType::BF16);
-          eager_or_graph(b, graph, 2, [&] {
-            b.gemm_pair_rms_norm(xg, a, bb, o1, o2, n1g, n2g, 1e-6f);
-            b.gemm_add_rms_norm(xog, o, delta, res, nog, 1e-6f, normed);
-          });
-          std::vector<float> out = download(b, og);
-          for (const Tensor* t : {&delta, &res, &normed}) {
-            const std::vector<float> v = download(b, *t);
-            out.insert(out.end(), v.begin(), v.end());
-          }
-          expect_guards_intact(what + (graph ? " (graph)" : ""));
-          return out;
-        };
-        const std::vector<float> ref = run(*plain, false);
-        // Padding columns of the pair's buffer stay NaN, every other value is written.
-        for (int64_t i = 0; i < static_cast<int64_t>(ref.size()); ++i) {
-          const bool pad = i < T * ld && i % ld >= N1 + N2;
-          ASSERT_EQ(std::isnan(ref[i]), pad) << what << " (norm kernels): element " << i << " = " << ref[i];
-        }
-        for (const auto& [name, b] : fused)
-          for (bool graph : {false, true})
-            expect_same_bits(run(*b, graph), ref, true,
-                             std::string(name) + ", " + what + (graph ? " (graph)" : " (eager)") + " against the norm kernels");
-        // The CPU reference (F32 throughout), the same two ops twice.
-        Tensor oc = cpu_f32(std::vector<float>(T * ld), {T, ld});
-        Tensor o1c = cols_of(oc, 0, N1), o2c = cols_of(oc, N1, N1 + N2);
-        Tensor dc = cpu_f32(std::vector<float>(T * Ho), {T, Ho}), rc = cpu_f32(r0, {T, Ho});
-        Tensor nc = cpu_f32(std::vector<float>(T * Ho), {T, Ho});
-        for (int rep = 0; rep < 2; ++rep) {
-          cpu_->gemm_pair_rms_norm(cpu_f32(x, {T, K}), w1.cpu, w2.cpu, o1c, o2c, cpu_f32(n1, {N1}), cpu_f32(n2, {H2}),
-                                   1e-6f);
-          cpu_->gemm_add_rms_norm(cpu_f32(xo, {T, K}), wo.cpu, dc, rc, cpu_f32(no, {Ho}), 1e-6f, nc);
-        }
-        const std::vector<float> pair_c = values(oc);
-        std::vector<float> g, r;
-        for (int64_t i = 0; i < T; ++i) {
-          g.insert(g.end(), ref.begin() + i * ld, ref.begin() + i * ld + N1 + N2);
-          r.insert(r.end(), pair_c.begin() + i * ld, pair_c.begin() + i * ld + N1 + N2);
-        }
-        expect_close(g, r, kTolBF16, what + " q_a|kv_a normed");
-        const size_t at = static_cast<size_t>(T * ld), n = static_cast<size_t>(T * Ho);
-        auto part = [&](size_t k) { return std::vector<float>(ref.begin() + at + k * n, ref.begin() + at + (k + 1) * n); };
-        expect_close(part(0), values(dc), kTolBF16, what + " o_proj");
-        expect_close(part(1), values(rc), kTolBF16, what + " residual");
-        expect_close(part(2), values(nc), kTolBF16, what + " post norm");
+      for (bool graph : {false, true}) {
+        const std::vector<float> got = run(*pdl, graph);
+        ASSERT_EQ(got.size(), ref.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_TRUE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0 && !std::isnan(got[i]))
+              << what << (graph ? " (graph)" : " (eager)") << ": element " << i << " = " << got[i]
+              << ", plain launches " << ref[i] << ", seed " << seed_;
       }
-    }
-  }
-}
-
-// The row epilogue under programmatic dependent launch (CudaOptions::pdl): a decode-like chain
-// where each op reads what the one before it wrote (gemm_pair_rms_norm -> q_b gemm -> gemm_add_rms_norm
-// -> the next round's gemm_pair_rms_norm), three rounds, eager and replayed from a graph, equals bit
-// for bit the chain on plain launches of the stream kernel and the norm kernels; BF16 and FP8; 1, 7
-// and 16 rows. (Its dependents must wait for the epilogue, not only for the GEMM's blocks.)
-TEST_F(DenseOps, RowEpiloguePdlChainEqualsPlainLaunches) {
-  BackendOptions po = env_backend_options();
-  po.cuda.pipe_dense_fp8_rows = 64;
-  po.cuda.pipe_dense_bf16_rows = 64;
-  po.cuda.pdl = true;
-  po.cuda.row_epilogue_rows = 16;
-  BackendOptions so = env_backend_options();
-  so.cuda.pdl = false;
-  so.cuda.pipe_dense_fp8_rows = 0;
-  so.cuda.pipe_dense_bf16_rows = 0;
-  so.cuda.stream_max_rows = 64;
-  so.cuda.row_epilogue_rows = 0;
-  const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
-  const int64_t H = 512, QL = 384, KV = 144, KVN = 128, Q = 512;
-  for (bool fp8 : {false, true}) {
-    for (int64_t M : {1, 7, 16}) {
-      const std::string what = "row epilogue chain M " + std::to_string(M) + (fp8 ? " fp8" : " bf16");
-      WeightPair wqa = make_weight(*gpu_, QL, H, fp8), wkv = make_weight(*gpu_, KV, H, fp8),
-                 wqb = make_weight(*gpu_, Q, QL, fp8), wo = make_weight(*gpu_, H, Q, fp8);
-      const std::vector<float> x0 = randn(M * H), r0 = randn(M * H), nq = randn(QL), nkv = randn(KVN), npost = randn(H);
-      auto run = [&](Backend& b, bool graph) {
-        const Weight a = weight_on(b, wqa), kv = weight_on(b, wkv), qb = weight_on(b, wqb), o = weight_on(b, wo);
-        const Tensor nqg = gpu_float(b, nq, {QL}, DType::BF16), nkvg = gpu_float(b, nkv, {KVN}, DType::BF16),
-                     npg = gpu_float(b, npost, {H}, DType::BF16);
-        Tensor xn = gpu_float(b, x0, {M, H}, DType::BF16), res = gpu_float(b, r0, {M, H}, DType::BF16);
-        Tensor qa = gpu_poisoned(b, DType::BF16, {M, QL}), kva = gpu_poisoned(b, DType::BF16, {M, KV});
-        Tensor q = gpu_poisoned(b, DType::BF16, {M, Q}), delta = gpu_poisoned(b, DType::BF16, {M, H});
-        eager_or_graph(b, graph, 1, [&] {
-          for (int round = 0; round < 3; ++round) {
-            b.gemm_pair_rms_norm(xn, a, kv, qa, kva, nqg, nkvg, 1e-6f);
-            b.gemm(qa, qb, q);
-            b.gemm_add_rms_norm(q, o, delta, res, npg, 1e-6f, xn);
-          }
-        });
-        std::vector<float> out = download(b, xn);
-        for (const Tensor* t : {&res, &kva, &q}) {
-          const std::vector<float> v = download(b, *t);
-          out.insert(out.end(), v.begin(), v.end());
-        }
-        return out;
-      };
-      const std::vector<float> ref = run(*plain, false);
-      for (bool graph : {false, true})
-        expect_same_bits(run(*pdl, graph), ref, false, what + (graph ? " (graph) against plain launches" : " (eager) against plain launches"));
     }
   }
 }
