@@ -12,7 +12,7 @@
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -30,6 +30,7 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
+// --decode-batches: the decode batches timed (default 1,8,32,64).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -487,6 +488,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool no_pdl = false;
+  std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
     else if (!std::strcmp(argv[i], "--graphs")) graphs = true;
@@ -509,7 +511,10 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
+    else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
+      decode_batches.clear();
+      if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
+    } else if (!std::strcmp(argv[i], "--ncu-steps") && i + 1 < argc) {
       if (!parse_counts(argv[++i], "--ncu-steps", "batch sizes", ncu_batches)) return 2;
     } else if (!std::strcmp(argv[i], "--prefill-lens") && i + 1 < argc) {
       prefill_lens.clear();
@@ -604,7 +609,7 @@ int main(int argc, char** argv) {
                context ? "ctx-direct" : "ctx-absorbed");
       }
     }
-    for (int64_t batch : {1, 8, 32, 64}) {
+    for (int64_t batch : decode_batches) {
       if (prefill_only) break;
       const int64_t ctx = 576;  // middle of 512 prompt + 128 generated
       auto s = make_step(B, batch, 1, ctx, false);
