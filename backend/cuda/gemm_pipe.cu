@@ -56,9 +56,8 @@ constexpr int values_per_lane(int nti) {  // accumulator values per lane (MT 1 x
 // reading (rows g, g + 1; segments 2q + h) hit 8 different 16-byte bank groups.
 __device__ __forceinline__ int bf16_slot(int j, int r, int c) { return j * 64 + r * 8 + (c ^ (r & 1)); }
 
-template <int WK, int NTI>
-constexpr int pieces_per_chunk() {  // 16-byte pieces per lane per 64-wide chunk
-  return NTI * (WK == kWeightFP8 ? 1 : 2);
+constexpr int pieces_per_chunk(bool fp8, int nti) {  // 16-byte pieces per lane per 64-wide chunk
+  return nti * (fp8 ? 1 : 2);
 }
 
 // 16 bytes global -> shared, not cached in L1 (every weight byte is read once). (The
@@ -243,7 +242,7 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
 // - at most 80 registers (3 blocks of 8 warps per SM; unbounded the look-ahead took 96-114).
 template <int WK, int D, int NTI>
 __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
-  constexpr int PW = pieces_per_chunk<WK, NTI>();
+  constexpr int PW = pieces_per_chunk(WK == kWeightFP8, NTI);
   constexpr int kValues = values_per_lane(NTI);
   extern __shared__ uint4 smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
@@ -379,15 +378,14 @@ PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   plan.stages = stages >= 8 ? 8 : stages >= 4 ? 4 : std::max(2, stages);
   const bool fp8 = p.w_kind == kWeightFP8;
   const int nti = fp8 ? item_tiles<kWeightFP8>() : item_tiles<kWeightBF16>();
-  plan.tile_cols = 8 * nti;
   plan.kernel = fp8 ? pick_stages<kWeightFP8>(plan.stages) : pick_stages<kWeightBF16>(plan.stages);
   const int ks = k_split(p.K);
-  const int pw = nti * (fp8 ? 1 : 2);  // pieces_per_chunk
+  const int pw = pieces_per_chunk(fp8, nti);
   plan.threads = ks * 32;
   plan.kpw = stream_kpw(p.K);
   plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * values_per_lane(nti) * 32 +
                     size_t{4} * ks * plan.stages * nti;
-  const int n_tiles = ceil_div(p.N, plan.tile_cols);
+  const int n_tiles = ceil_div(p.N, 8 * nti);
   const int64_t entries = p.tiles ? p.max_tiles : ceil_div(p.M, kEntryRows);
   plan.max_items = entries * n_tiles;
   return plan;

@@ -86,7 +86,6 @@ void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool pdl = fa
 struct PipePlan {
   const void* kernel = nullptr;
   int stages = 2;    // 2, 3, 4 or 8 chunk copies in flight per warp
-  int tile_cols = 16;  // columns per item: 16 (BF16), 32 (FP8: two 16-column tiles of one entry)
   int threads = 0;   // ks warps
   int kpw = 0;       // K values per warp
   size_t smem_bytes = 0;  // dynamic shared memory (the caller raises the kernel's limit)
