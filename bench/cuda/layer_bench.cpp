@@ -12,7 +12,7 @@
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--decode-batches B1,B2,...] [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -31,6 +31,9 @@
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
+// --ablate: per decode batch, the graph step with each op site (and groups of them) left out
+// against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
+// overlap included; the outputs are garbage), then exits.
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -49,6 +52,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <set>
 
 #include "backend/backend.h"
 #include "core/settings.h"
@@ -122,6 +126,7 @@ struct Bench {
   bool fused_mla = true;
   bool side = true;            // shared experts on the backend's side line (--no-side: in line)
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
+  std::set<std::string> skip;  // op sites left out of forward (--ablate); "side": the side line
   uint64_t seed = 1;
   std::vector<DeviceBuffer> keep;
   int64_t weight_bytes = 0;
@@ -243,11 +248,14 @@ struct Step {
 };
 
 // OP(site, call): the call, between two events when profiling.
-#define OP(site, ...)                  \
-  do {                                 \
-    if (B.prof) B.prof->begin(site);   \
-    __VA_ARGS__;                       \
-    if (B.prof) B.prof->end();         \
+// Sites in B.skip are left out (--ablate: the step's time without them).
+#define OP(site, ...)                      \
+  do {                                     \
+    if (!B.skip.count(site)) {             \
+      if (B.prof) B.prof->begin(site);     \
+      __VA_ARGS__;                         \
+      if (B.prof) B.prof->end();           \
+    }                                      \
   } while (0)
 
 void forward(Bench& B, Step& s) {
@@ -314,7 +322,7 @@ void forward(Bench& B, Step& s) {
     } else {
       // The shared experts on the side line (model/layers/moe.cpp), unless --no-side.
       Tensor g = cols(s.gate_up, T, kSharedI), u = cols(s.gate_up, T, kSharedI, kSharedI);
-      if (B.side) {
+      if (B.side && !B.skip.count("side")) {
         b.side_begin();
         b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u);
         b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.shared_out, false);
@@ -329,7 +337,7 @@ void forward(Bench& B, Step& s) {
       OP("moe_routing", b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w));
       OP("moe_experts", b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o));
       if (B.side) {
-        b.side_join();
+        if (!B.skip.count("side")) b.side_join();
         OP("shared add", b.add(s.o, s.shared_out));
       } else {
         OP("shared gate|up", b.gemm_pair(s.x, L.sh_gate, L.sh_up, g, u));
@@ -462,6 +470,68 @@ void profile(Bench& B, cudaStream_t stream, const char* weights, bool prefill, c
   }
 }
 
+// --ablate: the graph decode step (context 576) with op sites left out, against the whole step,
+// both timed in the same process in interleaved rounds. The outputs are garbage (a skipped op
+// leaves its buffer as the last whole step wrote it, so every index stays in range); the times
+// say what each site adds to the critical path of the real step, overlap and PDL included.
+void ablation(Bench& B, Backend& backend, bool fp8, const std::vector<int64_t>& batches, std::ofstream& jsonl) {
+  const std::vector<std::string> norms{"norm in", "norm q_a+c_kv", "norm post", "norm final"};
+  const std::vector<std::string> gemms{"gemm q_a|kv_a", "gemm q_b", "gemm_heads uk", "gemm_heads uv", "gemm o",
+                                       "dense gate|up", "dense down (swiglu)", "router gemm", "lm_head"};
+  const std::vector<std::string> small{"norm in", "norm q_a+c_kv", "norm post", "norm final", "rope+kv_store",
+                                       "attention paged", "moe_routing", "shared add", "argmax", "embedding"};
+  const std::vector<std::string> attn{"gemm q_a|kv_a", "norm q_a+c_kv", "gemm q_b", "rope+kv_store",
+                                      "gemm_heads uk", "attention paged", "gemm_heads uv", "gemm o"};
+  std::vector<std::pair<std::string, std::vector<std::string>>> arms{{"none", {}}};
+  for (const char* site : {"embedding", "norm in", "gemm q_a|kv_a", "norm q_a+c_kv", "gemm q_b", "rope+kv_store",
+                           "gemm_heads uk", "attention paged", "gemm_heads uv", "gemm o", "norm post", "dense gate|up",
+                           "dense down (swiglu)", "router gemm", "moe_routing", "moe_experts", "side", "shared add",
+                           "norm final", "lm_head", "argmax"})
+    arms.push_back({site, {site}});
+  arms.push_back({"all norms", norms});
+  arms.push_back({"all small ops (norms, rope, attention, routing, add, argmax, embedding)", small});
+  {
+    std::vector<std::string> g = gemms;
+    g.push_back("moe_experts");
+    g.push_back("side");
+    arms.push_back({"all weight ops (gemms, experts, side line)", g});
+  }
+  arms.push_back({"attention block (q_a .. o)", attn});
+  arms.push_back({"moe block (router, routing, experts, side, add)",
+                  {"router gemm", "moe_routing", "moe_experts", "side", "shared add"}});
+  for (int64_t batch : batches) {
+    auto s = make_step(B, batch, 1, 576, false);
+    std::map<std::string, std::vector<double>> ms;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t k = 0; k < arms.size(); ++k) {
+        const auto& arm = arms[round == 0 ? k : arms.size() - 1 - k];
+        B.skip.clear();
+        forward(B, *s);  // a whole step first: every buffer holds a whole step's values
+        B.skip.insert(arm.second.begin(), arm.second.end());
+        backend.graph_capture_begin();
+        forward(B, *s);
+        const int g = backend.graph_capture_end();
+        B.skip.clear();
+        backend.graph_replay(g);
+        ms[arm.first].push_back(time_steps(B, *s, 30, g) * 1e3);
+        backend.graph_release(g);
+      }
+    }
+    const double base = (ms["none"][0] + ms["none"][1]) / 2;
+    for (const auto& arm : arms) {
+      const auto& v = ms[arm.first];
+      const double m = (v[0] + v[1]) / 2;
+      std::printf("ablate %-4s batch %3lld  %-70s step %7.3f / %7.3f ms  saves %7.1f us (%5.1f%%)\n",
+                  fp8 ? "fp8" : "bf16", (long long)batch, arm.first.c_str(), v[0], v[1], (base - m) * 1e3,
+                  100.0 * (base - m) / base);
+      if (jsonl)
+        jsonl << "{\"bench\":\"cuda_layer_bench_ablate\",\"weights\":\"" << (fp8 ? "fp8" : "bf16")
+              << "\",\"batch\":" << batch << ",\"context\":576,\"skipped\":\"" << arm.first
+              << "\",\"step_ms\":[" << v[0] << "," << v[1] << "],\"base_ms\":" << base << "}\n";
+    }
+  }
+}
+
 // A comma-separated list of positive counts into out; false (after a message) when malformed.
 bool parse_counts(const char* text, const char* flag, const char* what, std::vector<int64_t>& out) {
   for (const char* c = text; *c;) {
@@ -487,7 +557,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool no_pdl = false;
+  bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -498,6 +568,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
+    else if (!std::strcmp(argv[i], "--ablate")) ablate = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
     else if (!std::strcmp(argv[i], "--no-fp8-cutlass")) no_fp8_cutlass = true;  // FP8 prefill experts: not cutlass_fp8.cu
@@ -565,6 +636,10 @@ int main(int argc, char** argv) {
     }
     std::ofstream jsonl;
     if (!out_path.empty()) jsonl.open(out_path, std::ios::app);
+    if (ablate) {
+      ablation(B, *backend, fp8, decode_batches, jsonl);
+      return 0;
+    }
     // Bytes of weights one decode step must read: everything but the experts, plus the
     // experts that B tokens x 6 choices touch (expected distinct of 64 under uniform routing).
     const double expert_bytes = double(3 * kMoeI * kHidden) * (fp8 ? 1.0 : 2.0);
