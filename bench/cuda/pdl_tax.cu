@@ -21,6 +21,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/device_utils.cuh"
+
 namespace {
 
 #define CHECK(call)                                                                          \
@@ -32,35 +34,27 @@ namespace {
     }                                                                                        \
   } while (0)
 
-__device__ __forceinline__ void wait_prev() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void trigger_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using deepinfer::cuda::pdl_trigger;  // the backend's own (device_utils.cuh)
+using deepinfer::cuda::pdl_wait;
 
 constexpr int kRow = 2048, kThreads = 256;
 
 __global__ void empty_kernel() {
-  wait_prev();
-  trigger_next();
+  pdl_wait();
+  pdl_trigger();
 }
 
 __global__ void scalar_kernel(const float* in, float* out) {
-  wait_prev();
-  trigger_next();
+  pdl_wait();
+  pdl_trigger();
   if (threadIdx.x == 0 && blockIdx.x == 0) out[0] = in[0] + 1.0f;
 }
 
 // Each thread: 8 consecutive values (one 16-byte load).
 __global__ void __launch_bounds__(kThreads) row_kernel(const __nv_bfloat16* in, __nv_bfloat16* out) {
   __shared__ float red[kThreads / 32];
-  wait_prev();
-  trigger_next();
+  pdl_wait();
+  pdl_trigger();
   const int t = threadIdx.x;
   const uint4 raw = reinterpret_cast<const uint4*>(in)[t];
   const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
