@@ -98,12 +98,33 @@ __device__ __forceinline__ int attended(const PagedArgs& a, int t, int pos, int 
   return p >= 0 && p <= pos ? p : -1;
 }
 
+// One warp: dst[0, Dk) = a row of D bf16 values at src, zero-padded to Dk, or all zeros when
+// !valid (src is not read then, but must be a mapped address), as 16-byte cp.async pieces:
+// every piece of the row in flight at once (a plain load -> shared store loop waits for each
+// load before the next one issues).
+__device__ __forceinline__ void cp_padded_row(bf16* dst, const bf16* src, bool valid, int D, int Dk,
+                                              int lane) {
+  const uint32_t d = acp::smem_addr(dst);
+  const int have = valid ? D / 8 : 0;
+  for (int c = lane; c < Dk / 8; c += 32) acp::cp_async16(d + c * 16, c < have ? src + c * 8 : src, c < have);
+}
+
 // grid (max_splits, tokens_in_launch, ceil(H / 16)), 256 threads; kChunk 32 or 64.
 // The 8 warps split S = Q·K^T into kChunk / 16 column tiles x kSplitK parts of K's dims.
-template <int kChunk>
+// BF16 q and cache (the model's) are staged by cp.async: every row of the block in flight at
+// once. Before pdl_wait a block reads only what no kernel of the step writes: the step's
+// addressing (query_start, seq_lens, block_tables: the host's, uploaded before the step's
+// first kernel; spec_shift's device fix-up of seq_lens is a plain launch before the step) and,
+// in the dense form, the cache rows of positions before the first one this launch's tokens of
+// the sequence store (seq_len - q_len: rows of earlier steps; mla_rope_store, a kernel of this
+// step, writes the others), plus the zero rows past pos. q, the step's own rows and the sparse
+// indices (the indexer's) are read after it. kLegacy: the form before attn18 (everything
+// after pdl_wait, plain loads), for the A/B.
+template <int kChunk, bool kLegacy>
 __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   static_assert(kChunk == 32 || kChunk == 64, "a lane takes kChunk / 32 positions of the softmax");
   constexpr int kColTiles = kChunk / 16, kSplitK = 8 / kColTiles;
+  constexpr int kRowsPerWarp = kChunk / 8;  // K rows j = warp + 8 i
   extern __shared__ __align__(128) unsigned char smem[];
   const int Dk = round16(a.D), Dp = Dk + 8;  // padded row (elements)
   bf16* Qs = reinterpret_cast<bf16*>(smem);              // [16][Dp]
@@ -111,15 +132,41 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [kSplitK][16][kChunk]
   bf16* P = reinterpret_cast<bf16*>(S + kSplitK * 16 * kChunk);  // [16][kChunk + 8]
   constexpr int LDP = kChunk + 8;
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
-  pdl_trigger();
+  if (kLegacy) {
+    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
+    pdl_trigger();
+  }
 
   const int split = blockIdx.x, lt = blockIdx.y, t = a.token0 + lt, hg = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
   const int c0 = split * kChunk;
+  const bool async = !kLegacy && a.q_kind == 1 && a.cache_kind == 1;
+  const bf16* cache = static_cast<const bf16*>(a.cache);
+  // The dense form's K rows: position, cache block (looked up once, before pdl_wait).
+  int kp[kRowsPerWarp] = {}, kblock[kRowsPerWarp] = {};
+  int fresh = 0;  // first position stored by this step for seq (dense)
+  if (async && a.indices == nullptr && c0 <= pos) {
+    fresh = pos - (t - a.query_start[seq]);
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int p = c0 + warp + 8 * i;
+      kp[i] = p <= pos ? p : -1;
+      kblock[i] = kp[i] >= 0 ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i)
+      if (kp[i] < fresh)  // a row of an earlier step, or a zero row (-1)
+        cp_padded_row(Ks + (warp + 8 * i) * Dp,
+                      cache + (int64_t{kblock[i]} * a.block_size + (kp[i] >= 0 ? kp[i] % a.block_size : 0)) * a.D,
+                      kp[i] >= 0, a.D, Dk, lane);
+  }
+  if (!kLegacy) {
+    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
+    pdl_trigger();
+  }
   if (a.indices == nullptr && c0 > pos) return;  // this token has fewer chunks
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (a.indices != nullptr) {
     // A sparse chunk with no position (the -1 padding of a context shorter than topk) only
     // marks its partial empty (max -inf); the combine skips it.
@@ -136,19 +183,50 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
     }
   }
 
-  // Q rows (16 heads), zero for heads >= H and columns >= D.
-  for (int r = warp; r < kHeadsPerBlock; r += 8) {
-    const int h = hg * kHeadsPerBlock + r;
-    load_padded_row(Qs + r * Dp, a.q, a.q_kind, int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1, h < a.H,
-                    a.D, Dk, lane);
-  }
-  // K rows of this chunk; rows past the token's position are zero (and masked below).
-  for (int j = warp; j < kChunk; j += 8) {
-    const int p = attended(a, t, pos, c0 + j);
-    const int block = p >= 0 ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
-    const int offset = p >= 0 ? p % a.block_size : 0;
-    load_padded_row(Ks + j * Dp, a.cache, a.cache_kind, (int64_t{block} * a.block_size + offset) * a.D,
-                    p >= 0, a.D, Dk, lane);
+  if (async) {
+    // Q rows (16 heads), zero for heads >= H and columns >= D.
+    for (int r = warp; r < kHeadsPerBlock; r += 8) {
+      const int h = hg * kHeadsPerBlock + r;
+      cp_padded_row(Qs + r * Dp, static_cast<const bf16*>(a.q) + (h < a.H ? int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1 : 0),
+                    h < a.H, a.D, Dk, lane);
+    }
+    if (a.indices == nullptr) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        if (kp[i] >= fresh)  // this step's rows
+          cp_padded_row(Ks + (warp + 8 * i) * Dp,
+                        cache + (int64_t{kblock[i]} * a.block_size + kp[i] % a.block_size) * a.D, true, a.D,
+                        Dk, lane);
+    } else {
+      // Sparse: the entries, then their blocks, then the rows (each lookup's loads together).
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) kp[i] = attended(a, t, pos, c0 + warp + 8 * i);
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        kblock[i] = kp[i] >= 0 ? a.block_tables[int64_t{seq} * a.max_blocks + kp[i] / a.block_size] : 0;
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        cp_padded_row(Ks + (warp + 8 * i) * Dp,
+                      cache + (int64_t{kblock[i]} * a.block_size + (kp[i] >= 0 ? kp[i] % a.block_size : 0)) * a.D,
+                      kp[i] >= 0, a.D, Dk, lane);
+    }
+    acp::cp_async_commit();
+    acp::cp_async_wait<0>();
+  } else {
+    // FP32 q or cache (tests), and the legacy form: plain loads.
+    for (int r = warp; r < kHeadsPerBlock; r += 8) {
+      const int h = hg * kHeadsPerBlock + r;
+      load_padded_row(Qs + r * Dp, a.q, a.q_kind, int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1, h < a.H,
+                      a.D, Dk, lane);
+    }
+    // K rows of this chunk; rows past the token's position are zero (and masked below).
+    for (int j = warp; j < kChunk; j += 8) {
+      const int p = attended(a, t, pos, c0 + j);
+      const int block = p >= 0 ? a.block_tables[int64_t{seq} * a.max_blocks + p / a.block_size] : 0;
+      const int offset = p >= 0 ? p % a.block_size : 0;
+      load_padded_row(Ks + j * Dp, a.cache, a.cache_kind, (int64_t{block} * a.block_size + offset) * a.D,
+                      p >= 0, a.D, Dk, lane);
+    }
   }
   __syncthreads();
 
@@ -223,8 +301,8 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
 }
 
 // Splits whose weights one pass of mla_combine_kernel stages in shared memory, and the
-// partial rows each thread has in flight.
-constexpr int kCombineTile = 256, kCombineDepth = 8;
+// partial rows each thread has in flight (kLegacy: 8).
+constexpr int kCombineTile = 256, kCombineDepth = 24, kCombineDepthLegacy = 8;
 
 // grid (tokens_in_launch, H), 128 threads; thread i owns the 4 value columns 4i .. 4i + 3
 // (v_dim <= 512). Merges a token's chunks in chunk order: the same per-element arithmetic
@@ -232,15 +310,21 @@ constexpr int kCombineTile = 256, kCombineDepth = 8;
 // chunk order, e_s = exp(m_s - m)), with the chunk weights computed once per block into
 // shared memory and kCombineDepth partial rows loaded before they are added (dec17: the
 // serial form waited for one load per chunk and column, ~34 us per call cold on the H200).
+// The token's place (locate: the step's addressing, no kernel's output) is read before
+// pdl_wait; after it, the first kCombineDepth partial rows and the chunk maxima and sums are
+// all loaded before the first use (kLegacy: locate after pdl_wait, the rows after the max).
+template <bool kLegacy>
 __global__ void __launch_bounds__(128)
-    mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_kind, int64_t o_s0,
-                       int64_t o_s1) {
+    mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_kind, int64_t o_s0, int64_t o_s1) {
+  constexpr int kDepth = kLegacy ? kCombineDepthLegacy : kCombineDepth;
   __shared__ float e_tile[kCombineTile];  // exp(m_s - m), or -inf for an empty chunk
   __shared__ float l_tile[kCombineTile];
   __shared__ float red[4];
   __shared__ float inv_sh;
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
-  pdl_trigger();
+  if (kLegacy) {
+    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
+    pdl_trigger();
+  }
   const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y, tid = threadIdx.x;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
@@ -249,38 +333,57 @@ __global__ void __launch_bounds__(128)
   const int splits = a.indices != nullptr ? a.max_splits : pos / chunk + 1;
   const float* ml = a.part_ml + (int64_t{lt} * a.max_splits * a.h_pad + h) * 2;
   const int64_t ml_step = int64_t{a.h_pad} * 2;
-  float m = kNegInf;
-  for (int s = tid; s < splits; s += blockDim.x) m = fmaxf(m, ml[s * ml_step]);
-  m = warp_max(m);
-  if ((tid & 31) == 0) red[tid >> 5] = m;
-  __syncthreads();
-  m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));  // max: order-free
   const int d0 = 4 * tid;
   const bool mine = d0 < a.V;
   const float* po = a.part_o + (int64_t{lt} * a.max_splits * a.h_pad + h) * a.v_pad + d0;
   const int64_t po_step = int64_t{a.h_pad} * a.v_pad;
+  if (!kLegacy) {
+    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
+    pdl_trigger();
+  }
+  float4 v[kDepth];
+  float m0 = kNegInf, l0 = 0.0f;  // chunk tid's max and sum (tid < splits)
+  if (!kLegacy) {
+    if (mine) {
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u)
+        if (u < splits) v[u] = *reinterpret_cast<const float4*>(po + u * po_step);
+    }
+    if (tid < splits) {
+      m0 = ml[tid * ml_step];
+      l0 = ml[tid * ml_step + 1];
+    }
+  }
+  float m = kLegacy ? kNegInf : m0;
+  for (int s = kLegacy ? tid : tid + blockDim.x; s < splits; s += blockDim.x) m = fmaxf(m, ml[s * ml_step]);
+  m = warp_max(m);
+  if ((tid & 31) == 0) red[tid >> 5] = m;
+  __syncthreads();
+  m = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));  // max: order-free
   float denom = 0.0f;  // thread 0's, in chunk order
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int s0 = 0; s0 < splits; s0 += kCombineTile) {
     const int n = min(kCombineTile, splits - s0);
     __syncthreads();  // the previous tile's readers are done
     for (int i = tid; i < n; i += blockDim.x) {
-      const float ms = ml[(s0 + i) * ml_step];
+      const bool have = !kLegacy && s0 == 0 && i == tid;  // loaded above
+      const float ms = have ? m0 : ml[(s0 + i) * ml_step];
       e_tile[i] = ms != kNegInf ? __expf(ms - m) : kNegInf;
-      l_tile[i] = ml[(s0 + i) * ml_step + 1];
+      l_tile[i] = have ? l0 : ml[(s0 + i) * ml_step + 1];
     }
     __syncthreads();
     if (tid == 0)
       for (int i = 0; i < n; ++i)
         if (e_tile[i] != kNegInf) denom += e_tile[i] * l_tile[i];
     if (!mine) continue;
-    for (int i0 = 0; i0 < n; i0 += kCombineDepth) {
-      float4 v[kCombineDepth];
+    for (int i0 = 0; i0 < n; i0 += kDepth) {
+      if (kLegacy || s0 + i0 > 0) {  // the first kDepth rows were loaded above
 #pragma unroll
-      for (int u = 0; u < kCombineDepth; ++u)
-        if (i0 + u < n) v[u] = *reinterpret_cast<const float4*>(po + (s0 + i0 + u) * po_step);
+        for (int u = 0; u < kDepth; ++u)
+          if (i0 + u < n) v[u] = *reinterpret_cast<const float4*>(po + (s0 + i0 + u) * po_step);
+      }
 #pragma unroll
-      for (int u = 0; u < kCombineDepth; ++u) {
+      for (int u = 0; u < kDepth; ++u) {
         if (i0 + u >= n) break;
         const float e = e_tile[i0 + u];
         if (e == kNegInf) continue;
@@ -667,7 +770,10 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, op));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
   const size_t smem = paged_smem_bytes(D, chunk);
-  auto kernel = chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
+  const bool legacy = options_.cuda.attn_legacy;
+  auto kernel = chunk == 32 ? (legacy ? mla_paged_kernel<32, true> : mla_paged_kernel<32, false>)
+                            : (legacy ? mla_paged_kernel<64, true> : mla_paged_kernel<64, false>);
+  auto combine = legacy ? mla_combine_kernel<true> : mla_combine_kernel<false>;
   set_smem_limit(reinterpret_cast<const void*>(kernel), smem, op);
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
@@ -676,7 +782,7 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
     dim3 grid(a.max_splits, nt, (H + 15) / 16);
     launch_pdl(pdl_, grid, 256, smem, stream_, kernel, a);
     check_launch(op, shapes);
-    launch_pdl(pdl_, dim3(nt, H), 128, 0, stream_, mla_combine_kernel, a, chunk, out.data, float_kind(out.dtype),
+    launch_pdl(pdl_, dim3(nt, H), 128, 0, stream_, combine, a, chunk, out.data, float_kind(out.dtype),
                out.stride[0], out.stride[1]);
     check_launch((name + " (combine)").c_str(), shapes);
   }

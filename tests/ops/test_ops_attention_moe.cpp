@@ -167,6 +167,11 @@ TEST_F(AttentionMoe, MlaPaged) {
       // (one token: the small chunk), and a v_dim of 24 (6 of the combine's 128 threads)
       {{1}, {8300}, 16, 576, 512, 64},
       {{1, 2}, {9000, 40}, 3, 72, 24, 16},
+      // attn18: several tokens per sequence over odd contexts (a chunk holds rows of earlier
+      // steps and this step's, which the kernel reads on either side of pdl_wait), a sequence
+      // all new (a prefill chunk with no context), decode tokens beside them, 2 head blocks
+      {{40, 1, 33, 1}, {100, 577, 33, 2}, 20, 576, 512, 16},
+      {{7, 1}, {71, 31}, 16, 72, 64, 5},
   };
   for (const PagedCase& c : cases) {
     PagedData d = make_paged(c);
@@ -179,6 +184,40 @@ TEST_F(AttentionMoe, MlaPaged) {
                              " max_seq " + std::to_string(d.max_seq_len);
     expect_close(run_paged_gpu(*gpu_, d, c, scale), values(oc), kTolAttention, what);
     expect_guards_intact(what);
+  }
+}
+
+// attn18's paged attention (cp.async loads, the old rows and the addressing read before
+// pdl_wait, the combine's loads together) against the form before it (CudaOptions::
+// attn_legacy): the shared memory a block computes from is the same, so the bits are, in the
+// default and the batch-invariant configuration, at both chunk sizes.
+TEST_F(AttentionMoe, MlaPagedBitsEqualLegacyForm) {
+  const std::vector<PagedCase> cases = {
+      {{1}, {1}, 3, 72, 64, 16},
+      {{1, 1, 3}, {77, 150, 20}, 3, 72, 64, 5},
+      {{1, 1, 1, 1}, {640, 129, 64, 65}, 16, 576, 512, 64},
+      {{40, 1, 33, 1}, {100, 577, 33, 2}, 20, 576, 512, 16},
+      {{1}, {8300}, 16, 576, 512, 64},
+  };
+  for (const PagedCase& c : cases) {
+    PagedData d = make_paged(c);
+    const float scale = 1.0f / std::sqrt(192.0f);
+    for (bool invariant : {false, true}) {
+      std::vector<float> outs[2];
+      for (bool legacy : {false, true}) {
+        BackendOptions o = env_backend_options();
+        o.batch_invariant = invariant;
+        o.cuda.attn_legacy = legacy;
+        const std::unique_ptr<Backend> g = make_cuda_backend(o);
+        outs[legacy] = run_paged_gpu(*g, d, c, scale);
+        expect_guards_intact("legacy form");
+      }
+      // ASSERT_EQ: an element left NaN (the poison) fails too.
+      ASSERT_EQ(outs[0].size(), outs[1].size());
+      for (size_t i = 0; i < outs[0].size(); ++i)
+        ASSERT_EQ(outs[0][i], outs[1][i]) << "mla_attention_paged T " << d.T << " max_seq " << d.max_seq_len
+                                          << (invariant ? " (batch-invariant)" : "") << ": attn18 vs legacy form, element " << i;
+    }
   }
 }
 
