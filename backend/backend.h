@@ -139,9 +139,6 @@ struct CudaOptions {
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
   bool pdl = true;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
-  // Paged attention (mla_attention.cu) in its form before attn18: every load after pdl_wait,
-  // plain loads row by row (A/B of session 15; removed after it).
-  bool attn_legacy = false;
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
   int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256; FP8: 128x128); 0: by load

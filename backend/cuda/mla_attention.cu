@@ -10,7 +10,9 @@
 // batch or on the split count); the default mode picks it per launch. Smaller chunks give
 // more blocks at batch 1 (ctx 576: 9 of 64, 18 of 32) but re-read the query and write more
 // partials: H200 2026-11-30, graphs: chunk 32 for launches of <= 4 items: bs1 +1.6% over 64
-// (bench/NOTES.md; a chunk of 16 lost 1.5-3.5% at bs8-64 and was removed).
+// (bench/NOTES.md; a chunk of 16 lost 1.5-3.5% at bs8-64 and was removed). A block's rows
+// go to shared memory by cp.async, all in flight at once, the rows of earlier steps before
+// pdl_wait (attn18: see mla_paged_kernel).
 //
 // Prefill (direct, per head): the model's head dims (192 / 128) on wgmma, FlashAttention-3
 // style (mla_prefill_wgmma.cu); the other dims FlashAttention-2 style on mma.sync
@@ -118,9 +120,10 @@ __device__ __forceinline__ void cp_padded_row(bf16* dst, const bf16* src, bool v
 // in the dense form, the cache rows of positions before the first one this launch's tokens of
 // the sequence store (seq_len - q_len: rows of earlier steps; mla_rope_store, a kernel of this
 // step, writes the others), plus the zero rows past pos. q, the step's own rows and the sparse
-// indices (the indexer's) are read after it. kLegacy: the form before attn18 (everything
-// after pdl_wait, plain loads), for the A/B.
-template <int kChunk, bool kLegacy>
+// indices (the indexer's) are read after it. H200 2026-12-04 (bench/NOTES.md attn18), graph
+// decode against every load after pdl_wait, row by row: bf16 -3.7% / -2.5% / -4.1% per step at
+// batch 1 / 8 / 64, fp8 -3.6% / -3.2% / -4.4%.
+template <int kChunk>
 __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   static_assert(kChunk == 32 || kChunk == 64, "a lane takes kChunk / 32 positions of the softmax");
   constexpr int kColTiles = kChunk / 16, kSplitK = 8 / kColTiles;
@@ -132,17 +135,12 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
   float* S = reinterpret_cast<float*>(Ks + kChunk * Dp);  // [kSplitK][16][kChunk]
   bf16* P = reinterpret_cast<bf16*>(S + kSplitK * 16 * kChunk);  // [16][kChunk + 8]
   constexpr int LDP = kChunk + 8;
-  if (kLegacy) {
-    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
-    pdl_trigger();
-  }
-
   const int split = blockIdx.x, lt = blockIdx.y, t = a.token0 + lt, hg = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
   const int c0 = split * kChunk;
-  const bool async = !kLegacy && a.q_kind == 1 && a.cache_kind == 1;
+  const bool async = a.q_kind == 1 && a.cache_kind == 1;
   const bf16* cache = static_cast<const bf16*>(a.cache);
   // The dense form's K rows: position, cache block (looked up once, before pdl_wait).
   int kp[kRowsPerWarp] = {}, kblock[kRowsPerWarp] = {};
@@ -162,10 +160,8 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
                       cache + (int64_t{kblock[i]} * a.block_size + (kp[i] >= 0 ? kp[i] % a.block_size : 0)) * a.D,
                       kp[i] >= 0, a.D, Dk, lane);
   }
-  if (!kLegacy) {
-    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
-    pdl_trigger();
-  }
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): q and the cache rows just stored
+  pdl_trigger();
   if (a.indices == nullptr && c0 > pos) return;  // this token has fewer chunks
   if (a.indices != nullptr) {
     // A sparse chunk with no position (the -1 padding of a context shorter than topk) only
@@ -213,7 +209,7 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
     acp::cp_async_commit();
     acp::cp_async_wait<0>();
   } else {
-    // FP32 q or cache (tests), and the legacy form: plain loads.
+    // FP32 q or cache (tests): plain loads.
     for (int r = warp; r < kHeadsPerBlock; r += 8) {
       const int h = hg * kHeadsPerBlock + r;
       load_padded_row(Qs + r * Dp, a.q, a.q_kind, int64_t{t} * a.q_s0 + int64_t{h} * a.q_s1, h < a.H,
@@ -301,8 +297,8 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
 }
 
 // Splits whose weights one pass of mla_combine_kernel stages in shared memory, and the
-// partial rows each thread has in flight (kLegacy: 8).
-constexpr int kCombineTile = 256, kCombineDepth = 24, kCombineDepthLegacy = 8;
+// partial rows each thread has in flight.
+constexpr int kCombineTile = 256, kCombineDepth = 24;
 
 // grid (tokens_in_launch, H), 128 threads; thread i owns the 4 value columns 4i .. 4i + 3
 // (v_dim <= 512). Merges a token's chunks in chunk order: the same per-element arithmetic
@@ -312,19 +308,13 @@ constexpr int kCombineTile = 256, kCombineDepth = 24, kCombineDepthLegacy = 8;
 // serial form waited for one load per chunk and column, ~34 us per call cold on the H200).
 // The token's place (locate: the step's addressing, no kernel's output) is read before
 // pdl_wait; after it, the first kCombineDepth partial rows and the chunk maxima and sums are
-// all loaded before the first use (kLegacy: locate after pdl_wait, the rows after the max).
-template <bool kLegacy>
+// all loaded before the first use (attn18; 8 rows at a time after the max before it).
 __global__ void __launch_bounds__(128)
     mla_combine_kernel(PagedArgs a, int chunk, void* out, int out_kind, int64_t o_s0, int64_t o_s1) {
-  constexpr int kDepth = kLegacy ? kCombineDepthLegacy : kCombineDepth;
   __shared__ float e_tile[kCombineTile];  // exp(m_s - m), or -inf for an empty chunk
   __shared__ float l_tile[kCombineTile];
   __shared__ float red[4];
   __shared__ float inv_sh;
-  if (kLegacy) {
-    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
-    pdl_trigger();
-  }
   const int lt = blockIdx.x, t = a.token0 + lt, h = blockIdx.y, tid = threadIdx.x;
   int seq, pos;
   locate(a.query_start, a.seq_lens, a.num_seqs, t, &seq, &pos);
@@ -337,25 +327,21 @@ __global__ void __launch_bounds__(128)
   const bool mine = d0 < a.V;
   const float* po = a.part_o + (int64_t{lt} * a.max_splits * a.h_pad + h) * a.v_pad + d0;
   const int64_t po_step = int64_t{a.h_pad} * a.v_pad;
-  if (!kLegacy) {
-    pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
-    pdl_trigger();
-  }
-  float4 v[kDepth];
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
+  pdl_trigger();
+  float4 v[kCombineDepth];
   float m0 = kNegInf, l0 = 0.0f;  // chunk tid's max and sum (tid < splits)
-  if (!kLegacy) {
-    if (mine) {
+  if (mine) {
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u)
-        if (u < splits) v[u] = *reinterpret_cast<const float4*>(po + u * po_step);
-    }
-    if (tid < splits) {
-      m0 = ml[tid * ml_step];
-      l0 = ml[tid * ml_step + 1];
-    }
+    for (int u = 0; u < kCombineDepth; ++u)
+      if (u < splits) v[u] = *reinterpret_cast<const float4*>(po + u * po_step);
   }
-  float m = kLegacy ? kNegInf : m0;
-  for (int s = kLegacy ? tid : tid + blockDim.x; s < splits; s += blockDim.x) m = fmaxf(m, ml[s * ml_step]);
+  if (tid < splits) {
+    m0 = ml[tid * ml_step];
+    l0 = ml[tid * ml_step + 1];
+  }
+  float m = m0;
+  for (int s = tid + blockDim.x; s < splits; s += blockDim.x) m = fmaxf(m, ml[s * ml_step]);
   m = warp_max(m);
   if ((tid & 31) == 0) red[tid >> 5] = m;
   __syncthreads();
@@ -366,7 +352,7 @@ __global__ void __launch_bounds__(128)
     const int n = min(kCombineTile, splits - s0);
     __syncthreads();  // the previous tile's readers are done
     for (int i = tid; i < n; i += blockDim.x) {
-      const bool have = !kLegacy && s0 == 0 && i == tid;  // loaded above
+      const bool have = s0 == 0 && i == tid;  // loaded above
       const float ms = have ? m0 : ml[(s0 + i) * ml_step];
       e_tile[i] = ms != kNegInf ? __expf(ms - m) : kNegInf;
       l_tile[i] = have ? l0 : ml[(s0 + i) * ml_step + 1];
@@ -376,14 +362,14 @@ __global__ void __launch_bounds__(128)
       for (int i = 0; i < n; ++i)
         if (e_tile[i] != kNegInf) denom += e_tile[i] * l_tile[i];
     if (!mine) continue;
-    for (int i0 = 0; i0 < n; i0 += kDepth) {
-      if (kLegacy || s0 + i0 > 0) {  // the first kDepth rows were loaded above
+    for (int i0 = 0; i0 < n; i0 += kCombineDepth) {
+      if (s0 + i0 > 0) {  // the first kCombineDepth rows were loaded above
 #pragma unroll
-        for (int u = 0; u < kDepth; ++u)
+        for (int u = 0; u < kCombineDepth; ++u)
           if (i0 + u < n) v[u] = *reinterpret_cast<const float4*>(po + (s0 + i0 + u) * po_step);
       }
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
+      for (int u = 0; u < kCombineDepth; ++u) {
         if (i0 + u >= n) break;
         const float e = e_tile[i0 + u];
         if (e == kNegInf) continue;
@@ -770,10 +756,7 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   a.part_o = static_cast<float*>(scratch(kSlotAttn, per_token * tokens_per_launch, op));
   a.part_ml = a.part_o + size_t{1} * tokens_per_launch * a.max_splits * a.h_pad * a.v_pad;
   const size_t smem = paged_smem_bytes(D, chunk);
-  const bool legacy = options_.cuda.attn_legacy;
-  auto kernel = chunk == 32 ? (legacy ? mla_paged_kernel<32, true> : mla_paged_kernel<32, false>)
-                            : (legacy ? mla_paged_kernel<64, true> : mla_paged_kernel<64, false>);
-  auto combine = legacy ? mla_combine_kernel<true> : mla_combine_kernel<false>;
+  auto kernel = chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
   set_smem_limit(reinterpret_cast<const void*>(kernel), smem, op);
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
@@ -782,7 +765,7 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
     dim3 grid(a.max_splits, nt, (H + 15) / 16);
     launch_pdl(pdl_, grid, 256, smem, stream_, kernel, a);
     check_launch(op, shapes);
-    launch_pdl(pdl_, dim3(nt, H), 128, 0, stream_, combine, a, chunk, out.data, float_kind(out.dtype),
+    launch_pdl(pdl_, dim3(nt, H), 128, 0, stream_, mla_combine_kernel, a, chunk, out.data, float_kind(out.dtype),
                out.stride[0], out.stride[1]);
     check_launch((name + " (combine)").c_str(), shapes);
   }

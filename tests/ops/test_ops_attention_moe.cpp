@@ -187,40 +187,6 @@ TEST_F(AttentionMoe, MlaPaged) {
   }
 }
 
-// attn18's paged attention (cp.async loads, the old rows and the addressing read before
-// pdl_wait, the combine's loads together) against the form before it (CudaOptions::
-// attn_legacy): the shared memory a block computes from is the same, so the bits are, in the
-// default and the batch-invariant configuration, at both chunk sizes.
-TEST_F(AttentionMoe, MlaPagedBitsEqualLegacyForm) {
-  const std::vector<PagedCase> cases = {
-      {{1}, {1}, 3, 72, 64, 16},
-      {{1, 1, 3}, {77, 150, 20}, 3, 72, 64, 5},
-      {{1, 1, 1, 1}, {640, 129, 64, 65}, 16, 576, 512, 64},
-      {{40, 1, 33, 1}, {100, 577, 33, 2}, 20, 576, 512, 16},
-      {{1}, {8300}, 16, 576, 512, 64},
-  };
-  for (const PagedCase& c : cases) {
-    PagedData d = make_paged(c);
-    const float scale = 1.0f / std::sqrt(192.0f);
-    for (bool invariant : {false, true}) {
-      std::vector<float> outs[2];
-      for (bool legacy : {false, true}) {
-        BackendOptions o = env_backend_options();
-        o.batch_invariant = invariant;
-        o.cuda.attn_legacy = legacy;
-        const std::unique_ptr<Backend> g = make_cuda_backend(o);
-        outs[legacy] = run_paged_gpu(*g, d, c, scale);
-        expect_guards_intact("legacy form");
-      }
-      // ASSERT_EQ: an element left NaN (the poison) fails too.
-      ASSERT_EQ(outs[0].size(), outs[1].size());
-      for (size_t i = 0; i < outs[0].size(); ++i)
-        ASSERT_EQ(outs[0][i], outs[1][i]) << "mla_attention_paged T " << d.T << " max_seq " << d.max_seq_len
-                                          << (invariant ? " (batch-invariant)" : "") << ": attn18 vs legacy form, element " << i;
-    }
-  }
-}
-
 // Direct prefill: odd lengths, one-row and multi-tile sequences (query tiles of 128, key tiles
 // of 64 on fa::prefill_kernel and of 128 on the wgmma kernel that takes dims 192 / 128), every
 // padded head-dim pair, v read from inside a wider row as the model does (kv_b's [nope | v]

@@ -224,34 +224,6 @@ TEST_F(SparseAttention, PagedSparse) {
   }
 }
 
-// attn18's form of the paged kernels (cp.async loads, the combine's loads together) against
-// the form before it (CudaOptions::attn_legacy): the same bits, with -1 holes and chunks with no
-// position (a context of 5 against k = 256).
-TEST_F(SparseAttention, PagedSparseBitsEqualLegacyForm) {
-  const StepCase step{{1, 7, 1, 2}, {300, 20, 5, 1000}, 5};
-  const StepData d = make_step(step);
-  const int64_t H = 20, R = 576, V = 512, k = 256;
-  const std::vector<float> q = randn(d.T * H * R);
-  const std::vector<float> cache = randn(d.num_blocks * step.block_size * R);
-  const std::vector<int32_t> idx = random_indices(d, k, true);
-  const float scale = 1.0f / std::sqrt(192.0f);
-  std::vector<float> outs[2];
-  for (bool legacy : {false, true}) {
-    BackendOptions o = env_backend_options();
-    o.cuda.attn_legacy = legacy;
-    const std::unique_ptr<Backend> g = make_cuda_backend(o);
-    PagedKV kg = paged(g.get(), d, step, gpu_float(*g, cache, {d.num_blocks, step.block_size, R}, DType::BF16));
-    Tensor og = gpu_guarded(*g, DType::BF16, {d.T, H, V});
-    g->mla_attention_paged_sparse(gpu_float(*g, q, {d.T, H, R}, DType::BF16), kg, gpu_copy(*g, cpu_i32(idx, {d.T, k})),
-                                  scale, static_cast<int>(V), og);
-    outs[legacy] = download(*g, og);
-    expect_guards_intact("mla_attention_paged_sparse, legacy form " + std::to_string(legacy));
-  }
-  ASSERT_EQ(outs[0].size(), outs[1].size());
-  for (size_t i = 0; i < outs[0].size(); ++i)  // an element left NaN (the poison) fails too
-    ASSERT_EQ(outs[0][i], outs[1][i]) << "mla_attention_paged_sparse: attn18 vs legacy form, element " << i;
-}
-
 // Every causal position listed in order (a context no longer than k, as indexer_topk writes
 // it) is the dense op: the same chunks in the same order, so the same bits; a token whose list
 // is all -1 gets 0 (as the CPU reference).
