@@ -5,6 +5,11 @@
 // kernel's wait would not cover them. It should call pdl_trigger() early so that its own
 // dependents launch while it runs. After a kernel that never triggers (cuBLASLt, CUTLASS) or
 // a copy, the attribute changes nothing: the launch waits as a plain one does.
+// The rule every kernel here keeps: pdl_trigger() only after its own pdl_wait(). So when a
+// kernel starts, the kernel two launches back has completed and its writes are visible, and a
+// kernel may read before its wait what that kernel and earlier ones wrote (attn18: the paged
+// attention's rows of earlier steps; the grouped GEMMs' tile lists). A kernel that triggered
+// before waiting would break every such read in the kernels after it.
 #pragma once
 #include <cuda_runtime.h>
 
