@@ -3,10 +3,12 @@
 // uniform run-time flag (one instantiation per kernel keeps the build small; the branch
 // costs nothing next to the memory traffic). Reductions use fixed-order block trees.
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl_launch.cuh"
+#include "backend/cuda/rms_norm_row.cuh"
 #include "backend/random.h"
 
 namespace deepinfer::cuda {
@@ -51,6 +53,14 @@ __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* re
     const float v = add ? ld(res, r * ldr + c, res_kind) : ld(x, r * ldx + c, x_kind);
     st(out, r * ldo + c, out_kind, v * inv * ld(w, c, w_kind));
   }
+}
+
+// One block per row, the register form of rms_norm_kernel (rms_norm_row.cuh; CudaOptions::
+// norm_regs): rows of at most kNormRegs x blockDim columns, same bits.
+// x and res of one dtype (x_kind), the weight's w_kind.
+__global__ void rms_norm_regs_kernel(NormRow n, int x_kind, int w_kind, float eps, bool add, bool w_early) {
+  __shared__ float scratch[32];
+  rms_norm_row_regs(n, x_kind, w_kind, blockIdx.x, blockDim.x, eps, add, w_early, scratch);
 }
 
 // One block per row: out = (x - mean) * rsqrt(var + eps) * w + b (biased variance, fp32; two
@@ -154,6 +164,31 @@ __global__ void kv_gather_kernel(const void* cache, int cache_kind, int64_t num_
   }
 }
 
+// The block's best (v, i) on thread 0 (a larger value wins, an equal one goes to the lower
+// index) and, on every thread, whether any thread's `nan` was set; every thread must call it.
+// best_v / best_i: one entry per warp in shared memory.
+template <typename Index>
+__device__ __forceinline__ bool block_argmax(float& v, Index& i, int nan, float* best_v, Index* best_i) {
+  warp_argmax(v, i);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    best_v[warp] = v;
+    best_i[warp] = i;
+  }
+  const int any_nan = __syncthreads_or(nan);
+  if (threadIdx.x == 0) {
+    v = best_v[0];
+    i = best_i[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+      if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) {
+        v = best_v[w];
+        i = best_i[w];
+      }
+    }
+  }
+  return any_nan != 0;
+}
+
 // One block of 1024 threads per row; lowest index wins ties; a row holding a NaN gets -1
 // (sample_rule::kNoToken, as the CPU op).
 __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
@@ -188,24 +223,76 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int ki
       }
     }
   }
-  warp_argmax(bv, bi);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    best_v[warp] = bv;
-    best_i[warp] = bi;
+  const bool any_nan = block_argmax(bv, bi, nan, best_v, best_i);
+  if (threadIdx.x == 0) ids[r] = any_nan ? -1 : static_cast<int32_t>(bi < V ? bi : 0);
+}
+
+// The split argmax (CudaOptions::argmax_split): a row's logits in slices of kArgmaxSlice, one
+// block of kArgmaxThreads each (kArgmaxUnroll independent loads a thread), then one block per row
+// over the slices' partial maxima. Same rules, same ids as argmax_kernel: the largest value, the
+// lowest index among equal ones (a slice's lowest, then the lowest slice's), -1 for a row holding
+// a NaN. The result is a function of the row alone, so the split changes no id.
+constexpr int kArgmaxThreads = 256, kArgmaxUnroll = 8;
+constexpr int64_t kArgmaxSlice = int64_t{kArgmaxThreads} * kArgmaxUnroll;
+struct ArgmaxPartial {
+  float v;
+  int32_t i;  // -1: the slice holds a NaN
+};
+
+// grid (rows x slices): block b reduces slice b % slices of row b / slices.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_slice_kernel(const void* logits, int kind, int64_t ld_row,
+                                                                      int64_t V, int64_t slices,
+                                                                      ArgmaxPartial* partial) {
+  pdl_wait();     // a programmatic dependent (pdl_launch.cuh)
+  pdl_trigger();  // argmax_finish_kernel may launch
+  __shared__ float best_v[kArgmaxThreads / 32];
+  __shared__ int32_t best_i[kArgmaxThreads / 32];
+  const int64_t r = blockIdx.x / slices, c0 = (blockIdx.x % slices) * kArgmaxSlice + threadIdx.x;
+  float v[kArgmaxUnroll];
+#pragma unroll
+  for (int u = 0; u < kArgmaxUnroll; ++u) {  // clamped into the row: no branch between the loads
+    const int64_t c = c0 + int64_t{u} * kArgmaxThreads;
+    v[u] = ld(logits, r * ld_row + (c < V ? c : V - 1), kind);
   }
-  const int any_nan = __syncthreads_or(nan);
-  if (threadIdx.x == 0) {
-    float v = best_v[0];
-    int64_t i = best_i[0];
-    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
-      if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) {
-        v = best_v[w];
-        i = best_i[w];
-      }
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;  // larger than any index
+  int nan = 0;
+#pragma unroll
+  for (int u = 0; u < kArgmaxUnroll; ++u) {  // increasing indices: the first of equal values stays
+    const int64_t c = c0 + int64_t{u} * kArgmaxThreads;
+    if (c >= V) continue;
+    nan |= (__float_as_uint(v[u]) & 0x7fffffffu) > 0x7f800000u;
+    if (v[u] > bv || (v[u] == bv && c < bi)) {
+      bv = v[u];
+      bi = static_cast<int32_t>(c);
     }
-    ids[r] = any_nan ? -1 : static_cast<int32_t>(i < V ? i : 0);
   }
+  const bool any_nan = block_argmax(bv, bi, nan, best_v, best_i);
+  if (threadIdx.x == 0) partial[blockIdx.x] = ArgmaxPartial{bv, any_nan ? -1 : bi};
+}
+
+// One block of kArgmaxThreads per row over its `slices` partials.
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_finish_kernel(const ArgmaxPartial* partial, int64_t slices,
+                                                                       int64_t V, int32_t* ids) {
+  pdl_wait();     // a programmatic dependent (pdl_launch.cuh): the partials
+  pdl_trigger();  // the next step's embedding may launch
+  __shared__ float best_v[kArgmaxThreads / 32];
+  __shared__ int32_t best_i[kArgmaxThreads / 32];
+  const int64_t r = blockIdx.x;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  int nan = 0;
+  for (int64_t s = threadIdx.x; s < slices; s += kArgmaxThreads) {
+    const ArgmaxPartial p = partial[r * slices + s];
+    if (p.i < 0) {
+      nan = 1;
+    } else if (p.v > bv || (p.v == bv && p.i < bi)) {
+      bv = p.v;
+      bi = p.i;
+    }
+  }
+  const bool any_nan = block_argmax(bv, bi, nan, best_v, best_i);
+  if (threadIdx.x == 0) ids[r] = any_nan ? -1 : (bi < V ? bi : 0);
 }
 
 // kind: 0 = F32, 1 = BF16, 2 = F8_E4M3.
@@ -312,9 +399,16 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
            " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
-      xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
-      float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
+  if (norm_regs_ && xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads) {
+    const NormRow n{xv.data, nullptr, weight.data, ov.data, xv.row_stride, 0, ov.row_stride, xv.cols,
+                    float_kind(ov.dtype)};
+    launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_regs_kernel, n,
+               float_kind(xv.dtype), float_kind(weight.dtype), eps, false, norm_weight_early_);
+  } else {
+    launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
+        xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
+        float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype), ov.row_stride, false);
+  }
   check_launch("rms_norm", x.describe() + " -> " + out.describe());
 }
 
@@ -333,10 +427,17 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& 
            weight.describe(), ", out ", out.describe(), " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
-      xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
-      weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
-      ov.row_stride, true);
+  if (norm_regs_ && xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads && rv.dtype == xv.dtype) {
+    const NormRow n{xv.data, rv.data, weight.data, ov.data, xv.row_stride, rv.row_stride, ov.row_stride, xv.cols,
+                    float_kind(ov.dtype)};
+    launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_regs_kernel, n,
+               float_kind(xv.dtype), float_kind(weight.dtype), eps, true, norm_weight_early_);
+  } else {
+    launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
+        xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
+        weight.data, float_kind(weight.dtype), xv.cols, eps, ov.data, float_kind(ov.dtype),
+        ov.row_stride, true);
+  }
   check_launch("add_rms_norm", x.describe() + " -> " + out.describe());
 }
 
@@ -461,9 +562,21 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
   DI_CHECK(ids.numel() == l.rows, "argmax: ids ", ids.describe(), " must have one entry per row of ",
            logits.describe());
   if (l.rows == 0) return;
-  launch_pdl(pdl_, static_cast<unsigned>(l.rows), 1024, 0, stream_, argmax_kernel,
-      l.data, float_kind(l.dtype), l.row_stride, l.cols, ids.ptr<int32_t>());
-  check_launch("argmax", logits.describe());
+  const int64_t slices = (l.cols + kArgmaxSlice - 1) / kArgmaxSlice;
+  if (!argmax_split_ || slices == 0 || l.cols > INT32_MAX || l.rows * slices > INT32_MAX) {
+    launch_pdl(pdl_, static_cast<unsigned>(l.rows), 1024, 0, stream_, argmax_kernel,
+        l.data, float_kind(l.dtype), l.row_stride, l.cols, ids.ptr<int32_t>());
+    check_launch("argmax", logits.describe());
+    return;
+  }
+  auto* partial = static_cast<ArgmaxPartial*>(
+      scratch(kSlotArgmax, static_cast<size_t>(l.rows * slices) * sizeof(ArgmaxPartial), "argmax"));
+  launch_pdl(pdl_, static_cast<unsigned>(l.rows * slices), kArgmaxThreads, 0, stream_, argmax_slice_kernel,
+      l.data, float_kind(l.dtype), l.row_stride, l.cols, slices, partial);
+  check_launch("argmax (slices)", logits.describe());
+  launch_pdl(pdl_, static_cast<unsigned>(l.rows), kArgmaxThreads, 0, stream_, argmax_finish_kernel,
+      static_cast<const ArgmaxPartial*>(partial), slices, l.cols, ids.ptr<int32_t>());
+  check_launch("argmax (rows)", logits.describe());
 }
 
 void CudaBackend::fill_random(Tensor& t, uint64_t seed, float scale) {
