@@ -138,16 +138,6 @@ struct CudaOptions {
   // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
   bool pdl = true;
-  // rms_norm / add_rms_norm / rms_norm_pair (norm18): a row of up to 8 x threads values held in
-  // registers, all its loads issued before the first use and the norm weight (written by no
-  // kernel) loaded before pdl_wait; same sums in the same order as the two-pass loop, same bits.
-  // false: the two-pass loop (each pass a chain of dependent loads). norm_weight_early false: the
-  // register form loads the weight after pdl_wait, with the row.
-  bool norm_regs = true;
-  bool norm_weight_early = true;
-  // argmax (norm18): blocks of 2,048 logits of a row each, then one block per row over their
-  // partial maxima (false: one block of 1,024 threads walks the whole row). Same ids.
-  bool argmax_split = true;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)

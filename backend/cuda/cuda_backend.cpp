@@ -101,9 +101,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
   pdl_ = o.pdl;
-  norm_regs_ = o.norm_regs;
-  norm_weight_early_ = o.norm_weight_early;
-  argmax_split_ = o.argmax_split;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;

@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
   // has its own set.
   enum Slot { kSlotGemmA, kSlotGemmW, kSlotAttn, kSlotAttnStats, kSlotMoeIndex, kSlotMoeHidden,
               kSlotMoeAct, kSlotMoeOut, kSlotMoeGather, kSlotSwigluAct, kSlotSwigluOut, kSlotSample, kSlotV4Scores,
-              kSlotV41, kSlotArgmax, kSlotCount };
+              kSlotV41, kSlotCount };
   void* scratch(Slot slot, size_t num_bytes, const char* op);
   // Launches the grouped/dense GEMM described by p (gemm.cu); `op` names it in errors.
   void launch_gemm(const GemmProblem& p, const char* op, bool prefer_gemv);
@@ -289,8 +289,6 @@ class CudaBackend final : public Backend {
   int64_t pipe_dense_fp8_rows_ = 32;
   int64_t pipe_dense_bf16_rows_ = 8;
   bool pdl_ = true;
-  // CudaOptions::norm_regs / norm_weight_early / argmax_split (elementwise.cu, fused_mla.cu).
-  bool norm_regs_ = true, norm_weight_early_ = true, argmax_split_ = true;
   // CudaOptions::moe_cutlass: routed BF16 experts in prefill (more than 16 rows per expert on
   // average, not batch-invariant) on CUTLASS's grouped GEMMs (the default) or the own
   // tensor-core tiles (false); moe_cutlass_tile 64 / 256 pins its tiles to 64x128 / 128x256

@@ -28,9 +28,10 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, int tabl
 }
 
 // One block per row. out = rms_norm(res + x) with res updated (ADD) or rms_norm(x): the row
-// summed in one pass, then read again for the output. (A register path holding rows of up to
-// 8 x threads, dec17, lost its A/B to this loop: 2.1-2.7% per step at batch 1, 0.5-1.4% above,
-// H200, bench/NOTES.md dec18.)
+// summed in one pass, then read again for the output; for rows longer than rms_norm_regs_kernel
+// takes (or a residual of another dtype than x). Each pass is a chain of dependent loads (the
+// store may alias the next element's load): at 2,048 columns 16 L2 round trips a row, against
+// the register form's one (bench/NOTES.md norm18: -160 us per bf16 batch-1 step on the H200).
 __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* res, int res_kind,
                                 int64_t ldr, const void* w, int w_kind, int64_t H, float eps,
                                 void* out, int out_kind, int64_t ldo, bool add) {
@@ -55,12 +56,11 @@ __global__ void rms_norm_kernel(const void* x, int x_kind, int64_t ldx, void* re
   }
 }
 
-// One block per row, the register form of rms_norm_kernel (rms_norm_row.cuh; CudaOptions::
-// norm_regs): rows of at most kNormRegs x blockDim columns, same bits.
-// x and res of one dtype (x_kind), the weight's w_kind.
-__global__ void rms_norm_regs_kernel(NormRow n, int x_kind, int w_kind, float eps, bool add, bool w_early) {
+// One block per row, the register form of rms_norm_kernel (rms_norm_row.cuh): rows of 1 to
+// kNormRegs x blockDim columns, x and res of one dtype (x_kind), the weight's w_kind; same bits.
+__global__ void rms_norm_regs_kernel(NormRow n, int x_kind, int w_kind, float eps, bool add) {
   __shared__ float scratch[32];
-  rms_norm_row_regs(n, x_kind, w_kind, blockIdx.x, blockDim.x, eps, add, w_early, scratch);
+  rms_norm_row_regs(n, x_kind, w_kind, blockIdx.x, blockDim.x, eps, add, scratch);
 }
 
 // One block per row: out = (x - mean) * rsqrt(var + eps) * w + b (biased variance, fp32; two
@@ -167,8 +167,7 @@ __global__ void kv_gather_kernel(const void* cache, int cache_kind, int64_t num_
 // The block's best (v, i) on thread 0 (a larger value wins, an equal one goes to the lower
 // index) and, on every thread, whether any thread's `nan` was set; every thread must call it.
 // best_v / best_i: one entry per warp in shared memory.
-template <typename Index>
-__device__ __forceinline__ bool block_argmax(float& v, Index& i, int nan, float* best_v, Index* best_i) {
+__device__ __forceinline__ bool block_argmax(float& v, int32_t& i, int nan, float* best_v, int32_t* best_i) {
   warp_argmax(v, i);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
@@ -189,49 +188,13 @@ __device__ __forceinline__ bool block_argmax(float& v, Index& i, int nan, float*
   return any_nan != 0;
 }
 
-// One block of 1024 threads per row; lowest index wins ties; a row holding a NaN gets -1
-// (sample_rule::kNoToken, as the CPU op).
-__global__ void __launch_bounds__(1024) argmax_kernel(const void* logits, int kind, int64_t ld_row, int64_t V,
-                              int32_t* ids) {
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh)
-  pdl_trigger();  // the next step's embedding may launch
-  __shared__ float best_v[32];
-  __shared__ int64_t best_i[32];
-  const int64_t r = blockIdx.x;
-  float bv = -INFINITY;
-  int64_t bi = V;  // sentinel larger than any index
-  int nan = 0;
-  // kUnroll independent loads in flight per thread (one row of 129,280 logits is one block's
-  // work: a serial load chain of V / blockDim loads cost ~100 us per step, H200 2026-11-30).
-  // Each thread still visits its indices in increasing order, so ties keep the lowest.
-  constexpr int kUnroll = 8;
-  const int64_t stride = blockDim.x;
-  for (int64_t c0 = threadIdx.x; c0 < V; c0 += kUnroll * stride) {
-    float v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * stride;
-      v[u] = c < V ? ld(logits, r * ld_row + c, kind) : -INFINITY;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * stride;
-      nan |= (__float_as_uint(v[u]) & 0x7fffffffu) > 0x7f800000u;
-      if (c < V && (v[u] > bv || (v[u] == bv && c < bi))) {
-        bv = v[u];
-        bi = c;
-      }
-    }
-  }
-  const bool any_nan = block_argmax(bv, bi, nan, best_v, best_i);
-  if (threadIdx.x == 0) ids[r] = any_nan ? -1 : static_cast<int32_t>(bi < V ? bi : 0);
-}
-
-// The split argmax (CudaOptions::argmax_split): a row's logits in slices of kArgmaxSlice, one
-// block of kArgmaxThreads each (kArgmaxUnroll independent loads a thread), then one block per row
-// over the slices' partial maxima. Same rules, same ids as argmax_kernel: the largest value, the
-// lowest index among equal ones (a slice's lowest, then the lowest slice's), -1 for a row holding
-// a NaN. The result is a function of the row alone, so the split changes no id.
+// argmax: a row's logits in slices of kArgmaxSlice, one block of kArgmaxThreads each
+// (kArgmaxUnroll independent loads a thread: one L2 round trip), then one block per row over the
+// slices' partial maxima. The rules of the CPU op: the largest value, the lowest index among
+// equal ones (a slice's lowest, then the lowest slice's), -1 (sample_rule::kNoToken) for a row
+// holding a NaN; the id is a function of the row alone, so the split changes none. (One block of
+// 1,024 threads walking the row took 24 us per step at batch 1, the split ~2 us; bench/NOTES.md
+// norm18.)
 constexpr int kArgmaxThreads = 256, kArgmaxUnroll = 8;
 constexpr int64_t kArgmaxSlice = int64_t{kArgmaxThreads} * kArgmaxUnroll;
 struct ArgmaxPartial {
@@ -399,11 +362,11 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, Ten
            " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  if (norm_regs_ && xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads) {
+  if (xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads) {
     const NormRow n{xv.data, nullptr, weight.data, ov.data, xv.row_stride, 0, ov.row_stride, xv.cols,
                     float_kind(ov.dtype)};
     launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_regs_kernel, n,
-               float_kind(xv.dtype), float_kind(weight.dtype), eps, false, norm_weight_early_);
+               float_kind(xv.dtype), float_kind(weight.dtype), eps, false);
   } else {
     launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
         xv.data, float_kind(xv.dtype), xv.row_stride, nullptr, 0, 0, weight.data,
@@ -427,11 +390,11 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& 
            weight.describe(), ", out ", out.describe(), " do not match");
   if (xv.rows == 0) return;
   const int threads = xv.cols >= 1024 ? 256 : 128;
-  if (norm_regs_ && xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads && rv.dtype == xv.dtype) {
+  if (xv.cols >= 1 && xv.cols <= int64_t{kNormRegs} * threads && rv.dtype == xv.dtype) {
     const NormRow n{xv.data, rv.data, weight.data, ov.data, xv.row_stride, rv.row_stride, ov.row_stride, xv.cols,
                     float_kind(ov.dtype)};
     launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_regs_kernel, n,
-               float_kind(xv.dtype), float_kind(weight.dtype), eps, true, norm_weight_early_);
+               float_kind(xv.dtype), float_kind(weight.dtype), eps, true);
   } else {
     launch_pdl(pdl_, static_cast<unsigned>(xv.rows), threads, 0, stream_, rms_norm_kernel,
         xv.data, float_kind(xv.dtype), xv.row_stride, rv.data, float_kind(rv.dtype), rv.row_stride,
@@ -563,17 +526,18 @@ void CudaBackend::argmax(const Tensor& logits, Tensor& ids) {
            logits.describe());
   if (l.rows == 0) return;
   const int64_t slices = (l.cols + kArgmaxSlice - 1) / kArgmaxSlice;
-  if (!argmax_split_ || slices == 0 || l.cols > INT32_MAX || l.rows * slices > INT32_MAX) {
-    launch_pdl(pdl_, static_cast<unsigned>(l.rows), 1024, 0, stream_, argmax_kernel,
-        l.data, float_kind(l.dtype), l.row_stride, l.cols, ids.ptr<int32_t>());
-    check_launch("argmax", logits.describe());
-    return;
-  }
+  DI_CHECK(l.cols <= INT32_MAX && l.rows * slices <= INT32_MAX && l.rows <= INT32_MAX, "argmax: ",
+           logits.describe(), " is too large (ids are I32; at most 2^31 - 1 blocks of ", kArgmaxSlice,
+           " logits per launch)");
+  // The sampling ops' slot: its contents live only between the two kernels (sample()'s only
+  // within that op).
   auto* partial = static_cast<ArgmaxPartial*>(
-      scratch(kSlotArgmax, static_cast<size_t>(l.rows * slices) * sizeof(ArgmaxPartial), "argmax"));
-  launch_pdl(pdl_, static_cast<unsigned>(l.rows * slices), kArgmaxThreads, 0, stream_, argmax_slice_kernel,
-      l.data, float_kind(l.dtype), l.row_stride, l.cols, slices, partial);
-  check_launch("argmax (slices)", logits.describe());
+      scratch(kSlotSample, static_cast<size_t>(l.rows * slices) * sizeof(ArgmaxPartial), "argmax"));
+  if (slices > 0) {  // no logits (V = 0): every id 0, from the rows' kernel alone
+    launch_pdl(pdl_, static_cast<unsigned>(l.rows * slices), kArgmaxThreads, 0, stream_, argmax_slice_kernel,
+        l.data, float_kind(l.dtype), l.row_stride, l.cols, slices, partial);
+    check_launch("argmax (slices)", logits.describe());
+  }
   launch_pdl(pdl_, static_cast<unsigned>(l.rows), kArgmaxThreads, 0, stream_, argmax_finish_kernel,
       static_cast<const ArgmaxPartial*>(partial), slices, l.cols, ids.ptr<int32_t>());
   check_launch("argmax (rows)", logits.describe());

@@ -46,13 +46,13 @@ __global__ void rms_norm_pair_kernel(NormSide a, NormSide b, float eps) {
     st(s.out, r * s.ldo + c, s.o_kind, ld(s.x, r * s.ldx + c, s.x_kind) * inv * ld(s.w, c, s.w_kind));
 }
 
-// The register form (rms_norm_row.cuh; CudaOptions::norm_regs): grid (rows, 2), 256 threads,
-// both sides of at most kNormRegs x their threads columns. Same bits as the loop above.
-__global__ void rms_norm_pair_regs_kernel(NormSide a, NormSide b, float eps, bool w_early) {
+// The register form (rms_norm_row.cuh): grid (rows, 2), 256 threads, both sides of 1 to
+// kNormRegs x their threads columns (else the loop above). Same bits as the loop.
+__global__ void rms_norm_pair_regs_kernel(NormSide a, NormSide b, float eps) {
   __shared__ float scratch[32];
   const NormSide& s = blockIdx.y == 0 ? a : b;
   const NormRow n{s.x, nullptr, s.w, s.out, s.ldx, 0, s.ldo, s.H, s.o_kind};
-  rms_norm_row_regs(n, s.x_kind, s.w_kind, blockIdx.x, s.threads, eps, false, w_early, scratch);
+  rms_norm_row_regs(n, s.x_kind, s.w_kind, blockIdx.x, s.threads, eps, false, scratch);
 }
 
 struct RopeStoreArgs {
@@ -147,11 +147,10 @@ void CudaBackend::rms_norm_pair(const Tensor& x1, const Tensor& w1, Tensor& out1
     return;
   }
   if (rows == 0) return;
-  const bool regs = norm_regs_ && a.H >= 1 && b.H >= 1 && a.H <= int64_t{kNormRegs} * a.threads &&
+  const bool regs = a.H >= 1 && b.H >= 1 && a.H <= int64_t{kNormRegs} * a.threads &&
                     b.H <= int64_t{kNormRegs} * b.threads;
   if (regs)
-    launch_pdl(pdl_, dim3(static_cast<unsigned>(rows), 2), 256, 0, stream_, rms_norm_pair_regs_kernel, a, b, eps,
-               norm_weight_early_);
+    launch_pdl(pdl_, dim3(static_cast<unsigned>(rows), 2), 256, 0, stream_, rms_norm_pair_regs_kernel, a, b, eps);
   else
     launch_pdl(pdl_, dim3(static_cast<unsigned>(rows), 2), 256, 0, stream_, rms_norm_pair_kernel, a, b, eps);
   check_launch("rms_norm_pair", x1.describe() + " / " + x2.describe());

@@ -26,11 +26,11 @@ struct NormRow {
 
 // Row r of n (H <= kNormRegs * threads), x and res of type T, w of type W (BF16 or float: typed
 // loads, so no dtype branch sits between a load and the next). Calls pdl_wait() (on every thread)
-// and pdl_trigger(). w_early: the weight is loaded before pdl_wait (no kernel writes it), else
-// with the row. scratch: 32 floats of shared memory, used once.
+// and pdl_trigger(). The weight is loaded before pdl_wait (no kernel writes it). scratch: 32
+// floats of shared memory, used once.
 template <typename T, typename W>
 __device__ __forceinline__ void rms_norm_row_regs(const NormRow& n, int64_t r, int threads, float eps, bool add,
-                                                  bool w_early, float* scratch) {
+                                                  float* scratch) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const T* x = static_cast<const T*>(n.x) + r * n.ldx;
   T* res = static_cast<T*>(n.res) + r * n.ldr;
@@ -46,16 +46,10 @@ __device__ __forceinline__ void rms_norm_row_regs(const NormRow& n, int64_t r, i
   }
   W w[kNormRegs];
   T v[kNormRegs], rv[kNormRegs];
-  if (w_early) {
 #pragma unroll
-    for (int i = 0; i < kNormRegs; ++i) w[i] = wp[col[i]];
-  }
+  for (int i = 0; i < kNormRegs; ++i) w[i] = wp[col[i]];
   pdl_wait();     // a programmatic dependent (pdl_launch.cuh): x and res after the kernel before
   pdl_trigger();  // the next GEMM may start streaming its weights (dec18)
-  if (!w_early) {
-#pragma unroll
-    for (int i = 0; i < kNormRegs; ++i) w[i] = wp[col[i]];
-  }
 #pragma unroll
   for (int i = 0; i < kNormRegs; ++i) v[i] = x[col[i]];
   if (add) {
@@ -93,17 +87,17 @@ __device__ __forceinline__ void rms_norm_row_regs(const NormRow& n, int64_t r, i
 
 // rms_norm_row_regs for x (and res) of x_kind and w of w_kind (float_kind: 0 F32, 1 BF16).
 __device__ __forceinline__ void rms_norm_row_regs(const NormRow& n, int x_kind, int w_kind, int64_t r, int threads,
-                                                  float eps, bool add, bool w_early, float* scratch) {
+                                                  float eps, bool add, float* scratch) {
   if (x_kind) {
     if (w_kind)
-      rms_norm_row_regs<bf16, bf16>(n, r, threads, eps, add, w_early, scratch);
+      rms_norm_row_regs<bf16, bf16>(n, r, threads, eps, add, scratch);
     else
-      rms_norm_row_regs<bf16, float>(n, r, threads, eps, add, w_early, scratch);
+      rms_norm_row_regs<bf16, float>(n, r, threads, eps, add, scratch);
   } else {
     if (w_kind)
-      rms_norm_row_regs<float, bf16>(n, r, threads, eps, add, w_early, scratch);
+      rms_norm_row_regs<float, bf16>(n, r, threads, eps, add, scratch);
     else
-      rms_norm_row_regs<float, float>(n, r, threads, eps, add, w_early, scratch);
+      rms_norm_row_regs<float, float>(n, r, threads, eps, add, scratch);
   }
 }
 

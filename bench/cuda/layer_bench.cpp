@@ -13,7 +13,6 @@
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
-//                             [--norm-loop] [--norm-w-late] [--argmax-one-block]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -32,9 +31,6 @@
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
-// --norm-loop: rms_norm / add_rms_norm / rms_norm_pair as the two-pass loop (CudaOptions::norm_regs
-// false); --norm-w-late: the register form loads the norm weight after pdl_wait (norm_weight_early
-// false); --argmax-one-block: one block per row walks the row (argmax_split false). A/Bs of norm18.
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
 // against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
 // overlap included; the outputs are garbage), then exits.
@@ -561,7 +557,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool no_pdl = false, ablate = false, norm_loop = false, norm_w_late = false, argmax_one_block = false;
+  bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -586,9 +582,6 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--norm-loop")) norm_loop = true;
-    else if (!std::strcmp(argv[i], "--norm-w-late")) norm_w_late = true;
-    else if (!std::strcmp(argv[i], "--argmax-one-block")) argmax_one_block = true;
     else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
       decode_batches.clear();
       if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
@@ -610,9 +603,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (norm_loop) opts.cuda.norm_regs = false;
-    if (norm_w_late) opts.cuda.norm_weight_early = false;
-    if (argmax_one_block) opts.cuda.argmax_split = false;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -54,14 +54,6 @@ class Parity : public ::testing::Test {
     ::testing::Test::RecordProperty("seed", std::to_string(seed_));
   }
 
-  // A CUDA backend with the environment's options as `edit` changes them (a test's A/B arm).
-  template <typename Edit>
-  static std::unique_ptr<Backend> cuda_with(Edit edit) {
-    BackendOptions o = env_backend_options();
-    edit(o.cuda);
-    return make_cuda_backend(o);
-  }
-
   // Both CUDA configurations (default, batch-invariant), and the suffix naming one in messages.
   std::vector<Backend*> gpus() { return {gpu_.get(), gpu_inv_.get()}; }
   static std::string tag(const Backend& b) { return b.batch_invariant() ? " (batch-invariant)" : ""; }

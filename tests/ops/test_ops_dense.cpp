@@ -111,15 +111,14 @@ TEST_F(DenseOps, RmsNormAndAddRmsNorm) {
   expect_close(download(*gpu_, og), values(oc), kTolBF16, "rms_norm strided rows");
 }
 
-// The register form of rms_norm / add_rms_norm (CudaOptions::norm_regs; the weight loaded before
-// pdl_wait or, norm_weight_early false, after it) against the two-pass loop bit for bit, and the
-// default against the CPU: rows of up to 8 x threads (the register form) and longer (the loop in
-// every arm), odd widths, strided rows, x / residual / out and weight in F32 and BF16 (a residual
-// of another dtype than x takes the loop), in place; outputs NaN-poisoned between guard bytes.
-TEST_F(DenseOps, RmsNormRegistersEqualLoop) {
-  const auto loop = cuda_with([](CudaOptions& o) { o.norm_regs = false; });
-  const auto w_late = cuda_with([](CudaOptions& o) { o.norm_weight_early = false; });
-  Backend* arms[] = {gpu_.get(), w_late.get(), loop.get()};  // the default first: checked against the CPU
+// The register form of rms_norm / add_rms_norm (rms_norm_row.cuh: rows of 1 to 8 x threads
+// columns, x and residual of one dtype; the loop otherwise) against the CPU: rows at the edges of
+// the form (1, 1023 / 1024 at 128 threads, 2047 / 2048 at 256) and past it (2049, 4099: the
+// loop), strided rows, x / residual / out and weight in F32 and BF16 (a residual of another dtype
+// than x: the loop), in place (the columns past H untouched, the others the out-of-place bits);
+// outputs NaN-poisoned between guard bytes. (norm18 checked on the H200 that the register form
+// and the loop give the same bits; the loop's arm is gone since.)
+TEST_F(DenseOps, RmsNormRegisterForm) {
   struct Case {
     int64_t R, H, ld;
   };
@@ -131,8 +130,8 @@ TEST_F(DenseOps, RmsNormRegistersEqualLoop) {
         for (bool same_res : {true, false}) {
           const DType rdt = same_res ? act : (act == DType::BF16 ? DType::F32 : DType::BF16);
           const std::string what = "rows " + std::to_string(c.R) + " H " + std::to_string(c.H) + " ld " +
-                                   std::to_string(c.ld) + " x " + std::string(dtype_name(act)) + " w " + std::string(dtype_name(wdt)) +
-                                   " res " + std::string(dtype_name(rdt));
+                                   std::to_string(c.ld) + " x " + std::string(dtype_name(act)) + " w " +
+                                   std::string(dtype_name(wdt)) + " res " + std::string(dtype_name(rdt));
           std::vector<float> x = randn(c.R * c.ld), w = randn(c.H), res = randn(c.R * c.H);
           Tensor xc = cpu_f32(x, {c.R, c.ld});
           xc.shape[1] = c.H;
@@ -141,40 +140,28 @@ TEST_F(DenseOps, RmsNormRegistersEqualLoop) {
           Tensor rc = cpu_f32(res, {c.R, c.H});
           Tensor oc2 = cpu_f32(std::vector<float>(c.R * c.H), {c.R, c.H});
           cpu_->add_rms_norm(rc, xc, cpu_f32(w, {c.H}), 1e-6f, oc2);
-          std::vector<std::vector<float>> first;  // the default arm's outputs
-          for (Backend* b : arms) {
-            Tensor xfull = gpu_float(*b, x, {c.R, c.ld}, act), xg = xfull;
-            xg.shape[1] = c.H;
-            Tensor wg = gpu_float(*b, w, {c.H}, wdt);
-            Tensor og = gpu_guarded(*b, act, {c.R, c.H}), og2 = gpu_guarded(*b, act, {c.R, c.H});
-            b->rms_norm(xg, wg, 1e-6f, og);
-            Tensor rg = gpu_float(*b, res, {c.R, c.H}, rdt);
-            b->add_rms_norm(rg, xg, wg, 1e-6f, og2);
-            Tensor ifull = gpu_float(*b, x, {c.R, c.ld}, act), ig = ifull;  // in place, as MLA's c_kv
-            ig.shape[1] = c.H;
-            b->rms_norm(ig, wg, 1e-6f, ig);
-            std::vector<std::vector<float>> got{download(*b, og), download(*b, og2), download(*b, rg),
-                                                download(*b, ifull), download(*b, xfull)};
-            expect_guards_intact(what);
-            if (first.empty()) {
-              expect_close(got[0], values(oc), kTolBF16, "rms_norm " + what);
-              expect_close(got[1], values(oc2), kTolBF16, "add_rms_norm out " + what);
-              expect_close(got[2], values(rc), kTolBF16, "add_rms_norm residual " + what);
-              for (int64_t r = 0; r < c.R; ++r)  // in place: the columns past H untouched, the others = out
-                for (int64_t j = 0; j < c.ld; ++j) {
-                  const float want = j < c.H ? got[0][r * c.H + j] : got[4][r * c.ld + j];
-                  ASSERT_EQ(std::memcmp(&got[3][r * c.ld + j], &want, sizeof(float)), 0)
-                      << what << ": in place, row " << r << " column " << j;
-                }
-              first = got;
-              continue;
+          Backend& b = *gpu_;
+          Tensor xfull = gpu_float(b, x, {c.R, c.ld}, act), xg = xfull;
+          xg.shape[1] = c.H;
+          Tensor wg = gpu_float(b, w, {c.H}, wdt);
+          Tensor og = gpu_guarded(b, act, {c.R, c.H}), og2 = gpu_guarded(b, act, {c.R, c.H});
+          b.rms_norm(xg, wg, 1e-6f, og);
+          Tensor rg = gpu_float(b, res, {c.R, c.H}, rdt);
+          b.add_rms_norm(rg, xg, wg, 1e-6f, og2);
+          Tensor ifull = gpu_float(b, x, {c.R, c.ld}, act), ig = ifull;  // in place, as MLA's c_kv
+          ig.shape[1] = c.H;
+          b.rms_norm(ig, wg, 1e-6f, ig);
+          const std::vector<float> out = download(b, og), in_place = download(b, ifull), x_after = download(b, xfull);
+          expect_close(out, values(oc), kTolBF16, "rms_norm " + what);
+          expect_close(download(b, og2), values(oc2), kTolBF16, "add_rms_norm out " + what);
+          expect_close(download(b, rg), values(rc), kTolBF16, "add_rms_norm residual " + what);
+          expect_guards_intact(what);
+          for (int64_t r = 0; r < c.R; ++r)
+            for (int64_t j = 0; j < c.ld; ++j) {
+              const float want = j < c.H ? out[r * c.H + j] : x_after[r * c.ld + j];
+              ASSERT_EQ(std::memcmp(&in_place[r * c.ld + j], &want, sizeof(float)), 0)
+                  << what << ": in place, row " << r << " column " << j;
             }
-            const char* names[] = {"rms_norm", "add_rms_norm out", "add_rms_norm residual", "rms_norm in place"};
-            for (int k = 0; k < 4; ++k)
-              EXPECT_EQ(std::memcmp(got[k].data(), first[k].data(), got[k].size() * sizeof(float)), 0)
-                  << names[k] << " " << what << ": " << (b == loop.get() ? "the loop" : "weight after the wait")
-                  << " differs from the default in bits, seed " << seed_;
-          }
         }
       }
     }
@@ -589,13 +576,12 @@ TEST_F(DenseOps, Argmax) {
   }
 }
 
-// The split argmax (CudaOptions::argmax_split: slices of 2,048 logits, then the rows) against one
-// block per row and the CPU, exactly: rows shorter than a slice and of many slices, the maximum
-// tied within a slice and across slices (the lowest index wins), -0 against +0, infinities, a row
-// of -inf only, NaN in the first or the last slice (no token, -1), F32 and BF16 logits, strided
-// rows; ids between guard bytes, each call twice, and a graph replayed on new logits.
-TEST_F(DenseOps, ArgmaxSplitEqualsOneBlock) {
-  const auto one_block = cuda_with([](CudaOptions& o) { o.argmax_split = false; });
+// argmax in slices of 2,048 logits, then the rows, against the CPU exactly: rows shorter than a
+// slice and of many slices, the maximum tied within a slice and across slices (the lowest index
+// wins), -0 against +0, infinities, a row of -inf only, NaN in the first or the last slice (no
+// token, -1), F32 and BF16 logits, strided rows; ids between guard bytes, each call twice (the
+// scratch reused), and a graph replayed on new logits.
+TEST_F(DenseOps, ArgmaxSlices) {
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t V : {1, 2, 255, 2047, 2048, 2049, 6001, 129280}) {
     const int64_t R = 9, ld = V + 37;
@@ -627,44 +613,41 @@ TEST_F(DenseOps, ArgmaxSplitEqualsOneBlock) {
     ASSERT_EQ(want[1], V / 3) << "CPU reference: the lowest of the tied maxima, V " << V;
     ASSERT_EQ(want[2], -1) << "CPU reference: a row with a NaN has no token";
     for (DType dt : {DType::F32, DType::BF16}) {
-      for (Backend* b : {gpu_.get(), one_block.get()}) {
-        const std::string what = "argmax V " + std::to_string(V) + " " + std::string(dtype_name(dt)) +
-                                 (b == gpu_.get() ? " split" : " one block");
-        Tensor lg = gpu_float(*b, l, {R, ld}, dt);
-        lg.shape[1] = V;
-        for (int rep = 0; rep < 2; ++rep) {
-          Tensor ig = gpu_guarded(*b, DType::I32, {R});
-          b->argmax(lg, ig);
-          const std::vector<float> got = download(*b, ig);
-          expect_guards_intact(what);
-          for (int64_t r = 0; r < R; ++r)
-            EXPECT_EQ(static_cast<int32_t>(got[r]), want[r]) << what << ", row " << r << ", seed " << seed_;
-        }
-        if (b != gpu_.get()) continue;
-        // Captured once (the scratch already sized by the calls above), replayed on new logits.
-        Tensor lfull = gpu_float(*b, l, {R, ld}, dt), lv = lfull;
-        lv.shape[1] = V;
+      Backend* b = gpu_.get();
+      const std::string what = "argmax V " + std::to_string(V) + " " + std::string(dtype_name(dt));
+      Tensor lg = gpu_float(*b, l, {R, ld}, dt);
+      lg.shape[1] = V;
+      for (int rep = 0; rep < 2; ++rep) {
         Tensor ig = gpu_guarded(*b, DType::I32, {R});
-        b->graph_capture_begin();
-        b->argmax(lv, ig);
-        const int graph = b->graph_capture_end();
-        const std::vector<float> l2 = make_rows();
-        const std::vector<int32_t> want2 = cpu_ids(l2);
-        HostBuffer host(dt, {R, ld});
-        for (size_t i = 0; i < l2.size(); ++i) {
-          if (dt == DType::BF16)
-            host.ptr<uint16_t>()[i] = float_to_bf16(l2[i]);
-          else
-            host.ptr<float>()[i] = l2[i];
-        }
-        b->copy(host.tensor(), lfull);
-        b->graph_replay(graph);
+        b->argmax(lg, ig);
         const std::vector<float> got = download(*b, ig);
-        b->graph_release(graph);
-        expect_guards_intact(what + " (graph)");
+        expect_guards_intact(what);
         for (int64_t r = 0; r < R; ++r)
-          EXPECT_EQ(static_cast<int32_t>(got[r]), want2[r]) << what << " (graph), row " << r << ", seed " << seed_;
+          EXPECT_EQ(static_cast<int32_t>(got[r]), want[r]) << what << ", row " << r << ", seed " << seed_;
       }
+      // Captured once (the scratch already sized by the calls above), replayed on new logits.
+      Tensor lfull = gpu_float(*b, l, {R, ld}, dt), lv = lfull;
+      lv.shape[1] = V;
+      Tensor ig = gpu_guarded(*b, DType::I32, {R});
+      b->graph_capture_begin();
+      b->argmax(lv, ig);
+      const int graph = b->graph_capture_end();
+      const std::vector<float> l2 = make_rows();
+      const std::vector<int32_t> want2 = cpu_ids(l2);
+      HostBuffer host(dt, {R, ld});
+      for (size_t i = 0; i < l2.size(); ++i) {
+        if (dt == DType::BF16)
+          host.ptr<uint16_t>()[i] = float_to_bf16(l2[i]);
+        else
+          host.ptr<float>()[i] = l2[i];
+      }
+      b->copy(host.tensor(), lfull);
+      b->graph_replay(graph);
+      const std::vector<float> got = download(*b, ig);
+      b->graph_release(graph);
+      expect_guards_intact(what + " (graph)");
+      for (int64_t r = 0; r < R; ++r)
+        EXPECT_EQ(static_cast<int32_t>(got[r]), want2[r]) << what << " (graph), row " << r << ", seed " << seed_;
     }
   }
 }

@@ -77,15 +77,12 @@ TEST_F(FusedMla, RmsNormPair) {
   }
 }
 
-// rms_norm_pair's register form (CudaOptions::norm_regs; the weight before or, norm_weight_early
-// false, after pdl_wait) against the two-pass loop bit for bit, and the default against the CPU:
-// MLA's q_a / c_kv (1536 / the first 512 of 576), odd widths, one side too long for the register
-// form (the loop for both), F32 and BF16 rows and weights; in place as MLA runs it, and into
-// NaN-poisoned outputs between guard bytes.
-TEST_F(FusedMla, RmsNormPairRegistersEqualLoop) {
-  const auto loop = cuda_with([](CudaOptions& o) { o.norm_regs = false; });
-  const auto w_late = cuda_with([](CudaOptions& o) { o.norm_weight_early = false; });
-  Backend* arms[] = {gpu_.get(), w_late.get(), loop.get()};  // the default first: checked against the CPU
+// rms_norm_pair's register form (rms_norm_row.cuh; the loop when a side is longer than 8 x its
+// threads) against the CPU and against two rms_norm calls bit for bit: MLA's q_a / c_kv (1536 /
+// the first 512 of 576), odd widths, one side too long for the register form (the loop for both
+// sides, the register form for the second rms_norm), F32 and BF16 rows and weights; in place as
+// MLA runs it, and into NaN-poisoned outputs between guard bytes.
+TEST_F(FusedMla, RmsNormPairRegisterForm) {
   struct Case {
     int64_t T, H1, W2, H2;
   };
@@ -95,43 +92,39 @@ TEST_F(FusedMla, RmsNormPairRegistersEqualLoop) {
     for (DType act : {DType::BF16, DType::F32}) {
       for (DType wdt : {DType::BF16, DType::F32}) {
         const std::string what = "rms_norm_pair T " + std::to_string(c.T) + " H " + std::to_string(c.H1) + " / " +
-                                 std::to_string(c.H2) + " of " + std::to_string(c.W2) + " " + std::string(dtype_name(act)) +
-                                 " w " + std::string(dtype_name(wdt));
+                                 std::to_string(c.H2) + " of " + std::to_string(c.W2) + " " +
+                                 std::string(dtype_name(act)) + " w " + std::string(dtype_name(wdt));
         std::vector<float> x1 = randn(c.T * c.H1), w1 = randn(c.H1), x2 = randn(c.T * c.W2), w2 = randn(c.H2);
         Tensor x1c = cpu_f32(x1, {c.T, c.H1}), x2c = cols_of(cpu_f32(x2, {c.T, c.W2}), c.H2);
         Tensor o1c = cpu_f32(std::vector<float>(c.T * c.H1), {c.T, c.H1});
         Tensor o2c = cpu_f32(std::vector<float>(c.T * c.H2), {c.T, c.H2});
         cpu_->rms_norm_pair(x1c, cpu_f32(w1, {c.H1}), o1c, x2c, cpu_f32(w2, {c.H2}), o2c, 1e-6f);
-        std::vector<std::vector<float>> first;
-        for (Backend* b : arms) {
-          Tensor w1g = gpu_float(*b, w1, {c.H1}, wdt), w2g = gpu_float(*b, w2, {c.H2}, wdt);
-          Tensor x1g = gpu_float(*b, x1, {c.T, c.H1}, act), x2full = gpu_float(*b, x2, {c.T, c.W2}, act);
-          Tensor x2g = cols_of(x2full, c.H2);
-          Tensor o1 = gpu_guarded(*b, act, {c.T, c.H1}), o2 = gpu_guarded(*b, act, {c.T, c.H2});
-          b->rms_norm_pair(x1g, w1g, o1, x2g, w2g, o2, 1e-6f);
-          b->rms_norm_pair(x1g, w1g, x1g, x2g, w2g, x2g, 1e-6f);  // in place, after the first call read them
-          std::vector<std::vector<float>> got{download(*b, o1), download(*b, o2), download(*b, x1g),
-                                              download(*b, x2full)};
-          expect_guards_intact(what);
-          if (first.empty()) {
-            expect_close(got[0], values(o1c), kTolBF16, what + " first");
-            expect_close(got[1], values(o2c), kTolBF16, what + " second");
-            expect_same_bits(got[2], got[0], what + ": in place vs out of place (first)");
-            for (int64_t t = 0; t < c.T; ++t)
-              for (int64_t j = 0; j < c.W2; ++j) {
-                const float want = j < c.H2 ? got[1][t * c.H2 + j]
-                                            : (act == DType::BF16 ? bf16_to_float(float_to_bf16(x2[t * c.W2 + j]))
-                                                                  : x2[t * c.W2 + j]);
-                ASSERT_EQ(std::memcmp(&got[3][t * c.W2 + j], &want, sizeof(float)), 0)
-                    << what << ": in place, second, row " << t << " column " << j;
-              }
-            first = got;
-            continue;
+        Backend& b = *gpu_;
+        Tensor w1g = gpu_float(b, w1, {c.H1}, wdt), w2g = gpu_float(b, w2, {c.H2}, wdt);
+        Tensor x1g = gpu_float(b, x1, {c.T, c.H1}, act), x2full = gpu_float(b, x2, {c.T, c.W2}, act);
+        Tensor x2g = cols_of(x2full, c.H2);
+        Tensor o1 = gpu_guarded(b, act, {c.T, c.H1}), o2 = gpu_guarded(b, act, {c.T, c.H2});
+        Tensor s1 = gpu_guarded(b, act, {c.T, c.H1}), s2 = gpu_guarded(b, act, {c.T, c.H2});
+        b.rms_norm_pair(x1g, w1g, o1, x2g, w2g, o2, 1e-6f);
+        b.rms_norm(x1g, w1g, 1e-6f, s1);
+        b.rms_norm(x2g, w2g, 1e-6f, s2);
+        b.rms_norm_pair(x1g, w1g, x1g, x2g, w2g, x2g, 1e-6f);  // in place, after the calls above read them
+        const std::vector<float> out1 = download(b, o1), out2 = download(b, o2), in1 = download(b, x1g),
+                                 in2 = download(b, x2full);
+        expect_guards_intact(what);
+        expect_close(out1, values(o1c), kTolBF16, what + " first");
+        expect_close(out2, values(o2c), kTolBF16, what + " second");
+        expect_same_bits(download(b, s1), out1, what + ": rms_norm vs the pair (first)");
+        expect_same_bits(download(b, s2), out2, what + ": rms_norm vs the pair (second)");
+        expect_same_bits(in1, out1, what + ": in place vs out of place (first)");
+        for (int64_t t = 0; t < c.T; ++t)
+          for (int64_t j = 0; j < c.W2; ++j) {
+            const float want = j < c.H2 ? out2[t * c.H2 + j]
+                                        : (act == DType::BF16 ? bf16_to_float(float_to_bf16(x2[t * c.W2 + j]))
+                                                              : x2[t * c.W2 + j]);
+            ASSERT_EQ(std::memcmp(&in2[t * c.W2 + j], &want, sizeof(float)), 0)
+                << what << ": in place, second, row " << t << " column " << j;
           }
-          const std::string arm = b == loop.get() ? " (the loop)" : " (weight after the wait)";
-          for (size_t k = 0; k < got.size(); ++k)
-            expect_same_bits(got[k], first[k], what + arm + " vs the default, output " + std::to_string(k));
-        }
       }
     }
   }
