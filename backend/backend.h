@@ -153,13 +153,6 @@ struct CudaOptions {
   bool moe_qgemm_fp4 = true;
   bool moe_qgemm_fp8 = true;
   int64_t moe_qgemm_min_tokens = 2;
-  // moe18's A/B (bench/NOTES.md): the routed experts' gate | up pipeline GEMM forms the SwiGLU in
-  // its epilogue (false: silu_mul between the GEMMs); the grouped pipeline launches as
-  // programmatic dependents: bit 0 the down GEMM streams its first weight chunks before its wait,
-  // bit 1 it also asks L2 for the rest of its first item, bit 2 gate | up is one too (waits first),
-  // bit 3 the combine reads the index and the routing weights before its wait.
-  bool moe_swiglu_epilogue = true;
-  int moe_pipe_pdl = 11;
 };
 
 struct BackendOptions {

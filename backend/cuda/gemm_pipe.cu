@@ -21,6 +21,12 @@
 // each lane's own 16 bytes), the split-K sums [2][ks][8][32] floats (double-buffered by item
 // parity: one block barrier per item), FP8 chunk scales [ks][D][2] floats. D = 2 measured
 // best on the H200 (more resident blocks beat more bytes in flight per warp; bench/NOTES).
+//
+// MoE gate | up with the SwiGLU in the epilogue (GemmProblem::swiglu, moe18): an item's n8
+// tiles are gate columns and the same up columns, so one item holds both sums of a (row,
+// column) and writes silu_mul's BF16 value of them (no silu_mul launch, no hidden round trip).
+// moe_experts' down GEMM reads its tile list (two launches old) and streams its first chunks
+// before its programmatic wait (GemmProblem::tiles_early).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -141,18 +147,6 @@ __device__ __forceinline__ void row_ptrs_swiglu(const GemmProblem& p, int grp, i
 template <int NTI>
 __device__ __forceinline__ int item_cols(const GemmProblem& p) {
   return p.swiglu ? 4 * NTI : 8 * NTI;
-}
-
-// L2 requests for the chunk at K offset k of the rows rp (the lanes' copy_chunk addresses).
-template <int WK, int NTI>
-__device__ __forceinline__ void prefetch_chunk(const RowPtrs<WK, NTI>& rp, int k, int lane) {
-#pragma unroll
-  for (int i = 0; i < RowPtrs<WK, NTI>::kRows; ++i) {
-    if constexpr (WK == kWeightFP8)
-      prefetch_l2(rp.w[i] + k + 16 * (lane & 3));
-    else
-      prefetch_l2(rp.w[i] + static_cast<int64_t>(k) * 2 + 16 * (lane & 7));
-  }
 }
 
 // Copies of the chunk at K offset k into stage st (and FP8: its scales into sc[NTI]).
@@ -320,9 +314,9 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
   // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
   // grouped form too when its tile list was written two or more launches back
-  // (GemmProblem::pdl_grouped >= 2: moe_experts' down GEMM), else it waits first (its tile list
-  // comes from the kernel before; a plain launch's wait is a no-op).
-  const bool early = p.tiles == nullptr || p.pdl_grouped >= 2;
+  // (GemmProblem::tiles_early: moe_experts' down GEMM), else it waits first (its tile list comes
+  // from the kernel before: gate|up, a plain launch whose wait is a no-op).
+  const bool early = p.tiles == nullptr || p.tiles_early;
   if (!early) pdl_wait();
   const int n_cols = item_cols<NTI>(p);
   const int n_tiles = ((p.swiglu ? p.n_half : p.N) + n_cols - 1) / n_cols;
@@ -373,10 +367,6 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
     if (s < steps) issue(s);
     cp_async_commit();  // empty groups keep the count uniform for wait_group
   }
-  // The rest of the first item's weights into L2 before the wait (pdl_grouped 3: D chunks of
-  // its nch are in the stages already).
-  if (p.pdl_grouped >= 3 && nch > D)
-    for (int c = D; c < nch; ++c) prefetch_chunk<WK, NTI>(rp, kb + c * kChunk, lane);
   if (early) pdl_wait();  // activations and outputs: after the previous kernel
   pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 

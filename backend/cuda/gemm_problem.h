@@ -73,12 +73,11 @@ struct GemmProblem {
   // receives silu_mul's value of the two sums rounded to BF16, the bits that the pair's BF16
   // rows followed by silu_mul give.
   int swiglu = 0;
-  // Grouped form on the pipeline kernel as a programmatic dependent (moe18): 0 plain launch;
-  // 1 launched as one, waits before reading anything; 2 the tile list (tiles, num_tiles) was
-  // written by a kernel at least two launches back (pdl_launch.cuh's rule), so the kernel reads
-  // it and streams its first chunks of weights before the wait; 3 as 2 and asks L2 for the rest
-  // of its first item's weights too.
-  int pdl_grouped = 0;
+  // Grouped form on the pipeline kernel (moe18): the tile list (tiles, num_tiles) was written by
+  // a kernel at least two launches back (pdl_launch.cuh's rule), so the kernel is launched as a
+  // programmatic dependent that reads it and streams its first chunks of weights before its
+  // wait (0: a plain launch that waits first).
+  int tiles_early = 0;
 };
 
 // Weight-streaming tensor-core GEMM (gemm_stream.cu): mma.sync m16n8k16 with 16-byte weight

@@ -35,6 +35,10 @@ using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
 // Weight chunks per warp a dense stream GEMM asks L2 for before its programmatic wait.
 constexpr int kStreamPrefetch = 4;
 
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
 // grid (ceil(N / (8 NT)), groups or heads or 1); block KS warps; dynamic smem for the split-K sum.
 template <int WK, int MT, int NT>
 __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw, int rows_per_z) {

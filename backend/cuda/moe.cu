@@ -231,25 +231,12 @@ __global__ void moe_scatter_kernel(const int32_t* ids, int P, int K, int E, cons
 // per pass a thread owns kCombineCols columns (blockDim apart) and loads the rows of
 // kCombineSlots slots before adding them in slot order (dec17: one dependent load per slot
 // and column took ~14 us per call at batch 1, cold, on the H200).
-// kEarly (moe18): entry_pos and w were written two or more launches back (the index kernel, the
-// routing), so the first kCombineSlots slots' rows and weights are read before pdl_wait; the
-// sums are the same.
 constexpr int kCombineCols = 4, kCombineSlots = 8;
-template <bool kEarly>
 __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* entry_pos,
                                    const float* w, int K, void* out, int out_kind, int64_t ldo) {
-  const int t = blockIdx.x;
-  [[maybe_unused]] int pos0[kCombineSlots];
-  [[maybe_unused]] float w0[kCombineSlots];
-  if constexpr (kEarly) {
-#pragma unroll
-    for (int u = 0; u < kCombineSlots; ++u) {
-      pos0[u] = u < K ? entry_pos[t * K + u] : -1;
-      w0[u] = u < K ? w[t * K + u] : 0.0f;
-    }
-  }
   pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the down GEMM's rows
   pdl_trigger();
+  const int t = blockIdx.x;
   for (int64_t c0 = threadIdx.x; c0 < H; c0 += int64_t{kCombineCols} * blockDim.x) {
     float acc[kCombineCols] = {};
     for (int j0 = 0; j0 < K; j0 += kCombineSlots) {
@@ -257,10 +244,7 @@ __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* ent
       int pos[kCombineSlots];
 #pragma unroll
       for (int u = 0; u < kCombineSlots; ++u) {
-        if constexpr (kEarly)
-          pos[u] = j0 == 0 ? pos0[u] : j0 + u < K ? entry_pos[t * K + j0 + u] : -1;
-        else
-          pos[u] = j0 + u < K ? entry_pos[t * K + j0 + u] : -1;
+        pos[u] = j0 + u < K ? entry_pos[t * K + j0 + u] : -1;
 #pragma unroll
         for (int i = 0; i < kCombineCols; ++i) {
           const int64_t c = c0 + int64_t{i} * blockDim.x;
@@ -270,11 +254,7 @@ __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* ent
 #pragma unroll
       for (int u = 0; u < kCombineSlots; ++u) {
         if (pos[u] < 0) continue;
-        float wj;
-        if constexpr (kEarly)
-          wj = j0 == 0 ? w0[u] : w[t * K + j0 + u];
-        else
-          wj = w[t * K + j0 + u];
+        const float wj = w[t * K + j0 + u];
 #pragma unroll
         for (int i = 0; i < kCombineCols; ++i) acc[i] += wj * v[u][i];
       }
@@ -486,7 +466,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   // never batch-invariant nor clamped.
   if (fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_fp8_ && cutlass_moe_fp8_fits(experts)) {
     const float* yc = moe_experts_cutlass_fp8(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<false>,
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -498,7 +478,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (qgemm) {
     const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
                                         tiles, num_tiles, tile_rows, max_tiles, limit, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<false>,
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -510,7 +490,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (!fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
       lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
     const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<false>,
+    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -551,18 +531,17 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   pair.w2_ptrs = ptrs + static_cast<size_t>(E);
   pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
   pair.c = hidden;
-  // moe18 switches (CudaOptions::moe_swiglu_epilogue, moe_pipe_pdl).
-  const int pipe_pdl = options_.cuda.moe_pipe_pdl;
-  if (pipe_pdl & 4) pair.pdl_grouped = 1;  // waits first: its tile list is the index kernel's
-  // The pipeline kernel forms the SwiGLU in its epilogue (unclamped experts): act directly, no
-  // silu_mul and no hidden round trip; same bits (GemmProblem::swiglu).
+  // On the pipeline kernel gate|up forms the SwiGLU in its epilogue (unclamped experts): act
+  // directly, no silu_mul launch and no [P, 2I] hidden round trip; the same bits
+  // (GemmProblem::swiglu). H200 (bench/NOTES.md moe18): graph decode step -20 / -29 / -46 / -56 us
+  // bf16 at batch 1 / 8 / 32 / 64, -12 / -30 / -50 / -79 us FP8.
   GemmProblem fused = pair;
   fused.swiglu = 1;
   fused.c = act;
   fused.ldc = I;
   bool swiglu_done = false;
   // The expert GEMMs on the pipeline kernel; false when it does not take them.
-  if (pipe && !clamped && options_.cuda.moe_swiglu_epilogue && launch_pipe(fused, "moe_experts (gate|up swiglu)", shapes)) {
+  if (pipe && !clamped && launch_pipe(fused, "moe_experts (gate|up swiglu)", shapes)) {
     swiglu_done = true;
   } else if (pipe && launch_pipe(pair, "moe_experts (gate|up)", shapes)) {
   } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
@@ -593,24 +572,20 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     silu_mul(hid, actt);
   p.a = act;
   p.lda = I;
-  // The down GEMM as a programmatic dependent that streams its first weight chunks before its
-  // wait (moe_pipe_pdl bit 0; bit 1: and asks L2 for the rest of its first item): its tile list
-  // is the index kernel's, two or three launches back (gate|up, silu_mul in between), and every
-  // kernel here triggers only after its own wait (pdl_launch.cuh), so when the down GEMM starts
-  // the index kernel has completed; only act comes from the kernel before.
-  if (pipe_pdl & 1) p.pdl_grouped = pipe_pdl & 2 ? 3 : 2;
+  // On the pipeline kernel the down GEMM is a programmatic dependent that reads its tile list and
+  // streams its first weight chunks before its wait (GemmProblem::tiles_early): the tile list is
+  // the index kernel's, two launches back (three with silu_mul), and every kernel here triggers
+  // only after its own wait (pdl_launch.cuh), so when the down GEMM starts the index kernel has
+  // completed; only act comes from the kernel before. Its blocks take the SM slots that gate|up's
+  // blocks free at its ragged end. H200 (bench/NOTES.md moe18), on top of the epilogue: -25 / -8 us
+  // per bf16 step at batch 1 / 8, -16 / -19 / -15 us FP8 at 1 / 8 / 32, -5..+13 us at 32 / 64.
+  p.tiles_early = 1;
   if (!(pipe && launch_pipe(p, "moe_experts (down)", shapes))) {
-    p.pdl_grouped = 0;
+    p.tiles_early = 0;
     launch_gemm(p, "moe_experts (down)", few_rows);
   }
-  // The combine reads entry_pos (the index kernel's) and the routing weights before its wait
-  // (moe_pipe_pdl bit 3): at least three launches back here (gate|up, down in between).
-  if (pipe_pdl & 8)
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<true>,
-        y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
-  else
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<false>,
-        y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+      y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);
 }
 
@@ -631,7 +606,7 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& 
            topk_weights.describe(), " ([T, k]) do not match out ", out.describe());
   if (T == 0) return;
   const int K = static_cast<int>(pos.shape[1]);
-  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel<false>,
+  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
       static_cast<const float*>(yv.data), H, pos.ptr<int32_t>(), topk_weights.ptr<float>(), K, ov.data,
       float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_combine", out.describe());

@@ -118,11 +118,6 @@ __device__ __forceinline__ float chunk_scale(const float* s, int scale_cols, int
 }
 
 
-// Asks L2 for the line of ptr (no register, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
-}
-
 constexpr int kNT = 2;  // n8 tiles per block: 16 output columns
 
 // Warps splitting K: about 256 K values each, at most 8; depends on K only.

@@ -12,7 +12,7 @@
 //                             [--no-side] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--decode-batches B1,B2,...] [--ablate] [--moe18 S,P] [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -31,9 +31,6 @@
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
-// --moe18 S,P: moe18's A/B arms: CudaOptions::moe_swiglu_epilogue S (0 / 1) and moe_pipe_pdl P
-// (bits: 1 down GEMM streams before its wait, 2 + L2 for its first item, 4 gate | up launched as
-// a programmatic dependent).
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
 // against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
 // overlap included; the outputs are garbage), then exits.
@@ -561,7 +558,6 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool no_pdl = false, ablate = false;
-  int moe18_swiglu = -1, moe18_pdl = -1;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -583,12 +579,6 @@ int main(int argc, char** argv) {
       if (std::sscanf(argv[++i], "%d,%d", &dense_rows_fp8, &dense_rows_bf16) != 2 || dense_rows_fp8 < 0 ||
           dense_rows_bf16 < 0) {
         std::fprintf(stderr, "--dense-pipe-rows: expected FP8,BF16 row counts (e.g. 32,8)\n");
-        return 2;
-      }
-    } else if (!std::strcmp(argv[i], "--moe18") && i + 1 < argc) {
-      if (std::sscanf(argv[++i], "%d,%d", &moe18_swiglu, &moe18_pdl) != 2 || moe18_swiglu < 0 || moe18_swiglu > 1 ||
-          moe18_pdl < 0 || moe18_pdl > 7) {
-        std::fprintf(stderr, "--moe18: expected S,P with S 0 or 1 and P 0..7 (e.g. 1,1)\n");
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
@@ -613,8 +603,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (moe18_swiglu >= 0) opts.cuda.moe_swiglu_epilogue = moe18_swiglu != 0;
-    if (moe18_pdl >= 0) opts.cuda.moe_pipe_pdl = moe18_pdl;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
