@@ -283,8 +283,9 @@ class CudaBackend final : public Backend {
   // pipeline kernel's dense form: FP8 (instead of the stream kernel), BF16 (instead of cuBLASLt).
   // Same bits as the stream kernel. CudaOptions::pdl: those launched as programmatic dependents
   // of the previous kernel, which triggers early (device_utils.cuh pdl_trigger / pdl_wait): they
-  // stream their first weight chunks under it. (The grouped MoE launches stay plain: with PDL
-  // BF16 lost 2.4% at batch 64, dec18.) FP8 experts keep pipe_stages_ (4 stages for FP8 lost
+  // stream their first weight chunks under it. (The grouped MoE gate|up launch stays plain: both
+  // grouped pipes with PDL, waiting first, lost 2.4% in BF16 at batch 64, dec18; the down GEMM
+  // is a dependent that streams before its wait, its tile list being older, moe18.) FP8 experts keep pipe_stages_ (4 stages for FP8 lost
   // 0.6-1.4% at batch 32 / 64 and were equal at 1 / 8, dec18).
   int64_t pipe_dense_fp8_rows_ = 32;
   int64_t pipe_dense_bf16_rows_ = 8;

@@ -370,7 +370,7 @@ bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::s
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
   const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
-  launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
+  launch_pipe_gemm(p, plan, num_sms_, pdl_ && (p.tiles == nullptr || p.tiles_early), stream_);
   check_launch(op, shapes);
   return true;
 }

@@ -21,6 +21,12 @@
 // each lane's own 16 bytes), the split-K sums [2][ks][8][32] floats (double-buffered by item
 // parity: one block barrier per item), FP8 chunk scales [ks][D][2] floats. D = 2 measured
 // best on the H200 (more resident blocks beat more bytes in flight per warp; bench/NOTES).
+//
+// MoE gate | up with the SwiGLU in the epilogue (GemmProblem::swiglu, moe18): an item's n8
+// tiles are gate columns and the same up columns, so one item holds both sums of a (row,
+// column) and writes silu_mul's BF16 value of them (no silu_mul launch, no hidden round trip).
+// moe_experts' down GEMM reads its tile list (two launches old) and streams its first chunks
+// before its programmatic wait (GemmProblem::tiles_early).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -111,6 +117,38 @@ __device__ __forceinline__ void row_ptrs(const GemmProblem& p, int grp, int n0, 
   }
 }
 
+// The same for a SwiGLU item (GemmProblem::swiglu): n8 tile j < NTI / 2 reads gate rows
+// n0 + 8 j, tile NTI / 2 + j the same rows of the up weight (w2_ptrs); copy row i as above.
+template <int WK, int NTI>
+__device__ __forceinline__ void row_ptrs_swiglu(const GemmProblem& p, int grp, int n0, int copy_row, int lane,
+                                                RowPtrs<WK, NTI>& rp) {
+  constexpr int esz = WK == kWeightFP8 ? 1 : 2;
+  constexpr int kTileRows = RowPtrs<WK, NTI>::kRows / NTI;  // copy rows per n8 tile: FP8 1, BF16 2
+  const char* const gate = static_cast<const char*>(p.w_ptrs[grp]);
+  const char* const up = static_cast<const char*>(p.w2_ptrs[grp]);
+#pragma unroll
+  for (int i = 0; i < RowPtrs<WK, NTI>::kRows; ++i) {
+    const int j = i / kTileRows;
+    const bool second = j >= NTI / 2;
+    const int row = WK == kWeightFP8 ? copy_row : (i & 1) * 4 + copy_row;
+    const int r = min(n0 + (second ? j - NTI / 2 : j) * 8 + row, p.n_half - 1);
+    rp.w[i] = (second ? up : gate) + static_cast<int64_t>(r) * p.K * esz;
+  }
+  if constexpr (WK == kWeightFP8) {
+    if (lane < NTI) {
+      const bool second = lane >= NTI / 2;
+      const int r = min(n0 + (second ? lane - NTI / 2 : lane) * 8, p.n_half - 1);
+      rp.s = (second ? p.s2_ptrs : p.s_ptrs)[grp] + (r / 128) * p.scale_cols;
+    }
+  }
+}
+
+// Columns of the output one item covers: 8 NTI (SwiGLU: 4 NTI gate columns and the same up ones).
+template <int NTI>
+__device__ __forceinline__ int item_cols(const GemmProblem& p) {
+  return p.swiglu ? 4 * NTI : 8 * NTI;
+}
+
 // Copies of the chunk at K offset k into stage st (and FP8: its scales into sc[NTI]).
 template <int WK, int NTI>
 __device__ __forceinline__ void copy_chunk(uint4* st, float* sc, const RowPtrs<WK, NTI>& rp, int k, int lane,
@@ -194,6 +232,28 @@ __device__ __forceinline__ void sum_store(const GemmProblem& p, float* rb, const
 #pragma unroll
     for (int v = 0; v < 4; ++v) rb[(warp * kValues + j * 4 + v) * 32 + lane] = acc[j][v];
   __syncthreads();
+  if (p.swiglu) {
+    // Value v < kValues / 2 is a gate sum, v + kValues / 2 the up sum of the same row and column;
+    // both summed in warp order as below, rounded to BF16 as the pair's rows store them, then
+    // silu_mul_kernel's expression (elementwise.cu) on those BF16 values.
+    constexpr int kHalf = kValues / 2;
+    for (int v = warp; v < kHalf; v += ks) {
+      float sg = rb[v * 32 + lane], su = rb[(v + kHalf) * 32 + lane];
+      for (int w = 1; w < ks; ++w) {
+        sg += rb[(w * kValues + v) * 32 + lane];
+        su += rb[(w * kValues + v + kHalf) * 32 + lane];
+      }
+      const int r = r0 + g + ((v & 3) >= 2 ? 8 : 0);
+      const int col = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+      if (r < r1 && col < p.n_half) {
+        const float a = __bfloat162float(__float2bfloat16_rn(sg));
+        const float b = __bfloat162float(__float2bfloat16_rn(su));
+        static_cast<bf16*>(p.c)[static_cast<int64_t>(r) * p.ldc + col] =
+            __float2bfloat16_rn(a / (1.0f + __expf(-a)) * b);
+      }
+    }
+    return;
+  }
   for (int v = warp; v < kValues; v += ks) {
     float sum = rb[v * 32 + lane];
     for (int w = 1; w < ks; ++w) sum += rb[(w * kValues + v) * 32 + lane];
@@ -219,7 +279,7 @@ __device__ __forceinline__ ItemRows item_rows(const GemmProblem& p, int e, int t
   it.grp = entry.x;
   it.r0 = entry.y;
   it.r1 = min(p.group_offsets ? p.group_offsets[it.grp + 1] : p.M, it.r0 + kEntryRows);
-  it.n0 = t * 8 * NTI;
+  it.n0 = t * item_cols<NTI>(p);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = it.r0 + h * 8 + g;
@@ -253,16 +313,18 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
 
   // Launched as a programmatic dependent (CudaBackend::pdl_): the dense form streams its first
   // D chunks of weights (written by no kernel) before waiting for the previous kernel; the
-  // grouped form waits first (its tile list and rows come from the index kernel; CudaBackend
-  // launches it plain, where the wait is a no-op).
-  const bool dense = p.tiles == nullptr;
-  if (!dense) pdl_wait();
-  const int n_tiles = (p.N + 8 * NTI - 1) / (8 * NTI);
+  // grouped form too when its tile list was written two or more launches back
+  // (GemmProblem::tiles_early: moe_experts' down GEMM), else it waits first (its tile list comes
+  // from the kernel before: gate|up, a plain launch whose wait is a no-op).
+  const bool early = p.tiles == nullptr || p.tiles_early;
+  if (!early) pdl_wait();
+  const int n_cols = item_cols<NTI>(p);
+  const int n_tiles = ((p.swiglu ? p.n_half : p.N) + n_cols - 1) / n_cols;
   const int entries = p.tiles ? *p.num_tiles : (p.M + kEntryRows - 1) / kEntryRows;
   const int total = entries * n_tiles;
   const int first = blockIdx.x, stride = gridDim.x;
   if (first >= total) {  // uniform over the block
-    if (dense) pdl_wait();
+    if (early) pdl_wait();
     return;
   }
   const int num_items = (total - first + stride - 1) / stride;
@@ -288,7 +350,12 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
   int ie = e_first, it = t_first, ic = 0;  // the item and chunk of the next copy
   auto issue = [&](int s) {
     const int c = ic;
-    if (ic == 0) row_ptrs<WK, NTI>(p, p.tiles ? p.tiles[ie].x : 0, it * 8 * NTI, copy_row, lane, rp);
+    if (ic == 0) {
+      if (p.swiglu)
+        row_ptrs_swiglu<WK, NTI>(p, p.tiles[ie].x, it * n_cols, copy_row, lane, rp);
+      else
+        row_ptrs<WK, NTI>(p, p.tiles ? p.tiles[ie].x : 0, it * n_cols, copy_row, lane, rp);
+    }
     if (++ic == nch) {
       ic = 0;
       advance(ie, it);
@@ -300,7 +367,7 @@ __device__ __forceinline__ void pipe_gemm(const GemmProblem& p, int kpw) {
     if (s < steps) issue(s);
     cp_async_commit();  // empty groups keep the count uniform for wait_group
   }
-  if (dense) pdl_wait();  // activations and outputs: after the previous kernel
+  if (early) pdl_wait();  // activations and outputs: after the previous kernel
   pdl_trigger();          // the next kernel (norm, silu_mul, combine) may launch (pdl17)
 
   ItemRows cur{}, nxt{};  // this item's rows, the next item's
@@ -367,6 +434,7 @@ const void* pick_stages(int stages) {
 
 bool pipe_gemm_supported(const GemmProblem& p) {
   if (!stream_gemm_supported(p) || p.heads != 0) return false;
+  if (p.swiglu && (p.w2_ptrs == nullptr || p.tiles == nullptr || 2 * p.n_half != p.N || !p.c_bf16)) return false;
   if (p.group_offsets == nullptr && p.w_ptrs == nullptr && p.tiles == nullptr)  // dense
     return p.M > 0 && p.a_rows == nullptr;
   return p.group_offsets != nullptr && p.w_ptrs != nullptr && p.tiles != nullptr && p.num_tiles != nullptr &&
@@ -385,7 +453,7 @@ PipePlan plan_pipe_gemm(const GemmProblem& p, int stages) {
   plan.kpw = stream_kpw(p.K);
   plan.smem_bytes = size_t{16} * ks * plan.stages * pw * 32 + size_t{4} * 2 * ks * values_per_lane(nti) * 32 +
                     size_t{4} * ks * plan.stages * nti;
-  const int n_tiles = ceil_div(p.N, 8 * nti);
+  const int n_tiles = p.swiglu ? ceil_div(p.n_half, 4 * nti) : ceil_div(p.N, 8 * nti);
   const int64_t entries = p.tiles ? p.max_tiles : ceil_div(p.M, kEntryRows);
   plan.max_items = entries * n_tiles;
   return plan;

@@ -67,6 +67,17 @@ struct GemmProblem {
   // (device); the grid then spans min(num_groups, max_rows) groups instead of all.
   const int* active_groups = nullptr;
   const int* num_active_groups = nullptr;
+  // Grouped gate | up pair (w_ptrs | w2_ptrs, N = 2 n_half) with SwiGLU in the epilogue
+  // (pipeline kernel only, moe18): an item's first half of n8 tiles holds columns of the gate
+  // weight and its second half the same columns of the up weight; c [rows, n_half] (ldc, BF16)
+  // receives silu_mul's value of the two sums rounded to BF16, the bits that the pair's BF16
+  // rows followed by silu_mul give.
+  int swiglu = 0;
+  // Grouped form on the pipeline kernel (moe18): the tile list (tiles, num_tiles) was written by
+  // a kernel at least two launches back (pdl_launch.cuh's rule), so the kernel is launched as a
+  // programmatic dependent that reads it and streams its first chunks of weights before its
+  // wait (0: a plain launch that waits first).
+  int tiles_early = 0;
 };
 
 // Weight-streaming tensor-core GEMM (gemm_stream.cu): mma.sync m16n8k16 with 16-byte weight

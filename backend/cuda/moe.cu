@@ -531,8 +531,19 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   pair.w2_ptrs = ptrs + static_cast<size_t>(E);
   pair.s2_ptrs = reinterpret_cast<const float* const*>(ptrs + size_t{4} * E);
   pair.c = hidden;
+  // On the pipeline kernel gate|up forms the SwiGLU in its epilogue (unclamped experts): act
+  // directly, no silu_mul launch and no [P, 2I] hidden round trip; the same bits
+  // (GemmProblem::swiglu). H200 (bench/NOTES.md moe18): graph decode step -20 / -29 / -46 / -56 us
+  // bf16 at batch 1 / 8 / 32 / 64, -12 / -30 / -50 / -79 us FP8.
+  GemmProblem fused = pair;
+  fused.swiglu = 1;
+  fused.c = act;
+  fused.ldc = I;
+  bool swiglu_done = false;
   // The expert GEMMs on the pipeline kernel; false when it does not take them.
-  if (pipe && launch_pipe(pair, "moe_experts (gate|up)", shapes)) {
+  if (pipe && !clamped && launch_pipe(fused, "moe_experts (gate|up swiglu)", shapes)) {
+    swiglu_done = true;
+  } else if (pipe && launch_pipe(pair, "moe_experts (gate|up)", shapes)) {
   } else if ((few_rows || options_.batch_invariant) && stream_gemm_ && stream_gemm_supported(pair)) {
     launch_gemm(pair, "moe_experts (gate|up)", few_rows);
   } else {
@@ -557,11 +568,22 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   Tensor actt(act, DType::BF16, {P, I}, Device::CUDA);
   if (clamped)
     silu_mul_clamped(hid, limit, actt);
-  else
+  else if (!swiglu_done)
     silu_mul(hid, actt);
   p.a = act;
   p.lda = I;
-  if (!(pipe && launch_pipe(p, "moe_experts (down)", shapes))) launch_gemm(p, "moe_experts (down)", few_rows);
+  // On the pipeline kernel the down GEMM is a programmatic dependent that reads its tile list and
+  // streams its first weight chunks before its wait (GemmProblem::tiles_early): the tile list is
+  // the index kernel's, two launches back (three with silu_mul), and every kernel here triggers
+  // only after its own wait (pdl_launch.cuh), so when the down GEMM starts the index kernel has
+  // completed; only act comes from the kernel before. Its blocks take the SM slots that gate|up's
+  // blocks free at its ragged end. H200 (bench/NOTES.md moe18), on top of the epilogue: -25 / -8 us
+  // per bf16 step at batch 1 / 8, -16 / -19 / -15 us FP8 at 1 / 8 / 32, -5..+13 us at 32 / 64.
+  p.tiles_early = 1;
+  if (!(pipe && launch_pipe(p, "moe_experts (down)", shapes))) {
+    p.tiles_early = 0;
+    launch_gemm(p, "moe_experts (down)", few_rows);
+  }
   launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);

@@ -824,6 +824,49 @@ TEST_F(AttentionMoe, PipeExpertsBitsEqualStreamKernel) {
   }
 }
 
+// moe18: on the pipeline kernel gate|up forms the SwiGLU in its epilogue (no silu_mul) and the
+// down GEMM reads its tile list and streams weights before its programmatic wait. Bit for bit
+// the stream kernel's result (stream kernel, BF16 gate | up rows, silu_mul, stream kernel), BF16
+// and FP8, at 2 / 3 / 8 stages, for shapes with items crossing blocks, a warp with no chunk
+// (K 2112), one warp (K 192), the bench's H 2048 / I 1408 at 1 and 2 tokens and up to 64
+// tokens; each backend runs the cases one after the other with a new routing each time, so a
+// down GEMM that read a stale tile list before its wait would give other bits (without
+// DEEPINFER_CUDA_SYNC: the overlap happens only then); also against the CPU reference. Outputs
+// NaN-poisoned before each call (run_moe_gpu).
+TEST_F(AttentionMoe, PipeSwigluEpilogueAndEarlyDownBitsEqualStreamKernel) {
+  auto backend_with = [](int pipe_stages) {
+    BackendOptions options;
+    options.cuda.pipe_stages = pipe_stages;
+    options.cuda.pipe_fp8 = true;
+    options.cuda.pipe_max_tokens = 64;
+    return make_cuda_backend(options);
+  };
+  const auto stream = backend_with(0);
+  const std::pair<const char*, std::unique_ptr<Backend>> arms[] = {
+      {"pipe 2", backend_with(2)}, {"pipe 3", backend_with(3)}, {"pipe 8", backend_with(8)}};
+  for (bool fp8 : {false, true}) {
+    for (MoeCase c : {MoeCase{1, 2048, 1408, 6, 6, fp8}, MoeCase{8, 1024, 704, 8, 6, fp8},
+                      MoeCase{5, 2112, 128, 4, 2, fp8}, MoeCase{7, 192, 64, 5, 4, fp8},
+                      MoeCase{3, 512, 256, 8, 4, fp8}, MoeCase{40, 256, 192, 16, 6, fp8},
+                      MoeCase{64, 256, 128, 16, 4, fp8}, MoeCase{2, 2048, 1408, 6, 6, fp8}}) {
+      MoeData d = make_moe(c);
+      const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " I " +
+                               std::to_string(c.I) + " E " + std::to_string(c.E) + (fp8 ? " fp8" : " bf16");
+      const std::vector<float> ref = run_moe_gpu(*stream, d.gpu, d, c, 0, c.T);
+      for (const auto& [name, backend] : arms) {
+        const std::vector<float> out = run_moe_gpu(*backend, d.gpu, d, c, 0, c.T);
+        ASSERT_EQ(out.size(), ref.size());
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_TRUE(std::memcmp(&out[i], &ref[i], sizeof(float)) == 0 && !std::isnan(out[i]))
+              << name << ", " << what << ": element " << i << " = " << out[i] << ", stream kernel " << ref[i];
+      }
+      Tensor oc = cpu_f32(std::vector<float>(c.T * c.H), {c.T, c.H});
+      cpu_->moe_experts(cpu_f32(d.x, {c.T, c.H}), cpu_i32(d.ids, {c.T, c.K}), cpu_f32(d.w, {c.T, c.K}), d.cpu, oc);
+      expect_close(run_moe_gpu(*arms[0].second, d.gpu, d, c, 0, c.T), values(oc), kTolBF16, what);
+    }
+  }
+}
+
 // Routed BF16 experts on CUTLASS's Hopper grouped GEMMs (CudaOptions::moe_cutlass_tile 64 and
 // 256, moe_cutlass.cu; the default picks one by load) and on the own tensor-core tiles
 // (moe_cutlass false) against the CPU reference, for prefill-sized steps (more than
