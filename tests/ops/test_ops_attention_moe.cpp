@@ -486,7 +486,16 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
   BackendOptions po = env_backend_options(), so = env_backend_options();
   po.cuda.pdl = true;
   so.cuda.pdl = false;
+  // gemm18's arms: the stream kernel's resident form for gemm_heads and the few-row dense GEMMs
+  // (every weight read before the wait), the dense pipeline GEMMs with all their stages issued
+  // before it.
+  BackendOptions ro = po, dpo = po;
+  ro.cuda.gemm_resident = 2;
+  dpo.cuda.pipe_dense_deep = true;
   const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
+  const auto resident = make_cuda_backend(ro), deep = make_cuda_backend(dpo);
+  const std::pair<const char*, Backend*> arms[] = {
+      {"pdl", pdl.get()}, {"pdl, resident GEMMs", resident.get()}, {"pdl, deep dense pipe", deep.get()}};
   for (bool fp8 : {false, true}) {
     for (const std::vector<int32_t>& lens : {std::vector<int32_t>{37}, std::vector<int32_t>{300, 5, 64},
                                              std::vector<int32_t>{1, 17, 100, 640, 33, 129, 2, 70}}) {
@@ -636,14 +645,17 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
         return out;
       };
       const std::vector<float> ref = run(*plain, false);
-      for (bool graph : {false, true}) {
-        const std::vector<float> got = run(*pdl, graph);
-        ASSERT_EQ(got.size(), ref.size());
-        size_t bad = 0;  // the first element that differs from the plain launches' or is NaN
-        while (bad < got.size() && std::memcmp(&got[bad], &ref[bad], sizeof(float)) == 0 && !std::isnan(got[bad]))
-          ++bad;
-        ASSERT_EQ(bad, got.size()) << what << (graph ? " (graph)" : " (eager)") << ": element " << bad << " = "
-                                   << got[bad] << ", plain launches " << ref[bad] << ", seed " << seed_;
+      for (const auto& [arm, backend] : arms) {
+        for (bool graph : {false, true}) {
+          const std::vector<float> got = run(*backend, graph);
+          ASSERT_EQ(got.size(), ref.size());
+          size_t bad = 0;  // the first element that differs from the plain launches' or is NaN
+          while (bad < got.size() && std::memcmp(&got[bad], &ref[bad], sizeof(float)) == 0 && !std::isnan(got[bad]))
+            ++bad;
+          ASSERT_EQ(bad, got.size()) << what << ", " << arm << (graph ? " (graph)" : " (eager)") << ": element "
+                                     << bad << " = " << got[bad] << ", plain launches " << ref[bad] << ", seed "
+                                     << seed_;
+        }
       }
     }
   }
