@@ -134,15 +134,6 @@ struct CudaOptions {
   // -3.5% at batch 1 / 8, +2% / +10% at 32 / 64 against cuBLASLt.
   int64_t pipe_dense_fp8_rows = 32;
   int64_t pipe_dense_bf16_rows = 8;
-  // gemm18's A/B (bench/NOTES.md "gemm18"): few-row GEMMs on the stream kernel's resident form
-  // (every weight value in registers before pdl_wait; gemm_stream.cu): 0 off, 1 gemm_heads (MLA's
-  // absorbed uk / uv), 2 also the dense GEMMs and pairs of at most 16 rows that the pipeline
-  // kernel's dense form would take, when the grid fits one wave.
-  int gemm_resident = 0;
-  // gemm18's A/B: the pipeline kernel's dense form with stages for a warp's whole K share (up to
-  // 8) when every item has its own block, so all its weights are issued before pdl_wait (false:
-  // pipe_stages).
-  bool pipe_dense_deep = false;
   // The dense pipeline GEMMs (dec18) and the decode step's other own kernels (pdl17: norms, rope
   // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).

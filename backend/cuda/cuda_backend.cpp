@@ -100,9 +100,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   pipe_max_tokens_ = o.pipe_max_tokens;
   pipe_dense_fp8_rows_ = o.pipe_dense_fp8_rows;
   pipe_dense_bf16_rows_ = o.pipe_dense_bf16_rows;
-  DI_CHECK(o.gemm_resident >= 0 && o.gemm_resident <= 2,
-           "cuda backend: CudaOptions::gemm_resident must be 0 (off), 1 (gemm_heads) or 2 (also dense), got ",
-           o.gemm_resident);
   pdl_ = o.pdl;
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;

@@ -20,7 +20,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemm_problem.h"
-#include "backend/cuda/stream_mma.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -369,20 +368,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
 
 bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
-  if (options_.cuda.pipe_dense_deep && p.tiles == nullptr) {
-    // Stages for the warp's whole K share when every item gets its own block.
-    const int nch = smma::stream_kpw(p.K) / smma::kChunk;
-    const int deep = nch <= 2 ? 2 : nch == 3 ? 3 : nch <= 4 ? 4 : 8;
-    if (deep > plan.stages) {
-      const PipePlan d = plan_pipe_gemm(p, deep);
-      set_smem_limit(d.kernel, d.smem_bytes, op);
-      int per_sm = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, d.kernel, d.threads, d.smem_bytes) == cudaSuccess &&
-          d.max_items <= static_cast<int64_t>(per_sm) * num_sms_)
-        plan = d;
-    }
-  }
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
   launch_pipe_gemm(p, plan, num_sms_, pdl_ && p.tiles == nullptr, stream_);
   check_launch(op, shapes);
@@ -508,10 +494,6 @@ void CudaBackend::gemm(const Tensor& x, const Weight& w, Tensor& out) {
   p.c = ov.data;
   p.ldc = ov.row_stride;
   p.c_bf16 = ov.dtype == DType::BF16;
-  if (pipe && options_.cuda.gemm_resident >= 2 && launch_stream_resident(p, num_sms_, stream_, pdl_)) {
-    check_launch("gemm (resident)", detail::concat("rows ", M, " N ", N, " K ", K, fp8 ? " fp8" : " bf16"));
-    return;
-  }
   if (pipe && launch_pipe(p, "gemm (pipe)", detail::concat("rows ", M, " N ", N, " K ", K, fp8 ? " fp8" : " bf16")))
     return;
   if (pipe && !fp8 && cublaslt_gemm(a, lda, M, w, ov.data, ov.row_stride, ov.dtype)) return;
@@ -583,9 +565,10 @@ void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
     Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
     return;
   }
-  // Few rows: the resident form (every weight in registers before pdl_wait; the same bits).
-  const bool resident = options_.cuda.gemm_resident >= 1 && !options_.batch_invariant &&
-                        launch_stream_resident(p, num_sms_, stream_, pdl_);
+  // Up to 16 rows (decode), not batch-invariant: the stream kernel's resident form (every weight
+  // in registers before pdl_wait, one activation round trip after it; the same bits). H200
+  // (bench/NOTES.md gemm18): bf16 batch 1 -14 us per step (-0.9%), batch 8 and FP8 equal.
+  const bool resident = !options_.batch_invariant && launch_stream_resident(p, num_sms_, stream_, pdl_);
   if (!resident) launch_stream_gemm(p, stream_, pdl_);
   check_launch(resident ? "gemm_heads (resident)" : "gemm_heads",
                x.describe() + " · " + w.describe() + " -> " + out.describe());
@@ -661,11 +644,6 @@ void CudaBackend::gemm_pair(const Tensor& x, const Weight& w1, const Weight& w2,
     return;
   }
   const auto shapes = [&] { return x.describe() + " · " + w1.w.describe() + " | " + w2.w.describe(); };
-  if (dense_rows_on_pipe(M, w1) && options_.cuda.gemm_resident >= 2 &&
-      launch_stream_resident(p, num_sms_, stream_, pdl_)) {
-    check_launch("gemm_pair (resident)", shapes());
-    return;
-  }
   if (dense_rows_on_pipe(M, w1) && launch_pipe(p, "gemm_pair (pipe)", shapes())) return;
   if (!dense_rows_on_stream(M, w1)) {  // the pipe did not take it: two gemm calls as before
     Backend::gemm_pair(x, w1, w2, out1, out2);

@@ -213,39 +213,33 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
   }
 }
 
-// Few rows, the weights in registers (gemm18). grid (ceil(N / 16), heads or 1); block ks warps.
-// Each lane loads its NCH chunks of both n8 tiles (BF16 32 bytes, FP8 16 bytes and the chunk's
-// block scale) before pdl_wait: the weights are constants, so under the previous kernel every
-// weight byte of the GEMM is already on its way (the stream kernel only asks L2 for them and
-// then loads them two chunks at a time after the wait, with one activation load per chunk in
-// between). After the wait: all NCH chunks of the lane's two activation rows at once, the
-// MMAs, the split-K sum. The fragments, the chunk and MMA order, the FP8 promotion and the
-// warp-order sum are the stream kernel's (MT 1), so are the bits; with one warp (K <= 256) the
-// sum is the warp's own and goes straight to the output.
-template <int WK, int NCH>
-__global__ void __launch_bounds__(256, WK == kWeightFP8 ? 1 : 2) stream_resident_kernel(GemmProblem p, int kpw) {
+// Few rows, the weights in registers (gemm18; gemm_heads at decode). grid (ceil(N / 16), heads
+// or 1); block ks warps. Each lane loads all NCH chunks of its two weight rows (32 bytes per chunk
+// and n8 tile) before pdl_wait: the weights are constants, so every weight byte of the GEMM is on
+// its way under the previous kernel (the stream kernel only asks L2 for the first chunks there,
+// then loads them two at a time after the wait, one activation load per chunk in between). After
+// the wait: all NCH chunks of the lane's two activation rows at once, the MMAs, the split-K sum.
+// The fragments, the chunk and MMA order and the warp-order sum are the stream kernel's (MT 1),
+// so are the bits; with one warp (K <= 256) the warp's sums go straight to the output. At most
+// 128 registers (NCH 4: 2 blocks of 8 warps per SM).
+template <int NCH>
+__global__ void __launch_bounds__(256, 2) stream_resident_kernel(GemmProblem p, int kpw) {
   constexpr int V = kNT * 4;  // accumulator values per lane
   extern __shared__ float red[];  // [ks][V][32] (none with one warp)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int grp = blockIdx.y, n0 = blockIdx.x * 8 * kNT;
-  const WeightSource ws = weight_source<WK>(p, grp, n0);
+  const WeightSource ws = weight_source<kWeightBF16>(p, grp, n0);
   const int K = p.K, kb = warp * kpw;
   const int nch = kb < K ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
-  constexpr int esz = one_byte<WK>() ? 1 : 2;
-  WRaw<WK> w[NCH][kNT];
-  float sc[NCH][kNT];
+  WRaw<kWeightBF16> w[NCH][kNT];
 #pragma unroll
   for (int j = 0; j < kNT; ++j) {
     const int r = min(ws.wrow0 + j * 8 + g, ws.wrows - 1);  // clamp: columns past N are not stored
-    const char* wr = static_cast<const char*>(ws.base) + static_cast<int64_t>(r) * K * esz;
+    const bf16* wr = static_cast<const bf16*>(ws.base) + static_cast<int64_t>(r) * K;
 #pragma unroll
-    for (int c = 0; c < NCH; ++c) {
-      if (c < nch) {
-        w[c][j] = load_w<WK>(wr, kb + c * kChunk + 16 * q);
-        sc[c][j] = chunk_scale<WK>(ws.s, p.scale_cols, min(ws.wrow0 + j * 8, ws.wrows - 1), kb + c * kChunk);
-      }
-    }
+    for (int c = 0; c < NCH; ++c)
+      if (c < nch) w[c][j] = load_w<kWeightBF16>(wr, kb + c * kChunk + 16 * q);
   }
   pdl_wait();
   pdl_trigger();
@@ -277,21 +271,11 @@ __global__ void __launch_bounds__(256, WK == kWeightFP8 ? 1 : 2) stream_resident
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
         uint32_t wv[8];
-        w_words<WK>(w[c][j], wv);
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        w_words<kWeightBF16>(w[c][j], wv);
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          if constexpr (WK == kWeightFP8)
-            mma_bf16(part, av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
-                     wv[2 * s], wv[2 * s + 1]);
-          else
-            mma_bf16(acc[j], av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
-                     wv[2 * s], wv[2 * s + 1]);
-        }
-        if constexpr (WK == kWeightFP8) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[j][e] += sc[c][j] * part[e];
-        }
+        for (int s = 0; s < 4; ++s)
+          mma_bf16(acc[j], av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
+                   wv[2 * s], wv[2 * s + 1]);
       }
     }
     if (ks == 1) {
@@ -318,13 +302,12 @@ __global__ void __launch_bounds__(256, WK == kWeightFP8 ? 1 : 2) stream_resident
   }
 }
 
-template <int WK>
 const void* resident_kernel(int nch) {
   switch (nch) {
-    case 1: return reinterpret_cast<const void*>(stream_resident_kernel<WK, 1>);
-    case 2: return reinterpret_cast<const void*>(stream_resident_kernel<WK, 2>);
-    case 3: return reinterpret_cast<const void*>(stream_resident_kernel<WK, 3>);
-    default: return reinterpret_cast<const void*>(stream_resident_kernel<WK, 4>);
+    case 1: return reinterpret_cast<const void*>(stream_resident_kernel<1>);
+    case 2: return reinterpret_cast<const void*>(stream_resident_kernel<2>);
+    case 3: return reinterpret_cast<const void*>(stream_resident_kernel<3>);
+    default: return reinterpret_cast<const void*>(stream_resident_kernel<4>);
   }
 }
 
@@ -359,15 +342,15 @@ bool stream_gemm_supported(const GemmProblem& p) {
 }
 
 bool stream_resident_supported(const GemmProblem& p) {
-  return stream_gemm_supported(p) && (p.w_kind == kWeightBF16 || p.w_kind == kWeightFP8) && p.M > 0 && p.M <= 16 &&
+  return stream_gemm_supported(p) && p.w_kind == kWeightBF16 && p.M > 0 && p.M <= 16 &&
          p.group_offsets == nullptr && p.w_ptrs == nullptr && p.a_rows == nullptr && p.tiles == nullptr &&
-         p.active_groups == nullptr && stream_kpw(p.K) <= 4 * kChunk;
+         p.active_groups == nullptr && p.w2 == nullptr && stream_kpw(p.K) <= 4 * kChunk;
 }
 
 bool launch_stream_resident(const GemmProblem& p, int num_sms, cudaStream_t stream, bool pdl) {
   if (!stream_resident_supported(p)) return false;
   const int nch = stream_kpw(p.K) / kChunk;
-  const void* kernel = p.w_kind == kWeightFP8 ? resident_kernel<kWeightFP8>(nch) : resident_kernel<kWeightBF16>(nch);
+  const void* kernel = resident_kernel(nch);
   const int ks = k_split(p.K), threads = ks * 32;
   const size_t smem = ks > 1 ? size_t{4} * ks * kNT * 4 * 32 : 0;
   int per_sm = 0;

@@ -13,7 +13,6 @@
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
-//                             [--gemm-resident 0|1|2] [--pipe-dense-deep]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -31,8 +30,6 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
-// --gemm-resident N / --pipe-dense-deep: gemm18's A/B arms (CudaOptions::gemm_resident,
-// pipe_dense_deep).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
 // against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
@@ -560,8 +557,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool no_pdl = false, ablate = false, pipe_dense_deep = false;
-  int gemm_resident = 0;
+  bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--fp8")) fp8 = true;
@@ -586,8 +582,6 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--pipe-dense-deep")) pipe_dense_deep = true;
-    else if (!std::strcmp(argv[i], "--gemm-resident") && i + 1 < argc) gemm_resident = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
       decode_batches.clear();
       if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
@@ -609,8 +603,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    opts.cuda.gemm_resident = gemm_resident;
-    opts.cuda.pipe_dense_deep = pipe_dense_deep;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");

@@ -293,21 +293,19 @@ TEST_F(DenseOps, GemmPair) {
 // warp with one chunk) over 1-2 items per block; outputs in a
 // padded buffer between guard bytes, NaN-poisoned, whose padding columns must stay NaN.
 TEST_F(DenseOps, PipeDenseBitsEqualStreamKernel) {
-  auto backend_with = [](bool pipe, int stages, bool deep = false) {
+  auto backend_with = [](bool pipe, int stages) {
     BackendOptions o = env_backend_options();
     o.cuda.stream_max_rows = 64;  // BF16 few rows on the stream kernel unless the pipe takes them
     o.cuda.pipe_dense_fp8_rows = pipe ? 64 : 0;
     o.cuda.pipe_dense_bf16_rows = pipe ? 64 : 0;
     o.cuda.pipe_stages = stages;
-    o.cuda.pipe_dense_deep = deep;
     return make_cuda_backend(o);
   };
   const auto stream = backend_with(false, 2);
   const std::pair<const char*, std::unique_ptr<Backend>> pipes[] = {
       {"pipe (2 stages)", backend_with(true, 2)},
       {"pipe (3 stages)", backend_with(true, 3)},
-      {"pipe (8 stages)", backend_with(true, 8)},
-      {"pipe (stages by K, gemm18)", backend_with(true, 2, true)}};
+      {"pipe (8 stages)", backend_with(true, 8)}};
   for (bool fp8 : {false, true}) {
     for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
                                 {5, 160, 100, 2112}, {16, 2816, 2816, 2048}, {17, 48, 40, 1408},
@@ -444,91 +442,22 @@ TEST_F(DenseOps, PipeDensePdlChainEqualsPlainLaunches) {
   }
 }
 
-// The stream kernel's resident form (gemm_stream.cu, gemm18; CudaOptions::gemm_resident 2: every
-// weight value in registers before pdl_wait, then all activations at once) gives the stream
-// kernel's bits: dense gemm (BF16 and F32 outputs), gemm_pair and gemm_heads of 1-16 rows against a
-// backend that keeps them on the stream kernel (stream_max_rows 64, no dense pipe, resident off),
-// (gemm_heads: the batch-invariant backend), and against the CPU. K 2048 (8 warps of 4 chunks), 1536 (6 warps), 768 (3), 512 (2), 192 (one warp
-// of 3 chunks: its sum goes straight out), 64 (one chunk); N not a multiple of 16, a pair 48 | 40;
-// 17 rows (the pipeline or stream kernel takes them: the same bits); per-head strided views as
-// MLA's uk / uv; outputs NaN-poisoned between guard bytes with padding columns that must stay NaN.
-TEST_F(DenseOps, ResidentBitsEqualStreamKernel) {
-  auto backend_with = [](bool resident) {
-    BackendOptions o = env_backend_options();
-    o.cuda.stream_max_rows = resident ? 0 : 64;
-    o.cuda.pipe_dense_fp8_rows = resident ? 64 : 0;
-    o.cuda.pipe_dense_bf16_rows = resident ? 64 : 0;
-    o.cuda.gemm_resident = resident ? 2 : 0;
-    return make_cuda_backend(o);
-  };
-  const auto stream = backend_with(false), resident = backend_with(true);
-  // Padded rows [o1 | o2 | pad]; `bad` names the first element that is NaN inside or not NaN in the padding.
-  auto compare = [&](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<float>& want,
-                     int64_t rows, int64_t ld, int64_t filled, const std::string& what) {
-    std::vector<float> g, r;
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t c = 0; c < ld; ++c) {
-        const size_t at = static_cast<size_t>(i * ld + c);
-        if (c >= filled) {
-          ASSERT_TRUE(std::isnan(got[at])) << what << ": row " << i << " padding column " << c;
-          continue;
-        }
-        ASSERT_TRUE(std::memcmp(&got[at], &ref[at], sizeof(float)) == 0 && !std::isnan(got[at]))
-            << what << ": row " << i << " column " << c << " = " << got[at] << ", stream kernel " << ref[at]
-            << ", seed " << seed_;
-        g.push_back(got[at]);
-        r.push_back(want[at]);
-      }
-    }
-    expect_close(g, r, kTolBF16, what);
-  };
-  for (bool fp8 : {false, true}) {
-    for (auto [M, N1, N2, K] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1536, 576, 2048},
-                                {3, 48, 40, 1536}, {8, 3072, 16, 1536}, {16, 130, 64, 768}, {5, 64, 48, 512},
-                                {17, 70, 32, 2048}, {2, 100, 48, 192}, {9, 33, 16, 64}}) {
-      const std::string what = "M " + std::to_string(M) + " N " + std::to_string(N1) + "|" + std::to_string(N2) +
-                               " K " + std::to_string(K) + (fp8 ? " fp8" : " bf16");
-      WeightPair w1 = make_weight(*gpu_, N1, K, fp8), w2 = make_weight(*gpu_, N2, K, fp8);
-      const std::vector<float> x = randn(M * K);
-      const int64_t ld = N1 + N2 + 8;
-      Tensor oc = cpu_f32(std::vector<float>(M * ld), {M, ld});
-      Tensor o1c = cols_of(oc, 0, N1), o2c = cols_of(oc, N1, N1 + N2);
-      cpu_->gemm_pair(cpu_f32(x, {M, K}), w1.cpu, w2.cpu, o1c, o2c);
-      const std::vector<float> want = values(oc);
-      // pair: gemm_pair into [o1 | o2 | pad]; single: gemm of w1 alone into [o1 | NaN ...] (F32 out
-      // for the odd shapes, as the router's logits).
-      auto run = [&](Backend& b, bool pair, DType out_dtype) {
-        Tensor og = gpu_guarded(b, out_dtype, {M, ld});
-        Tensor o1g = cols_of(og, 0, N1), o2g = cols_of(og, N1, N1 + N2);
-        Tensor xg = gpu_float(b, x, {M, K}, DType::BF16);
-        WeightPair v1 = w1, v2 = w2;
-        v1.gpu.w = gpu_copy(b, w1.cpu.w);
-        v2.gpu.w = gpu_copy(b, w2.cpu.w);
-        if (fp8) {
-          v1.gpu.scale_inv = gpu_copy(b, w1.cpu.scale_inv);
-          v2.gpu.scale_inv = gpu_copy(b, w2.cpu.scale_inv);
-        }
-        if (pair)
-          b.gemm_pair(xg, v1.gpu, v2.gpu, o1g, o2g);
-        else
-          b.gemm(xg, v1.gpu, o1g);
-        std::vector<float> got = download(b, og);
-        expect_guards_intact(what);
-        return got;
-      };
-      for (bool pair : {true, false}) {
-        const DType out_dtype = !pair && N1 % 16 != 0 ? DType::F32 : DType::BF16;
-        const std::string w = what + (pair ? " gemm_pair" : " gemm") + (out_dtype == DType::F32 ? " (F32 out)" : "");
-        const std::vector<float> ref = run(*stream, pair, out_dtype), got = run(*resident, pair, out_dtype);
-        compare(got, ref, want, M, ld, pair ? N1 + N2 : N1, "resident, " + w);
-      }
-    }
-  }
-  // gemm_heads: T, heads, K, N, x head stride, out head stride (uk, uv, odd).
+// gemm_heads at decode on the stream kernel's resident form (gemm_stream.cu, gemm18: every weight
+// value in registers before pdl_wait, then all activations at once) gives the stream kernel's
+// bits: the default backend (up to 16 rows: the resident form) against the batch-invariant one
+// (the stream kernel for every M), and both against the CPU. MLA's uk (K 128: one warp of 2
+// chunks, its sums straight to the output) and uv (K 512: 2 warps of 4 chunks, the warp-order sum),
+// K 192 (one warp of 3 chunks), K 768 (3 warps), K 64; N not a multiple of 16; 1, 3, 5, 8, 16 rows
+// (and 17: the stream kernel in both); strided per-head views as the model's; outputs
+// NaN-poisoned between guard bytes, with padding columns that must stay NaN.
+TEST_F(DenseOps, GemmHeadsResidentBitsEqualStreamKernel) {
+  // T, heads, K, N, x head stride, out head stride
   for (auto [T, H, K, N, xs, os] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512, 192, 576},
+                                    {1, 16, 512, 128, 512, 128}, {8, 16, 128, 512, 192, 576},
                                     {8, 16, 512, 128, 512, 128}, {16, 16, 128, 512, 192, 576},
-                                    {5, 3, 192, 70, 200, 72}, {3, 2, 64, 40, 72, 48}}) {
-    const std::string what = "resident, gemm_heads T " + std::to_string(T) + " heads " + std::to_string(H) + " K " +
+                                    {5, 3, 192, 70, 200, 72}, {3, 2, 64, 40, 72, 48}, {17, 4, 512, 136, 520, 144},
+                                    {2, 5, 768, 24, 776, 32}}) {
+    const std::string what = "gemm_heads T " + std::to_string(T) + " heads " + std::to_string(H) + " K " +
                              std::to_string(K) + " N " + std::to_string(N);
     const std::vector<float> x = randn(T * H * xs);
     const std::vector<float> w = randn(H * N * K, 1.0f / std::sqrt(float(K)));
@@ -552,9 +481,23 @@ TEST_F(DenseOps, ResidentBitsEqualStreamKernel) {
       expect_guards_intact(what);
       return got;
     };
-    // The batch-invariant backend keeps gemm_heads on the stream kernel.
-    const std::vector<float> ref = run(*gpu_inv_), got = run(*resident);
-    compare(got, ref, want, T * H, os, N, what);
+    const std::vector<float> ref = run(*gpu_inv_), got = run(*gpu_);
+    std::vector<float> g, r;
+    for (int64_t i = 0; i < T * H; ++i) {
+      for (int64_t c = 0; c < os; ++c) {
+        const size_t at = static_cast<size_t>(i * os + c);
+        if (c >= N) {
+          ASSERT_TRUE(std::isnan(got[at])) << what << ": row " << i << " padding column " << c;
+          continue;
+        }
+        ASSERT_TRUE(std::memcmp(&got[at], &ref[at], sizeof(float)) == 0 && !std::isnan(got[at]))
+            << what << ": row " << i << " column " << c << " = " << got[at] << ", stream kernel " << ref[at]
+            << ", seed " << seed_;
+        g.push_back(got[at]);
+        r.push_back(want[at]);
+      }
+    }
+    expect_close(g, r, kTolBF16, what);
   }
 }
 

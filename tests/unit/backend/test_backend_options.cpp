@@ -39,8 +39,6 @@ void expect_defaults(const CudaOptions& o) {
   EXPECT_EQ(o.pipe_dense_fp8_rows, d.pipe_dense_fp8_rows);
   EXPECT_EQ(o.pipe_dense_bf16_rows, d.pipe_dense_bf16_rows);
   EXPECT_EQ(o.pdl, d.pdl);
-  EXPECT_EQ(o.gemm_resident, d.gemm_resident);
-  EXPECT_EQ(o.pipe_dense_deep, d.pipe_dense_deep);
 }
 
 TEST(BackendOptions, TableDefaultsAreTheCudaOptionsDefaults) {
