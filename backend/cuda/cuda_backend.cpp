@@ -294,9 +294,15 @@ const CudaBackend::ExpertTable& CudaBackend::expert_table(const std::vector<Expe
 void CudaBackend::set_smem_limit(const void* kernel, size_t num_bytes, const char* op) {
   size_t& current = smem_limits_[kernel];
   if (num_bytes <= current) return;
-  DI_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(num_bytes)),
-          op, " (dynamic shared memory ", num_bytes, " bytes)");
+  // The limit belongs to the kernel (on this device), not to this backend: another backend in the
+  // process may have raised it further, and setting a smaller value would lower it under that
+  // backend's launches (gemm18, bench/NOTES.md). Only raise it.
+  cudaFuncAttributes attr{};
+  DI_CUDA(cudaFuncGetAttributes(&attr, kernel), op, " (dynamic shared memory limit)");
+  if (static_cast<size_t>(attr.maxDynamicSharedSizeBytes) < num_bytes)
+    DI_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(num_bytes)),
+            op, " (dynamic shared memory ", num_bytes, " bytes)");
   current = num_bytes;
 }
 

@@ -565,8 +565,13 @@ void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
     Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
     return;
   }
-  launch_stream_gemm(p, stream_, pdl_);
-  check_launch("gemm_heads", x.describe() + " · " + w.describe() + " -> " + out.describe());
+  // Up to 16 rows (decode), not batch-invariant: the stream kernel's resident form (every weight
+  // in registers before pdl_wait, one activation round trip after it; the same bits). H200
+  // (bench/NOTES.md gemm18): bf16 batch 1 -14 us per step (-0.9%), batch 8 and FP8 equal.
+  const bool resident = !options_.batch_invariant && launch_stream_resident(p, num_sms_, stream_, pdl_);
+  if (!resident) launch_stream_gemm(p, stream_, pdl_);
+  check_launch(resident ? "gemm_heads (resident)" : "gemm_heads",
+               x.describe() + " · " + w.describe() + " -> " + out.describe());
 }
 
 }  // namespace deepinfer::cuda

@@ -88,6 +88,16 @@ struct GemmProblem {
 // chunks before waiting for it).
 bool stream_gemm_supported(const GemmProblem& p);
 void launch_stream_gemm(const GemmProblem& p, cudaStream_t stream, bool pdl = false);
+// The stream kernel's few-row form with each warp's whole weight share held in registers
+// (gemm_stream.cu, gemm18; gemm_heads at decode): dense or per-head BF16 problems (no groups, no
+// row gather, no pair) of at most 16 rows whose warps own at most 4 chunks of K (stream_kpw(K)
+// <= 256: K = 64..256 or 256 x k_split(K)). As a programmatic dependent it loads every weight
+// value before pdl_wait, then all of a row's activations at once: one memory round trip after the
+// wait. Same bits as the stream kernel.
+bool stream_resident_supported(const GemmProblem& p);
+// Launches it when p fits and its grid fits one wave on num_sms SMs; false (nothing launched)
+// otherwise.
+bool launch_stream_resident(const GemmProblem& p, int num_sms, cudaStream_t stream, bool pdl);
 
 // The same GEMM with the weights staged through shared memory by cp.async in a D-stage
 // pipeline per warp, over a grid of about (SMs x resident blocks) blocks that walk the

@@ -213,6 +213,104 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
   }
 }
 
+// Few rows, the weights in registers (gemm18; gemm_heads at decode). grid (ceil(N / 16), heads
+// or 1); block ks warps. Each lane loads all NCH chunks of its two weight rows (32 bytes per chunk
+// and n8 tile) before pdl_wait: the weights are constants, so every weight byte of the GEMM is on
+// its way under the previous kernel (the stream kernel only asks L2 for the first chunks there,
+// then loads them two at a time after the wait, one activation load per chunk in between). After
+// the wait: all NCH chunks of the lane's two activation rows at once, the MMAs, the split-K sum.
+// The fragments, the chunk and MMA order and the warp-order sum are the stream kernel's (MT 1),
+// so are the bits; with one warp (K <= 256) the warp's sums go straight to the output. At most
+// 128 registers (NCH 4: 2 blocks of 8 warps per SM).
+template <int NCH>
+__global__ void __launch_bounds__(256, 2) stream_resident_kernel(GemmProblem p, int kpw) {
+  constexpr int V = kNT * 4;  // accumulator values per lane
+  extern __shared__ float red[];  // [ks][V][32] (none with one warp)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int grp = blockIdx.y, n0 = blockIdx.x * 8 * kNT;
+  const WeightSource ws = weight_source<kWeightBF16>(p, grp, n0);
+  const int K = p.K, kb = warp * kpw;
+  const int nch = kb < K ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
+  WRaw<kWeightBF16> w[NCH][kNT];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const int r = min(ws.wrow0 + j * 8 + g, ws.wrows - 1);  // clamp: columns past N are not stored
+    const bf16* wr = static_cast<const bf16*>(ws.base) + static_cast<int64_t>(r) * K;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c)
+      if (c < nch) w[c][j] = load_w<kWeightBF16>(wr, kb + c * kChunk + 16 * q);
+  }
+  pdl_wait();
+  pdl_trigger();
+  const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
+  for (int rb = 0; rb < p.M; rb += 16) {
+    Chunk16 av[NCH][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = rb + h * 8 + g;
+      const bf16* ar = a + static_cast<int64_t>(r < p.M ? r : 0) * p.lda + kb + 16 * q;
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        if (r < p.M && c < nch) {
+          av[c][h] = load16_bf16(ar + c * kChunk);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) av[c][h].w[e] = 0u;
+        }
+      }
+    }
+    float acc[kNT][4];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      if (c >= nch) continue;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        uint32_t wv[8];
+        w_words<kWeightBF16>(w[c][j], wv);
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          mma_bf16(acc[j], av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
+                   wv[2 * s], wv[2 * s + 1]);
+      }
+    }
+    if (ks == 1) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+        const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+        if (r < p.M && n < p.N) store_out(p, grp, r, n, acc[v >> 2][v & 3]);
+      }
+      continue;
+    }
+    // Split-K sum in warp order; value v by warp v % ks.
+#pragma unroll
+    for (int v = 0; v < V; ++v) red[(warp * V + v) * 32 + lane] = acc[v >> 2][v & 3];
+    __syncthreads();
+    for (int v = warp; v < V; v += ks) {
+      float sum = red[v * 32 + lane];
+      for (int u = 1; u < ks; ++u) sum += red[(u * V + v) * 32 + lane];
+      const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+      const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+      if (r < p.M && n < p.N) store_out(p, grp, r, n, sum);
+    }
+    if (rb + 16 < p.M) __syncthreads();
+  }
+}
+
+const void* resident_kernel(int nch) {
+  switch (nch) {
+    case 1: return reinterpret_cast<const void*>(stream_resident_kernel<1>);
+    case 2: return reinterpret_cast<const void*>(stream_resident_kernel<2>);
+    case 3: return reinterpret_cast<const void*>(stream_resident_kernel<3>);
+    default: return reinterpret_cast<const void*>(stream_resident_kernel<4>);
+  }
+}
+
 template <int WK, int MT>
 void launch(const GemmProblem& p, bool pdl, cudaStream_t stream) {
   const int ks = k_split(p.K);
@@ -240,6 +338,32 @@ bool stream_gemm_supported(const GemmProblem& p) {
   if ((p.w2_ptrs || p.w2) && (p.n_half % (8 * kNT) != 0 || p.n_half <= 0 || p.n_half >= p.N)) return false;
   if (p.w2 && (p.heads > 0 || p.w_ptrs || !aligned16(p.w2))) return false;
   // The smem split-K buffer stays under the 48 KB default: ks * MT * 2 * 4 * 32 * 4 <= 32 KB.
+  return true;
+}
+
+bool stream_resident_supported(const GemmProblem& p) {
+  return stream_gemm_supported(p) && p.w_kind == kWeightBF16 && p.M > 0 && p.M <= 16 &&
+         p.group_offsets == nullptr && p.w_ptrs == nullptr && p.a_rows == nullptr && p.tiles == nullptr &&
+         p.active_groups == nullptr && p.w2 == nullptr && stream_kpw(p.K) <= 4 * kChunk;
+}
+
+bool launch_stream_resident(const GemmProblem& p, int num_sms, cudaStream_t stream, bool pdl) {
+  if (!stream_resident_supported(p)) return false;
+  const int nch = stream_kpw(p.K) / kChunk;
+  const void* kernel = resident_kernel(nch);
+  const int ks = k_split(p.K), threads = ks * 32;
+  const size_t smem = ks > 1 ? size_t{4} * ks * kNT * 4 * 32 : 0;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) per_sm = 0;
+  const dim3 grid(ceil_div(p.N, 8 * kNT), p.heads > 0 ? p.heads : 1);
+  // One wave: every block loads its weights under the previous kernel (later waves would start
+  // only after the wait).
+  if (static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(per_sm) * num_sms) return false;
+  const int kpw = stream_kpw(p.K);
+  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&kpw)};
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config = pdl_config(pdl, grid, dim3(threads), smem, stream, &attr);
+  (void)cudaLaunchKernelExC(&config, kernel, args);  // the caller's check_launch reports a failure
   return true;
 }
 

@@ -469,9 +469,10 @@ TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
 }
 
 // Programmatic dependent launches (CudaOptions::pdl, backend/cuda/pdl_launch.cuh): every kernel
-// of a decode step (embedding, norms, rms_norm_pair, the dense GEMMs, gemm_heads' stream kernel,
-// mla_rope_store, the paged attention and its combine, the router, routing, the MoE index,
-// experts and combine, the shared experts on the side line, add, argmax) launched as a dependent
+// of a decode step (embedding, norms, rms_norm_pair, the dense GEMMs, gemm_heads (the stream
+// kernel's resident form: weights before the wait), mla_rope_store, the paged attention and its
+// combine, the router, routing, the MoE index, experts and combine, the shared experts on the side
+// line, add, argmax) launched as a dependent
 // of the kernel before it gives the bits of plain launches, eager and replayed from a graph. Two
 // layers of a bench-like MLA + MoE step (small widths), their output's argmax embedded again as
 // the next step does; 1, 3 and 8 sequences of different contexts, BF16 and FP8 weights. A kernel

@@ -501,6 +501,65 @@ TEST_F(DenseOps, PipeDensePdlChainEqualsPlainLaunches) {
   }
 }
 
+// gemm_heads at decode on the stream kernel's resident form (gemm_stream.cu, gemm18: every weight
+// value in registers before pdl_wait, then all activations at once) gives the stream kernel's
+// bits: the default backend (up to 16 rows: the resident form) against the batch-invariant one
+// (the stream kernel for every M), and both against the CPU. MLA's uk (K 128: one warp of 2
+// chunks, its sums straight to the output) and uv (K 512: 2 warps of 4 chunks, the warp-order sum),
+// K 192 (one warp of 3 chunks), K 768 (3 warps), K 64; N not a multiple of 16; 1, 3, 5, 8, 16 rows
+// (and 17: the stream kernel in both); strided per-head views as the model's; outputs
+// NaN-poisoned between guard bytes, with padding columns that must stay NaN.
+TEST_F(DenseOps, GemmHeadsResidentBitsEqualStreamKernel) {
+  // T, heads, K, N, x head stride, out head stride
+  for (auto [T, H, K, N, xs, os] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>{1, 16, 128, 512, 192, 576},
+                                    {1, 16, 512, 128, 512, 128}, {8, 16, 128, 512, 192, 576},
+                                    {8, 16, 512, 128, 512, 128}, {16, 16, 128, 512, 192, 576},
+                                    {5, 3, 192, 70, 200, 72}, {3, 2, 64, 40, 72, 48}, {17, 4, 512, 136, 520, 144},
+                                    {2, 5, 768, 24, 776, 32}}) {
+    const std::string what = "gemm_heads T " + std::to_string(T) + " heads " + std::to_string(H) + " K " +
+                             std::to_string(K) + " N " + std::to_string(N);
+    const std::vector<float> x = randn(T * H * xs);
+    const std::vector<float> w = randn(H * N * K, 1.0f / std::sqrt(float(K)));
+    auto view = [](Tensor t, int64_t T, int64_t H, int64_t stride, int64_t dim) {
+      t.ndim = 3;
+      t.shape = {T, H, dim, 0, 0};
+      t.stride = {H * stride, stride, 1, 0, 0};
+      return t;
+    };
+    Tensor oc_flat = cpu_f32(std::vector<float>(T * H * os), {T * H * os});
+    Tensor oc = view(oc_flat, T, H, os, N);
+    cpu_->gemm_heads(view(cpu_f32(x, {T * H * xs}), T, H, xs, K), cpu_f32(w, {H, N, K}), oc);
+    const std::vector<float> want = values(oc_flat);
+    auto run = [&](Backend& b) {
+      Tensor xg = view(gpu_float(b, x, {T * H * xs}, DType::BF16), T, H, xs, K);
+      Tensor wg = gpu_float(b, w, {H, N, K}, DType::BF16);
+      Tensor og_flat = gpu_guarded(b, DType::BF16, {T * H * os});
+      Tensor og = view(og_flat, T, H, os, N);
+      b.gemm_heads(xg, wg, og);
+      std::vector<float> got = download(b, og_flat);
+      expect_guards_intact(what);
+      return got;
+    };
+    const std::vector<float> ref = run(*gpu_inv_), got = run(*gpu_);
+    std::vector<float> g, r;
+    for (int64_t i = 0; i < T * H; ++i) {
+      for (int64_t c = 0; c < os; ++c) {
+        const size_t at = static_cast<size_t>(i * os + c);
+        if (c >= N) {
+          ASSERT_TRUE(std::isnan(got[at])) << what << ": row " << i << " padding column " << c;
+          continue;
+        }
+        ASSERT_TRUE(std::memcmp(&got[at], &ref[at], sizeof(float)) == 0 && !std::isnan(got[at]))
+            << what << ": row " << i << " column " << c << " = " << got[at] << ", stream kernel " << ref[at]
+            << ", seed " << seed_;
+        g.push_back(got[at]);
+        r.push_back(want[at]);
+      }
+    }
+    expect_close(g, r, kTolBF16, what);
+  }
+}
+
 // gemm_swiglu (SwiGLU gate, then the down projection, optionally accumulating) against the
 // CPU reference (silu_mul + gemm + add); on CUDA, the result equals the separate ops (silu_mul,
 // gemm, add) on the same backend bit for bit, and in batch-invariant mode one row alone
