@@ -222,16 +222,20 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 // The fragments, the chunk and MMA order and the warp-order sum are the stream kernel's (MT 1),
 // so are the bits; with one warp (K <= 256) the warp's sums go straight to the output. At most
 // 128 registers (NCH 4: 2 blocks of 8 warps per SM).
+// gemm18x: a block holds tpb = blockDim / (32 ks) column tiles side by side (ks warps each; the
+// same work and sums per tile as one tile per block), so the grid has tpb times fewer CTAs.
 template <int NCH>
-__global__ void __launch_bounds__(256, 2) stream_resident_kernel(GemmProblem p, int kpw) {
+__global__ void __launch_bounds__(256, 2) stream_resident_kernel(GemmProblem p, int kpw, int ks) {
   constexpr int V = kNT * 4;  // accumulator values per lane
-  extern __shared__ float red[];  // [ks][V][32] (none with one warp)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
+  extern __shared__ float red_all[];  // [tpb][ks][V][32] (none with one warp per tile)
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % ks, slot = (threadIdx.x >> 5) / ks;
+  const int tpb = (blockDim.x >> 5) / ks;
+  float* red = red_all + slot * ks * V * 32;
   const int g = lane >> 2, q = lane & 3;
-  const int grp = blockIdx.y, n0 = blockIdx.x * 8 * kNT;
+  const int grp = blockIdx.y, n0 = (blockIdx.x * tpb + slot) * 8 * kNT;
   const WeightSource ws = weight_source<kWeightBF16>(p, grp, n0);
   const int K = p.K, kb = warp * kpw;
-  const int nch = kb < K ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
+  const int nch = kb < K && n0 < p.N ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
   WRaw<kWeightBF16> w[NCH][kNT];
 #pragma unroll
   for (int j = 0; j < kNT; ++j) {
@@ -351,16 +355,18 @@ bool launch_stream_resident(const GemmProblem& p, int num_sms, cudaStream_t stre
   if (!stream_resident_supported(p)) return false;
   const int nch = stream_kpw(p.K) / kChunk;
   const void* kernel = resident_kernel(nch);
-  const int ks = k_split(p.K), threads = ks * 32;
-  const size_t smem = ks > 1 ? size_t{4} * ks * kNT * 4 * 32 : 0;
+  const int ks = k_split(p.K), n_tiles = ceil_div(p.N, 8 * kNT);
+  const int tpb = std::max(1, std::min(8 / ks, n_tiles)), threads = tpb * ks * 32;
+  const size_t smem = ks > 1 ? size_t{4} * tpb * ks * kNT * 4 * 32 : 0;
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) per_sm = 0;
-  const dim3 grid(ceil_div(p.N, 8 * kNT), p.heads > 0 ? p.heads : 1);
+  const dim3 grid(ceil_div(n_tiles, tpb), p.heads > 0 ? p.heads : 1);
   // One wave: every block loads its weights under the previous kernel (later waves would start
   // only after the wait).
   if (static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(per_sm) * num_sms) return false;
   const int kpw = stream_kpw(p.K);
-  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&kpw)};
+  int ks_arg = ks;
+  void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&kpw), &ks_arg};
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t config = pdl_config(pdl, grid, dim3(threads), smem, stream, &attr);
   (void)cudaLaunchKernelExC(&config, kernel, args);  // the caller's check_launch reports a failure
