@@ -177,4 +177,88 @@ __device__ __forceinline__ void store_out(const GemmProblem& p, int grp, int r, 
     static_cast<float*>(c)[off] = sum;
 }
 
+// The resident few-row form (gemm18: gemm_stream.cu's stream_resident_kernel; attnuv19:
+// mla_attention.cu's mla_combine_uv_kernel, the same GEMM on rows it makes in shared memory).
+// A lane of warp `warp` (of ks on the 16-column tile at n0) owns K values kb .. kb + nch chunks.
+// resident_load_w: its weight chunks into registers (constants: before pdl_wait).
+template <int NCH>
+__device__ __forceinline__ void resident_load_w(WRaw<kWeightBF16> (&w)[NCH][kNT], const GemmProblem& p, int grp,
+                                                int n0, int kb, int nch, int lane) {
+  const WeightSource ws = weight_source<kWeightBF16>(p, grp, n0);
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const int r = min(ws.wrow0 + j * 8 + g, ws.wrows - 1);  // clamp: columns past N are not stored
+    const bf16* wr = static_cast<const bf16*>(ws.base) + static_cast<int64_t>(r) * p.K;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c)
+      if (c < nch) w[c][j] = load_w<kWeightBF16>(wr, kb + c * kChunk + 16 * q);
+  }
+}
+
+// Rows rb .. rb + 15 (< p.M) of activations a (row stride lda; global or shared memory): all the
+// lane's chunks at once, the MMAs, the split-K sum in warp order through red ([ks][kNT * 4][32]
+// floats; one barrier of the block when ks > 1, none with one warp: its sums go straight out),
+// the store.
+template <int NCH>
+__device__ __forceinline__ void resident_rows(const GemmProblem& p, int grp, const WRaw<kWeightBF16> (&w)[NCH][kNT],
+                                              const bf16* a, int64_t lda, int rb, int n0, int kb, int nch, int ks,
+                                              int warp, int lane, float* red) {
+  constexpr int V = kNT * 4;  // accumulator values per lane
+  const int g = lane >> 2, q = lane & 3;
+  Chunk16 av[NCH][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = rb + h * 8 + g;
+    const bf16* ar = a + static_cast<int64_t>(r < p.M ? r : 0) * lda + kb + 16 * q;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      if (r < p.M && c < nch) {
+        av[c][h] = load16_bf16(ar + c * kChunk);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) av[c][h].w[e] = 0u;
+      }
+    }
+  }
+  float acc[kNT][4];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < NCH; ++c) {
+    if (c >= nch) continue;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      uint32_t wv[8];
+      w_words<kWeightBF16>(w[c][j], wv);
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        mma_bf16(acc[j], av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
+                 wv[2 * s], wv[2 * s + 1]);
+    }
+  }
+  if (ks == 1) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+      const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+      if (r < p.M && n < p.N) store_out(p, grp, r, n, acc[v >> 2][v & 3]);
+    }
+    return;
+  }
+  // Split-K sum in warp order; value v by warp v % ks.
+#pragma unroll
+  for (int v = 0; v < V; ++v) red[(warp * V + v) * 32 + lane] = acc[v >> 2][v & 3];
+  __syncthreads();
+  for (int v = warp; v < V; v += ks) {
+    float sum = red[v * 32 + lane];
+    for (int u = 1; u < ks; ++u) sum += red[(u * V + v) * 32 + lane];
+    const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+    const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+    if (r < p.M && n < p.N) store_out(p, grp, r, n, sum);
+  }
+}
+
 }  // namespace deepinfer::cuda::smma
