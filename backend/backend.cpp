@@ -40,12 +40,6 @@ void Backend::mla_attention_paged_sparse(const Tensor&, const PagedKV&, const Te
                                          Tensor&) {
   fail(name(), " backend: mla_attention_paged_sparse (DeepSeek sparse attention) is not implemented");
 }
-void Backend::mla_attention_paged_uv(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                                     const Tensor& w_uv, Tensor& latent, Tensor& out) {
-  DI_CHECK(latent.ndim == 3, "mla_attention_paged_uv: latent ", latent.describe(), " must be [T, heads, v_dim]");
-  mla_attention_paged(q, kv, softmax_scale, static_cast<int>(latent.shape[2]), latent);
-  gemm_heads(latent, w_uv, out);
-}
 void Backend::mla_attention_prefill_context(const Tensor&, const Tensor&, const Tensor&, const PagedKV&,
                                             float, Tensor&) {
   fail(name(), " backend: mla_attention_prefill_context is not implemented");

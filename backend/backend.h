@@ -139,9 +139,6 @@ struct CudaOptions {
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
   bool pdl = true;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
-  // mla_attention_paged_uv: the chunks' combine inside the resident uv GEMM (attnuv19, A/B
-  // switch; false: the combine kernel, then gemm_heads).
-  bool attn_uv_fused = true;
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)
   int moe_cutlass_tile = 0;       // CUTLASS tile 64 (64x128) / 256 (128x256; FP8: 128x128); 0: by load
@@ -277,12 +274,6 @@ class Backend {
   // v_dim (= kv_lora_rank) of each row. out [T, heads, v_dim].
   virtual void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
                                    int v_dim, Tensor& out) = 0;
-  // mla_attention_paged into latent [T, heads, v_dim], then out = gemm_heads(latent, w_uv)
-  // (w_uv [heads, N, v_dim]; out [T, heads, N]): MLA's absorbed decode tail. The default
-  // composes the two ops; CUDA merges the chunks' partials inside the uv GEMM at decode
-  // (attnuv19), with the same bits.
-  virtual void mla_attention_paged_uv(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                                      const Tensor& w_uv, Tensor& latent, Tensor& out);
   // Direct MLA for prefill with no cached context: per sequence (query_start), causal.
   // q [T, heads, qk_dim], k [T, heads, qk_dim], v [T, heads, v_dim] -> out [T, heads, v_dim].
   virtual void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,

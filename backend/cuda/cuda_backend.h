@@ -28,9 +28,6 @@
 namespace deepinfer::cuda {
 
 struct GemmProblem;  // gemm_kernels.h
-// gemm_heads' problem: x [T, heads, K], w [heads, N, K], out [T, heads, N] (checked by the
-// caller; gemm.cu).
-GemmProblem gemm_heads_problem(const Tensor& x, const Tensor& w, const Tensor& out);
 
 class CudaBackend final : public Backend {
  public:
@@ -69,8 +66,6 @@ class CudaBackend final : public Backend {
   void kv_store(const Tensor& rows, PagedKV& kv) override;
   void mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale, int v_dim,
                            Tensor& out) override;
-  void mla_attention_paged_uv(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                              const Tensor& w_uv, Tensor& latent, Tensor& out) override;
   void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& query_start, int num_seqs, float softmax_scale,
                              Tensor& out) override;
@@ -214,11 +209,8 @@ class CudaBackend final : public Backend {
   // (stride lda) into ov.
   void gemm_fp8_fold(const void* a, int64_t lda, int64_t M, const Weight& w, const RowView& ov);
   // mla_attention_paged (indices == nullptr) and mla_attention_paged_sparse (mla_attention.cu).
-  // With w_uv / uv_out (mla_attention_paged_uv) it may merge the chunks inside the uv GEMM
-  // (returns true: out and uv_out written) or do nothing of the uv (false: the caller runs it).
-  bool paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
-                       float softmax_scale, int v_dim, Tensor& out, const char* op,
-                       const Tensor* w_uv = nullptr, Tensor* uv_out = nullptr);
+  void paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
+                       float softmax_scale, int v_dim, Tensor& out, const char* op);
   // Device-to-device copy of equal-shaped tensors with any strides (elementwise.cu).
   void copy_strided(const Tensor& src, Tensor& dst);
   // True when a dense GEMM of M rows with this weight would run on the stream kernel (the

@@ -542,25 +542,6 @@ void CudaBackend::gemm_heads(const Tensor& x, const Tensor& w, Tensor& out) {
   check_device(w, "gemm_heads weight");
   const int64_t T = x.shape[0];
   if (T == 0 || w.shape[0] == 0) return;
-  const GemmProblem p = gemm_heads_problem(x, w, out);
-  const bool fits = x.device == Device::CUDA && out.device == Device::CUDA && x.dtype == DType::BF16 &&
-                    w.dtype == DType::BF16 && (out.dtype == DType::BF16 || out.dtype == DType::F32) &&
-                    stream_gemm_ && stream_gemm_supported(p);
-  if (!fits) {
-    Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
-    return;
-  }
-  // Up to 16 rows (decode), not batch-invariant: the stream kernel's resident form (every weight
-  // in registers before pdl_wait, one activation round trip after it; the same bits). H200
-  // (bench/NOTES.md gemm18): bf16 batch 1 -14 us per step (-0.9%), batch 8 and FP8 equal.
-  const bool resident = !options_.batch_invariant && launch_stream_resident(p, num_sms_, stream_, pdl_);
-  if (!resident) launch_stream_gemm(p, stream_, pdl_);
-  check_launch(resident ? "gemm_heads (resident)" : "gemm_heads",
-               x.describe() + " · " + w.describe() + " -> " + out.describe());
-}
-
-GemmProblem gemm_heads_problem(const Tensor& x, const Tensor& w, const Tensor& out) {
-  const int64_t T = x.shape[0];
   GemmProblem p;
   p.a = x.data;
   p.lda = x.stride[0];
@@ -577,7 +558,20 @@ GemmProblem gemm_heads_problem(const Tensor& x, const Tensor& w, const Tensor& o
   p.a_head_stride = x.stride[1];
   p.w_head_stride = w.shape[1] * w.shape[2];
   p.c_head_stride = out.stride[1];
-  return p;
+  const bool fits = x.device == Device::CUDA && out.device == Device::CUDA && x.dtype == DType::BF16 &&
+                    w.dtype == DType::BF16 && (out.dtype == DType::BF16 || out.dtype == DType::F32) &&
+                    stream_gemm_ && stream_gemm_supported(p);
+  if (!fits) {
+    Backend::gemm_heads(x, w, out);  // one gemm per head (any dtype the gemm takes)
+    return;
+  }
+  // Up to 16 rows (decode), not batch-invariant: the stream kernel's resident form (every weight
+  // in registers before pdl_wait, one activation round trip after it; the same bits). H200
+  // (bench/NOTES.md gemm18): bf16 batch 1 -14 us per step (-0.9%), batch 8 and FP8 equal.
+  const bool resident = !options_.batch_invariant && launch_stream_resident(p, num_sms_, stream_, pdl_);
+  if (!resident) launch_stream_gemm(p, stream_, pdl_);
+  check_launch(resident ? "gemm_heads (resident)" : "gemm_heads",
+               x.describe() + " · " + w.describe() + " -> " + out.describe());
 }
 
 }  // namespace deepinfer::cuda

@@ -226,21 +226,83 @@ __global__ void __launch_bounds__(256) stream_gemm_kernel(GemmProblem p, int kpw
 // same work and sums per tile as one tile per block), so the grid has tpb times fewer CTAs.
 template <int NCH>
 __global__ void __launch_bounds__(256, 2) stream_resident_kernel(GemmProblem p, int kpw, int ks) {
-  extern __shared__ float red_all[];  // [tpb][ks][kNT * 4][32] (none with one warp per tile)
+  constexpr int V = kNT * 4;  // accumulator values per lane
+  extern __shared__ float red_all[];  // [tpb][ks][V][32] (none with one warp per tile)
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % ks, slot = (threadIdx.x >> 5) / ks;
   const int tpb = (blockDim.x >> 5) / ks;
-  float* red = red_all + slot * ks * kNT * 4 * 32;
+  float* red = red_all + slot * ks * V * 32;
+  const int g = lane >> 2, q = lane & 3;
   const int grp = blockIdx.y, n0 = (blockIdx.x * tpb + slot) * 8 * kNT;
+  const WeightSource ws = weight_source<kWeightBF16>(p, grp, n0);
   const int K = p.K, kb = warp * kpw;
   const int nch = kb < K && n0 < p.N ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
   WRaw<kWeightBF16> w[NCH][kNT];
-  resident_load_w<NCH>(w, p, grp, n0, kb, nch, lane);
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const int r = min(ws.wrow0 + j * 8 + g, ws.wrows - 1);  // clamp: columns past N are not stored
+    const bf16* wr = static_cast<const bf16*>(ws.base) + static_cast<int64_t>(r) * K;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c)
+      if (c < nch) w[c][j] = load_w<kWeightBF16>(wr, kb + c * kChunk + 16 * q);
+  }
   pdl_wait();
   pdl_trigger();
   const bf16* a = static_cast<const bf16*>(p.a) + static_cast<int64_t>(grp) * p.a_head_stride;
   for (int rb = 0; rb < p.M; rb += 16) {
-    resident_rows<NCH>(p, grp, w, a, p.lda, rb, n0, kb, nch, ks, warp, lane, red);
-    if (ks > 1 && rb + 16 < p.M) __syncthreads();
+    Chunk16 av[NCH][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = rb + h * 8 + g;
+      const bf16* ar = a + static_cast<int64_t>(r < p.M ? r : 0) * p.lda + kb + 16 * q;
+#pragma unroll
+      for (int c = 0; c < NCH; ++c) {
+        if (r < p.M && c < nch) {
+          av[c][h] = load16_bf16(ar + c * kChunk);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) av[c][h].w[e] = 0u;
+        }
+      }
+    }
+    float acc[kNT][4];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NCH; ++c) {
+      if (c >= nch) continue;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        uint32_t wv[8];
+        w_words<kWeightBF16>(w[c][j], wv);
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          mma_bf16(acc[j], av[c][0].w[2 * s], av[c][1].w[2 * s], av[c][0].w[2 * s + 1], av[c][1].w[2 * s + 1],
+                   wv[2 * s], wv[2 * s + 1]);
+      }
+    }
+    if (ks == 1) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+        const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+        if (r < p.M && n < p.N) store_out(p, grp, r, n, acc[v >> 2][v & 3]);
+      }
+      continue;
+    }
+    // Split-K sum in warp order; value v by warp v % ks.
+#pragma unroll
+    for (int v = 0; v < V; ++v) red[(warp * V + v) * 32 + lane] = acc[v >> 2][v & 3];
+    __syncthreads();
+    for (int v = warp; v < V; v += ks) {
+      float sum = red[v * 32 + lane];
+      for (int u = 1; u < ks; ++u) sum += red[(u * V + v) * 32 + lane];
+      const int r = rb + g + ((v & 3) >= 2 ? 8 : 0);
+      const int n = n0 + (v >> 2) * 8 + 2 * q + (v & 1);
+      if (r < p.M && n < p.N) store_out(p, grp, r, n, sum);
+    }
+    if (rb + 16 < p.M) __syncthreads();
   }
 }
 

@@ -300,13 +300,6 @@ __global__ void __launch_bounds__(256) mla_paged_kernel(PagedArgs a) {
 // partial rows each thread has in flight.
 constexpr int kCombineTile = 256, kCombineDepth = 24;
 
-// The merge's arithmetic, shared by mla_combine_kernel and mla_combine_uv_kernel (the same bits):
-// chunk s's weight e_s = exp(m_s - m) (-inf: an empty chunk, skipped), denom and each value
-// column summed over the chunks in chunk order, then scaled by 1 / denom (0 without any).
-__device__ __forceinline__ float combine_weight(float ms, float m) { return ms != kNegInf ? __expf(ms - m) : kNegInf; }
-__device__ __forceinline__ void combine_add(float& sum, float e, float v) { sum += e * v; }
-__device__ __forceinline__ float combine_inv(float denom) { return denom > 0.0f ? 1.0f / denom : 0.0f; }
-
 // grid (tokens_in_launch, H), 128 threads; thread i owns the 4 value columns 4i .. 4i + 3
 // (v_dim <= 512). Merges a token's chunks in chunk order: the same per-element arithmetic
 // as a serial loop over the chunks (max, then denom += e_s l_s, then acc += e_s o_s, in
@@ -361,13 +354,13 @@ __global__ void __launch_bounds__(128)
     for (int i = tid; i < n; i += blockDim.x) {
       const bool have = s0 == 0 && i == tid;  // loaded above
       const float ms = have ? m0 : ml[(s0 + i) * ml_step];
-      e_tile[i] = combine_weight(ms, m);
+      e_tile[i] = ms != kNegInf ? __expf(ms - m) : kNegInf;
       l_tile[i] = have ? l0 : ml[(s0 + i) * ml_step + 1];
     }
     __syncthreads();
     if (tid == 0)
       for (int i = 0; i < n; ++i)
-        if (e_tile[i] != kNegInf) combine_add(denom, e_tile[i], l_tile[i]);
+        if (e_tile[i] != kNegInf) denom += e_tile[i] * l_tile[i];
     if (!mine) continue;
     for (int i0 = 0; i0 < n; i0 += kCombineDepth) {
       if (s0 + i0 > 0) {  // the first kCombineDepth rows were loaded above
@@ -380,180 +373,19 @@ __global__ void __launch_bounds__(128)
         if (i0 + u >= n) break;
         const float e = e_tile[i0 + u];
         if (e == kNegInf) continue;
-        combine_add(acc[0], e, v[u].x);
-        combine_add(acc[1], e, v[u].y);
-        combine_add(acc[2], e, v[u].z);
-        combine_add(acc[3], e, v[u].w);
+        acc[0] += e * v[u].x;
+        acc[1] += e * v[u].y;
+        acc[2] += e * v[u].z;
+        acc[3] += e * v[u].w;
       }
     }
   }
-  if (tid == 0) inv_sh = combine_inv(denom);
+  if (tid == 0) inv_sh = denom > 0.0f ? 1.0f / denom : 0.0f;
   __syncthreads();
   const float inv = inv_sh;
   for (int j = 0; j < 4; ++j)
     if (d0 + j < a.V)
       st(out, int64_t{t} * o_s0 + int64_t{h} * o_s1 + d0 + j, out_kind, acc[j] * inv);
-}
-
-
-// The combine inside MLA's uv GEMM (attnuv19; mla_attention_paged_uv at decode): the resident
-// gemm_heads kernel (gemm_stream.cu's stream_resident_kernel: each lane's weight chunks in
-// registers before pdl_wait, the fragments, MMA order and warp-order sum of the stream kernel)
-// whose activations are the merged latent rows of its head, made after the wait in shared
-// memory instead of read from the combine kernel's output: one kernel and one chain of
-// dependent reads fewer per layer. Every block of head h merges all M tokens of h (blocks of
-// one head redo it: at batch 1 18 partial rows of 2 KB from L2). The merge is the combine
-// kernel's per-element arithmetic in chunk order (combine_weight / combine_add / combine_inv),
-// rounded to bf16 as the combine's store, so the latent and the GEMM's output have the
-// unfused ops' bits; the head's first block also stores the latent. Dense (no indices), BF16,
-// M <= 16 tokens in one launch. grid (ceil(n_tiles / tpb), heads), tpb * ks warps.
-// Partial rows (float2) a thread has in flight: kUvDepth over kP > 1 items per pass (one CTA per
-// SM: 183-244 registers), kUvDepth1 with one item (<= 128 registers: 2 CTAs per SM, as the
-// resident gemm_heads; the batch-1 form, whose SMs the o GEMM behind it may share).
-constexpr int kUvMaxRows = 16, kUvDepth = 36, kUvDepth1 = 18;
-
-// Dynamic shared memory: the latent rows [M][K + 8] bf16, chunk weights and sums [M][S] each,
-// the split-K sums [tpb][ks][kNT * 4][32] floats (ks > 1).
-size_t combine_uv_smem(int M, int K, int S, int tpb, int ks) {
-  return size_t{2} * M * (K + 8) + size_t{8} * M * S + (ks > 1 ? size_t{4} * tpb * ks * smma::kNT * 4 * 32 : 0);
-}
-
-template <int NCH, int kP>
-__global__ void __launch_bounds__(256, kP == 1 ? 2 : 1)
-    mla_combine_uv_kernel(PagedArgs a, int chunk, GemmProblem p, int kpw, int ks, bf16* lat_out, int64_t l_s0,
-                          int64_t l_s1) {
-  using namespace smma;  // NOLINT: the shared fragment helpers (stream_mma.cuh)
-  constexpr int V = kNT * 4;  // accumulator values per lane
-  extern __shared__ __align__(16) unsigned char uv_smem[];
-  __shared__ int splits_sh[kUvMaxRows];
-  __shared__ float inv_sh[kUvMaxRows];
-  const int M = p.M, K = p.K, S = a.max_splits, LD = K + 8, h = blockIdx.y;
-  bf16* lat = reinterpret_cast<bf16*>(uv_smem);
-  float* e_tile = reinterpret_cast<float*>(uv_smem + size_t{2} * M * LD);
-  float* l_tile = e_tile + M * S;
-  float* red_all = l_tile + M * S;
-  const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31;
-  const int warp = (tid >> 5) % ks, slot = (tid >> 5) / ks, tpb = (nthreads >> 5) / ks;
-  float* red = red_all + slot * ks * V * 32;
-  const int n0 = (blockIdx.x * tpb + slot) * 8 * kNT;
-  // The GEMM's weights (constants) into registers, as stream_resident_kernel.
-  const int kb = warp * kpw;
-  const int nch = kb < K && n0 < p.N ? min(NCH, (min(K, kb + kpw) - kb) / kChunk) : 0;
-  WRaw<kWeightBF16> w[NCH][kNT];
-  resident_load_w<NCH>(w, p, h, n0, kb, nch, lane);
-  if (tid < M) {  // the step's addressing (no kernel's output)
-    int seq, pos;
-    locate(a.query_start, a.seq_lens, a.num_seqs, a.token0 + tid, &seq, &pos);
-    splits_sh[tid] = pos / chunk + 1;
-  }
-  __syncthreads();
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the chunks' partials
-  pdl_trigger();
-  // The merge: item i = (token i / (K / 2), columns 2 (i % (K / 2)) + 0, 1); a thread takes items
-  // tid + j nthreads, kP of them per pass with kUvDepth / kP partial rows each in flight (kP by the
-  // launch's split count: at batch 8, 9 chunks, 2 passes of 4 items instead of 8 of one). The
-  // first pass's rows are loaded before the chunk maxima are reduced.
-  constexpr int kR = kP == 1 ? kUvDepth1 : kUvDepth / kP;  // rows per item and load round
-  const int per_tok = K / 2, items = M * per_tok;
-  const int64_t po_step = int64_t{a.h_pad} * a.v_pad;
-  float2 v[kP][kR];
-  auto load_rows = [&](int i0, int r0) {  // rows r0 .. r0 + kR of items i0 + j nthreads
-#pragma unroll
-    for (int j = 0; j < kP; ++j) {
-      const int i = i0 + j * nthreads;
-      if (i >= items) break;
-      const int t = i / per_tok, d = 2 * (i % per_tok), n = splits_sh[t];
-      const float* po = a.part_o + (int64_t{t} * S * a.h_pad + h) * a.v_pad + d;
-#pragma unroll
-      for (int u = 0; u < kR; ++u)
-        if (r0 + u < n) v[j][u] = *reinterpret_cast<const float2*>(po + (r0 + u) * po_step);
-    }
-  };
-  load_rows(tid, 0);
-  for (int i = tid; i < M * S; i += nthreads) {
-    const int t = i / S, s = i % S;
-    if (s < splits_sh[t]) {
-      const float* ml = a.part_ml + ((int64_t{t} * S + s) * a.h_pad + h) * 2;
-      e_tile[i] = ml[0];
-      l_tile[i] = ml[1];
-    }
-  }
-  __syncthreads();
-  for (int t = tid >> 5; t < M; t += nthreads >> 5) {  // a warp per token: max, weights, denom
-    const int n = splits_sh[t];
-    float* e = e_tile + t * S;
-    float m = kNegInf;
-    for (int s = lane; s < n; s += 32) m = fmaxf(m, e[s]);
-    m = warp_max(m);  // max: order-free
-    for (int s = lane; s < n; s += 32) e[s] = combine_weight(e[s], m);
-    __syncwarp();
-    if (lane == 0) {
-      float denom = 0.0f;  // in chunk order
-      for (int s = 0; s < n; ++s)
-        if (e[s] != kNegInf) combine_add(denom, e[s], l_tile[t * S + s]);
-      inv_sh[t] = combine_inv(denom);
-    }
-  }
-  __syncthreads();
-  for (int i0 = tid; i0 < items; i0 += kP * nthreads) {
-    float acc[kP][2];
-    int nmax = 0;
-#pragma unroll
-    for (int j = 0; j < kP; ++j) {
-      acc[j][0] = acc[j][1] = 0.0f;
-      const int i = i0 + j * nthreads;
-      if (i < items) nmax = max(nmax, splits_sh[i / per_tok]);
-    }
-    for (int r0 = 0; r0 < nmax; r0 += kR) {
-      if (r0 > 0 || i0 != tid) load_rows(i0, r0);  // the first pass's first rows were loaded above
-#pragma unroll
-      for (int j = 0; j < kP; ++j) {
-        const int i = i0 + j * nthreads;
-        if (i >= items) break;
-        const int t = i / per_tok, n = splits_sh[t];
-        const float* e = e_tile + t * S;
-#pragma unroll
-        for (int u = 0; u < kR; ++u) {
-          if (r0 + u >= n) break;
-          const float es = e[r0 + u];
-          if (es == kNegInf) continue;
-          combine_add(acc[j][0], es, v[j][u].x);
-          combine_add(acc[j][1], es, v[j][u].y);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kP; ++j) {
-      const int i = i0 + j * nthreads;
-      if (i >= items) break;
-      const int t = i / per_tok, d = 2 * (i % per_tok);
-      const float inv = inv_sh[t];
-      const __nv_bfloat162 b = __halves2bfloat162(__float2bfloat16_rn(acc[j][0] * inv), __float2bfloat16_rn(acc[j][1] * inv));
-      *reinterpret_cast<__nv_bfloat162*>(lat + t * LD + d) = b;
-      if (blockIdx.x == 0)
-        *reinterpret_cast<__nv_bfloat162*>(lat_out + int64_t{a.token0 + t} * l_s0 + int64_t{h} * l_s1 + d) = b;
-    }
-  }
-  __syncthreads();
-  // The GEMM on the merged rows: stream_resident_kernel's fragments, order and sums.
-  resident_rows<NCH>(p, h, w, lat, LD, 0, n0, kb, nch, ks, warp, lane, red);
-}
-
-// kP items per merge pass: as many as leave each kUvDepth / kP rows for every chunk of a token.
-template <int kP>
-const void* combine_uv_kernel_p(int nch) {
-  switch (nch) {
-    case 1: return reinterpret_cast<const void*>(mla_combine_uv_kernel<1, kP>);
-    case 2: return reinterpret_cast<const void*>(mla_combine_uv_kernel<2, kP>);
-    case 3: return reinterpret_cast<const void*>(mla_combine_uv_kernel<3, kP>);
-    default: return reinterpret_cast<const void*>(mla_combine_uv_kernel<4, kP>);
-  }
-}
-// items_per_thread: merge items (2 columns of a token) per thread.
-const void* combine_uv_kernel(int nch, int max_splits, int items_per_thread) {
-  if (items_per_thread >= 4 && max_splits <= kUvDepth / 4) return combine_uv_kernel_p<4>(nch);
-  if (items_per_thread >= 2 && max_splits <= kUvDepth / 2) return combine_uv_kernel_p<2>(nch);
-  return combine_uv_kernel_p<1>(nch);
 }
 
 // ------------------------------------------------------------------------------------
@@ -857,9 +689,8 @@ void check_heads_view(const Tensor& t, const char* what) {
 
 }  // namespace
 
-bool CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
-                                  float softmax_scale, int v_dim, Tensor& out, const char* op,
-                                  const Tensor* w_uv, Tensor* uv_out) {
+void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tensor* indices,
+                                  float softmax_scale, int v_dim, Tensor& out, const char* op) {
   const std::string name = op;
   check_heads_view(q, (name + " q").c_str());
   check_heads_view(out, (name + " out").c_str());
@@ -892,7 +723,7 @@ bool CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
              op, ": indices ", indices->describe(), " must be contiguous I32 [", T, ", k > 0]");
     topk = static_cast<int>(indices->shape[1]);
   }
-  if (T == 0) return false;
+  if (T == 0) return;
   PagedArgs a{};
   a.indices = indices != nullptr ? indices->ptr<int32_t>() : nullptr;
   a.topk = topk;
@@ -928,43 +759,6 @@ bool CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   auto kernel = chunk == 32 ? mla_paged_kernel<32> : mla_paged_kernel<64>;
   set_smem_limit(reinterpret_cast<const void*>(kernel), smem, op);
   const std::string shapes = q.describe() + " cache " + kv.cache.describe();
-  // mla_attention_paged_uv: the combine inside the resident uv GEMM (mla_combine_uv_kernel) for
-  // dense decode launches of <= kUvMaxRows tokens whose GEMM the resident form takes in one wave.
-  if (w_uv != nullptr && options_.cuda.attn_uv_fused && !options_.batch_invariant && indices == nullptr &&
-      a.q_kind == 1 && a.cache_kind == 1 && out.dtype == DType::BF16 && T <= kUvMaxRows &&
-      tokens_per_launch >= T && w_uv->dtype == DType::BF16 && w_uv->device == Device::CUDA &&
-      uv_out->device == Device::CUDA && (uv_out->dtype == DType::BF16 || uv_out->dtype == DType::F32) &&
-      out.stride[1] % 2 == 0 && out.stride[0] % 2 == 0 && stream_gemm_) {
-    const GemmProblem p = gemm_heads_problem(out, *w_uv, *uv_out);
-    if (stream_resident_supported(p)) {
-      const int kpw = smma::stream_kpw(p.K), ks = smma::k_split(p.K), n_tiles = ceil_div(p.N, 8 * smma::kNT);
-      const int tpb = std::max(1, std::min(8 / ks, n_tiles)), threads = tpb * ks * 32;
-      const void* fused =
-          combine_uv_kernel(kpw / smma::kChunk, a.max_splits, ceil_div(int64_t{T} * p.K / 2, threads));
-      const size_t uv_smem = combine_uv_smem(T, p.K, a.max_splits, tpb, ks);
-      const dim3 uv_grid(ceil_div(n_tiles, tpb), H);
-      int per_sm = 0;
-      if (uv_smem <= size_t{96} << 10) {
-        set_smem_limit(fused, uv_smem, op);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused, threads, uv_smem) != cudaSuccess) per_sm = 0;
-      }
-      // One wave: every block loads its weights under the chunk kernel.
-      if (int64_t{uv_grid.x} * uv_grid.y <= int64_t{per_sm} * num_sms_) {
-        a.token0 = 0;
-        launch_pdl(pdl_, dim3(a.max_splits, T, (H + 15) / 16), 256, smem, stream_, kernel, a);
-        check_launch(op, shapes);
-        int kpw_arg = kpw, ks_arg = ks, chunk_arg = chunk;
-        bf16* lat = static_cast<bf16*>(out.data);
-        int64_t l_s0 = out.stride[0], l_s1 = out.stride[1];
-        void* args[] = {&a, &chunk_arg, const_cast<GemmProblem*>(&p), &kpw_arg, &ks_arg, &lat, &l_s0, &l_s1};
-        cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t config = pdl_config(pdl_, uv_grid, dim3(threads), uv_smem, stream_, &attr);
-        (void)cudaLaunchKernelExC(&config, fused, args);
-        check_launch((name + " (combine + uv)").c_str(), shapes + " · " + w_uv->describe());
-        return true;
-      }
-    }
-  }
   for (int t0 = 0; t0 < T; t0 += tokens_per_launch) {
     const int nt = std::min(tokens_per_launch, T - t0);
     a.token0 = t0;
@@ -975,26 +769,11 @@ bool CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
                out.stride[0], out.stride[1]);
     check_launch((name + " (combine)").c_str(), shapes);
   }
-  return false;
 }
 
 void CudaBackend::mla_attention_paged(const Tensor& q, const PagedKV& kv, float softmax_scale,
                                       int v_dim, Tensor& out) {
   paged_attention(q, kv, nullptr, softmax_scale, v_dim, out, "mla_attention_paged");
-}
-
-void CudaBackend::mla_attention_paged_uv(const Tensor& q, const PagedKV& kv, float softmax_scale,
-                                         const Tensor& w_uv, Tensor& latent, Tensor& out) {
-  check_heads_view(latent, "mla_attention_paged_uv latent");
-  check_device(w_uv, "mla_attention_paged_uv w_uv");
-  DI_CHECK(out.ndim == 3 && out.stride[2] == 1 && w_uv.ndim == 3 && w_uv.is_contiguous() &&
-               w_uv.shape[0] == latent.shape[1] && w_uv.shape[2] == latent.shape[2] &&
-               out.shape[0] == latent.shape[0] && out.shape[1] == latent.shape[1] && out.shape[2] == w_uv.shape[1],
-           "mla_attention_paged_uv: w_uv ", w_uv.describe(), " (want contiguous [heads, N, v_dim]) and out ",
-           out.describe(), " (want [T, heads, N]) do not fit latent ", latent.describe());
-  if (!paged_attention(q, kv, nullptr, softmax_scale, static_cast<int>(latent.shape[2]), latent,
-                       "mla_attention_paged_uv", &w_uv, &out))
-    gemm_heads(latent, w_uv, out);
 }
 
 void CudaBackend::mla_attention_paged_sparse(const Tensor& q, const PagedKV& kv,

@@ -9,7 +9,8 @@
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
-//                             [--no-side] [--no-attn-uv] [--pipe-tokens N] [--dense-pipe-rows F,B] [--no-pdl]
+//                             [--no-side] [--rope-side] [--attn-chunk 32|64] [--pipe-tokens N]
+//                             [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
@@ -24,8 +25,9 @@
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
 // --no-side: the shared experts in line after the routed ones (A/B of the side line).
-// --no-attn-uv: mla_attention_paged then gemm_heads uv (CudaOptions::attn_uv_fused false: the
-// combine kernel) instead of mla_attention_paged_uv (A/B of attnuv19).
+// --rope-side: at decode, mla_rope_store on the side line beside gemm_heads uk, joined before the
+// paged attention (an A/B for model/layers/mla.cpp's order; attnuv19). --attn-chunk: the paged
+// attention's chunk for every launch (CudaOptions::attn_chunk; default by shape: 32 at <= 4 items).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
 // pipe_max_tokens, default 64; A/B).
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
@@ -127,7 +129,7 @@ struct Bench {
   bool fp8;
   bool fused_mla = true;
   bool side = true;            // shared experts on the backend's side line (--no-side: in line)
-  bool attn_uv = true;         // mla_attention_paged_uv (--no-attn-uv: attention, then gemm_heads uv)
+  bool rope_side = false;      // --rope-side: decode's rope + store on the side line beside uk
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
   std::set<std::string> skip;  // op sites left out of forward (--ablate); "side": the side line
   uint64_t seed = 1;
@@ -250,6 +252,9 @@ struct Step {
   PagedKV kv;
 };
 
+// --rope-side applies to the absorbed decode form (not direct prefill, not the gathered context).
+bool rope_side(const Bench& B, const Step& s) { return B.rope_side && !s.direct && !s.context; }
+
 // OP(site, call): the call, between two events when profiling.
 // Sites in B.skip are left out (--ablate: the step's time without them).
 #define OP(site, ...)                      \
@@ -281,8 +286,13 @@ void forward(Bench& B, Step& s) {
       OP("norm q_a+c_kv", b.rms_norm_pair(s.q_a, L.q_a_norm, s.q_a, c_kv, L.kv_a_norm, c_kv, 1e-6f));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
       Tensor none;
+      // --rope-side: rope + store on the side line beside gemm_heads uk (both read only q_b's
+      // output and write disjoint columns), joined before the attention.
+      const bool side = rope_side(B, s);
+      if (side) b.side_begin();
       OP("rope+kv_store", b.mla_rope_store(q3, s.kv_a, s.positions, B.cos_sin, kNope, kKvLora, kRope, true,
                                            s.kv, s.direct ? none : qr));
+      if (side) b.side_end();
     } else {
       OP("norm q_a+c_kv", b.rms_norm(s.q_a, L.q_a_norm, 1e-6f, s.q_a));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
@@ -312,14 +322,10 @@ void forward(Bench& B, Step& s) {
     } else {
       Tensor qn = heads3(s.q_abs, T, kHeads, kRow, kKvLora);
       OP("gemm_heads uk", b.gemm_heads(heads3(s.q, T, kHeads, kQk, kNope), L.uk_all, qn));
+      if (B.fused_mla && rope_side(B, s)) b.side_join();
       Tensor lat3 = heads3(s.latent, T, kHeads, kKvLora, kKvLora);
-      if (B.attn_uv) {  // attnuv19: the combine inside the uv GEMM (the model's call)
-        OP("attention paged+uv", b.mla_attention_paged_uv(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale,
-                                                          L.uv_all, lat3, attn3));
-      } else {
-        OP("attention paged", b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3));
-        OP("gemm_heads uv", b.gemm_heads(lat3, L.uv_all, attn3));
-      }
+      OP("attention paged", b.mla_attention_paged(heads3(s.q_abs, T, kHeads, kRow, kRow), s.kv, scale, kKvLora, lat3));
+      OP("gemm_heads uv", b.gemm_heads(lat3, L.uv_all, attn3));
     }
     OP("gemm o", b.gemm(s.attn, L.o, s.o));
     OP("norm post", b.add_rms_norm(s.residual, s.o, L.post_norm, 1e-6f, s.x));
@@ -489,12 +495,10 @@ void ablation(Bench& B, Backend& backend, bool fp8, const std::vector<int64_t>& 
   const std::vector<std::string> small{"norm in", "norm q_a+c_kv", "norm post", "norm final", "rope+kv_store",
                                        "attention paged", "moe_routing", "shared add", "argmax", "embedding"};
   const std::vector<std::string> attn{"gemm q_a|kv_a", "norm q_a+c_kv", "gemm q_b", "rope+kv_store",
-                                      "gemm_heads uk", "attention paged", "gemm_heads uv", "attention paged+uv",
-                                      "gemm o"};
+                                      "gemm_heads uk", "attention paged", "gemm_heads uv", "gemm o"};
   std::vector<std::pair<std::string, std::vector<std::string>>> arms{{"none", {}}};
   for (const char* site : {"embedding", "norm in", "gemm q_a|kv_a", "norm q_a+c_kv", "gemm q_b", "rope+kv_store",
-                           "gemm_heads uk", "attention paged", "gemm_heads uv", "attention paged+uv", "gemm o",
-                           "norm post", "dense gate|up",
+                           "gemm_heads uk", "attention paged", "gemm_heads uv", "gemm o", "norm post", "dense gate|up",
                            "dense down (swiglu)", "router gemm", "moe_routing", "moe_experts", "side", "shared add",
                            "norm final", "lm_head", "argmax"})
     arms.push_back({site, {site}});
@@ -562,7 +566,8 @@ bool parse_counts(const char* text, const char* flag, const char* what, std::vec
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
-       no_side = false, no_fp8_cutlass = false, no_attn_uv = false;
+       no_side = false, no_fp8_cutlass = false, rope_on_side = false;
+  int attn_chunk = 0;
   std::string out_path;
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
@@ -578,7 +583,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
-    else if (!std::strcmp(argv[i], "--no-attn-uv")) no_attn_uv = true;
+    else if (!std::strcmp(argv[i], "--rope-side")) rope_on_side = true;
+    else if (!std::strcmp(argv[i], "--attn-chunk") && i + 1 < argc) attn_chunk = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablate")) ablate = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
     else if (!std::strcmp(argv[i], "--no-qgemm")) no_qgemm = true;  // FP8 prefill experts: the own tiles, not moe_qgemm.cu
@@ -614,7 +620,7 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (no_attn_uv) opts.cuda.attn_uv_fused = false;
+    if (attn_chunk != 0) opts.cuda.attn_chunk = attn_chunk;  // the backend rejects other than 32 / 64
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
@@ -623,7 +629,7 @@ int main(int argc, char** argv) {
     Bench B(*backend, fp8);
     B.fused_mla = !unfused_mla;
     B.side = !no_side && !do_profile;  // --profile times ops on the main stream only
-    B.attn_uv = !no_attn_uv;
+    B.rope_side = rope_on_side && B.side;
     const auto t0 = std::chrono::steady_clock::now();
     B.build();
     std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",

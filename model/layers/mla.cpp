@@ -275,15 +275,15 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
     backend.gemm_heads(heads_view(ws.q, T, heads, qk, nope), absorbed.owners[0].tensor(),
                        q_abs_nope);
     Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
-    // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, heads, v] (owners[1] = W_UV [heads, v, kv_lora])
     if (indices != nullptr) {
       backend.mla_attention_paged_sparse(heads_view(ws.q_abs, T, heads, row, row), step.kv,
                                          *indices, scale, static_cast<int>(L), latent3);
-      backend.gemm_heads(latent3, absorbed.owners[1].tensor(), attn3);
     } else {
-      backend.mla_attention_paged_uv(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
-                                     absorbed.owners[1].tensor(), latent3, attn3);
+      backend.mla_attention_paged(heads_view(ws.q_abs, T, heads, row, row), step.kv, scale,
+                                  static_cast<int>(L), latent3);
     }
+    // attn[:, h] = latent[:, h] · W_UV[h]^T  [T, heads, v] (owners[1] = W_UV [heads, v, kv_lora])
+    backend.gemm_heads(latent3, absorbed.owners[1].tensor(), attn3);
   }
   backend.gemm(cols_view(ws.attn, T, heads * vdim), w.o_proj, out);
 }

@@ -66,10 +66,6 @@ class ForwardingBackend : public Backend {
                            Tensor& out) override {
     inner_.mla_attention_paged(q, kv, softmax_scale, v_dim, out);
   }
-  void mla_attention_paged_uv(const Tensor& q, const PagedKV& kv, float softmax_scale, const Tensor& w_uv,
-                              Tensor& latent, Tensor& out) override {
-    inner_.mla_attention_paged_uv(q, kv, softmax_scale, w_uv, latent, out);
-  }
   void mla_attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& query_start, int num_seqs, float softmax_scale,
                              Tensor& out) override {

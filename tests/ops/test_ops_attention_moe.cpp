@@ -187,67 +187,6 @@ TEST_F(AttentionMoe, MlaPaged) {
   }
 }
 
-// mla_attention_paged_uv (attnuv19): the chunks' merge inside the resident uv GEMM at decode
-// (<= 16 tokens) gives the bits of the combine kernel + gemm_heads (a backend with
-// CudaOptions::attn_uv_fused off), latent and output, and both match the CPU (the default op:
-// mla_attention_paged, then gemm_heads). The bench model's shapes at batch 1 (18 chunks of 32)
-// and 8 (chunks of 64, contexts 1 .. 640), a context of more chunks than a thread has rows in
-// flight (8,300: 260 chunks), N not a multiple of 16, K 64 (one warp per tile), 16 tokens, a
-// sequence of several tokens, and 17 tokens (the unfused path in both). Outputs NaN-poisoned
-// inside guard sentinels.
-TEST_F(AttentionMoe, MlaPagedUvBitsEqualUnfused) {
-  BackendOptions uo = env_backend_options();
-  uo.cuda.attn_uv_fused = false;
-  const auto unfused = make_cuda_backend(uo);
-  std::vector<std::pair<PagedCase, int64_t>> cases = {
-      {{{1}, {576}, 16, 576, 512, 64}, 128},
-      {{{1, 1, 1, 1, 1, 1, 1, 1}, {576, 100, 1, 33, 640, 129, 64, 65}, 16, 576, 512, 64}, 128},
-      {{{1}, {8300}, 16, 576, 512, 64}, 128},
-      {{{2, 1}, {300, 1000}, 20, 576, 512, 64}, 72},
-      {{{1, 1, 3}, {77, 150, 20}, 3, 72, 64, 5}, 40},
-      {{{7, 1}, {71, 31}, 16, 72, 64, 5}, 24},
-  };
-  for (int64_t T : {16, 17}) {
-    PagedCase c{std::vector<int32_t>(static_cast<size_t>(T), 1), {}, 16, 576, 512, 16};
-    for (int64_t t = 0; t < T; ++t) c.seq_lens.push_back(static_cast<int32_t>(randint(1, 700)));
-    cases.push_back({c, 128});
-  }
-  for (const auto& [c, N] : cases) {
-    PagedData d = make_paged(c);
-    const float scale = 1.0f / std::sqrt(192.0f);
-    const std::vector<float> w = randn(c.heads * N * c.v_dim, 1.0f / std::sqrt(float(c.v_dim)));
-    const std::string what = "mla_attention_paged_uv T " + std::to_string(d.T) + " heads " +
-                             std::to_string(c.heads) + " v_dim " + std::to_string(c.v_dim) + " N " +
-                             std::to_string(N) + " max_seq " + std::to_string(d.max_seq_len);
-    PagedKV kc = paged_kv(nullptr, d, c, cpu_f32(d.cache, {d.num_blocks, c.block_size, c.row_dim}));
-    Tensor lc = cpu_f32(std::vector<float>(d.T * c.heads * c.v_dim), {d.T, c.heads, c.v_dim});
-    Tensor oc = cpu_f32(std::vector<float>(d.T * c.heads * N), {d.T, c.heads, N});
-    cpu_->mla_attention_paged_uv(cpu_f32(d.q, {d.T, c.heads, c.row_dim}), kc, scale,
-                                 cpu_f32(w, {c.heads, N, c.v_dim}), lc, oc);
-    auto run = [&](Backend& g) {
-      PagedKV kv = paged_kv(&g, d, c, gpu_float(g, d.cache, {d.num_blocks, c.block_size, c.row_dim}, DType::BF16));
-      Tensor lat = gpu_guarded(g, DType::BF16, {d.T, c.heads, c.v_dim});
-      Tensor out = gpu_guarded(g, DType::BF16, {d.T, c.heads, N});
-      g.mla_attention_paged_uv(gpu_float(g, d.q, {d.T, c.heads, c.row_dim}, DType::BF16), kv, scale,
-                               gpu_float(g, w, {c.heads, N, c.v_dim}, DType::BF16), lat, out);
-      std::pair<std::vector<float>, std::vector<float>> r{download(g, lat), download(g, out)};
-      expect_guards_intact(what);
-      return r;
-    };
-    const auto [lat_u, out_u] = run(*unfused);
-    const auto [lat_f, out_f] = run(*gpu_);
-    for (const auto& [got, want, name] : {std::tuple{&lat_f, &lat_u, "latent"}, std::tuple{&out_f, &out_u, "out"}}) {
-      ASSERT_EQ(got->size(), want->size());
-      for (size_t i = 0; i < got->size(); ++i)
-        ASSERT_TRUE(std::memcmp(&(*got)[i], &(*want)[i], sizeof(float)) == 0 && !std::isnan((*got)[i]))
-            << what << ": " << name << " element " << i << " = " << (*got)[i] << ", unfused " << (*want)[i]
-            << ", seed " << seed_;
-    }
-    expect_close(lat_f, values(lc), kTolAttention, what + " latent");
-    expect_close(out_f, values(oc), kTolAttention, what + " out");
-  }
-}
-
 // Direct prefill: odd lengths, one-row and multi-tile sequences (query tiles of 128, key tiles
 // of 64 on fa::prefill_kernel and of 128 on the wgmma kernel that takes dims 192 / 128), every
 // padded head-dim pair, v read from inside a wider row as the model does (kv_b's [nope | v]
@@ -548,7 +487,6 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
   BackendOptions po = env_backend_options(), so = env_backend_options();
   po.cuda.pdl = true;
   so.cuda.pdl = false;
-  so.cuda.attn_uv_fused = false;  // attnuv19: the merge inside uv, against the combine kernel's bits
   const auto pdl = make_cuda_backend(po), plain = make_cuda_backend(so);
   for (bool fp8 : {false, true}) {
     for (const std::vector<int32_t>& lens : {std::vector<int32_t>{37}, std::vector<int32_t>{300, 5, 64},
@@ -651,7 +589,8 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
             Tensor q_rope = view(qabs, {T, heads, rope}, L);
             b.mla_rope_store(q, kva, pos_g, cs_g, static_cast<int>(nope), static_cast<int>(L), static_cast<int>(rope),
                              true, l.kv, q_rope);
-            b.mla_attention_paged_uv(qabs, l.kv, 0.1f, l.uv, att, oh);
+            b.mla_attention_paged(qabs, l.kv, 0.1f, static_cast<int>(L), att);
+            b.gemm_heads(att, l.uv, oh);
             b.gemm(oh2, l.o, h);
             b.add_rms_norm(res, h, l.n2, 1e-6f, xn);
             Tensor sgate = view(gu, {T, 2 * I}, 0), sup = view(gu, {T, 2 * I}, 2 * I);
