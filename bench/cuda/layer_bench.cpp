@@ -9,7 +9,7 @@
 //
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
-//                             [--no-side] [--rope-side] [--attn-chunk 32|64] [--pipe-tokens N]
+//                             [--no-side] [--rope-inline] [--attn-chunk 32|64] [--pipe-tokens N]
 //                             [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
@@ -25,9 +25,10 @@
 // --unfused-mla: rms_norm x2 + rope x2 + kv_store + copy instead of rms_norm_pair and
 // mla_rope_store (A/B of the fused MLA ops).
 // --no-side: the shared experts in line after the routed ones (A/B of the side line).
-// --rope-side: at decode, mla_rope_store on the side line beside gemm_heads uk, joined before the
-// paged attention (an A/B for model/layers/mla.cpp's order; attnuv19). --attn-chunk: the paged
-// attention's chunk for every launch (CudaOptions::attn_chunk; default by shape: 32 at <= 4 items).
+// --rope-inline: at decode, mla_rope_store in line before gemm_heads uk (the A/B of
+// model/layers/mla.cpp's order, which puts it on the side line beside uk, joined before the paged
+// attention; attnuv19 / session 16). --attn-chunk: the paged attention's chunk for every launch
+// (CudaOptions::attn_chunk; default by shape: 32 at <= 8 items).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
 // pipe_max_tokens, default 64; A/B).
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
@@ -129,7 +130,7 @@ struct Bench {
   bool fp8;
   bool fused_mla = true;
   bool side = true;            // shared experts on the backend's side line (--no-side: in line)
-  bool rope_side = false;      // --rope-side: decode's rope + store on the side line beside uk
+  bool rope_side = true;       // decode's rope + store on the side line beside uk (--rope-inline: off)
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
   std::set<std::string> skip;  // op sites left out of forward (--ablate); "side": the side line
   uint64_t seed = 1;
@@ -252,7 +253,7 @@ struct Step {
   PagedKV kv;
 };
 
-// --rope-side applies to the absorbed decode form (not direct prefill, not the gathered context).
+// The side placement applies to the absorbed decode form (not direct prefill, not the gathered context).
 bool rope_side(const Bench& B, const Step& s) { return B.rope_side && !s.direct && !s.context; }
 
 // OP(site, call): the call, between two events when profiling.
@@ -286,7 +287,7 @@ void forward(Bench& B, Step& s) {
       OP("norm q_a+c_kv", b.rms_norm_pair(s.q_a, L.q_a_norm, s.q_a, c_kv, L.kv_a_norm, c_kv, 1e-6f));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
       Tensor none;
-      // --rope-side: rope + store on the side line beside gemm_heads uk (both read only q_b's
+      // rope + store on the side line beside gemm_heads uk (model/layers/mla.cpp's order) (both read only q_b's
       // output and write disjoint columns), joined before the attention.
       const bool side = rope_side(B, s);
       if (side) b.side_begin();
@@ -566,7 +567,7 @@ bool parse_counts(const char* text, const char* flag, const char* what, std::vec
 int main(int argc, char** argv) {
   bool fp8 = false, graphs = false, decode_only = false, prefill_only = false, do_profile = false,
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
-       no_side = false, no_fp8_cutlass = false, rope_on_side = false;
+       no_side = false, no_fp8_cutlass = false, rope_on_side = true;
   int attn_chunk = 0;
   std::string out_path;
   int moe_tile = 0;
@@ -583,7 +584,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile-prefill")) do_profile = profile_prefill = true;
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
-    else if (!std::strcmp(argv[i], "--rope-side")) rope_on_side = true;
+    else if (!std::strcmp(argv[i], "--rope-inline")) rope_on_side = false;
     else if (!std::strcmp(argv[i], "--attn-chunk") && i + 1 < argc) attn_chunk = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablate")) ablate = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;

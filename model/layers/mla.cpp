@@ -193,7 +193,7 @@ void assemble_k(Backend& backend, const MlaDims& c, const Tensor& kv_b, const Te
 }  // namespace
 
 void mla_project(Backend& backend, const MlaDims& c, const AttentionWeights& w, MlaStep& step,
-                 const Tensor& x, MlaWorkspace& ws) {
+                 const Tensor& x, MlaWorkspace& ws, bool rope_on_side) {
   const int64_t T = x.size(0);
   DI_CHECK(T <= ws.capacity, "mla_forward: ", T, " tokens exceed the workspace (", ws.capacity, ")");
   const int64_t heads = c.heads, nope = c.qk_nope_head_dim;
@@ -220,9 +220,11 @@ void mla_project(Backend& backend, const MlaDims& c, const AttentionWeights& w, 
   // rope part into q_abs[:, h, kv_lora:] in one op.
   Tensor q3 = heads_view(ws.q, T, heads, qk, qk);  // [T, heads, qk]
   Tensor q_abs_rope = step.direct ? Tensor{} : heads_view(ws.q_abs, T, heads, row, rope, L);
+  if (rope_on_side) backend.side_begin();
   backend.mla_rope_store(q3, kv_a, *step.positions, *step.cos_sin, static_cast<int>(nope),
                          static_cast<int>(L), static_cast<int>(rope), c.rope_interleave, step.kv,
                          q_abs_rope);
+  if (rope_on_side) backend.side_end();
 }
 
 void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
@@ -244,6 +246,9 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
     for (int32_t len : *step.host_seq_lens) ctx_rows += len;
     context_direct = reserve_context(backend, c, ws, ctx_rows);
   }
+  // mla_project's side line (rope_on_side), if any, is joined before the first op that reads
+  // the cache or the query's rope part (side_join: nothing when no side line is pending).
+  if (step.direct || context_direct) backend.side_join();
   if (step.direct) {
     // kv_b: [T, heads, nope + v] -> k = [k_nope | k_rope (shared by all heads)], v.
     Tensor kv_b = cols_view(ws.kv_b, T, heads * (nope + vdim));  // [T, heads * (nope + v)]
@@ -274,6 +279,7 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
     Tensor q_abs_nope = heads_view(ws.q_abs, T, heads, row, L);
     backend.gemm_heads(heads_view(ws.q, T, heads, qk, nope), absorbed.owners[0].tensor(),
                        q_abs_nope);
+    backend.side_join();
     Tensor latent3 = heads_view(ws.latent, T, heads, L, L);  // [T, heads, kv_lora]
     if (indices != nullptr) {
       backend.mla_attention_paged_sparse(heads_view(ws.q_abs, T, heads, row, row), step.kv,
@@ -291,7 +297,9 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
 void mla_forward(Backend& backend, const MlaDims& c, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
                  MlaWorkspace& ws, Tensor& out) {
-  mla_project(backend, c, w, step, x, ws);
+  // RoPE + store beside W_UK when the absorbed form follows: graph decode on the H200 (bench/NOTES.md
+  // session 16) bf16 -15 / -48 us per step at batch 1 / 8, FP8 -27 / -43 us.
+  mla_project(backend, c, w, step, x, ws, /*rope_on_side=*/!step.direct);
   mla_attend(backend, c, w, absorbed, step, x.size(0), ws, out, nullptr);
 }
 

@@ -90,8 +90,12 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
 //  mla_attend:  attention (direct or absorbed, per step.direct) over every causal position,
 //               or over the positions of `indices` I32 [T, k] when given (sparse; -1 = none),
 //               then o_proj -> out [T, hidden].
+// rope_on_side: the RoPE + cache store goes on the backend's side line (Backend::side_begin),
+// which mla_attend joins before anything reads the cache or the query's rope part (absorbed:
+// after gemm_heads W_UK, which reads only the query's nope part, so the two overlap). Only when
+// nothing between the two halves reads what RoPE writes (mla_forward; not V3.2's indexer).
 void mla_project(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
-                 MlaStep& step, const Tensor& x, MlaWorkspace& ws);
+                 MlaStep& step, const Tensor& x, MlaWorkspace& ws, bool rope_on_side = false);
 void mla_attend(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                 const MlaAbsorbedWeights& absorbed, MlaStep& step, int64_t num_tokens,
                 MlaWorkspace& ws, Tensor& out, const Tensor* indices);

@@ -477,7 +477,9 @@ TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
 // layers of a bench-like MLA + MoE step (small widths), their output's argmax embedded again as
 // the next step does; 1, 3 and 8 sequences of different contexts, BF16 and FP8 weights. A kernel
 // that read its input before its programmatic wait would read the previous kernel's half-written
-// rows (or the poison): the chain is long, so a missing wait shows as changed bits.
+// rows (or the poison): the chain is long, so a missing wait shows as changed bits. The PDL arm
+// also runs mla_rope_store on the side line beside gemm_heads uk as model/layers/mla.cpp does (the
+// plain reference runs it in line): a missing join shows the same way.
 TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
   const int64_t Hd = 256, heads = 4, nope = 64, rope = 32, L = 128, Q = 128, vh = 64, E = 16, K = 4, I = 128,
                 V = 1000, bs = 16;
@@ -522,6 +524,9 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
       const Weight lm = expert_weight(V, Hd, false, &unused, &unused);
       const std::vector<float> table = randn(V * Hd), nf = randn(Hd), cs = randn(1024 * rope, 1.0f, false);
 
+      // rope_side: mla_rope_store on the side line beside gemm_heads uk, joined before the
+      // attention (model/layers/mla.cpp's decode order); the reference runs it in line.
+      bool rope_side = false;
       auto run = [&](Backend& b, bool graph) {
         auto up = [&](const Weight& c) {
           Weight g = c;
@@ -585,10 +590,21 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
             b.rms_norm_pair(qa, l.nqa, qa, ckv, l.nkv, ckv, 1e-6f);
             b.gemm(qa, l.qb, q2);
             Tensor q_nope = view(q, {T, heads, nope}, 0), q_lat = view(qabs, {T, heads, L}, 0);
-            b.gemm_heads(q_nope, l.uk, q_lat);
             Tensor q_rope = view(qabs, {T, heads, rope}, L);
-            b.mla_rope_store(q, kva, pos_g, cs_g, static_cast<int>(nope), static_cast<int>(L), static_cast<int>(rope),
-                             true, l.kv, q_rope);
+            auto rope_store = [&] {
+              b.mla_rope_store(q, kva, pos_g, cs_g, static_cast<int>(nope), static_cast<int>(L),
+                               static_cast<int>(rope), true, l.kv, q_rope);
+            };
+            if (rope_side) {
+              b.side_begin();
+              rope_store();
+              b.side_end();
+              b.gemm_heads(q_nope, l.uk, q_lat);
+              b.side_join();
+            } else {
+              b.gemm_heads(q_nope, l.uk, q_lat);
+              rope_store();
+            }
             b.mla_attention_paged(qabs, l.kv, 0.1f, static_cast<int>(L), att);
             b.gemm_heads(att, l.uv, oh);
             b.gemm(oh2, l.o, h);
@@ -636,7 +652,9 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
         }
         return out;
       };
+      rope_side = false;
       const std::vector<float> ref = run(*plain, false);
+      rope_side = true;
       for (bool graph : {false, true}) {
         const std::vector<float> got = run(*pdl, graph);
         ASSERT_EQ(got.size(), ref.size());
