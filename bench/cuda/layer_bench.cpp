@@ -253,8 +253,9 @@ struct Step {
   PagedKV kv;
 };
 
-// The side placement applies to the absorbed decode form (not direct prefill, not the gathered context).
-bool rope_side(const Bench& B, const Step& s) { return B.rope_side && !s.direct && !s.context; }
+// The side placement applies to the absorbed decode form (not direct prefill, not the gathered
+// context) of at most 16 tokens, as model/layers/mla.cpp places it (kMlaRopeSideMaxTokens).
+bool rope_side(const Bench& B, const Step& s) { return B.rope_side && !s.direct && !s.context && s.T <= 16; }
 
 // OP(site, call): the call, between two events when profiling.
 // Sites in B.skip are left out (--ablate: the step's time without them).

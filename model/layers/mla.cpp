@@ -297,9 +297,8 @@ void mla_attend(Backend& backend, const MlaDims& c, const AttentionWeights& w,
 void mla_forward(Backend& backend, const MlaDims& c, const AttentionWeights& w,
                  const MlaAbsorbedWeights& absorbed, MlaStep& step, const Tensor& x,
                  MlaWorkspace& ws, Tensor& out) {
-  // RoPE + store beside W_UK when the absorbed form follows: graph decode on the H200 (bench/NOTES.md
-  // session 16) bf16 -15 / -48 us per step at batch 1 / 8, FP8 -27 / -43 us.
-  mla_project(backend, c, w, step, x, ws, /*rope_on_side=*/!step.direct);
+  // RoPE + store beside W_UK when the absorbed form follows at decode sizes (mla.h).
+  mla_project(backend, c, w, step, x, ws, !step.direct && x.size(0) <= kMlaRopeSideMaxTokens);
   mla_attend(backend, c, w, absorbed, step, x.size(0), ws, out, nullptr);
 }
 

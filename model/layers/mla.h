@@ -94,6 +94,10 @@ MlaStep make_mla_step(const StepBatch& batch, const Tensor& cos_sin, bool batch_
 // which mla_attend joins before anything reads the cache or the query's rope part (absorbed:
 // after gemm_heads W_UK, which reads only the query's nope part, so the two overlap). Only when
 // nothing between the two halves reads what RoPE writes (mla_forward; not V3.2's indexer).
+// mla_forward puts it there for absorbed steps of at most kMlaRopeSideMaxTokens tokens: graph
+// decode on the H200 (bench/NOTES.md, session 16), bf16 -15 / -46 / -25 us per step at batch 1 / 8
+// / 16, but +40 / +60 us at 32 / 64 (the side stream's join costs more than the overlap gives).
+inline constexpr int64_t kMlaRopeSideMaxTokens = 16;
 void mla_project(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
                  MlaStep& step, const Tensor& x, MlaWorkspace& ws, bool rope_on_side = false);
 void mla_attend(Backend& backend, const MlaDims& dims, const AttentionWeights& w,
