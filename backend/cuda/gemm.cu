@@ -16,7 +16,6 @@
 #include <mma.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -369,13 +368,7 @@ void CudaBackend::launch_gemm(const GemmProblem& p, const char* op, bool prefer_
 
 bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::string& shapes) {
   if (pipe_stages_ <= 0 || !pipe_gemm_supported(p)) return false;
-  // occ19 A/B (temporary, env DEEPINFER_PIPE_DENSE_STAGES, 0 = pipe_stages_): the dense form's stages.
-  static const int dense_stages = [] {
-    const char* e = std::getenv("DEEPINFER_PIPE_DENSE_STAGES");
-    return e ? std::atoi(e) : 0;
-  }();
-  const bool dense = p.tiles == nullptr && p.group_offsets == nullptr;
-  const PipePlan plan = plan_pipe_gemm(p, dense && dense_stages > 0 ? dense_stages : pipe_stages_);
+  const PipePlan plan = plan_pipe_gemm(p, pipe_stages_);
   set_smem_limit(plan.kernel, plan.smem_bytes, op);
   launch_pipe_gemm(p, plan, num_sms_, pdl_ && (p.tiles == nullptr || p.tiles_early), stream_);
   check_launch(op, shapes);

@@ -28,7 +28,6 @@
 // moe_experts' down GEMM reads its tile list (two launches old) and streams its first chunks
 // before its programmatic wait (GemmProblem::tiles_early).
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_utils.cuh"
@@ -466,13 +465,6 @@ void launch_pipe_gemm(const GemmProblem& p, const PipePlan& plan, int num_sms, b
           cudaSuccess ||
       per_sm < 1)
     per_sm = 1;
-  // occ19 A/B (temporary, env DEEPINFER_PIPE_DENSE_PER_SM, 0 = main's occupancy): resident blocks
-  // per SM of the dense form. Same bits: an item's sums do not depend on the block that takes it.
-  static const int dense_cap = [] {
-    const char* e = std::getenv("DEEPINFER_PIPE_DENSE_PER_SM");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (dense_cap > 0 && p.tiles == nullptr && p.group_offsets == nullptr) per_sm = std::min(per_sm, dense_cap);
   const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(num_sms) * per_sm, plan.max_items);
   if (blocks <= 0) return;
   void* args[] = {const_cast<GemmProblem*>(&p), const_cast<int*>(&plan.kpw)};
