@@ -668,6 +668,144 @@ TEST_F(AttentionMoe, DecodeStepPdlEqualsPlainLaunches) {
   }
 }
 
+// Backend::moe_route_experts on CUDA at decode (CudaOptions::moe_route_fused_tokens): the router
+// GEMM, then the routing and the MoE index in one kernel (moe.cu moe_route_index_kernel). Against the
+// same op on a backend with the switch off (gemm, moe_routing, moe_experts with its own index
+// kernel): normed x, logits, ids, weights, output and index arrays bit for bit; the logits against
+// the CPU's gemm. T 1, 2, 5, 16, 64; the bench shape (E 64, top 6, sigmoid with bias, H 2048, BF16 and
+// FP8 experts), E 72 top 8 softmax over 8 groups keeping 3, E 37 top 5 (a partial last warp of
+// scores); guarded NaN-poisoned outputs; an rms_norm before it (the router GEMM and the fused kernel
+// are programmatic dependents); a graph replayed twice (each after an eager call on other rows, so a
+// replay must rewrite everything); batch-invariant: a row alone gives the bits it gets in a batch.
+TEST_F(AttentionMoe, RouteExpertsFusedEqualsUnfused) {
+  struct RouteCase {
+    int64_t H, I;
+    MoeRouting r;
+    bool fp8;
+  };
+  const MoeRouting v3{MoeRouting::Scoring::Sigmoid, 64, 6, 1, 1, true, false, true, 2.446f};
+  const MoeRouting v2{MoeRouting::Scoring::Softmax, 72, 8, 8, 3, false, true, false, 1.0f};
+  const MoeRouting odd{MoeRouting::Scoring::Sigmoid, 37, 5, 1, 1, false, false, true, 1.0f};
+  BackendOptions fo = env_backend_options(), uo = env_backend_options(), io = env_backend_options();
+  fo.cuda.moe_route_fused_tokens = io.cuda.moe_route_fused_tokens = 64;
+  uo.cuda.moe_route_fused_tokens = 0;
+  io.batch_invariant = true;
+  const auto fused = make_cuda_backend(fo), plain = make_cuda_backend(uo), fused_inv = make_cuda_backend(io);
+  auto same_bits = [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(std::memcmp(&got[i], &want[i], sizeof(float)) == 0 && !std::isnan(got[i]))
+          << what << ": element " << i << " = " << got[i] << ", want " << want[i] << ", seed " << seed_;
+  };
+  for (const RouteCase& c : {RouteCase{2048, 64, v3, false}, RouteCase{2048, 64, v3, true},
+                             RouteCase{256, 48, v2, false}, RouteCase{192, 64, odd, false}}) {
+    const int64_t E = c.r.num_experts, K = c.r.top_k, H = c.H;
+    Weight unused;
+    const Weight gate = expert_weight(E, H, false, &unused, &unused);
+    std::vector<ExpertWeights> experts;
+    for (int64_t e = 0; e < E; ++e)
+      experts.push_back({expert_weight(c.I, H, c.fp8, &unused, &unused), expert_weight(c.I, H, c.fp8, &unused, &unused),
+                         expert_weight(H, c.I, c.fp8, &unused, &unused)});
+    const std::vector<float> bias = randn(E, 0.1f, false), norm = randn(H);
+    struct OnGpu {
+      Weight gate;
+      Tensor bias, norm;
+      std::vector<ExpertWeights> experts;
+    };
+    auto upload = [&](Backend& b) {
+      auto up = [&](const Weight& h) {
+        Weight g = h;
+        g.w = gpu_copy(b, h.w);
+        if (h.w.dtype == DType::F8_E4M3) g.scale_inv = gpu_copy(b, h.scale_inv);
+        return g;
+      };
+      OnGpu g{up(gate), gpu_float(b, bias, {E}, DType::F32), gpu_float(b, norm, {H}, DType::BF16), {}};
+      for (const ExpertWeights& e : experts) g.experts.push_back({up(e.gate), up(e.up), up(e.down)});
+      return g;
+    };
+    const OnGpu F = upload(*fused), U = upload(*plain), I = upload(*fused_inv);
+    struct Got {
+      std::vector<float> x, logits, ids, w, out;
+      std::vector<int32_t> index;
+    };
+    // rms_norm of raw's T rows, then moe_route_experts, on b; graph: both also captured and replayed.
+    auto run = [&](Backend& b, const OnGpu& g, const std::vector<float>& raw, int64_t T, bool graph,
+                   const std::string& what) {
+      const Tensor xraw = gpu_float(b, raw, {T, H}, DType::BF16);
+      Tensor xg = gpu_poisoned(b, DType::BF16, {T, H});
+      Tensor lg = gpu_guarded(b, DType::F32, {T, E}), ids = gpu_guarded(b, DType::I32, {T, K});
+      Tensor w = gpu_guarded(b, DType::F32, {T, K}), out = gpu_guarded(b, DType::BF16, {T, H});
+      auto op = [&](const Tensor& in) {
+        b.rms_norm(in, g.norm, 1e-6f, xg);
+        b.moe_route_experts(xg, g.gate, g.bias, c.r, lg, ids, w, g.experts, out);
+      };
+      auto collect = [&] {
+        return Got{download(b, xg), download(b, lg), download(b, ids), download(b, w), download(b, out),
+                   cuda_moe_index_for_tests(b)};
+      };
+      op(xraw);
+      const Got got = collect();
+      if (graph) {
+        const Tensor other = gpu_float(b, randn(T * H), {T, H}, DType::BF16);
+        b.graph_capture_begin();
+        op(xraw);
+        const int id = b.graph_capture_end();
+        for (int rep = 0; rep < 2; ++rep) {
+          op(other);  // other x, logits, ids and index in every buffer
+          for (Tensor* t : {&xg, &lg, &ids, &w, &out}) poison(b, *t);
+          b.graph_replay(id);
+          b.synchronize();
+          const Got again = collect();
+          const std::string r = what + " (graph replay " + std::to_string(rep) + ")";
+          same_bits(again.logits, got.logits, r + " logits");
+          same_bits(again.ids, got.ids, r + " ids");
+          same_bits(again.w, got.w, r + " weights");
+          same_bits(again.out, got.out, r + " out");
+          EXPECT_EQ(again.index, got.index) << r << ": index arrays differ";
+        }
+        b.graph_release(id);
+      }
+      expect_guards_intact(what);
+      return got;
+    };
+    for (int64_t T : {1, 2, 5, 16, 64}) {
+      const std::string what = "moe_route_experts T " + std::to_string(T) + " E " + std::to_string(E) + " top " +
+                               std::to_string(K) + " H " + std::to_string(H) + (c.fp8 ? " fp8" : " bf16");
+      const std::vector<float> raw = randn(T * H);
+      const Got got = run(*fused, F, raw, T, T == 5 || T == 64, what);
+      if (HasFatalFailure()) return;
+      const Got want = run(*plain, U, raw, T, false, what + " (switch off)");
+      if (HasFatalFailure()) return;
+      same_bits(got.x, want.x, what + " normed x");
+      same_bits(got.logits, want.logits, what + " logits");
+      same_bits(got.ids, want.ids, what + " ids");
+      same_bits(got.w, want.w, what + " weights");
+      same_bits(got.out, want.out, what + " out");
+      ASSERT_FALSE(got.index.empty()) << what;
+      EXPECT_EQ(got.index, want.index) << what << ": index arrays differ";
+      // The logits against the CPU's gemm on the normed rows (the routing's CPU parity: MoeRouting).
+      Tensor lc = cpu_f32(std::vector<float>(T * E), {T, E});
+      cpu_->gemm(cpu_f32(got.x, {T, H}), gate, lc);
+      expect_close(got.logits, values(lc), 1e-3, what + " logits against the CPU");
+      // Batch-invariant: the first and the last row alone give the bits they get in the batch.
+      if (T == 1) continue;
+      const Got batch = run(*fused_inv, I, raw, T, false, what + " (batch-invariant)");
+      for (int64_t t : {int64_t{0}, T - 1}) {
+        const std::vector<float> row(raw.begin() + t * H, raw.begin() + (t + 1) * H);
+        const std::string r = what + " (batch-invariant) row " + std::to_string(t) + " alone";
+        const Got alone = run(*fused_inv, I, row, 1, false, r);
+        auto part = [&](const std::vector<float>& v, int64_t n) {
+          return std::vector<float>(v.begin() + t * n, v.begin() + (t + 1) * n);
+        };
+        same_bits(alone.logits, part(batch.logits, E), r + " logits");
+        same_bits(alone.ids, part(batch.ids, K), r + " ids");
+        same_bits(alone.w, part(batch.w, K), r + " weights");
+        same_bits(alone.out, part(batch.out, H), r + " out");
+      }
+    }
+  }
+}
+
 // V4's routed experts: each expert's SwiGLU clamped (silu(min(g, l)) * clamp(u, -l, l)); x is
 // scaled up so that the limit bites on many gate and up values; BF16 and FP8 experts, decode
 // and prefill row counts. The batch-invariant rows must also equal themselves computed alone.
