@@ -50,17 +50,8 @@ void Backend::mla_attention_prefill_sparse(const Tensor&, const Tensor&, const T
   fail(name(), " backend: mla_attention_prefill_sparse (DeepSeek sparse attention) is not implemented");
 }
 
-void Backend::moe_route_experts(const Tensor& x, const Weight& gate, const Tensor& bias, const MoeRouting& routing,
-                                Tensor& logits, Tensor& topk_ids, Tensor& topk_weights,
-                                const std::vector<ExpertWeights>& experts, Tensor& out) {
-  gemm(x, gate, logits);
-  moe_routing(logits, bias, routing, topk_ids, topk_weights);
-  moe_experts(x, topk_ids, topk_weights, experts, out);
-}
-
 #ifndef DEEPINFER_HAVE_CUDA
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) { return nullptr; }
-std::vector<int32_t> cuda_moe_index_for_tests(Backend&) { return {}; }
 #endif
 
 }  // namespace deepinfer

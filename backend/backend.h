@@ -153,11 +153,6 @@ struct CudaOptions {
   bool moe_qgemm_fp4 = true;
   bool moe_qgemm_fp8 = true;
   int64_t moe_qgemm_min_tokens = 2;
-  // Backend::moe_route_experts of at most this many tokens: after the router GEMM, the routing and
-  // the MoE index in one kernel (moe.cu moe_route_index_kernel; the same bits); 0: moe_routing, then
-  // moe_experts' own index kernel. Off: not yet measured (the router GEMM in that kernel too lost
-  // 0.4-3.6% per decode step on the H200, bench/NOTES.md "route17").
-  int64_t moe_route_fused_tokens = 0;
 };
 
 struct BackendOptions {
@@ -340,16 +335,6 @@ class Backend {
   // A slot whose id is -1 is skipped (contributes nothing).
   virtual void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                            const std::vector<ExpertWeights>& experts, Tensor& out) = 0;
-  // The routed half of an MoE layer as model/layers/moe.cpp's moe_forward runs it, one op so that
-  // a backend can fuse across it: logits = x · gate^T (gemm: F32 [T, E]), moe_routing(logits,
-  // bias) -> topk_ids, topk_weights, then moe_experts(x, topk_ids, topk_weights) -> out; logits,
-  // topk_ids and topk_weights are written as those ops write them (workspace outputs the caller
-  // may read). Default: exactly those three ops (CPU; test backends that watch them). CUDA
-  // (moe.cu, CudaOptions::moe_route_fused_tokens): at decode the routing and moe_experts'
-  // permutation index in one kernel after the router GEMM (one launch fewer, the same bits).
-  virtual void moe_route_experts(const Tensor& x, const Weight& gate, const Tensor& bias, const MoeRouting& routing,
-                                 Tensor& logits, Tensor& topk_ids, Tensor& topk_weights,
-                                 const std::vector<ExpertWeights>& experts, Tensor& out);
   // The combine of moe_experts on its own (expert parallelism's dispatch: model/expert_parallel.h):
   // out[t] = sum over slots j in ascending order of topk_weights[t, j] * y[pos[t, j]], summed in
   // F32 from 0 with moe_experts' own arithmetic (so a token's bits equal moe_experts' when y holds
@@ -610,10 +595,5 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options = {});
 void check_gemm_heads(const Tensor& x, const Tensor& w, const Tensor& out);
 // Returns nullptr when deepinfer was built without CUDA; throws when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options = {});
-// For the parity tests (tests/ops): host copies of the last MoE permutation index the CUDA
-// backend `b` built (offsets [E + 1], num_tiles, tiles (expert, first row) [num_tiles], row_token
-// [P], entry_pos [P], num_active, active [num_active], one after another); empty for other
-// backends and builds without CUDA. Synchronizes.
-std::vector<int32_t> cuda_moe_index_for_tests(Backend& b);
 
 }  // namespace deepinfer

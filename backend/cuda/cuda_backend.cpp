@@ -104,9 +104,6 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;
-  DI_CHECK(o.moe_route_fused_tokens >= 0 && o.moe_route_fused_tokens <= 2048,
-           "cuda backend: CudaOptions::moe_route_fused_tokens must be in [0, 2048], got ", o.moe_route_fused_tokens);
-  route_fused_tokens_ = o.moe_route_fused_tokens;
   DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;

@@ -91,10 +91,6 @@ class CudaBackend final : public Backend {
                    Tensor& topk_ids, Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                    const std::vector<ExpertWeights>& experts, Tensor& out) override;
-  // At decode: the router GEMM, then the routing and the experts' index in one kernel (moe.cu).
-  void moe_route_experts(const Tensor& x, const Weight& gate, const Tensor& bias, const MoeRouting& routing,
-                         Tensor& logits, Tensor& topk_ids, Tensor& topk_weights,
-                         const std::vector<ExpertWeights>& experts, Tensor& out) override;
   // DeepSeek-V4 (issue 16): hyper_connection.cu, v4_routing.cu (routing, clamped SwiGLU; the
   // clamped experts run moe_experts' path in moe.cu), sink_attention.cu, compressor.cu.
   void hc_pre(const Tensor& streams, const Tensor& fn, const Tensor& base, const Tensor& scale,
@@ -186,14 +182,6 @@ class CudaBackend final : public Backend {
   const ExpertTable& expert_table(const std::vector<ExpertWeights>& experts);
   // Raises a kernel's dynamic shared-memory limit once (not again inside graph captures).
   void set_smem_limit(const void* kernel, size_t num_bytes, const char* op);
-  // moe_route_experts' routing for routed_experts' index step (moe.cu): the router's logits.
-  struct FusedRouting {
-    const Tensor* logits;
-    const Tensor* bias;
-    const MoeRouting* routing;
-  };
-  // cuda_moe_index_for_tests (backend.h): the last MoE index, host copies.
-  std::vector<int32_t> moe_index_for_tests();
 
  private:
   // out rows (ldo) = x rows (ldx, BF16) · W^T (BF16) through cuBLASLt; false when no
@@ -201,10 +189,8 @@ class CudaBackend final : public Backend {
   bool cublaslt_gemm(const void* x, int64_t ldx, int64_t M, const Weight& w, void* out,
                      int64_t ldo, DType out_dtype);
   // moe_experts and moe_experts_clamped (moe.cu): limit = +inf is the plain SwiGLU.
-  // routing (moe_route_experts): the index step routes the logits first, in the same launch.
   void routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
-                      const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op,
-                      const FusedRouting* routing = nullptr);
+                      const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
   // routed_experts for packed FP4 e2m1 experts with E8M0 scales per 32 along K (moe_fp4.cu).
   void moe_experts_fp4(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                        const std::vector<ExpertWeights>& experts, float limit, Tensor& out, const char* op);
@@ -314,16 +300,6 @@ class CudaBackend final : public Backend {
   // average, not batch-invariant, not clamped) on cutlass_fp8.cu (tiles by moe_cutlass_tile:
   // 64 pins 64x128, 256 the 128x128 ones; 0: 64x128 below 128 rows per expert).
   bool moe_cutlass_fp8_ = true;
-  // CudaOptions::moe_route_fused_tokens: moe_route_experts of at most this many tokens with the
-  // routing and the index in one kernel (moe.cu moe_route_index_kernel).
-  int64_t route_fused_tokens_ = 0;
-  // The last MoE index routed_experts built (moe_index_for_tests).
-  struct IndexRecord {
-    int P = 0, E = 0;
-    int32_t *offsets = nullptr, *num_tiles = nullptr, *tiles = nullptr, *row_token = nullptr, *entry_pos = nullptr,
-            *active = nullptr, *num_active = nullptr;
-  };
-  IndexRecord last_index_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* lt_workspace_ = nullptr;

@@ -5,17 +5,6 @@
 // with FP8 activations: cutlass_fp8.cu), moe_qgemm.cu for FP4 (and FP8 where CUTLASS does not
 // take the step) weights, the own tiles otherwise.
 //
-// Decode (Backend::moe_route_experts, CudaOptions::moe_route_fused_tokens, off by default until an
-// A/B says otherwise): the router GEMM (the gemm op), then the routing and the index in one block
-// (moe_route_index_kernel), placed by routed_experts where the index kernel goes, so moe_experts'
-// GEMMs start on it unchanged; route_token and build_index_small are the unfused kernels' device
-// code, so the bits are the three ops'. Why one op for route + experts rather than a route op that
-// returns an index: the index's layout (tile rows, scratch slots) is moe_experts' private choice,
-// made from the experts' dtypes and shapes; with both halves in one op it stays inside
-// routed_experts, and the CPU (and every test backend) runs the plain sequence. (The router GEMM in
-// the same launch, computed by the blocks and handed to the last one through a counter, lost on the
-// H200 at every batch: bench/NOTES.md "route17".)
-//
 // Determinism: the permutation is stable (rank = order of the pair in the batch), every
 // expert row is computed on its own with a fixed K order (gemm.cu), and the combine sums
 // a token's k slots in slot order in fp32, so a token's output never depends on which
@@ -42,9 +31,15 @@ struct RoutingArgs {
   float* weights;
 };
 
-// Token t's routing by one warp (all 32 lanes); scores: 2 * E floats of shared memory (scores,
-// choice scores).
-__device__ void route_token(const RoutingArgs& a, int t, int lane, float* scores) {
+// One warp per token; shared memory: per warp 2 * E floats (scores, choice scores).
+__global__ void moe_routing_kernel(RoutingArgs a) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the router's logits
+  pdl_trigger();
+  extern __shared__ float sm[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (t >= a.T) return;
+  float* scores = sm + warp * 2 * a.E;
   float* choice = scores + a.E;
   const float* x = a.logits + int64_t{t} * a.ld;
   if (a.sigmoid) {
@@ -130,17 +125,6 @@ __device__ void route_token(const RoutingArgs& a, int t, int lane, float* scores
   }
 }
 
-// One warp per token; shared memory: per warp 2 * E floats (scores, choice scores).
-__global__ void moe_routing_kernel(RoutingArgs a) {
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the router's logits
-  pdl_trigger();
-  extern __shared__ float sm[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int t = blockIdx.x * (blockDim.x >> 5) + warp;
-  if (t >= a.T) return;
-  route_token(a, t, lane, sm + warp * 2 * a.E);
-}
-
 // Block e ranks the pairs routed to expert e in pair order (stable) and counts them.
 __global__ void moe_rank_kernel(const int32_t* ids, int P, int32_t* rank, int32_t* counts) {
   __shared__ int warp_totals[32];
@@ -164,27 +148,18 @@ __global__ void moe_rank_kernel(const int32_t* ids, int P, int32_t* rank, int32_
   if (threadIdx.x == 0) counts[e] = base;
 }
 
-// The index's outputs (moe_experts' scratch, kSlotMoeIndex).
-struct IndexArgs {
-  int P, K, E, tile_rows;
-  int32_t* offsets;  // [E + 1]
-  int2* tiles;       // (expert, first row) per tile_rows rows of each expert
-  int32_t* num_tiles;
-  int32_t* row_token;  // [P]: token of each permuted row
-  int32_t* entry_pos;  // [P]: permuted row of each pair (-1: id out of range)
-  int32_t* active;     // [E]: experts with rows, ascending
-  int32_t* num_active;
-};
 // Few pairs (decode): rank, counts, offsets, tiles and scatter in one block of 1024 threads
 // (one launch instead of three). A pair's rank = number of earlier pairs with its expert, so
 // the permutation is the same stable one as moe_rank_kernel's. Shared: ids [P], counts [E],
-// offsets [E + 1]. Any block size (moe_index_small_kernel: 1024 threads).
-__device__ void build_index_small(const int32_t* ids, const IndexArgs& ix, int32_t* sm) {
-  const int P = ix.P, K = ix.K, E = ix.E, tile_rows = ix.tile_rows;
-  int32_t* offsets_out = ix.offsets;
-  int2* tiles = ix.tiles;
-  int32_t *row_token = ix.row_token, *entry_pos = ix.entry_pos, *active = ix.active;
-  int32_t* sid = sm;
+// offsets [E + 1].
+__global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, int tile_rows,
+                                       int32_t* offsets_out, int2* tiles, int32_t* num_tiles,
+                                       int32_t* row_token, int32_t* entry_pos, int32_t* active,
+                                       int32_t* num_active) {
+  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the routing's ids
+  pdl_trigger();
+  extern __shared__ int32_t sm_idx[];
+  int32_t* sid = sm_idx;
   int32_t* cnt = sid + P;
   int32_t* off = cnt + E;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
@@ -206,8 +181,8 @@ __device__ void build_index_small(const int32_t* ids, const IndexArgs& ix, int32
     }
     off[E] = o;
     offsets_out[E] = o;
-    *ix.num_tiles = nt;
-    *ix.num_active = na;
+    *num_tiles = nt;
+    *num_active = na;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < P; i += blockDim.x) {
@@ -222,33 +197,6 @@ __device__ void build_index_small(const int32_t* ids, const IndexArgs& ix, int32
     row_token[pos] = i / K;
     entry_pos[i] = pos;
   }
-}
-
-__global__ void moe_index_small_kernel(const int32_t* ids, IndexArgs ix) {
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the routing's ids
-  pdl_trigger();
-  extern __shared__ int32_t sm_idx[];
-  build_index_small(ids, ix, sm_idx);
-}
-
-// Routing + index in one block (Backend::moe_route_experts at decode, after the router GEMM): warp
-// w < route_warps routes tokens w, w + route_warps, ... (route_token), then the block builds the
-// index (build_index_small) from the ids it wrote: one launch and one programmatic-dependent
-// boundary fewer than moe_routing_kernel + moe_index_small_kernel, the same bits. Shared: route_warps
-// x 2E floats, then (P + 2E + 1) ints.
-__global__ void __launch_bounds__(1024) moe_route_index_kernel(RoutingArgs r, IndexArgs ix, int route_warps) {
-  pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the router GEMM's logits
-  pdl_trigger();
-  extern __shared__ float sm_route[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (warp < route_warps) {
-    for (int t = warp; t < r.T; t += route_warps) {
-      route_token(r, t, lane, sm_route + warp * 2 * r.E);
-      __syncwarp();  // every lane done with this token's scores before the next token's overwrite them
-    }
-  }
-  __syncthreads();  // the ids (global) and the scores' shared memory, which the index reuses
-  build_index_small(r.ids, ix, reinterpret_cast<int32_t*>(sm_route));
 }
 
 // One thread: offsets (exclusive scan) and the tile list (expert, first row) for tile_rows.
@@ -347,9 +295,10 @@ void check_expert_weight(const Weight& w, const Weight& ref, int64_t n, int64_t 
   }
 }
 
-// moe_routing's checks and kernel arguments (moe_routing, moe_route_experts); T = 0 allowed.
-RoutingArgs routing_args(const Tensor& logits, const Tensor& bias, const MoeRouting& routing, Tensor& topk_ids,
-                         Tensor& topk_weights) {
+}  // namespace
+
+void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
+                              Tensor& topk_ids, Tensor& topk_weights) {
   const RowView l = rows_of(logits, "moe_routing logits");
   const int E = routing.num_experts, K = routing.top_k;
   DI_CHECK(l.dtype == DType::F32 && l.cols == E, "moe_routing: logits must be F32 [T, ", E, "], got ",
@@ -371,6 +320,7 @@ RoutingArgs routing_args(const Tensor& logits, const Tensor& bias, const MoeRout
                topk_ids.is_contiguous() && topk_weights.is_contiguous(),
            "moe_routing: topk_ids ", topk_ids.describe(), " and topk_weights ", topk_weights.describe(),
            " must be [", l.rows, ", ", K, "]");
+  if (l.rows == 0) return;
   RoutingArgs a{};
   a.logits = static_cast<const float*>(l.data);
   a.ld = l.row_stride;
@@ -386,62 +336,11 @@ RoutingArgs routing_args(const Tensor& logits, const Tensor& bias, const MoeRout
   a.scaling = routing.scaling;
   a.ids = topk_ids.ptr<int32_t>();
   a.weights = topk_weights.ptr<float>();
-  return a;
-}
-
-}  // namespace
-
-void CudaBackend::moe_routing(const Tensor& logits, const Tensor& bias, const MoeRouting& routing,
-                              Tensor& topk_ids, Tensor& topk_weights) {
-  const RoutingArgs a = routing_args(logits, bias, routing, topk_ids, topk_weights);
-  if (a.T == 0) return;
   const int warps = 4;
-  const size_t smem = size_t{warps} * 2 * a.E * sizeof(float);
+  const size_t smem = size_t{warps} * 2 * E * sizeof(float);
   set_smem_limit(reinterpret_cast<const void*>(moe_routing_kernel), smem, "moe_routing");
-  launch_pdl(pdl_, ceil_div(a.T, warps), warps * 32, smem, stream_, moe_routing_kernel, a);
+  launch_pdl(pdl_, ceil_div(l.rows, warps), warps * 32, smem, stream_, moe_routing_kernel, a);
   check_launch("moe_routing", logits.describe());
-}
-
-// At decode (T <= CudaOptions::moe_route_fused_tokens): the router GEMM (the gemm op), then the
-// routing and the experts' index in one kernel (moe_route_index_kernel), launched by routed_experts
-// where its index kernel goes; the bits of the three ops. Otherwise Backend's three ops. Takes BF16
-// / FP8 experts (not FP4: moe_fp4.cu builds no index) with T * k <= 2048 and E <= 1024 (the one-block
-// index).
-void CudaBackend::moe_route_experts(const Tensor& x, const Weight& gate, const Tensor& bias,
-                                    const MoeRouting& routing, Tensor& logits, Tensor& topk_ids,
-                                    Tensor& topk_weights, const std::vector<ExpertWeights>& experts, Tensor& out) {
-  const int64_t T = rows_of(x, "moe_route_experts x").rows, E = routing.num_experts;
-  const DType kind = experts.empty() ? DType::F32 : experts[0].gate.w.dtype;
-  const bool takes = T >= 1 && T <= route_fused_tokens_ && (kind == DType::BF16 || kind == DType::F8_E4M3) &&
-                     static_cast<int64_t>(experts.size()) == E && T * routing.top_k <= 2048 && E <= 1024;
-  if (!takes) {
-    Backend::moe_route_experts(x, gate, bias, routing, logits, topk_ids, topk_weights, experts, out);
-    return;
-  }
-  gemm(x, gate, logits);
-  const FusedRouting fused{&logits, &bias, &routing};
-  routed_experts(x, topk_ids, topk_weights, experts, INFINITY, out, "moe_route_experts", &fused);
-}
-
-std::vector<int32_t> CudaBackend::moe_index_for_tests() {
-  synchronize();
-  std::vector<int32_t> out;
-  if (!last_index_.offsets) return out;
-  auto get = [&](const void* p, int64_t n) {
-    const size_t at = out.size();
-    out.resize(at + static_cast<size_t>(n));
-    if (n > 0) DI_CUDA(cudaMemcpy(out.data() + at, p, n * sizeof(int32_t), cudaMemcpyDeviceToHost), "moe index");
-  };
-  get(last_index_.offsets, last_index_.E + 1);
-  get(last_index_.num_tiles, 1);
-  get(last_index_.tiles, 2 * int64_t{out.back()});
-  get(last_index_.row_token, last_index_.P);
-  get(last_index_.entry_pos, last_index_.P);
-  if (last_index_.num_active) {
-    get(last_index_.num_active, 1);
-    get(last_index_.active, out.back());
-  }
-  return out;
 }
 
 void CudaBackend::moe_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
@@ -459,7 +358,7 @@ void CudaBackend::moe_experts_clamped(const Tensor& x, const Tensor& topk_ids, c
 // always goes through silu_mul_clamped (no FP8-activation prefill path).
 void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights,
                                  const std::vector<ExpertWeights>& experts, float limit, Tensor& out,
-                                 const char* op, const FusedRouting* routing) {
+                                 const char* op) {
   const bool clamped = !std::isinf(limit);
   const RowView xv = rows_of(x, "moe_experts x");
   const RowView ov = rows_of(out, "moe_experts out");
@@ -536,24 +435,10 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   const bool compact = P <= 2048 && E <= 1024;  // the one-block index kernel lists them
   const std::string shapes = x.describe() + " top_k " + std::to_string(K) + " experts " +
                              std::to_string(E) + " " + experts[0].gate.w.describe();
-  const IndexArgs ix{P, K, E, tile_rows, offsets, tiles, num_tiles, row_token, entry_pos, active, num_active};
-  last_index_ = {P, E, offsets, num_tiles, reinterpret_cast<int32_t*>(tiles), row_token, entry_pos,
-                 compact ? active : nullptr, compact ? num_active : nullptr};
-  DI_CHECK(!routing || compact, op, ": the fused routing needs the one-block index");
-  if (routing) {
-    // moe_route_experts: the routing in the index's launch (moe_route_index_kernel). Routing warps:
-    // one per token up to 32, fewer where their scores would pass 96 KB of shared memory.
-    Tensor ids = topk_ids, weights = topk_weights;
-    const RoutingArgs ra = routing_args(*routing->logits, *routing->bias, *routing->routing, ids, weights);
-    DI_CHECK(ra.T == T, op, ": logits ", routing->logits->describe(), " for ", T, " tokens");
-    const int warps = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({T, 32, (96 << 10) / (8 * E)})));
-    const size_t smem = std::max(size_t{8} * warps * E, sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1));
-    set_smem_limit(reinterpret_cast<const void*>(moe_route_index_kernel), smem, op);
-    launch_pdl(pdl_, 1, 1024, smem, stream_, moe_route_index_kernel, ra, ix, warps);
-    check_launch("moe_route_experts (routing + index)", shapes);
-  } else if (compact) {
+  if (compact) {
     const size_t smem = sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1);
-    launch_pdl(pdl_, 1, 1024, smem, stream_, moe_index_small_kernel, topk_ids.ptr<int32_t>(), ix);
+    launch_pdl(pdl_, 1, 1024, smem, stream_, moe_index_small_kernel, topk_ids.ptr<int32_t>(), P, K, E,
+               tile_rows, offsets, tiles, num_tiles, row_token, entry_pos, active, num_active);
     check_launch("moe_experts (index)", shapes);
   } else {
     moe_rank_kernel<<<E, 256, 0, stream_>>>(topk_ids.ptr<int32_t>(), P, rank, counts);
@@ -728,12 +613,3 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& 
 }
 
 }  // namespace deepinfer::cuda
-
-namespace deepinfer {
-
-std::vector<int32_t> cuda_moe_index_for_tests(Backend& b) {
-  auto* c = dynamic_cast<cuda::CudaBackend*>(&b);
-  return c ? c->moe_index_for_tests() : std::vector<int32_t>{};
-}
-
-}  // namespace deepinfer

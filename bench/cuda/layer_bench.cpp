@@ -13,8 +13,7 @@
 //                             [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--decode-batches B1,B2,...] [--ablate] [--route-fused-tokens N]
-//                             [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -40,8 +39,6 @@
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
 // against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
 // overlap included; the outputs are garbage), then exits.
-// --route-fused-tokens N: MoE steps of up to N tokens with the routing and the MoE index in one
-// kernel after the router GEMM (CudaOptions::moe_route_fused_tokens, default 0: separate kernels).
 // --prefill-context: also a 4096-token chunk after 4096 cached positions, in the direct form
 // over the gathered context (kv_gather, kv_b, mla_attention_prefill_context) and in the
 // absorbed one (mla_attention_paged): model/layers/mla.cpp picks the first by FLOPs.
@@ -134,7 +131,6 @@ struct Bench {
   bool fused_mla = true;
   bool side = true;            // shared experts on the backend's side line (--no-side: in line)
   bool rope_side = true;       // decode's rope + store on the side line beside uk (--rope-inline: off)
-  bool route_fused = false;    // moe_route_experts as one op (--route-fused-tokens N > 0)
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
   std::set<std::string> skip;  // op sites left out of forward (--ablate); "side": the side line
   uint64_t seed = 1;
@@ -348,21 +344,14 @@ void forward(Bench& B, Step& s) {
         b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.shared_out, false);
         b.side_end();
       }
+      OP("router gemm", b.gemm(s.x, L.gate, s.logits_router));
       MoeRouting r;
       r.num_experts = kExperts;
       r.top_k = kTopK;
       r.use_bias = true;
       r.scaling = 2.446f;
-      if (B.route_fused) {
-        // moe_route_experts as moe_forward runs it (CudaOptions::moe_route_fused_tokens: the routing
-        // and the index in one kernel at decode); --ablate's "moe_experts" then leaves out all three.
-        OP("moe_experts",
-           b.moe_route_experts(s.x, L.gate, L.bias, r, s.logits_router, s.topk_ids, s.topk_w, L.experts, s.o));
-      } else {
-        OP("router gemm", b.gemm(s.x, L.gate, s.logits_router));
-        OP("moe_routing", b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w));
-        OP("moe_experts", b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o));
-      }
+      OP("moe_routing", b.moe_routing(s.logits_router, L.bias, r, s.topk_ids, s.topk_w));
+      OP("moe_experts", b.moe_experts(s.x, s.topk_ids, s.topk_w, L.experts, s.o));
       if (B.side) {
         if (!B.skip.count("side")) b.side_join();
         OP("shared add", b.add(s.o, s.shared_out));
@@ -584,7 +573,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
-  int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1, route_fused_tokens = -1;
+  int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
@@ -605,7 +594,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--moe-tile") && i + 1 < argc) moe_tile = std::atoi(argv[++i]);  // CudaOptions::moe_cutlass_tile
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
     else if (!std::strcmp(argv[i], "--pipe-tokens") && i + 1 < argc) pipe_tokens = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--route-fused-tokens") && i + 1 < argc) route_fused_tokens = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--dense-pipe-rows") && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d", &dense_rows_fp8, &dense_rows_bf16) != 2 || dense_rows_fp8 < 0 ||
           dense_rows_bf16 < 0) {
@@ -635,7 +623,6 @@ int main(int argc, char** argv) {
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
     if (attn_chunk != 0) opts.cuda.attn_chunk = attn_chunk;  // the backend rejects other than 32 / 64
-    if (route_fused_tokens >= 0) opts.cuda.moe_route_fused_tokens = route_fused_tokens;
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
       std::fprintf(stderr, "built without CUDA\n");
@@ -645,7 +632,6 @@ int main(int argc, char** argv) {
     B.fused_mla = !unfused_mla;
     B.side = !no_side && !do_profile;  // --profile times ops on the main stream only
     B.rope_side = rope_on_side && B.side;
-    B.route_fused = route_fused_tokens > 0;
     const auto t0 = std::chrono::steady_clock::now();
     B.build();
     std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",
@@ -692,8 +678,7 @@ int main(int argc, char** argv) {
         jsonl << "{\"bench\":\"cuda_layer_bench\",\"kind\":\"" << kind << "\",\"weights\":\"" << (fp8 ? "fp8" : "bf16")
               << "\",\"mode\":\"" << mode << "\",\"batch\":" << batch << ",\"context\":" << ctx << ",\"seconds\":" << sec
               << ",\"tokens\":" << tokens << ",\"tok_per_s\":" << tok_s << ",\"bytes\":" << bytes << ",\"flops\":" << flops
-              << ",\"floor_s\":" << floor_s << ",\"route_fused_tokens\":" << opts.cuda.moe_route_fused_tokens
-              << ",\"batch_invariant\":" << (opts.batch_invariant ? "true" : "false") << "}\n";
+              << ",\"floor_s\":" << floor_s << ",\"batch_invariant\":" << (opts.batch_invariant ? "true" : "false") << "}\n";
     };
     const double active_params = 1.28e9;
     for (int64_t T : prefill_lens) {

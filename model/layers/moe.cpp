@@ -64,14 +64,11 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
     swiglu_mlp(backend, w.shared, x, ws, shared, false);
     backend.side_end();
   }
+  Tensor ids, weights;
+  moe_route(backend, routing, w, x, ws, ids, weights);
   DI_CHECK(static_cast<int64_t>(w.experts.size()) == routing.num_experts, "moe_forward: ", w.experts.size(),
            " experts for a routing over ", routing.num_experts, " (expert parallelism dispatches: expert_parallel.h)");
-  // Router GEMM, routing and routed experts as one backend op (moe_route's buffers): CUDA may fuse
-  // the routing with the experts' index at decode (Backend::moe_route_experts).
-  Tensor logits = cols_view(ws.router, T, routing.num_experts);  // [T, E] fp32
-  Tensor ids = cols_view(ws.topk_ids, T, routing.top_k);          // [T, k]
-  Tensor weights = cols_view(ws.topk_weights, T, routing.top_k);  // [T, k]
-  backend.moe_route_experts(x, w.gate, w.e_score_correction_bias, routing, logits, ids, weights, w.experts, out);
+  backend.moe_experts(x, ids, weights, w.experts, out);
   if (side) {
     backend.side_join();
     backend.add(out, shared);

@@ -34,8 +34,7 @@ void moe_forward(Backend& backend, const MoeRouting& routing, const MoeWeights& 
 
 // The pieces of moe_forward that expert parallelism's dispatch (model/expert_parallel.h) runs
 // around its own routed part, with moe_forward's ops and roundings:
-// the router: ids I32 [T, k] and weights F32 [T, k] (views of ws) of x [T, hidden] (gemm +
-// moe_routing: the bits of moe_forward's Backend::moe_route_experts);
+// the router: ids I32 [T, k] and weights F32 [T, k] (views of ws) of x [T, hidden];
 void moe_route(Backend& backend, const MoeRouting& routing, const MoeWeights& w, const Tensor& x,
                FfnWorkspace& ws, Tensor& ids, Tensor& weights);
 // out += shared experts of x (nothing when the layer has none).
