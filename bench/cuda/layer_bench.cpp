@@ -10,7 +10,7 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--rope-inline] [--attn-chunk 32|64] [--pipe-tokens N]
-//                             [--dense-pipe-rows F,B] [--no-pdl]
+//                             [--dense-pipe-rows F,B] [--no-pdl] [--side-priority]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
@@ -33,7 +33,7 @@
 // pipe_max_tokens, default 64; A/B).
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
-// kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
+// kernel, BF16 on cuBLASLt); --side-priority: CudaOptions::side_low_priority (A/B); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
 // --decode-batches: the decode batches timed (default 1,8,32,64).
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
@@ -574,6 +574,7 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
+  bool side_priority = false;
   bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
@@ -601,6 +602,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
+    else if (!std::strcmp(argv[i], "--side-priority")) side_priority = true;
     else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
       decode_batches.clear();
       if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
@@ -622,6 +624,7 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
+    if (side_priority) opts.cuda.side_low_priority = true;
     if (attn_chunk != 0) opts.cuda.attn_chunk = attn_chunk;  // the backend rejects other than 32 / 64
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
