@@ -468,6 +468,79 @@ TEST_F(AttentionMoe, SideLineBitsEqualInLine) {
   }
 }
 
+// Backend::prefetch_weights (CUDA: a kernel of bulk L2 prefetches on its own stream, forked from
+// the issuing line and joined at graph capture end) changes no value: the prefetched tensors keep
+// their bytes (an odd-sized, misaligned view inside guard sentinels too) and the MoE block with
+// prefetches on both lines gives the bits of the block without them, eager and from a graph.
+TEST_F(AttentionMoe, PrefetchWeightsChangesNothing) {
+  Backend& g = *gpu_;
+  // An odd byte count at an odd 2-byte offset: the kernel covers only whole 16-byte pieces.
+  Tensor big = gpu_guarded(g, DType::BF16, {1000003});
+  g.fill_random(big, 77, 1.0f);
+  Tensor view = big;
+  view.data = static_cast<uint16_t*>(big.data) + 1;
+  view.shape[0] = big.shape[0] - 2;
+  const std::vector<float> before = download(g, big);
+  g.prefetch_weights(view);
+  g.prefetch_weights(big);
+  HostBuffer host_only(DType::BF16, {64});
+  g.prefetch_weights(host_only.tensor());  // not on the device: left alone
+  g.prefetch_weights(Tensor());            // undefined: left alone
+  g.synchronize();
+  const std::vector<float> after = download(g, big);
+  ASSERT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+  expect_guards_intact("prefetch_weights");
+  for (MoeCase c : {MoeCase{1, 256, 128, 16, 6, false}, MoeCase{3, 256, 128, 6, 2, true}}) {
+    MoeData d = make_moe(c);
+    Weight sg, su, sd, unused;
+    const int64_t Is = 2 * c.I;
+    expert_weight(Is, c.H, c.fp8, &sg, &unused);
+    expert_weight(Is, c.H, c.fp8, &su, &unused);
+    expert_weight(c.H, Is, c.fp8, &sd, &unused);
+    const Tensor x = gpu_float(g, d.x, {c.T, c.H}, DType::BF16);
+    const Tensor ids = gpu_copy(g, cpu_i32(d.ids, {c.T, c.K}));
+    const Tensor w = gpu_float(g, d.w, {c.T, c.K}, DType::F32);
+    Tensor gate_up = gpu_poisoned(g, DType::BF16, {c.T, 2 * Is});
+    Tensor gate = gate_up, up = gate_up;
+    gate.shape[1] = up.shape[1] = Is;
+    up.data = static_cast<uint16_t*>(up.data) + Is;
+    Tensor shared = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    auto hint = [&](const Weight& wt) {
+      g.prefetch_weights(wt.w);
+      g.prefetch_weights(wt.scale_inv);
+    };
+    auto block = [&](Tensor& out, bool prefetch) {
+      if (prefetch) hint(sg);  // on the main line, before the fork
+      g.side_begin();
+      if (prefetch) {  // on the side line
+        hint(su);
+        hint(sd);
+      }
+      g.gemm_pair(x, sg, su, gate, up);
+      g.gemm_swiglu(gate_up, sd, shared, false);
+      g.side_end();
+      if (prefetch) hint(d.gpu[0].down);
+      g.moe_experts(x, ids, w, d.gpu, out);
+      g.side_join();
+      g.add(out, shared);
+    };
+    Tensor a = gpu_poisoned(g, DType::BF16, {c.T, c.H}), b = gpu_poisoned(g, DType::BF16, {c.T, c.H});
+    block(a, false);
+    block(b, true);
+    const std::vector<float> ref = download(g, a), got = download(g, b);
+    const std::string what = "prefetch T " + std::to_string(c.T) + (c.fp8 ? " fp8" : " bf16");
+    ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)), 0) << what << " (eager)";
+    poison(g, b);
+    g.graph_capture_begin();
+    block(b, true);
+    const int graph = g.graph_capture_end();  // fails unless the prefetch line was joined
+    g.graph_replay(graph);
+    const std::vector<float> replayed = download(g, b);
+    g.graph_release(graph);
+    EXPECT_EQ(std::memcmp(ref.data(), replayed.data(), ref.size() * sizeof(float)), 0) << what << " (graph)";
+  }
+}
+
 // Programmatic dependent launches (CudaOptions::pdl, backend/cuda/pdl_launch.cuh): every kernel
 // of a decode step (embedding, norms, rms_norm_pair, the dense GEMMs, gemm_heads (the stream
 // kernel's resident form: weights before the wait), mla_rope_store, the paged attention and its
