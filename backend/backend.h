@@ -574,13 +574,6 @@ class Backend {
   virtual void side_end() {}
   virtual void side_join() {}
 
-  // --- weight prefetch hint (optional; CUDA: pulls a tensor into L2 beside the main line) -
-  // A hint that `w` (read-only from here on, e.g. a weight) is read soon: the backend may start
-  // reading it into a cache now, beside the ops issued after this call (CUDA: a small kernel on
-  // a prefetch stream forked here, joined at graph capture end). Changes no value, so results
-  // are bit-equal with and without it. Default: nothing.
-  virtual void prefetch_weights(const Tensor& w) { (void)w; }
-
   // --- asynchronous steps (runner/; the defaults are synchronous, as the CPU is) -------
   // Host memory that copy_async may read or fill while the host goes on (CUDA: page-locked).
   // The tensor's device is CPU. Default: plain host memory (backend/backend.cpp).

@@ -117,22 +117,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
           "cuda backend init (side events)");
   DI_CUDA(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming),
           "cuda backend init (side events)");
-  DI_CUDA(cudaStreamCreateWithFlags(&pf_stream_, cudaStreamNonBlocking),
-          "cuda backend init (prefetch stream)");
-  DI_CUDA(cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming),
-          "cuda backend init (prefetch events)");
-  DI_CUDA(cudaEventCreateWithFlags(&pf_done_, cudaEventDisableTiming),
-          "cuda backend init (prefetch events)");
 }
 
 CudaBackend::~CudaBackend() {
   if (on_side_) side_swap();
   cudaStreamSynchronize(side_stream_);
   cudaStreamSynchronize(stream_);
-  if (pf_stream_) cudaStreamSynchronize(pf_stream_);
-  if (pf_fork_) cudaEventDestroy(pf_fork_);
-  if (pf_done_) cudaEventDestroy(pf_done_);
-  if (pf_stream_) cudaStreamDestroy(pf_stream_);
   if (side_fork_) cudaEventDestroy(side_fork_);
   if (side_done_) cudaEventDestroy(side_done_);
   cudaFree(side_lt_workspace_);
@@ -344,24 +334,16 @@ void CudaBackend::side_join() {
   DI_CUDA(cudaStreamWaitEvent(stream_, side_done_, 0), "side_join");
 }
 
-void CudaBackend::prefetch_join() {
-  if (!pf_pending_) return;
-  pf_pending_ = false;
-  DI_CUDA(cudaStreamWaitEvent(stream_, pf_done_, 0), "prefetch_join");
-}
-
 void CudaBackend::graph_capture_begin() {
   // A side line left open by an error in an earlier step is closed and joined here.
   if (on_side_) side_swap();
   side_join();
-  prefetch_join();
   DI_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph_capture_begin");
 }
 
 int CudaBackend::graph_capture_end() {
   if (on_side_) side_swap();  // an error inside a side line: join it so the capture can end
   side_join();
-  prefetch_join();  // a capture must end with every forked line joined
   cudaGraph_t graph = nullptr;
   DI_CUDA(cudaStreamEndCapture(stream_, &graph), "graph_capture_end");
   cudaGraphExec_t exec = nullptr;

@@ -143,7 +143,6 @@ class CudaBackend final : public Backend {
   void side_begin() override;
   void side_end() override;
   void side_join() override;
-  void prefetch_weights(const Tensor& w) override;
 
   bool supports_graphs() const override { return true; }
   void graph_capture_begin() override;
@@ -312,12 +311,6 @@ class CudaBackend final : public Backend {
   void* side_lt_workspace_ = nullptr;
   cudaEvent_t side_fork_ = nullptr, side_done_ = nullptr;
   bool on_side_ = false, side_pending_ = false;
-  // prefetch_weights: its own stream, forked by pf_fork_ from the line issuing it; pf_done_ is
-  // recorded after each prefetch and joined into stream_ at graph capture end (prefetch_join).
-  cudaStream_t pf_stream_ = nullptr;
-  cudaEvent_t pf_fork_ = nullptr, pf_done_ = nullptr;
-  bool pf_pending_ = false;
-  void prefetch_join();
   void side_swap();
   struct Scratch {
     void* ptr = nullptr;

@@ -132,11 +132,6 @@ struct Bench {
   bool side = true;            // shared experts on the backend's side line (--no-side: in line)
   bool rope_side = true;       // decode's rope + store on the side line beside uk (--rope-inline: off)
   OpProfiler* prof = nullptr;  // set: time every op (eager only)
-  // --prefetch: Backend::prefetch_weights points of a decode step (absorbed form), by letter:
-  // q: at the layer's start, q_b and uk (read after q_a|kv_a); o: after q_b, uv and o (read after
-  // the attention); s: after q_b too, the shared experts (read on the side line beside the routed
-  // ones); n: after the MoE / dense block, the next layer's q_a|kv_a. "" (none): off.
-  std::string prefetch;
   std::set<std::string> skip;  // op sites left out of forward (--ablate); "side": the side line
   uint64_t seed = 1;
   std::vector<DeviceBuffer> keep;
@@ -278,18 +273,8 @@ void forward(Bench& B, Step& s) {
   const int64_t T = s.T;
   OP("embedding", b.embedding(s.ids, B.embed, s.residual));
   const float scale = 1.0f / std::sqrt(float(kQk));
-  const bool pf_on = !s.direct && !s.context;
-  auto pf = [&](char point) { return pf_on && B.prefetch.find(point) != std::string::npos; };
-  auto pf_w = [&](const Weight& w) {
-    b.prefetch_weights(w.w);
-    if (w.scale_inv.defined()) b.prefetch_weights(w.scale_inv);
-  };
   for (int64_t l = 0; l < kLayers; ++l) {
     Bench::Layer& L = B.layers[l];
-    if (pf('q')) {
-      pf_w(L.q_b);
-      b.prefetch_weights(L.uk_all);
-    }
     if (l == 0)
       OP("norm in", b.rms_norm(s.residual, L.in_norm, 1e-6f, s.x));
     else
@@ -302,15 +287,6 @@ void forward(Bench& B, Step& s) {
     if (B.fused_mla) {
       OP("norm q_a+c_kv", b.rms_norm_pair(s.q_a, L.q_a_norm, s.q_a, c_kv, L.kv_a_norm, c_kv, 1e-6f));
       OP("gemm q_b", b.gemm(s.q_a, L.q_b, s.q));
-      if (pf('o')) {
-        b.prefetch_weights(L.uv_all);
-        pf_w(L.o);
-      }
-      if (pf('s') && L.moe) {
-        pf_w(L.sh_gate);
-        pf_w(L.sh_up);
-        pf_w(L.sh_down);
-      }
       Tensor none;
       // rope + store on the side line beside gemm_heads uk (model/layers/mla.cpp's order) (both read only q_b's
       // output and write disjoint columns), joined before the attention.
@@ -384,10 +360,6 @@ void forward(Bench& B, Step& s) {
         OP("shared down (swiglu+add)",
            b.gemm_swiglu(cols(s.gate_up, T, 2 * kSharedI), L.sh_down, s.o, true));
       }
-    }
-    if (pf('n') && l + 1 < kLayers) {
-      pf_w(B.layers[l + 1].q_a);
-      pf_w(B.layers[l + 1].kv_a);
     }
   }
   // Last position only (prefill) or every row (decode) goes through the head.
@@ -577,51 +549,6 @@ void ablation(Bench& B, Backend& backend, bool fp8, const std::vector<int64_t>& 
 }
 
 // A comma-separated list of positive counts into out; false (after a message) when malformed.
-// --prefetch-parity: each decode batch's step (eager, then a graph replay) without and with the
-// --prefetch schedule; the logits must be bit-equal (prefetch_weights changes no value). 0: equal.
-int prefetch_parity_check(Bench& B, Backend& backend, const std::vector<int64_t>& batches) {
-  const std::string schedule = B.prefetch.empty() ? "qosn" : B.prefetch;
-  int bad = 0;
-  for (int64_t batch : batches) {
-    std::vector<std::vector<uint8_t>> got;
-    // none eager, prefetch eager, none graph, prefetch graph, none eager again (the control: a
-    // difference there would be the step's own nondeterminism, not the prefetch's)
-    for (int arm = 0; arm < 5; ++arm) {
-      B.prefetch = arm % 2 ? schedule : std::string();
-      B.seed = 1000;  // the same cache contents each time
-      auto s = make_step(B, batch, 1, 576, false);
-      if (arm < 2 || arm == 4) {
-        forward(B, *s);
-      } else {
-        backend.graph_capture_begin();
-        forward(B, *s);
-        const int g = backend.graph_capture_end();
-        backend.graph_replay(g);
-        backend.synchronize();
-        backend.graph_release(g);
-      }
-      backend.synchronize();
-      std::vector<uint8_t> host(s->logits.num_bytes());
-      Tensor h(host.data(), s->logits.dtype, {static_cast<int64_t>(host.size() / dtype_size(s->logits.dtype))});
-      Tensor dev = s->logits;
-      dev.ndim = 1;
-      dev.shape[0] = h.shape[0];
-      dev.stride[0] = 1;
-      backend.copy(dev, h);
-      got.push_back(std::move(host));
-    }
-    const char* what[5] = {"none eager", "prefetch eager", "none graph", "prefetch graph", "none eager again"};
-    for (int arm : {1, 2, 3, 4}) {
-      const int ref = arm == 3 ? 2 : 0;  // prefetch graph against none graph, the others against none eager
-      const bool same = got[arm] == got[ref];
-      std::printf("prefetch parity %s batch %lld schedule %s: %s vs %s: %s\n", B.fp8 ? "fp8" : "bf16",
-                  (long long)batch, schedule.c_str(), what[arm], what[ref], same ? "bit-equal" : "DIFFERS");
-      bad += !same;
-    }
-  }
-  return bad ? 1 : 0;
-}
-
 bool parse_counts(const char* text, const char* flag, const char* what, std::vector<int64_t>& out) {
   for (const char* c = text; *c;) {
     char* end = nullptr;
@@ -643,8 +570,7 @@ int main(int argc, char** argv) {
        profile_prefill = false, unfused_mla = false, prefill_context = false, no_qgemm = false,
        no_side = false, no_fp8_cutlass = false, rope_on_side = true;
   int attn_chunk = 0;
-  std::string out_path, prefetch;
-  bool prefetch_parity = false;
+  std::string out_path;
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
@@ -660,14 +586,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--unfused-mla")) unfused_mla = true;
     else if (!std::strcmp(argv[i], "--no-side")) no_side = true;
     else if (!std::strcmp(argv[i], "--rope-inline")) rope_on_side = false;
-    else if (!std::strcmp(argv[i], "--prefetch") && i + 1 < argc) {
-      prefetch = argv[++i];
-      if (prefetch == "none") prefetch.clear();
-      if (prefetch.find_first_not_of("qosn") != std::string::npos) {
-        std::fprintf(stderr, "--prefetch: expected none or letters of q, o, s, n (got %s)\n", prefetch.c_str());
-        return 2;
-      }
-    } else if (!std::strcmp(argv[i], "--prefetch-parity")) prefetch_parity = true;
     else if (!std::strcmp(argv[i], "--attn-chunk") && i + 1 < argc) attn_chunk = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ablate")) ablate = true;
     else if (!std::strcmp(argv[i], "--prefill-context")) prefill_context = true;
@@ -714,7 +632,6 @@ int main(int argc, char** argv) {
     B.fused_mla = !unfused_mla;
     B.side = !no_side && !do_profile;  // --profile times ops on the main stream only
     B.rope_side = rope_on_side && B.side;
-    B.prefetch = prefetch;
     const auto t0 = std::chrono::steady_clock::now();
     B.build();
     std::printf("weights %.2f GB (%s) made on the device in %.1f s\n", B.weight_bytes / 1e9, fp8 ? "fp8" : "bf16",
@@ -740,7 +657,6 @@ int main(int argc, char** argv) {
     }
     std::ofstream jsonl;
     if (!out_path.empty()) jsonl.open(out_path, std::ios::app);
-    if (prefetch_parity) return prefetch_parity_check(B, *backend, decode_batches);
     if (ablate) {
       ablation(B, *backend, fp8, decode_batches, jsonl);
       return 0;
