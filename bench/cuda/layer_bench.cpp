@@ -13,7 +13,7 @@
 //                             [--dense-pipe-rows F,B] [--no-pdl] [--side-priority]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
-//                             [--decode-batches B1,B2,...] [--ablate] [--out FILE.jsonl]
+//                             [--decode-batches B1,B2,...] [--decode-ctx N] [--ablate] [--out FILE.jsonl]
 // Prints one line per figure; appends JSONL records with the raw quantities.
 // --profile: eager decode at batch 1 and 8 with CUDA events around every op, summed by op
 // site over a few steps (us per step and % of the summed step), then exits; --profile-prefill:
@@ -35,7 +35,8 @@
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
 // kernel, BF16 on cuBLASLt); --side-priority: CudaOptions::side_low_priority (A/B); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
-// --decode-batches: the decode batches timed (default 1,8,32,64).
+// --decode-batches: the decode batches timed (default 1,8,32,64); --decode-ctx N: their context
+// (default 576; the ablation and --ncu-steps keep 576).
 // --ablate: per decode batch, the graph step with each op site (and groups of them) left out
 // against the whole step, 2 interleaved rounds (where the batch-1 step's time goes, PDL and
 // overlap included; the outputs are garbage), then exits.
@@ -575,6 +576,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
   bool side_priority = false;
+  int64_t decode_ctx = 576;
   bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
   for (int i = 1; i < argc; ++i) {
@@ -603,6 +605,13 @@ int main(int argc, char** argv) {
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
     else if (!std::strcmp(argv[i], "--side-priority")) side_priority = true;
+    else if (!std::strcmp(argv[i], "--decode-ctx") && i + 1 < argc) {
+      decode_ctx = std::atoll(argv[++i]);
+      if (decode_ctx < 1 || decode_ctx > 8192) {  // the bench's RoPE table (the model's 8,192 positions)
+        std::fprintf(stderr, "--decode-ctx: expected a context of 1..8192 positions\n");
+        return 2;
+      }
+    }
     else if (!std::strcmp(argv[i], "--decode-batches") && i + 1 < argc) {
       decode_batches.clear();
       if (!parse_counts(argv[++i], "--decode-batches", "batch sizes", decode_batches)) return 2;
@@ -710,7 +719,7 @@ int main(int argc, char** argv) {
     }
     for (int64_t batch : decode_batches) {
       if (prefill_only) break;
-      const int64_t ctx = 576;  // middle of 512 prompt + 128 generated
+      const int64_t ctx = decode_ctx;  // default 576: middle of 512 prompt + 128 generated
       auto s = make_step(B, batch, 1, ctx, false);
       forward(B, *s);
       const double distinct = kExperts * (1.0 - std::pow(1.0 - double(kTopK) / kExperts, double(batch)));
