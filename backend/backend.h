@@ -138,9 +138,6 @@ struct CudaOptions {
   // + store, stream GEMMs, paged attention, routing, MoE index / combine, silu_mul, add, argmax,
   // embedding; backend/cuda/pdl_launch.cuh) as programmatic dependent launches (false: plain).
   bool pdl = true;
-  // The main stream at the device's greatest priority and the side line's stream at its least, so
-  // the block scheduler starts the main line's pending blocks first (temporary, session 16 A/B).
-  bool side_low_priority = false;
   int attn_chunk = 0;             // paged attention chunk: 32, 64 or 0 (by shape)
   int64_t fp8_act_min_rows = 129; // fewest rows for FP8 activations on FP8 weights
   bool moe_cutlass = true;        // routed BF16 prefill experts on CUTLASS (false: the own tiles)

@@ -104,15 +104,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) : options_(options) {
   moe_cutlass_ = o.moe_cutlass;
   moe_cutlass_tile_ = o.moe_cutlass_tile;
   moe_cutlass_fp8_ = o.moe_cutlass_fp8;
-  int least_priority = 0, greatest_priority = 0;
-  if (o.side_low_priority)
-    DI_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "cuda backend init (priorities)");
-  DI_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority), "cuda backend init");
+  DI_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cuda backend init");
   DI_CHECK(cublasLtCreate(&lt_) == CUBLAS_STATUS_SUCCESS, "cuda backend: cublasLtCreate failed");
   lt_workspace_bytes_ = size_t{32} << 20;
   DI_CUDA(cudaMalloc(&lt_workspace_, lt_workspace_bytes_), "cuda backend init (cuBLASLt workspace ",
           lt_workspace_bytes_, " bytes)");
-  DI_CUDA(cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, least_priority),
+  DI_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking),
           "cuda backend init (side stream)");
   DI_CUDA(cudaMalloc(&side_lt_workspace_, lt_workspace_bytes_),
           "cuda backend init (side cuBLASLt workspace)");

@@ -673,9 +673,10 @@ size_t paged_smem_bytes(int D, int chunk) {
 // kDefaultChunk otherwise. The choice depends on the launch's shape only, so a CUDA graph
 // captured per batch bucket replays the same kernel.
 constexpr int kSmallChunk = 32;
-// Token x head-block work items (decode at batch <= 8 with 16 heads). H200, context 576 (bench/NOTES.md
-// session 16): chunk 32 at batch 8 -36 / -39 us per bf16 / FP8 graph step against 64.
-constexpr int kSmallChunkMaxItems = 8;
+// Token x head-block work items (decode at batch <= 4 with 16 heads). H200 (bench/NOTES.md session
+// 16, bf16 graph decode at batch 8): chunk 32 -36 us per step against 64 at context 576, but +126 /
+// +100 us at 4,096 / 8,192 (and +50 to +1,240 us at batch 16-64 there), so 8 items stay on 64.
+constexpr int kSmallChunkMaxItems = 4;
 
 int paged_chunk(int num_work_items, bool batch_invariant, int forced_chunk) {
   if (forced_chunk != 0) return forced_chunk;  // 32 or 64 (checked by the backend's constructor)

@@ -10,7 +10,7 @@
 // Usage: deepinfer_cuda_bench [--fp8] [--graphs] [--decode-only | --prefill-only]
 //                             [--profile | --profile-prefill] [--unfused-mla] [--prefill-context]
 //                             [--no-side] [--rope-inline] [--attn-chunk 32|64] [--pipe-tokens N]
-//                             [--dense-pipe-rows F,B] [--no-pdl] [--side-priority]
+//                             [--dense-pipe-rows F,B] [--no-pdl]
 //                             [--ncu-steps B1,B2,...] [--prefill-lens L1,L2,...]
 //                             [--no-qgemm] [--no-fp8-cutlass] [--moe-tile 64|256]
 //                             [--decode-batches B1,B2,...] [--decode-ctx N] [--ablate] [--out FILE.jsonl]
@@ -28,12 +28,12 @@
 // --rope-inline: at decode, mla_rope_store in line before gemm_heads uk (the A/B of
 // model/layers/mla.cpp's order, which puts it on the side line beside uk, joined before the paged
 // attention; attnuv19 / session 16). --attn-chunk: the paged attention's chunk for every launch
-// (CudaOptions::attn_chunk; default by shape: 32 at <= 8 items).
+// (CudaOptions::attn_chunk; default by shape: 32 at <= 4 items).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
 // pipe_max_tokens, default 64; A/B).
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
 // (CudaOptions::pipe_dense_fp8_rows / pipe_dense_bf16_rows, default 32 / 8; 0: FP8 on the stream
-// kernel, BF16 on cuBLASLt); --side-priority: CudaOptions::side_low_priority (A/B); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
+// kernel, BF16 on cuBLASLt); --no-pdl: every kernel as a plain launch (CudaOptions::pdl false: those
 // GEMMs (dec18) and, since pdl17, the step's other own kernels, launched as programmatic dependents).
 // --decode-batches: the decode batches timed (default 1,8,32,64); --decode-ctx N: their context
 // (default 576; the ablation and --ncu-steps keep 576).
@@ -575,7 +575,6 @@ int main(int argc, char** argv) {
   int moe_tile = 0;
   std::vector<int64_t> ncu_batches, prefill_lens{512, 4096};
   int pipe_tokens = 0, dense_rows_fp8 = -1, dense_rows_bf16 = -1;
-  bool side_priority = false;
   int64_t decode_ctx = 576;
   bool no_pdl = false, ablate = false;
   std::vector<int64_t> decode_batches{1, 8, 32, 64};
@@ -604,7 +603,6 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (!std::strcmp(argv[i], "--no-pdl")) no_pdl = true;
-    else if (!std::strcmp(argv[i], "--side-priority")) side_priority = true;
     else if (!std::strcmp(argv[i], "--decode-ctx") && i + 1 < argc) {
       decode_ctx = std::atoll(argv[++i]);
       if (decode_ctx < 1 || decode_ctx > 8192) {  // the bench's RoPE table (the model's 8,192 positions)
@@ -633,7 +631,6 @@ int main(int argc, char** argv) {
     if (dense_rows_fp8 >= 0) opts.cuda.pipe_dense_fp8_rows = dense_rows_fp8;
     if (dense_rows_bf16 >= 0) opts.cuda.pipe_dense_bf16_rows = dense_rows_bf16;
     if (no_pdl) opts.cuda.pdl = false;
-    if (side_priority) opts.cuda.side_low_priority = true;
     if (attn_chunk != 0) opts.cuda.attn_chunk = attn_chunk;  // the backend rejects other than 32 / 64
     std::unique_ptr<Backend> backend = make_cuda_backend(opts);
     if (!backend) {
