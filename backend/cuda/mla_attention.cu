@@ -668,20 +668,28 @@ size_t paged_smem_bytes(int D, int chunk) {
 
 // CudaOptions::attn_chunk (32 or 64; tests) fixes the chunk for the process; otherwise the
 // batch-invariant mode keeps kDefaultChunk for every launch (one chunk size whatever the
-// batch), and the default mode takes kSmallChunk when a launch has few (token, 16-head
-// block) work items, where the grid is max_splits x items blocks on a 132-SM chip, and
-// kDefaultChunk otherwise. The choice depends on the launch's shape only, so a CUDA graph
-// captured per batch bucket replays the same kernel.
+// batch), and the default mode takes kSmallChunk for few (token, 16-head block) work items
+// (the grid is max_splits x items blocks on a 132-SM chip), how few by the launch's context
+// bound (max_seq_len; sparse launches: at most 4 items, as measured before the bound mattered),
+// and kDefaultChunk otherwise.
+// The choice depends on the launch's shape only (the runner captures a graph per batch bucket
+// and context bucket), so a replayed graph runs the kernel it was captured with.
 constexpr int kSmallChunk = 32;
-// Token x head-block work items (decode at batch <= 4 with 16 heads). H200 (bench/NOTES.md session
-// 16, bf16 graph decode at batch 8): chunk 32 -36 us per step against 64 at context 576, but +126 /
-// +100 us at 4,096 / 8,192 (and +50 to +1,240 us at batch 16-64 there), so 8 items stay on 64.
-constexpr int kSmallChunkMaxItems = 4;
+// H200, bf16 graph decode, chunk 32 against 64 per step (bench/NOTES.md session 16, calls B, D, E,
+// F): bound 576: -87 / -42 / -19 / -23 / -15 us at batch 1 / 8 / 16 / 32 / 64; bound 1,024: -11 us at
+// batch 8, +36 / +64 us at 32 / 64; bound 4,096: -30 us at batch 1, +17 / +50 / +76 / +126 us at
+// 2 / 3 / 4 / 8 (the runner's context buckets are powers of two from 256).
+int small_chunk_max_items(int context_bound) {
+  if (context_bound < 0) return 4;  // sparse (top-k rows): not measured against the bound
+  if (context_bound <= 768) return 1 << 30;  // every launch
+  if (context_bound <= 1024) return 8;
+  return 1;
+}
 
-int paged_chunk(int num_work_items, bool batch_invariant, int forced_chunk) {
+int paged_chunk(int num_work_items, int context_bound, bool batch_invariant, int forced_chunk) {
   if (forced_chunk != 0) return forced_chunk;  // 32 or 64 (checked by the backend's constructor)
   if (batch_invariant) return kDefaultChunk;
-  return num_work_items <= kSmallChunkMaxItems ? kSmallChunk : kDefaultChunk;
+  return num_work_items <= small_chunk_max_items(context_bound) ? kSmallChunk : kDefaultChunk;
 }
 
 void check_heads_view(const Tensor& t, const char* what) {
@@ -746,7 +754,8 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   a.H = H;
   a.D = D;
   a.V = v_dim;
-  const int chunk = paged_chunk(T * ((H + 15) / 16), options_.batch_invariant, options_.cuda.attn_chunk);
+  const int chunk = paged_chunk(T * ((H + 15) / 16), indices != nullptr ? -1 : kv.max_seq_len,
+                                options_.batch_invariant, options_.cuda.attn_chunk);
   // Dense: chunks of the context (max_seq_len bounds every token's); sparse: of the topk list
   // (a fixed count: graph-stable whatever the contexts).
   a.max_splits = ((indices != nullptr ? topk : kv.max_seq_len) + chunk - 1) / chunk;
