@@ -374,7 +374,8 @@ bool CudaBackend::launch_pipe(const GemmProblem& p, const char* op, const std::s
   // third of the SMs' worth of blocks, leaving the main line's latency-bound kernels block slots.
   // Items do not depend on the block that takes them: same bits. H200 (bench/NOTES.md occ19x,
   // session 16): bf16 graph decode -19 / -16 us per step at batch 1 / 8, FP8 -6 / -16 / -20 us at
-  // 1 / 8 / 32, equal at 64 (bf16 32 / 64 are on cuBLASLt); two thirds gained about half of that.
+  // 1 / 8 / 32, equal at 64 (bf16 32 / 64 are on cuBLASLt); two thirds gained less (bf16 -7 / -12 us)
+// and lost 3-6 us at FP8.
   const bool side_dense = on_side_ && p.tiles == nullptr && p.group_offsets == nullptr;
   const int sms = side_dense ? std::max(1, num_sms_ / 3) : num_sms_;
   launch_pipe_gemm(p, plan, sms, pdl_ && (p.tiles == nullptr || p.tiles_early), stream_);

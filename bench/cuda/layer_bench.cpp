@@ -28,7 +28,7 @@
 // --rope-inline: at decode, mla_rope_store in line before gemm_heads uk (the A/B of
 // model/layers/mla.cpp's order, which puts it on the side line beside uk, joined before the paged
 // attention; attnuv19 / session 16). --attn-chunk: the paged attention's chunk for every launch
-// (CudaOptions::attn_chunk; default by shape: 32 at <= 4 items).
+// (CudaOptions::attn_chunk; default by shape: work items and the context bound, mla_attention.cu).
 // --pipe-tokens N: MoE steps of up to N tokens on the pipeline kernel (CudaOptions::
 // pipe_max_tokens, default 64; A/B).
 // --dense-pipe-rows F,B: dense GEMMs of at most F (FP8) / B (BF16) rows on the pipeline kernel
