@@ -678,11 +678,20 @@ constexpr int kSmallChunk = 32;
 // H200, bf16 graph decode, chunk 32 against 64 per step (bench/NOTES.md session 16, calls B, D, E,
 // F): bound 576: -87 / -42 / -19 / -23 / -15 us at batch 1 / 8 / 16 / 32 / 64; bound 1,024: -11 us at
 // batch 8, +36 / +64 us at 32 / 64; bound 4,096: -30 us at batch 1, +17 / +50 / +76 / +126 us at
-// 2 / 3 / 4 / 8 (the runner's context buckets are powers of two from 256).
+// 2 / 3 / 4 / 8 (the runner's context buckets are powers of two from 256). A bound of 576 is in
+// the 1,024 class (below), so there batch 16-64 give up the 15-23 us chunk 32 won.
+// The bound counts by its power-of-two class (the next power of two at or above it): a graph's
+// padded bound lies between the step's real bound and the runner's context bucket (powers of two
+// from 256, runner/decode_graphs.cpp), so both fall in the same class and an eager step takes the
+// chunk its graph took (the same bits; AttentionMoe.MlaPagedVerifyRunsMatchCpuAndDecodeBits found
+// the rule of session 16, thresholds 768 / 1024 on the raw bound, changing bits between a bound
+// of 640 and its padding to 1,024 at 16 items). The item thresholds (8, 1) are batch buckets too.
 int small_chunk_max_items(int context_bound) {
   if (context_bound < 0) return 4;  // sparse (top-k rows): not measured against the bound
-  if (context_bound <= 768) return 1 << 30;  // every launch
-  if (context_bound <= 1024) return 8;
+  int64_t cls = 1;
+  while (cls < context_bound) cls *= 2;
+  if (cls <= 512) return 1 << 30;  // every launch
+  if (cls <= 1024) return 8;
   return 1;
 }
 
