@@ -670,7 +670,9 @@ size_t paged_smem_bytes(int D, int chunk) {
 // batch-invariant mode keeps kDefaultChunk for every launch (one chunk size whatever the
 // batch), and the default mode takes kSmallChunk for few (token, 16-head block) work items
 // (the grid is max_splits x items blocks on a 132-SM chip), how few by the launch's context
-// bound (max_seq_len; sparse launches: at most 4 items, as measured before the bound mattered),
+// bound (max_seq_len; sparse launches: the width of their top-k lists, which their chunks walk as
+// the dense chunks walk the context, so that a sparse launch listing every position takes the dense
+// launch's chunk and bits: SparseAttention.PagedSparseOverEveryPositionIsTheDenseOp),
 // and kDefaultChunk otherwise.
 // The choice depends on the launch's shape only (the runner captures a graph per batch bucket
 // and context bucket), so a replayed graph runs the kernel it was captured with.
@@ -687,7 +689,6 @@ constexpr int kSmallChunk = 32;
 // the rule of session 16, thresholds 768 / 1024 on the raw bound, changing bits between a bound
 // of 640 and its padding to 1,024 at 16 items). The item thresholds (8, 1) are batch buckets too.
 int small_chunk_max_items(int context_bound) {
-  if (context_bound < 0) return 4;  // sparse (top-k rows): not measured against the bound
   int64_t cls = 1;
   while (cls < context_bound) cls *= 2;
   if (cls <= 512) return 1 << 30;  // every launch
@@ -763,7 +764,7 @@ void CudaBackend::paged_attention(const Tensor& q, const PagedKV& kv, const Tens
   a.H = H;
   a.D = D;
   a.V = v_dim;
-  const int chunk = paged_chunk(T * ((H + 15) / 16), indices != nullptr ? -1 : kv.max_seq_len,
+  const int chunk = paged_chunk(T * ((H + 15) / 16), indices != nullptr ? topk : kv.max_seq_len,
                                 options_.batch_invariant, options_.cuda.attn_chunk);
   // Dense: chunks of the context (max_seq_len bounds every token's); sparse: of the topk list
   // (a fixed count: graph-stable whatever the contexts).
