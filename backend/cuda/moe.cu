@@ -31,6 +31,13 @@ struct RoutingArgs {
   float* weights;
 };
 
+// A float's order as an unsigned key (larger value, larger key; -0 as +0; NaN above +inf, as the
+// comparison's first-taken NaN could not be replaced either). 0 is below every value's key.
+__device__ __forceinline__ unsigned order_key(float v) {
+  const unsigned u = __float_as_uint(v + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 // One warp per token; shared memory: per warp 2 * E floats (scores, choice scores).
 __global__ void moe_routing_kernel(RoutingArgs a) {
   pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the router's logits
@@ -102,15 +109,13 @@ __global__ void moe_routing_kernel(RoutingArgs a) {
         bi = e;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != a.E && (bi == a.E || ov > bv || (ov == bv && oi < bi))) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    // The warp's best: the largest value, ties to the lowest index, as two warp reductions on the
+    // value's order-preserving key and then on the index among the lanes holding it (session 17:
+    // five shuffle pairs per slot before; the same picks: -0 counts as +0, as the comparison did).
+    const unsigned key = bi == a.E ? 0u : order_key(bv);
+    const unsigned best = __reduce_max_sync(0xffffffffu, key);
+    bi = static_cast<int>(__reduce_min_sync(0xffffffffu, key == best && bi != a.E ? static_cast<unsigned>(bi)
+                                                                                  : static_cast<unsigned>(a.E)));
     if (lane == j) chosen_lane_id = bi;
     if (bi < a.E) {
       wsum += scores[bi];
@@ -170,19 +175,44 @@ __global__ void moe_index_small_kernel(const int32_t* ids, int P, int K, int E, 
     if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);  // counts only: order-free
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int o = 0, nt = 0, na = 0;
-    for (int e = 0; e < E; ++e) {
-      off[e] = o;
-      offsets_out[e] = o;
-      if (cnt[e] > 0) active[na++] = e;
-      for (int r = 0; r < cnt[e]; r += tile_rows) tiles[nt++] = make_int2(e, o + r);
-      o += cnt[e];
+  // Offsets, tiles and the active list by warp 0, 32 experts per pass: exclusive scans of the
+  // counts and the tile counts (shuffles) and a ballot for the active experts, each pass carrying
+  // its totals into the next (session 17: thread 0 walked the experts one by one before; the
+  // same lists in the same order).
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int o = 0, nt = 0, na = 0;  // carries: rows, tiles, active experts before this pass
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + lane;
+      const int c = e < E ? cnt[e] : 0;
+      const int ntiles = (c + tile_rows - 1) / tile_rows;
+      int ci = c, ti = ntiles;  // inclusive scans
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int cu = __shfl_up_sync(0xffffffffu, ci, d), tu = __shfl_up_sync(0xffffffffu, ti, d);
+        if (lane >= d) {
+          ci += cu;
+          ti += tu;
+        }
+      }
+      const unsigned act = __ballot_sync(0xffffffffu, c > 0);
+      const int eo = o + ci - c, et = nt + ti - ntiles;
+      if (e < E) {
+        off[e] = eo;
+        offsets_out[e] = eo;
+        if (c > 0) active[na + __popc(act & ((1u << lane) - 1u))] = e;
+        for (int r = 0, i = 0; r < c; r += tile_rows, ++i) tiles[et + i] = make_int2(e, eo + r);
+      }
+      o += __shfl_sync(0xffffffffu, ci, 31);
+      nt += __shfl_sync(0xffffffffu, ti, 31);
+      na += __popc(act);
     }
-    off[E] = o;
-    offsets_out[E] = o;
-    *num_tiles = nt;
-    *num_active = na;
+    if (lane == 0) {
+      off[E] = o;
+      offsets_out[E] = o;
+      *num_tiles = nt;
+      *num_active = na;
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < P; i += blockDim.x) {
@@ -437,7 +467,10 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
                              std::to_string(E) + " " + experts[0].gate.w.describe();
   if (compact) {
     const size_t smem = sizeof(int32_t) * (static_cast<size_t>(P) + 2 * E + 1);
-    launch_pdl(pdl_, 1, 1024, smem, stream_, moe_index_small_kernel, topk_ids.ptr<int32_t>(), P, K, E,
+    // As many threads as pairs or experts (whole warps, at least 2, at most 1,024): a decode step's
+    // few pairs do not pay a 1,024-thread block's barriers (session 17).
+    const int threads = std::clamp((std::max(P, E) + 31) / 32 * 32, 64, 1024);
+    launch_pdl(pdl_, 1, threads, smem, stream_, moe_index_small_kernel, topk_ids.ptr<int32_t>(), P, K, E,
                tile_rows, offsets, tiles, num_tiles, row_token, entry_pos, active, num_active);
     check_launch("moe_experts (index)", shapes);
   } else {
