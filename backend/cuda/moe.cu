@@ -257,17 +257,25 @@ __global__ void moe_scatter_kernel(const int32_t* ids, int P, int K, int E, cons
   entry_pos[i] = pos;
 }
 
-// out[t, c] = sum_j w[t, j] * y[pos(t, j), c], slots in order, fp32. One block per token;
-// per pass a thread owns kCombineCols columns (blockDim apart) and loads the rows of
+// out[t, c] = sum_j w[t, j] * y[pos(t, j), c], slots in order, fp32. Blocks (token, column
+// stripe); per pass a thread owns kCombineCols columns (blockDim apart) and loads the rows of
 // kCombineSlots slots before adding them in slot order (dec17: one dependent load per slot
 // and column took ~14 us per call at batch 1, cold, on the H200).
-constexpr int kCombineCols = 4, kCombineSlots = 8;
+constexpr int kCombineCols = 4, kCombineSlots = 8, kCombineThreads = 256;
+// grid.y splits a token's columns into stripes of kCombineCols x kCombineThreads (session 17: one
+// block per token made each thread walk H / 1,024 passes of dependent loads one after another;
+// the sums per column are unchanged, so the bits are too).
+dim3 combine_grid(int64_t T, int64_t H) {
+  return dim3(static_cast<unsigned>(T), static_cast<unsigned>((H + kCombineCols * kCombineThreads - 1) /
+                                                              (kCombineCols * kCombineThreads)));
+}
 __global__ void moe_combine_kernel(const float* y, int64_t H, const int32_t* entry_pos,
                                    const float* w, int K, void* out, int out_kind, int64_t ldo) {
   pdl_wait();  // a programmatic dependent (pdl_launch.cuh): the down GEMM's rows
   pdl_trigger();
   const int t = blockIdx.x;
-  for (int64_t c0 = threadIdx.x; c0 < H; c0 += int64_t{kCombineCols} * blockDim.x) {
+  const int64_t stripe = int64_t{kCombineCols} * blockDim.x;  // columns of one block pass
+  for (int64_t c0 = blockIdx.y * stripe + threadIdx.x; c0 < H; c0 += stripe * gridDim.y) {
     float acc[kCombineCols] = {};
     for (int j0 = 0; j0 < K; j0 += kCombineSlots) {
       float v[kCombineSlots][kCombineCols];
@@ -499,7 +507,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   // never batch-invariant nor clamped.
   if (fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_fp8_ && cutlass_moe_fp8_fits(experts)) {
     const float* yc = moe_experts_cutlass_fp8(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+    launch_pdl(pdl_, combine_grid(T, H), kCombineThreads, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -511,7 +519,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (qgemm) {
     const float* yq = moe_experts_qgemm(a, lda, P, E, H, I, fp4 ? kWeightFP4 : kWeightFP8, ptrs, row_token, offsets,
                                         tiles, num_tiles, tile_rows, max_tiles, limit, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+    launch_pdl(pdl_, combine_grid(T, H), kCombineThreads, 0, stream_, moe_combine_kernel,
         yq, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -523,7 +531,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
   if (!fp8 && !few_rows && !clamped && !options_.batch_invariant && moe_cutlass_ && cutlass_moe_fits(H, I) &&
       lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0) {
     const float* yc = moe_experts_cutlass(a, lda, P, E, H, I, ptrs, row_token, offsets, shapes);
-    launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+    launch_pdl(pdl_, combine_grid(T, H), kCombineThreads, 0, stream_, moe_combine_kernel,
         yc, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
     check_launch("moe_experts (combine)", shapes);
     return;
@@ -617,7 +625,7 @@ void CudaBackend::routed_experts(const Tensor& x, const Tensor& topk_ids, const 
     p.tiles_early = 0;
     launch_gemm(p, "moe_experts (down)", few_rows);
   }
-  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+  launch_pdl(pdl_, combine_grid(T, H), kCombineThreads, 0, stream_, moe_combine_kernel,
       y, H, entry_pos, topk_weights.ptr<float>(), K, ov.data, float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_experts (combine)", shapes);
 }
@@ -639,7 +647,7 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& pos, const Tensor& 
            topk_weights.describe(), " ([T, k]) do not match out ", out.describe());
   if (T == 0) return;
   const int K = static_cast<int>(pos.shape[1]);
-  launch_pdl(pdl_, static_cast<unsigned>(T), 256, 0, stream_, moe_combine_kernel,
+  launch_pdl(pdl_, combine_grid(T, H), kCombineThreads, 0, stream_, moe_combine_kernel,
       static_cast<const float*>(yv.data), H, pos.ptr<int32_t>(), topk_weights.ptr<float>(), K, ov.data,
       float_kind(ov.dtype), ov.row_stride);
   check_launch("moe_combine", out.describe());
