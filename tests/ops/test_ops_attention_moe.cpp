@@ -326,38 +326,38 @@ TEST_F(AttentionMoe, MoeRouting) {
                        MoeRouting{MoeRouting::Scoring::Sigmoid, 256, 8, 8, 4, true, true, true, 2.5f},
                        MoeRouting{MoeRouting::Scoring::Softmax, 64, 6, 8, 3, false, true, false, 1.0f},
                        MoeRouting{MoeRouting::Scoring::Sigmoid, 37, 5, 1, 1, false, false, true, 1.0f}}) {
-   for (bool ties : {false, true}) {
-    const int64_t T = 37, E = r.num_experts, K = r.top_k;
-    std::vector<float> logits = randn(T * E, 2.0f, false), bias = randn(E, 0.1f, false);
-    // Ties (session 17: the warp's pick by reductions on order keys): logits on a grid of 0.5
-    // and one bias for all, so equal choice scores must go to the lowest expert index as on the CPU.
-    if (ties) {
-      for (float& v : logits) v = std::round(v * 2.0f) / 2.0f;
-      std::fill(bias.begin(), bias.end(), 0.25f);
-    }
-    Tensor ic = cpu_i32(std::vector<int32_t>(T * K), {T, K});
-    Tensor wc = cpu_f32(std::vector<float>(T * K), {T, K});
-    cpu_->moe_routing(cpu_f32(logits, {T, E}), cpu_f32(bias, {E}), r, ic, wc);
-    Tensor ig = gpu_poisoned(*gpu_, DType::I32, {T, K});
-    Tensor wg = gpu_poisoned(*gpu_, DType::F32, {T, K});
-    gpu_->moe_routing(gpu_float(*gpu_, logits, {T, E}, DType::F32), gpu_float(*gpu_, bias, {E}, DType::F32), r, ig, wg);
-    std::vector<float> gi = download(*gpu_, ig), gw = download(*gpu_, wg);
-    for (int64_t t = 0; t < T; ++t) {
-      std::map<int, float> want, got;
-      for (int64_t j = 0; j < K; ++j) {
-        want[ic.ptr<int32_t>()[t * K + j]] = wc.ptr<float>()[t * K + j];
-        got[static_cast<int>(gi[t * K + j])] = gw[t * K + j];
+    for (bool ties : {false, true}) {
+      const int64_t T = 37, E = r.num_experts, K = r.top_k;
+      std::vector<float> logits = randn(T * E, 2.0f, false), bias = randn(E, 0.1f, false);
+      // Ties (session 17: the warp's pick by reductions on order keys): logits on a grid of 0.5
+      // and one bias for all, so equal choice scores must go to the lowest expert index as on the CPU.
+      if (ties) {
+        for (float& v : logits) v = std::round(v * 2.0f) / 2.0f;
+        std::fill(bias.begin(), bias.end(), 0.25f);
       }
-      ASSERT_EQ(got.size(), want.size()) << "token " << t << " E " << E << ", seed " << seed_;
-      for (auto [e, w] : want) {
-        ASSERT_TRUE(got.count(e)) << "token " << t << " expert " << e << " not chosen, E " << E << ", seed " << seed_;
-        EXPECT_NEAR(got[e], w, 1e-5 * std::max(1.0f, std::fabs(w))) << "token " << t << " expert " << e;
+      Tensor ic = cpu_i32(std::vector<int32_t>(T * K), {T, K});
+      Tensor wc = cpu_f32(std::vector<float>(T * K), {T, K});
+      cpu_->moe_routing(cpu_f32(logits, {T, E}), cpu_f32(bias, {E}), r, ic, wc);
+      Tensor ig = gpu_poisoned(*gpu_, DType::I32, {T, K});
+      Tensor wg = gpu_poisoned(*gpu_, DType::F32, {T, K});
+      gpu_->moe_routing(gpu_float(*gpu_, logits, {T, E}, DType::F32), gpu_float(*gpu_, bias, {E}, DType::F32), r, ig, wg);
+      std::vector<float> gi = download(*gpu_, ig), gw = download(*gpu_, wg);
+      for (int64_t t = 0; t < T; ++t) {
+        std::map<int, float> want, got;
+        for (int64_t j = 0; j < K; ++j) {
+          want[ic.ptr<int32_t>()[t * K + j]] = wc.ptr<float>()[t * K + j];
+          got[static_cast<int>(gi[t * K + j])] = gw[t * K + j];
+        }
+        ASSERT_EQ(got.size(), want.size()) << "token " << t << " E " << E << ", seed " << seed_;
+        for (auto [e, w] : want) {
+          ASSERT_TRUE(got.count(e)) << "token " << t << " expert " << e << " not chosen, E " << E << ", seed " << seed_;
+          EXPECT_NEAR(got[e], w, 1e-5 * std::max(1.0f, std::fabs(w))) << "token " << t << " expert " << e;
+        }
+        // Slots in descending choice order: the CPU order is the contract.
+        for (int64_t j = 0; j < K; ++j)
+          EXPECT_EQ(static_cast<int>(gi[t * K + j]), ic.ptr<int32_t>()[t * K + j]) << (ties ? "ties, " : "") << "token " << t;
       }
-      // Slots in descending choice order: the CPU order is the contract.
-      for (int64_t j = 0; j < K; ++j)
-        EXPECT_EQ(static_cast<int>(gi[t * K + j]), ic.ptr<int32_t>()[t * K + j]) << (ties ? "ties, " : "") << "token " << t;
     }
-   }
   }
 }
 
