@@ -1,8 +1,12 @@
-# Shared compile settings for every deepinfer target.
+# Shared compile settings for every deepinfer target. Every build type targets x86-64-v3 (AVX2,
+# FMA, F16C), the ISA the optimized build always required: a Debug / sanitizer build without it
+# ran the CPU kernels' fused steps as one libm fmaf call per lane (the embedded model's prefill
+# ~1,800x slower than Release under ASan; CI's ASan stage timed out three tests, 2026-12-04).
 add_library(deepinfer_flags INTERFACE)
 target_compile_options(deepinfer_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-psabi>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release,RelWithDebInfo>>:-O3 -march=x86-64-v3>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release,RelWithDebInfo>>:-O3 -march=x86-64-v3>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<NOT:$<CONFIG:Release,RelWithDebInfo>>>:-march=x86-64-v3>)
 if(DEEPINFER_WERROR)
   target_compile_options(deepinfer_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
 endif()
