@@ -226,9 +226,13 @@ void axpy4_avx512(const float* alpha, const float* x0, const float* x1, const fl
 // same bits, so a row's result does not depend on how many rows share the call.
 void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                   int64_t n_end);
-// The buffered path alone, for any number of rows (tests compare the two paths bitwise).
+// The buffered path alone, for any number of rows (tests compare the two paths bitwise): on
+// CPUs with AVX-512 its 16-lane form (two weight rows per register, up to six x rows per
+// weight load), elsewhere the 8-lane form below; the same bits.
 void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                            int64_t n_end);
+void gemm_columns_buffered_8lane(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                                 int64_t n_end);
 // Checks a Weight's dtype, scales and shape; `what` names it in the message.
 void check_weight(const Weight& w, int64_t in_features, const char* what);
 // Threaded GEMM on `pool`: splits the output columns into fixed tiles.

@@ -610,7 +610,101 @@ int64_t rows_direct_avx512(const Rows& x, const Weight& w, const Rows& out, int6
   for (; n0 + R <= n_end; n0 += R) group(x, w, out, n0);
   return n0;
 }
+// The buffered path on AVX-512 (chosen at run time where the CPU has it). The weight block is
+// written pair-interleaved: per 8-float chunk, weight row j's chunk then row j + 1's, so one
+// zmm load carries both. Each zmm accumulator holds the 8-lane accumulators of (x row m,
+// weight row j) in its low half and (m, j + 1) in its high half, lane for lane, each taking
+// the same chunks in the same order and summed by the same hsum8 into the same per-block
+// `acc +=`: the bits of the AVX2 passes, with R x rows sharing every weight load.
+template <int R>
+DI_AVX512_TARGET inline void buffered_rows_avx512(const float* const* xs, const float* wt2,
+                                                  int64_t kb_pad, int64_t nt4, float* const* acc) {
+  for (int64_t j = 0; j < nt4; j += 4) {  // weight rows j .. j + 3: two pairs
+    const float* p0 = wt2 + j * kb_pad;   // pair j / 2 starts at (j / 2) * 2 * kb_pad
+    const float* p1 = p0 + 2 * kb_pad;
+    __m512 c[R][2];
+    DI_UNROLL for (int r = 0; r < R; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kb_pad; k += 8) {
+      const __m512 b0 = _mm512_loadu_ps(p0 + 2 * k), b1 = _mm512_loadu_ps(p1 + 2 * k);
+      DI_UNROLL for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r] + k));
+        c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]);
+        c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+      }
+    }
+    // hsum8's fixed order in both halves at once: lane 0 ends as ((l0 + l1) + (l2 + l3)) +
+    // ((l4 + l5) + (l6 + l7)), lane 8 the same of lanes 8..15 (IEEE addition is commutative,
+    // so the swapped operands of the other lanes give the same sums).
+    DI_UNROLL for (int r = 0; r < R; ++r) {
+      DI_UNROLL for (int q = 0; q < 2; ++q) {
+        __m512 v = c[r][q];
+        v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));        // (l0 + l1), (l2 + l3), ...
+        v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));        // (01 + 23), (45 + 67), ...
+        v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // (0123 + 4567) in lanes 0, 8
+        acc[r][j + 2 * q] += _mm512_cvtss_f32(v);
+        acc[r][j + 2 * q + 1] += _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2));
+      }
+    }
+  }
+}
+
+constexpr int kBufferedRowsAvx512 = 6;  // x rows per pass: 12 zmm accumulators
+
+DI_AVX512_TARGET void gemm_columns_buffered_avx512(const Rows& x, const Weight& w, const Rows& out,
+                                                   int64_t n_begin, int64_t n_end) {
+  constexpr int R = kBufferedRowsAvx512;
+  const int64_t M = x.rows, K = x.cols;
+  float* xbuf = scratch_floats(2, R * kBlockK);  // [R, kBlockK]: partial x blocks
+  float* row = scratch_floats(5, kBlockK);       // one weight row's block, before interleaving
+  for (int64_t t0 = n_begin; t0 < n_end; t0 += kTileN) {
+    const int64_t nt = std::min(kTileN, n_end - t0);
+    const int64_t nt4 = (nt + 3) / 4 * 4;
+    float* acc = scratch_floats(0, static_cast<size_t>(M * nt4));  // [M, nt4]
+    std::fill(acc, acc + M * nt4, 0.0f);
+    float* wt2 = scratch_floats(1, static_cast<size_t>(nt4 * kBlockK));  // [nt4 / 2, kb_pad / 8, 16]
+    for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+      const int64_t kb = std::min(kBlockK, K - k0);
+      const int64_t kb_pad = (kb + 7) / 8 * 8;
+      for (int64_t j = 0; j < nt4; ++j) {
+        if (j < nt) weight_row_block(w, t0 + j, k0, kb, kb_pad, row);
+        else std::fill(row, row + kb_pad, 0.0f);
+        float* dst = wt2 + (j / 2) * 2 * kb_pad + (j % 2) * 8;
+        for (int64_t c = 0; c < kb_pad; c += 8) std::memcpy(dst + 2 * c, row + c, 32);
+      }
+      const float* xs[R];
+      float* as[R];
+      // As few passes as R rows allow, their rows balanced (8 rows: 4 + 4, not 6 + 2).
+      const int64_t passes = (M + R - 1) / R, per_pass = (M + passes - 1) / passes;
+      int64_t m = 0;
+      while (m < M) {
+        const int rows = static_cast<int>(std::min<int64_t>(per_pass, M - m));
+        for (int r = 0; r < rows; ++r) {
+          const float* xr = x.f32(m + r) + k0;
+          if (kb_pad != kb) {  // zero-padded into its slot
+            float* buf = xbuf + r * kBlockK;
+            std::memcpy(buf, xr, static_cast<size_t>(kb) * 4);
+            std::fill(buf + kb, buf + kb_pad, 0.0f);
+            xr = buf;
+          }
+          xs[r] = xr;
+          as[r] = acc + (m + r) * nt4;
+        }
+        switch (rows) {
+          case 6: buffered_rows_avx512<6>(xs, wt2, kb_pad, nt4, as); break;
+          case 5: buffered_rows_avx512<5>(xs, wt2, kb_pad, nt4, as); break;
+          case 4: buffered_rows_avx512<4>(xs, wt2, kb_pad, nt4, as); break;
+          case 3: buffered_rows_avx512<3>(xs, wt2, kb_pad, nt4, as); break;
+          case 2: buffered_rows_avx512<2>(xs, wt2, kb_pad, nt4, as); break;
+          default: buffered_rows_avx512<1>(xs, wt2, kb_pad, nt4, as); break;
+        }
+        m += rows;
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) std::memcpy(out.f32(m) + t0, acc + m * nt4, nt * 4);
+  }
+}
 #endif
+
 
 template <DType D>
 void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
@@ -656,6 +750,14 @@ void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_beg
 
 void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                            int64_t n_end) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (cpu_has_avx512()) return gemm_columns_buffered_avx512(x, w, out, n_begin, n_end);
+#endif
+  gemm_columns_buffered_8lane(x, w, out, n_begin, n_end);
+}
+
+void gemm_columns_buffered_8lane(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
+                                 int64_t n_end) {
   const int64_t M = x.rows, K = x.cols;
   float* xbuf = scratch_floats(2, 3 * kBlockK);  // [3, kBlockK]: partial x blocks
   for (int64_t t0 = n_begin; t0 < n_end; t0 += kTileN) {

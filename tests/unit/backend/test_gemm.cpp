@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cpu/cpu_backend.h"
 #include "op_test_util.h"
 
 namespace deepinfer {
@@ -255,6 +256,34 @@ TEST(CpuGemm, F32DirectRowGroupsMatchBufferedBits) {
   const int64_t N = 53, K = 392, M = 5;
   TestWeight tw = make_weight(DType::F32, N, K, 81);
   expect_direct_matches_buffered(tw, M, N, K, 83, "f32");
+}
+
+// Where the CPU has AVX-512 the buffered path runs its 16-lane form (two weight rows per zmm,
+// up to six x rows per weight load, passes balanced): the 8-lane form's bits, every element
+// written, for 1-13 and 64 rows, every weight dtype, N = 37 (a 5-row tile padded to 8) and
+// K = 515 (a partial block ending in a partial 8-chunk), whole and from column 3.
+TEST(CpuGemm, BufferedAvx512MatchesEightLaneBits) {
+  if (!cpu::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  struct Case { DType dtype; int64_t N, K; int block; };
+  for (const Case c : {Case{DType::F32, 37, 515, 128}, Case{DType::BF16, 37, 515, 128},
+                       Case{DType::F8_E4M3, 37, 515, 128}, Case{DType::F8_E4M3, 70, 264, 16}}) {
+    TestWeight tw = make_weight(c.dtype, c.N, c.K, 29, c.block);
+    for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 64}) {
+      for (int64_t n0 : {int64_t{0}, int64_t{3}}) {
+        HostBuffer x = test::random_f32({M, c.K}, 31 + M);
+        HostBuffer got = test::f32_buffer({M, c.N}, NAN), want = test::f32_buffer({M, c.N}, NAN);
+        const cpu::Rows xr = cpu::as_rows(x.tensor(), "x");
+        cpu::gemm_columns_buffered(xr, tw.weight, cpu::as_rows(got.tensor(), "got"), n0, c.N);
+        cpu::gemm_columns_buffered_8lane(xr, tw.weight, cpu::as_rows(want.tensor(), "want"), n0, c.N);
+        const std::string what = std::string(dtype_name(c.dtype)) + " N=" + std::to_string(c.N) +
+                                 " M=" + std::to_string(M) + " n0=" + std::to_string(n0);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = n0; n < c.N; ++n)
+            ASSERT_TRUE(std::isfinite(got.ptr<float>()[m * c.N + n])) << what << " m " << m << " n " << n;
+        ASSERT_EQ(std::memcmp(got.ptr<float>(), want.ptr<float>(), M * c.N * 4), 0) << what;
+      }
+    }
+  }
 }
 
 // The CPU gemm_heads (every head's column tiles in one threaded loop) gives the bits of the
