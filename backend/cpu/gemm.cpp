@@ -21,12 +21,14 @@
 #include <cstring>
 #include <vector>
 #if (defined(__AVX2__) && defined(__F16C__)) || defined(__x86_64__)
-// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as maybe uninitialized.
+// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as (maybe) uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd_avx512.h"
 
 namespace deepinfer::cpu {
 namespace {
@@ -346,7 +348,6 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 // The register-array loops below unrolled in full, so the accumulators stay in zmm registers
 // (otherwise GCC kept them in memory: a store and a reload in every FMA's dependency chain).
 #define DI_UNROLL _Pragma("GCC unroll 16")
@@ -446,12 +447,11 @@ DI_AVX512_TARGET bool fp8_rows_avx512(const Rows& x, const Weight& w, const Rows
     for (int m = 0; m < M; ++m)
       DI_UNROLL
       for (int p = 0; p < P; ++p) {
-        // Through memory, not hsum(v8f): a v8f argument to a function built for the base ISA
-        // is passed another way where that ISA has no AVX (Debug builds; cpu_backend.h).
-        alignas(64) float l[16];
-        _mm512_store_ps(l, a[m][p]);
-        acc[m][2 * p] += hsum8_floats(l);
-        acc[m][2 * p + 1] += hsum8_floats(l + 8);
+        // In registers, never hsum(v8f): a v8f argument to a function built for the base ISA
+        // is passed another way where that ISA has no AVX (cpu_backend.h).
+        const __m512 v = hsum8_halves(a[m][p]);
+        acc[m][2 * p] += hsum8_low(v);
+        acc[m][2 * p + 1] += hsum8_high(v);
       }
   }
   for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
@@ -527,12 +527,12 @@ DI_AVX512_TARGET void bf16_rows_avx512(const Rows& x, const Weight& w, const Row
     for (int m = 0; m < M; ++m)
       DI_UNROLL
       for (int g = 0; g < Q; ++g) {
-        alignas(64) float l[16], h[16];
-        _mm512_store_ps(l, lo[m][g]);
-        _mm512_store_ps(h, hi[m][g]);
-        for (int r = 0; r < 4; ++r)
-          acc[m][4 * g + r] += ((l[4 * r] + l[4 * r + 1]) + (l[4 * r + 2] + l[4 * r + 3])) +
-                               ((h[4 * r] + h[4 * r + 1]) + (h[4 * r + 2] + h[4 * r + 3]));
+        // Row r's sum ((l0 + l1) + (l2 + l3)) + ((h0 + h1) + (h2 + h3)) lands in lane 4 r.
+        const __m512 t = _mm512_add_ps(hsum4_quads(lo[m][g]), hsum4_quads(hi[m][g]));
+        const __m128 sums = _mm512_castps512_ps128(
+            _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+        float* dst = &acc[m][4 * g];
+        _mm_storeu_ps(dst, _mm_add_ps(_mm_loadu_ps(dst), sums));
       }
   }
   for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
@@ -573,10 +573,9 @@ DI_AVX512_TARGET void f32_rows_avx512(const Rows& x, const Weight& w, const Rows
     for (int m = 0; m < M; ++m)
       DI_UNROLL
       for (int p = 0; p < P; ++p) {
-        alignas(64) float l[16];  // through memory, as fp8_rows_avx512 sums
-        _mm512_store_ps(l, a[m][p]);
-        acc[m][2 * p] += hsum8_floats(l);
-        acc[m][2 * p + 1] += hsum8_floats(l + 8);
+        const __m512 v = hsum8_halves(a[m][p]);  // as fp8_rows_avx512 sums
+        acc[m][2 * p] += hsum8_low(v);
+        acc[m][2 * p + 1] += hsum8_high(v);
       }
   }
   for (int m = 0; m < M; ++m) std::memcpy(out.f32(m) + n0, acc[m], sizeof(acc[m]));
@@ -632,17 +631,11 @@ DI_AVX512_TARGET inline void buffered_rows_avx512(const float* const* xs, const 
         c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
       }
     }
-    // hsum8's fixed order in both halves at once: lane 0 ends as ((l0 + l1) + (l2 + l3)) +
-    // ((l4 + l5) + (l6 + l7)), lane 8 the same of lanes 8..15 (IEEE addition is commutative,
-    // so the swapped operands of the other lanes give the same sums).
     DI_UNROLL for (int r = 0; r < R; ++r) {
       DI_UNROLL for (int q = 0; q < 2; ++q) {
-        __m512 v = c[r][q];
-        v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));        // (l0 + l1), (l2 + l3), ...
-        v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));        // (01 + 23), (45 + 67), ...
-        v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));  // (0123 + 4567) in lanes 0, 8
-        acc[r][j + 2 * q] += _mm512_cvtss_f32(v);
-        acc[r][j + 2 * q + 1] += _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2));
+        const __m512 v = hsum8_halves(c[r][q]);
+        acc[r][j + 2 * q] += hsum8_low(v);
+        acc[r][j + 2 * q + 1] += hsum8_high(v);
       }
     }
   }

@@ -2,13 +2,14 @@
 // AVX-512F/BW/VL/DQ; each keeps every lane and every sum of its 8-lane form, so the results
 // are the same bits. The 8-lane forms' vectors never cross a call into or out of these
 // functions (built for another ISA than the rest: cpu_backend.h says why).
-// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as maybe uninitialized.
+// GCC 12 reports the AVX-512 intrinsics' own _mm512_undefined_* as (maybe) uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd_avx512.h"
 
-#define DI_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace deepinfer::cpu {
 
@@ -38,10 +39,9 @@ DI_AVX512_TARGET void dot8x4x3_rows_avx512(const float* const* a, const float* c
   }
   for (int r = 0; r < 3; ++r)
     for (int p = 0; p < 2; ++p) {
-      alignas(64) float l[16];
-      _mm512_store_ps(l, c[r][p]);
-      out[r][2 * p] = hsum8_floats(l);
-      out[r][2 * p + 1] = hsum8_floats(l + 8);
+      const __m512 v = hsum8_halves(c[r][p]);
+      out[r][2 * p] = hsum8_low(v);
+      out[r][2 * p + 1] = hsum8_high(v);
     }
 }
 
