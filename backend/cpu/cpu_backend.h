@@ -218,6 +218,10 @@ void dot8x4x3_rows_avx512(const float* const* a, const float* const* b, int64_t 
 // axpy4 in 16 lanes (elementwise, the same fused steps per element): the same bits.
 void axpy4_avx512(const float* alpha, const float* x0, const float* x1, const float* x2,
                   const float* x3, float* y, int64_t n);
+// axpy4_avx512 on up to three y rows (rows <= 3) sharing x0..x3, alpha[r] for y[r]: the bits of
+// one axpy4_avx512 per row.
+void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0, const float* x1,
+                       const float* x2, const float* x3, float* const* y, int64_t n);
 
 // Single-threaded blocked GEMM over output columns [n_begin, n_end):
 // out[m, n] = sum_k x[m, k] * W[n, k]. Used by gemm() and by the MoE experts.

@@ -255,19 +255,23 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
   const Selection sel = indices == nullptr ? Selection{} : check_indices(*indices, qv.T, ctx, op);
   const int64_t v_dim = vv.D;
   const bool avx512 = cpu_has_avx512();  // 16-lane forms, the same bits
-  // Normalizes one query's scores and sums the values: axpy4 / axpy, the same products and
-  // sums in the same order as one axpy per key.
-  auto finish = [&](int64_t t, int64_t h, float* scores, int64_t n, auto value) {
-    const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
+  // finish normalizes one query's scores and sums the values: axpy4 / axpy, the same products
+  // and sums in the same order as one axpy per key. finish_from sums from key j on, with o
+  // already holding keys [0, j) in those blocks (softmax and zeroing done).
+  auto finish_from = [&](int64_t t, int64_t h, float* scores, int64_t n, auto value, int64_t j,
+                         float inv_sum) {
     float* o = ov.at(t, h);
-    std::fill(o, o + v_dim, 0.0f);
-    int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
       if (avx512) axpy4_avx512(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
       else axpy4(scores + j, value(j), value(j + 1), value(j + 2), value(j + 3), o, v_dim);
     }
     for (; j < n; ++j) axpy(scores[j], value(j), o, v_dim);
     for (int64_t i = 0; i < v_dim; ++i) o[i] *= inv_sum;
+  };
+  auto finish = [&](int64_t t, int64_t h, float* scores, int64_t n, auto value) {
+    const float inv_sum = n > 0 ? 1.0f / softmax_unnormalized(scores, n) : 0.0f;
+    std::fill(ov.at(t, h), ov.at(t, h) + v_dim, 0.0f);
+    finish_from(t, h, scores, n, value, 0, inv_sum);
   };
   if (sel.data == nullptr && qv.D % 8 == 0) {
     // Dense causal: up to three consecutive queries of one sequence share each key load
@@ -295,12 +299,29 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
           if (avx512) dot8x4x3_rows_avx512(qr, ks, qv.D, out3);
           else dot8x4x3_rows(qr, ks, qv.D, out3);
         }
+        auto value = [&](int64_t i) { return vv.at(first + i, h); };
+        float inv_sum[3];
         for (int64_t r = 0; r < cnt; ++r) {
           const int64_t n = n0 + r;
           for (int64_t i = 0; i < j; ++i) srow[r][i] *= softmax_scale;
           for (int64_t i = j; i < n; ++i) srow[r][i] = dot8(qr[r], key(i), qv.D) * softmax_scale;
-          finish(t0 + r, h, srow[r], n, [&](int64_t i) { return vv.at(first + i, h); });
+          inv_sum[r] = n > 0 ? 1.0f / softmax_unnormalized(srow[r], n) : 0.0f;
+          std::fill(ov.at(t0 + r, h), ov.at(t0 + r, h) + v_dim, 0.0f);
         }
+        // Values: the group's common keys [0, n0) in blocks of four with each value row loaded
+        // once for all its queries (axpy4_rows_avx512), then each query's own blocks and keys
+        // on from there: per query the blocks and order of `finish`, so its bits.
+        int64_t common = 0;
+        if (avx512 && cnt > 1) {
+          float* ys[3] = {ov.at(t0, h), ov.at(t0 + 1, h), ov.at(t0 + std::min<int64_t>(2, cnt - 1), h)};
+          for (; common + 4 <= n0; common += 4) {
+            const float* al[3] = {srow[0] + common, srow[1] + common, srow[2] + common};
+            axpy4_rows_avx512(al, static_cast<int>(cnt), value(common), value(common + 1),
+                              value(common + 2), value(common + 3), ys, v_dim);
+          }
+        }
+        for (int64_t r = 0; r < cnt; ++r)
+          finish_from(t0 + r, h, srow[r], n0 + r, value, common, inv_sum[r]);
       }
     });
     return;

@@ -69,4 +69,41 @@ DI_AVX512_TARGET void axpy4_avx512(const float* alpha, const float* x0, const fl
   }
 }
 
+// axpy4_avx512 for up to three y rows sharing the four x rows: y[r] gets alpha[r][0..3] in that
+// order per element, the same fused steps as axpy4_avx512(alpha[r], ..., y[r]); each x chunk
+// loaded once for all rows.
+DI_AVX512_TARGET void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0,
+                                        const float* x1, const float* x2, const float* x3,
+                                        float* const* y, int64_t n) {
+  __m512 a[3][4];
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < 4; ++k) a[r][k] = _mm512_set1_ps(alpha[r][k]);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v0 = _mm512_loadu_ps(x0 + i), v1 = _mm512_loadu_ps(x1 + i);
+    const __m512 v2 = _mm512_loadu_ps(x2 + i), v3 = _mm512_loadu_ps(x3 + i);
+    for (int r = 0; r < rows; ++r) {
+      __m512 v = _mm512_loadu_ps(y[r] + i);
+      v = _mm512_fmadd_ps(a[r][0], v0, v);
+      v = _mm512_fmadd_ps(a[r][1], v1, v);
+      v = _mm512_fmadd_ps(a[r][2], v2, v);
+      v = _mm512_fmadd_ps(a[r][3], v3, v);
+      _mm512_storeu_ps(y[r] + i, v);
+    }
+  }
+  if (i < n) {  // the tail in masked lanes
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 v0 = _mm512_maskz_loadu_ps(m, x0 + i), v1 = _mm512_maskz_loadu_ps(m, x1 + i);
+    const __m512 v2 = _mm512_maskz_loadu_ps(m, x2 + i), v3 = _mm512_maskz_loadu_ps(m, x3 + i);
+    for (int r = 0; r < rows; ++r) {
+      __m512 v = _mm512_maskz_loadu_ps(m, y[r] + i);
+      v = _mm512_fmadd_ps(a[r][0], v0, v);
+      v = _mm512_fmadd_ps(a[r][1], v1, v);
+      v = _mm512_fmadd_ps(a[r][2], v2, v);
+      v = _mm512_fmadd_ps(a[r][3], v3, v);
+      _mm512_mask_storeu_ps(y[r] + i, m, v);
+    }
+  }
+}
+
 }  // namespace deepinfer::cpu

@@ -214,6 +214,23 @@ TEST(CpuAttention, Avx512HelpersMatchTheEightLaneForms) {
     cpu::axpy4_avx512(alpha, r[0], r[1], r[2], r[3], got.data(), n);
     EXPECT_EQ(std::memcmp(want.data(), got.data(), n * 4), 0) << "n = " << n;
   }
+  // Up to three y rows sharing the x rows (prefill's queries of a group): one axpy4 per row.
+  const float alphas[3][4] = {{0.37f, -1.91f, 0.0041f, 12.5f}, {-0.5f, 3.25f, 1e-3f, -7.0f},
+                              {2.0f, 0.125f, -0.75f, 0.3f}};
+  const float* al[3] = {alphas[0], alphas[1], alphas[2]};
+  for (int rows = 1; rows <= 3; ++rows) {
+    for (int64_t n : {int64_t{128}, int64_t{133}}) {
+      std::vector<float> want(3 * n), got(3 * n);
+      for (int y = 0; y < 3; ++y) {
+        std::copy(r[4 + y], r[4 + y] + n, want.begin() + y * n);
+        std::copy(r[4 + y], r[4 + y] + n, got.begin() + y * n);
+      }
+      float* ys[3] = {got.data(), got.data() + n, got.data() + 2 * n};
+      for (int y = 0; y < rows; ++y) cpu::axpy4(al[y], r[0], r[1], r[2], r[3], want.data() + y * n, n);
+      cpu::axpy4_rows_avx512(al, rows, r[0], r[1], r[2], r[3], ys, n);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), 3 * n * 4), 0) << "rows " << rows << " n " << n;
+    }
+  }
 }
 
 }  // namespace
