@@ -218,6 +218,10 @@ void dot8x4x3_rows_avx512(const float* const* a, const float* const* b, int64_t 
 // axpy4 in 16 lanes (elementwise, the same fused steps per element): the same bits.
 void axpy4_avx512(const float* alpha, const float* x0, const float* x1, const float* x2,
                   const float* x3, float* y, int64_t n);
+// out[r][i] = dot8(q_r, keys[i], n) for six queries r and four keys, the queries given
+// pair-interleaved per 8-float chunk in `qpairs` ([3][n / 8][16]: q_2p's chunk, then q_2p+1's);
+// n a multiple of 8. The bits of dot8x4_rows per query.
+void dot8x4_qpairs_avx512(const float* qpairs, const float* const* keys, int64_t n, float* const* out);
 // axpy4_avx512 on up to three y rows (rows <= 3) sharing x0..x3, alpha[r] for y[r]: the bits of
 // one axpy4_avx512 per row.
 void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0, const float* x1,

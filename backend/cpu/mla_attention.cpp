@@ -7,6 +7,7 @@
 // The *_sparse variants (DeepSeek-V3.2) run the same kernels over the positions a token's
 // row of `indices` lists (ascending, as indexer_topk writes them) instead of all of them.
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <vector>
 
@@ -274,50 +275,72 @@ void prefill_attention(ThreadPool& pool, const Tensor& q, const Tensor& k, const
     finish_from(t, h, scores, n, value, 0, inv_sum);
   };
   if (sel.data == nullptr && qv.D % 8 == 0) {
-    // Dense causal: up to three consecutive queries of one sequence share each key load
-    // (dot8x4x3_rows); every score is still dot8(q, k) * scale, so the bits are the
-    // one-query-at-a-time bits. Query t sees keys first .. t: the group's first query's keys
-    // are common, the later ones add one key each.
+    // Dense causal: a group of consecutive queries of one sequence shares each key load (six
+    // on AVX-512, pair-interleaved: dot8x4_qpairs_avx512; else three: dot8x4x3_rows) and each
+    // value load (axpy4_rows_avx512); every score is still dot8(q, k) * scale and every output
+    // the blocks of `finish`, so the bits are the one-query-at-a-time bits. Query t sees keys
+    // first .. t: the group's first query's keys are common, the later ones add one key each.
+    const int64_t gq = avx512 ? 6 : 3;
     std::vector<int64_t> groups;  // first token of each group
     for (int s = 0; s < num_seqs; ++s)
-      for (int64_t t = qs[s]; t < qs[s + 1]; t += 3) groups.push_back(t);
+      for (int64_t t = qs[s]; t < qs[s + 1]; t += gq) groups.push_back(t);
     const int64_t G = static_cast<int64_t>(groups.size());
+    const int64_t D = qv.D;
     pool.parallel_for(G * qv.H, 1, [&](int64_t b, int64_t e) {
       for (int64_t task = b; task < e; ++task) {
         const int64_t t0 = groups[task / qv.H], h = task % qv.H;
-        const int64_t end = qs[seq_of[t0] + 1], cnt = std::min<int64_t>(3, end - t0);
-        const int64_t first = kv_first[seq_of[t0]], n0 = ctx(t0), stride = n0 + 2;
-        float* sc = scratch_floats(3, static_cast<size_t>(3 * stride));
-        float* srow[3] = {sc, sc + stride, sc + 2 * stride};
-        const float* qr[3];
-        for (int r = 0; r < 3; ++r) qr[r] = qv.at(t0 + std::min<int64_t>(r, cnt - 1), h);  // pad: repeat
+        const int64_t end = qs[seq_of[t0] + 1], cnt = std::min<int64_t>(gq, end - t0);
+        const int64_t first = kv_first[seq_of[t0]], n0 = ctx(t0), stride = n0 + gq - 1;
+        float* sc = scratch_floats(3, static_cast<size_t>(gq * stride));
+        float* srow[6];
+        const float* qr[6];
+        for (int64_t r = 0; r < gq; ++r) {
+          srow[r] = sc + r * stride;
+          qr[r] = qv.at(t0 + std::min<int64_t>(r, cnt - 1), h);  // pad: repeat the last
+        }
         auto key = [&](int64_t j) { return kv.at(first + j, h); };
         int64_t j = 0;
-        for (; j + 4 <= n0; j += 4) {
-          const float* ks[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
-          float* out3[3] = {srow[0] + j, srow[1] + j, srow[2] + j};
-          if (avx512) dot8x4x3_rows_avx512(qr, ks, qv.D, out3);
-          else dot8x4x3_rows(qr, ks, qv.D, out3);
+        if (avx512) {
+          float* qp = scratch_floats(6, static_cast<size_t>(6 * D));  // [3][D / 8][16]
+          for (int p = 0; p < 3; ++p)
+            for (int64_t c = 0; c < D; c += 8) {
+              std::memcpy(qp + p * 2 * D + 2 * c, qr[2 * p] + c, 32);
+              std::memcpy(qp + p * 2 * D + 2 * c + 8, qr[2 * p + 1] + c, 32);
+            }
+          for (; j + 4 <= n0; j += 4) {
+            const float* ks[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
+            float* out6[6];
+            for (int r = 0; r < 6; ++r) out6[r] = srow[r] + j;
+            dot8x4_qpairs_avx512(qp, ks, D, out6);
+          }
+        } else {
+          for (; j + 4 <= n0; j += 4) {
+            const float* ks[4] = {key(j), key(j + 1), key(j + 2), key(j + 3)};
+            float* out3[3] = {srow[0] + j, srow[1] + j, srow[2] + j};
+            dot8x4x3_rows(qr, ks, D, out3);
+          }
         }
         auto value = [&](int64_t i) { return vv.at(first + i, h); };
-        float inv_sum[3];
+        float inv_sum[6];
         for (int64_t r = 0; r < cnt; ++r) {
           const int64_t n = n0 + r;
           for (int64_t i = 0; i < j; ++i) srow[r][i] *= softmax_scale;
-          for (int64_t i = j; i < n; ++i) srow[r][i] = dot8(qr[r], key(i), qv.D) * softmax_scale;
+          for (int64_t i = j; i < n; ++i) srow[r][i] = dot8(qr[r], key(i), D) * softmax_scale;
           inv_sum[r] = n > 0 ? 1.0f / softmax_unnormalized(srow[r], n) : 0.0f;
           std::fill(ov.at(t0 + r, h), ov.at(t0 + r, h) + v_dim, 0.0f);
         }
-        // Values: the group's common keys [0, n0) in blocks of four with each value row loaded
-        // once for all its queries (axpy4_rows_avx512), then each query's own blocks and keys
-        // on from there: per query the blocks and order of `finish`, so its bits.
+        // Values: the common keys [0, n0) in blocks of four, each value row loaded once per
+        // three queries, then each query's own blocks and keys on from there.
         int64_t common = 0;
         if (avx512 && cnt > 1) {
-          float* ys[3] = {ov.at(t0, h), ov.at(t0 + 1, h), ov.at(t0 + std::min<int64_t>(2, cnt - 1), h)};
+          float* ys[6];
+          for (int64_t r = 0; r < cnt; ++r) ys[r] = ov.at(t0 + r, h);
           for (; common + 4 <= n0; common += 4) {
-            const float* al[3] = {srow[0] + common, srow[1] + common, srow[2] + common};
-            axpy4_rows_avx512(al, static_cast<int>(cnt), value(common), value(common + 1),
-                              value(common + 2), value(common + 3), ys, v_dim);
+            const float* al[6];
+            for (int64_t r = 0; r < cnt; ++r) al[r] = srow[r] + common;
+            for (int64_t r0 = 0; r0 < cnt; r0 += 3)
+              axpy4_rows_avx512(al + r0, static_cast<int>(std::min<int64_t>(3, cnt - r0)), value(common),
+                                value(common + 1), value(common + 2), value(common + 3), ys + r0, v_dim);
           }
         }
         for (int64_t r = 0; r < cnt; ++r)

@@ -69,6 +69,31 @@ DI_AVX512_TARGET void axpy4_avx512(const float* alpha, const float* x0, const fl
   }
 }
 
+// Six queries' scores against four keys: queries pair-interleaved per 8-float chunk in `qpairs`
+// ([3 pairs][n / 8][16]: query 2p's chunk, then 2p + 1's), each key chunk broadcast to both
+// halves. Accumulator (p, i) holds the 8-lane accumulators of dot8(q_2p, k_i) and
+// dot8(q_2p+1, k_i) lane for lane (a * b == b * a exactly), summed in hsum8's order.
+DI_AVX512_TARGET void dot8x4_qpairs_avx512(const float* qpairs, const float* const* keys,
+                                           int64_t n, float* const* out) {
+  __m512 c[3][4];
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 4; ++i) c[p][i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < n; k += 8) {
+    __m512 kb[4];
+    for (int i = 0; i < 4; ++i) kb[i] = _mm512_broadcast_f32x8(_mm256_loadu_ps(keys[i] + k));
+    for (int p = 0; p < 3; ++p) {
+      const __m512 q = _mm512_loadu_ps(qpairs + p * 2 * n + 2 * k);
+      for (int i = 0; i < 4; ++i) c[p][i] = _mm512_fmadd_ps(q, kb[i], c[p][i]);
+    }
+  }
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 4; ++i) {
+      const __m512 v = hsum8_halves(c[p][i]);
+      out[2 * p][i] = hsum8_low(v);
+      out[2 * p + 1][i] = hsum8_high(v);
+    }
+}
+
 // axpy4_avx512 for up to three y rows sharing the four x rows: y[r] gets alpha[r][0..3] in that
 // order per element, the same fused steps as axpy4_avx512(alpha[r], ..., y[r]); each x chunk
 // loaded once for all rows.

@@ -207,6 +207,25 @@ TEST(CpuAttention, Avx512HelpersMatchTheEightLaneForms) {
     cpu::dot8x4x3_rows_avx512(r, r + 3, n, pg);
     EXPECT_EQ(std::memcmp(want, got, sizeof(want)), 0) << "n = " << n;
   }
+  // Six queries pair-interleaved against four keys: dot8x4_rows' bits per query.
+  for (int64_t n : {int64_t{160}, int64_t{8}}) {
+    HostBuffer qs = test::random_f32({6, n}, 93, 2.0f);
+    std::vector<float> qp(6 * n);
+    for (int p = 0; p < 3; ++p)
+      for (int64_t c = 0; c < n; c += 8)
+        for (int l = 0; l < 8; ++l) {
+          qp[p * 2 * n + 2 * c + l] = qs.ptr<float>()[(2 * p) * n + c + l];
+          qp[p * 2 * n + 2 * c + 8 + l] = qs.ptr<float>()[(2 * p + 1) * n + c + l];
+        }
+    float want[6][4], got[6][4];
+    float* pg[6];
+    for (int q = 0; q < 6; ++q) {
+      pg[q] = got[q];
+      cpu::dot8x4_rows(qs.ptr<float>() + q * n, r[0], r[1], r[2], r[3], n, want[q]);
+    }
+    cpu::dot8x4_qpairs_avx512(qp.data(), r, n, pg);
+    EXPECT_EQ(std::memcmp(want, got, sizeof(want)), 0) << "n = " << n;
+  }
   const float alpha[4] = {0.37f, -1.91f, 0.0041f, 12.5f};
   for (int64_t n : {int64_t{128}, int64_t{133}}) {
     std::vector<float> want(r[7], r[7] + n), got(want);
