@@ -17,7 +17,8 @@
 # kernels against kernels) go to `deepinfer bench`; PRIO prefixes both engines' commands, e.g.
 # PRIO="chrt -f 10" on a machine shared with builds (both engines then preempt them alike).
 # DEEPINFER_BASE=/path/to/another/deepinfer adds an A/B: that binary runs in the same rounds,
-# right after ours (OUT_DIR/deepinfer_base.jsonl), and the summary gains its column and ours / its.
+# beside ours, first in every second round (OUT_DIR/deepinfer_base.jsonl), and the summary gains
+# its column and ours / its.
 # Under chrt, llama.cpp's OpenMP build dropped its batch-8 row now and then (no row, exit 0)
 # with GOMP's default spin count; GOMP_SPINCOUNT=100000 in the environment ran every row.
 set -euo pipefail
@@ -37,14 +38,20 @@ mkdir -p "$out"
 : > "$out/llamacpp.jsonl"
 : > "$out/deepinfer_base.jsonl"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (an idle machine reads ~0); PRIO='$prio' DI_FLAGS='$di_flags'" | tee "$out/summary.txt"
-for r in $(seq 1 "$rounds"); do
+run_di() {  # binary, records file, round
   # shellcheck disable=SC2086
-  $prio "$di" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
-    --repeats 1 --warmup 1 --tag "round$r" $di_flags >> "$out/deepinfer.jsonl" 2>/dev/null
-  if [[ -n "$di_base" ]]; then
-    # shellcheck disable=SC2086
-    $prio "$di_base" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
-      --repeats 1 --warmup 1 --tag "round$r" $di_flags >> "$out/deepinfer_base.jsonl" 2>/dev/null
+  $prio "$1" bench --threads "$threads" --prefill 512 --batch 1,8 --prompt-len 512 --gen-len "$gen" \
+    --repeats 1 --warmup 1 --tag "round$3" $di_flags >> "$2" 2>/dev/null
+}
+for r in $(seq 1 "$rounds"); do
+  # With a base binary the two alternate which runs first: the first of a pair read a few
+  # percent faster on a 2-core VM (2026-12-04, bench/NOTES.md session 18).
+  if [[ -n "$di_base" && $((r % 2)) -eq 0 ]]; then
+    run_di "$di_base" "$out/deepinfer_base.jsonl" "$r"
+    run_di "$di" "$out/deepinfer.jsonl" "$r"
+  else
+    run_di "$di" "$out/deepinfer.jsonl" "$r"
+    if [[ -n "$di_base" ]]; then run_di "$di_base" "$out/deepinfer_base.jsonl" "$r"; fi
   fi
   for q in bf16 q8_0; do
     $prio "$lb" -m "$gguf/tiny-$q.gguf" -c 8192 -b 2048 -ub 512 -npp 512 -ntg "$gen" -npl 1,8 -t "$threads" \
