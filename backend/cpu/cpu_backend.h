@@ -235,7 +235,7 @@ void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0, con
 void gemm_columns(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                   int64_t n_end);
 // The buffered path alone, for any number of rows (tests compare the two paths bitwise): on
-// CPUs with AVX-512 its 16-lane form (two weight rows per register, up to six x rows per
+// CPUs with AVX-512 its 16-lane form (two weight rows per register, up to eight x rows per
 // weight load), elsewhere the 8-lane form below; the same bits.
 void gemm_columns_buffered(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin,
                            int64_t n_end);

@@ -259,7 +259,7 @@ TEST(CpuGemm, F32DirectRowGroupsMatchBufferedBits) {
 }
 
 // Where the CPU has AVX-512 the buffered path runs its 16-lane form (two weight rows per zmm,
-// up to six x rows per weight load, passes balanced): the 8-lane form's bits, every element
+// up to eight x rows per weight load, passes balanced): the 8-lane form's bits, every element
 // written, for 1-13 and 64 rows, every weight dtype, N = 37 (a 5-row tile padded to 8) and
 // K = 515 (a partial block ending in a partial 8-chunk), whole and from column 3.
 TEST(CpuGemm, BufferedAvx512MatchesEightLaneBits) {
