@@ -347,6 +347,17 @@ void gemm_columns_direct_m(const Rows& x, const Weight& w, const Rows& out, int6
   }
 }
 
+// x row m's K block [k0, k0 + kb) for a pass over kb_pad columns: the row itself, or copied
+// and zero-padded into `slot` (kBlockK floats) when the block is partial.
+const float* x_block_padded(const Rows& x, int64_t m, int64_t k0, int64_t kb, int64_t kb_pad,
+                            float* slot) {
+  const float* xr = x.f32(m) + k0;
+  if (kb_pad == kb) return xr;
+  std::memcpy(slot, xr, static_cast<size_t>(kb) * 4);
+  std::fill(slot + kb, slot + kb_pad, 0.0f);
+  return slot;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // The register-array loops below unrolled in full, so the accumulators stay in zmm registers
 // (otherwise GCC kept them in memory: a store and a reload in every FMA's dependency chain).
@@ -672,14 +683,7 @@ DI_AVX512_TARGET void gemm_columns_buffered_avx512(const Rows& x, const Weight& 
       while (m < M) {
         const int rows = static_cast<int>(std::min<int64_t>(per_pass, M - m));
         for (int r = 0; r < rows; ++r) {
-          const float* xr = x.f32(m + r) + k0;
-          if (kb_pad != kb) {  // zero-padded into its slot
-            float* buf = xbuf + r * kBlockK;
-            std::memcpy(buf, xr, static_cast<size_t>(kb) * 4);
-            std::fill(buf + kb, buf + kb_pad, 0.0f);
-            xr = buf;
-          }
-          xs[r] = xr;
+          xs[r] = x_block_padded(x, m + r, k0, kb, kb_pad, xbuf + r * kBlockK);
           as[r] = acc + (m + r) * nt4;
         }
         switch (rows) {
@@ -699,7 +703,6 @@ DI_AVX512_TARGET void gemm_columns_buffered_avx512(const Rows& x, const Weight& 
   }
 }
 #endif
-
 
 template <DType D>
 void gemm_columns_direct_d(const Rows& x, const Weight& w, const Rows& out, int64_t n_begin, int64_t n_end) {
@@ -767,14 +770,7 @@ void gemm_columns_buffered_8lane(const Rows& x, const Weight& w, const Rows& out
       for (int64_t j = 0; j < nt; ++j) weight_row_block(w, t0 + j, k0, kb, kb_pad, wt + j * kb_pad);
       for (int64_t j = nt; j < nt4; ++j) std::fill(wt + j * kb_pad, wt + (j + 1) * kb_pad, 0.0f);
       // x row m's block, zero-padded into xbuf slot `s` when the block is partial.
-      auto x_block = [&](int64_t m, int s) {
-        const float* xr = x.f32(m) + k0;
-        if (kb_pad == kb) return xr;
-        float* buf = xbuf + s * kBlockK;
-        std::memcpy(buf, xr, static_cast<size_t>(kb) * 4);
-        std::fill(buf + kb, buf + kb_pad, 0.0f);
-        return static_cast<const float*>(buf);
-      };
+      auto x_block = [&](int64_t m, int s) { return x_block_padded(x, m, k0, kb, kb_pad, xbuf + s * kBlockK); };
       int64_t m = 0;
       for (; m + 3 <= M; m += 3) {  // three rows per pass over the weight block
         const float* xs[3] = {x_block(m, 0), x_block(m + 1, 1), x_block(m + 2, 2)};

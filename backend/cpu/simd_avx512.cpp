@@ -10,7 +10,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/simd_avx512.h"
 
-
 namespace deepinfer::cpu {
 
 bool cpu_has_avx512() {
@@ -45,30 +44,6 @@ DI_AVX512_TARGET void dot8x4x3_rows_avx512(const float* const* a, const float* c
     }
 }
 
-DI_AVX512_TARGET void axpy4_avx512(const float* alpha, const float* x0, const float* x1,
-                                   const float* x2, const float* x3, float* y, int64_t n) {
-  const __m512 a0 = _mm512_set1_ps(alpha[0]), a1 = _mm512_set1_ps(alpha[1]);
-  const __m512 a2 = _mm512_set1_ps(alpha[2]), a3 = _mm512_set1_ps(alpha[3]);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 v = _mm512_loadu_ps(y + i);
-    v = _mm512_fmadd_ps(a0, _mm512_loadu_ps(x0 + i), v);
-    v = _mm512_fmadd_ps(a1, _mm512_loadu_ps(x1 + i), v);
-    v = _mm512_fmadd_ps(a2, _mm512_loadu_ps(x2 + i), v);
-    v = _mm512_fmadd_ps(a3, _mm512_loadu_ps(x3 + i), v);
-    _mm512_storeu_ps(y + i, v);
-  }
-  if (i < n) {  // the tail in masked lanes: the same fused steps per element
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    __m512 v = _mm512_maskz_loadu_ps(m, y + i);
-    v = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, x0 + i), v);
-    v = _mm512_fmadd_ps(a1, _mm512_maskz_loadu_ps(m, x1 + i), v);
-    v = _mm512_fmadd_ps(a2, _mm512_maskz_loadu_ps(m, x2 + i), v);
-    v = _mm512_fmadd_ps(a3, _mm512_maskz_loadu_ps(m, x3 + i), v);
-    _mm512_mask_storeu_ps(y + i, m, v);
-  }
-}
-
 // Six queries' scores against four keys: queries pair-interleaved per 8-float chunk in `qpairs`
 // ([3 pairs][n / 8][16]: query 2p's chunk, then 2p + 1's), each key chunk broadcast to both
 // halves. Accumulator (p, i) holds the 8-lane accumulators of dot8(q_2p, k_i) and
@@ -94,20 +69,21 @@ DI_AVX512_TARGET void dot8x4_qpairs_avx512(const float* qpairs, const float* con
     }
 }
 
-// axpy4_avx512 for up to three y rows sharing the four x rows: y[r] gets alpha[r][0..3] in that
-// order per element, the same fused steps as axpy4_avx512(alpha[r], ..., y[r]); each x chunk
-// loaded once for all rows.
-DI_AVX512_TARGET void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0,
-                                        const float* x1, const float* x2, const float* x3,
-                                        float* const* y, int64_t n) {
-  __m512 a[3][4];
-  for (int r = 0; r < rows; ++r)
+// axpy4 on R y rows sharing the four x rows: y[r] gets alpha[r][0..3] in that order per
+// element (the same fused steps as axpy4), each x chunk loaded once for all rows; the tail in
+// masked lanes.
+template <int R>
+DI_AVX512_TARGET inline void axpy4_rows_r(const float* const* alpha, const float* x0,
+                                          const float* x1, const float* x2, const float* x3,
+                                          float* const* y, int64_t n) {
+  __m512 a[R][4];
+  for (int r = 0; r < R; ++r)
     for (int k = 0; k < 4; ++k) a[r][k] = _mm512_set1_ps(alpha[r][k]);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v0 = _mm512_loadu_ps(x0 + i), v1 = _mm512_loadu_ps(x1 + i);
     const __m512 v2 = _mm512_loadu_ps(x2 + i), v3 = _mm512_loadu_ps(x3 + i);
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < R; ++r) {
       __m512 v = _mm512_loadu_ps(y[r] + i);
       v = _mm512_fmadd_ps(a[r][0], v0, v);
       v = _mm512_fmadd_ps(a[r][1], v1, v);
@@ -116,11 +92,11 @@ DI_AVX512_TARGET void axpy4_rows_avx512(const float* const* alpha, int rows, con
       _mm512_storeu_ps(y[r] + i, v);
     }
   }
-  if (i < n) {  // the tail in masked lanes
+  if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
     const __m512 v0 = _mm512_maskz_loadu_ps(m, x0 + i), v1 = _mm512_maskz_loadu_ps(m, x1 + i);
     const __m512 v2 = _mm512_maskz_loadu_ps(m, x2 + i), v3 = _mm512_maskz_loadu_ps(m, x3 + i);
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < R; ++r) {
       __m512 v = _mm512_maskz_loadu_ps(m, y[r] + i);
       v = _mm512_fmadd_ps(a[r][0], v0, v);
       v = _mm512_fmadd_ps(a[r][1], v1, v);
@@ -128,6 +104,21 @@ DI_AVX512_TARGET void axpy4_rows_avx512(const float* const* alpha, int rows, con
       v = _mm512_fmadd_ps(a[r][3], v3, v);
       _mm512_mask_storeu_ps(y[r] + i, m, v);
     }
+  }
+}
+
+DI_AVX512_TARGET void axpy4_avx512(const float* alpha, const float* x0, const float* x1,
+                                   const float* x2, const float* x3, float* y, int64_t n) {
+  axpy4_rows_r<1>(&alpha, x0, x1, x2, x3, &y, n);
+}
+
+DI_AVX512_TARGET void axpy4_rows_avx512(const float* const* alpha, int rows, const float* x0,
+                                        const float* x1, const float* x2, const float* x3,
+                                        float* const* y, int64_t n) {
+  switch (rows) {
+    case 3: return axpy4_rows_r<3>(alpha, x0, x1, x2, x3, y, n);
+    case 2: return axpy4_rows_r<2>(alpha, x0, x1, x2, x3, y, n);
+    default: return axpy4_rows_r<1>(alpha, x0, x1, x2, x3, y, n);
   }
 }
 
